@@ -1,0 +1,37 @@
+# execd: `make run` starts the daemon in the foreground on the default config;
+# `make test` installs what it needs and runs every test tier.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint venv clean docs bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m execd run
+
+lint: $(STAMP)
+	$(PY) -m ruff check execd tests bench
+	$(PY) -m mypy --strict execd
+
+test: $(STAMP)
+	$(MAKE) --no-print-directory lint
+	$(PY) tests/tiers.py setup
+	$(PY) -m pytest tests
+
+docs: $(STAMP)
+	$(PY) -m execd.config.docgen > docs/config.md
+
+bench: $(STAMP)
+	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

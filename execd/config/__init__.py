@@ -1,0 +1,1 @@
+"""The HTCondor configuration language and execd's settings registry."""

@@ -1,0 +1,1 @@
+"""execd.starter."""
