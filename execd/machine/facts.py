@@ -1,0 +1,61 @@
+"""What the node has: the facts detection produces and slot layout consumes.
+
+Detection (execd.machine.*) fills these from /proc, /sys, statvfs and NVML through an
+injectable reader; the slot layout (execd.slots) divides them. Overrides from config
+(NUM_CPUS, MEMORY, RESERVED_MEMORY, RESERVED_DISK, ...) are already applied in the
+``total_*`` fields; the ``detected_*`` fields are what the hardware said.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU: its id as HTCondor names it, and its properties for the nested ad."""
+
+    id: str  # short form, e.g. "GPU-6a96bd13"
+    properties: dict[str, object] = field(default_factory=dict)  # DeviceName, Capability, ...
+
+
+@dataclass(frozen=True)
+class CustomResource:
+    """A MACHINE_RESOURCE_<name>: a count, or named instances from an inventory."""
+
+    name: str  # as configured, e.g. "Bar" (slot ads use it as-is: Bar, TotalBar, AssignedBar)
+    count: float
+    instances: tuple[str, ...] = ()  # ids when the resource is an inventory; else empty
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """Static resources of the node, detected then adjusted by configuration."""
+
+    detected_cpus: int  # DETECTED_CPUS (honours COUNT_HYPERTHREAD_CPUS, affinity, cgroup)
+    detected_cores: int  # DETECTED_CORES (physical cores)
+    detected_memory_mb: int  # DETECTED_MEMORY (lowered to an enclosing memory.max)
+    total_cpus: float  # NUM_CPUS override or detected_cpus
+    total_memory_mb: int  # MEMORY override or detected, minus RESERVED_MEMORY
+    total_disk_kb: int  # free space of EXECUTE minus RESERVED_DISK
+    total_swap_kb: int  # swap (VirtualMemory)
+    gpus: tuple[GpuInfo, ...] = ()
+    custom: dict[str, CustomResource] = field(default_factory=dict)
+    arch: str = "X86_64"
+    opsys: str = "LINUX"
+    opsys_and_ver: str = ""
+    opsys_ver: int = 0
+    opsys_name: str = ""
+    opsys_long_name: str = ""
+    hostname: str = "localhost"
+    execute_dir: str = ""
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    """What changes from poll to poll: load and idle times (seed 000, 3.5.10)."""
+
+    total_load_avg: float = 0.0
+    total_condor_load_avg: float = 0.0
+    keyboard_idle: int = 0  # seconds since the last keyboard/mouse input
+    console_idle: int = 0  # seconds since the last console tty input
