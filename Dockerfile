@@ -1,0 +1,34 @@
+# execd in a container: the daemon is PID 1, in the foreground, and owns the
+# container's private cgroup namespace (jobs get <slot>.slice below it).
+#
+# Build:   docker build -t execd .
+#          (no Docker engine? `buildah bud --isolation chroot -t execd .` builds it too)
+# Run:     docker run -d --name execd \
+#            --cgroupns=private --privileged \
+#            --tmpfs /run --tmpfs /tmp \
+#            -v execd-state:/var/lib/execd \
+#            execd
+#  --cgroupns=private  gives execd a cgroup namespace whose root is the container's
+#                      own cgroup, so it can create job cgroups without seeing the host's;
+#  --privileged        lets it write cgroup files (Docker mounts /sys/fs/cgroup read-only
+#                      otherwise) and switch to the job users;
+#  the volume          keeps execd's SQLite state, so jobs survive a container restart.
+# Stop:    docker stop -t 900 execd   (SIGTERM = graceful: retire, then vacate jobs)
+FROM debian:bookworm-slim
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+
+COPY pyproject.toml README.md /opt/execd/src/
+COPY execd /opt/execd/src/execd
+COPY etc/execd /etc/execd
+RUN python3 -m venv /opt/execd \
+    && /opt/execd/bin/pip install --no-cache-dir /opt/execd/src \
+    && rm -rf /opt/execd/src
+
+ENV PATH=/opt/execd/bin:$PATH \
+    CONDOR_CONFIG=/etc/execd/execd_config \
+    PYTHONUNBUFFERED=1
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["execd", "run"]
