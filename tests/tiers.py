@@ -26,8 +26,9 @@ VM_CACHE = REPO / ".cache" / "vm"
 VM_KERNEL_ROOT = VM_CACHE / "kernel"
 VM_DEBS = VM_CACHE / "debs"
 # qemu runs the guest, busybox-static is the guest's initramfs userland (virtme-ng),
-# kmod's depmod indexes the extracted kernel's modules.
-VM_APT_PACKAGES = ("qemu-system-x86", "busybox-static", "kmod")
+# kmod's depmod indexes the extracted kernel's modules (and virtme-ng's modprobe resolves
+# them), `file` tells virtme-ng the kernel image's version.
+VM_APT_PACKAGES = ("qemu-system-x86", "busybox-static", "kmod", "file")
 VM_KERNEL_META = "linux-image-amd64"
 
 
@@ -93,6 +94,9 @@ def _vm() -> str | None:
         missing.append("qemu-system-x86_64 (apt package qemu-system-x86)")
     if not any(shutil.which(b) for b in ("busybox-static", "busybox")):
         missing.append("busybox (apt package busybox-static)")
+    for tool, package in (("modprobe", "kmod"), ("file", "file")):
+        if shutil.which(tool, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") is None:
+            missing.append(f"{tool} (apt package {package})")
     if vng_command() is None:
         missing.append("vng (PyPI package virtme-ng, in the test extras)")
     if vm_kernel() is None:
