@@ -101,6 +101,7 @@ def boot_and_run(results: Path, timeout_s: float = BOOT_TIMEOUT_S) -> GuestRun:
     argv = [
         str(vng), "--verbose", "--disable-kvm", "--run", str(kernel),
         "--memory", GUEST_MEMORY, "--cpus", GUEST_CPUS, f"--rwdir={results}",
+        "--user", "root",  # the guest tests own the guest's cgroup tree
         "--", guest_script(results),
     ]  # fmt: skip
     # vng runs its helpers (virtme-run) from PATH: put this interpreter's bin first.
@@ -151,7 +152,9 @@ def guest_test_functions() -> list[str]:
     """`<file stem>::<function>` for every guest test, found without importing them.
 
     The host reports each guest test by name, so it must know the names before the guest
-    has run; reading the files' syntax needs none of the guest-only imports.
+    has run; reading the files' syntax needs none of the guest-only imports. Guest tests
+    are therefore module-level functions (parametrized ones included), not classes; a
+    guest result the host cannot name fails test_guest_session_completed.
     """
     import ast
 
@@ -159,6 +162,7 @@ def guest_test_functions() -> list[str]:
     for path in sorted(GUEST_TESTS.glob("test_*.py")):
         tree = ast.parse(path.read_text(), str(path))
         for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+            is_function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            if is_function and node.name.startswith("test"):
                 names.append(f"{path.stem}::{node.name}")
     return names
