@@ -12,11 +12,24 @@ Under EXECD_REQUIRE_ALL_TIERS=1 (CI) a tier that cannot run fails instead of ski
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 TIERS = ("unit", "component", "system", "vm", "pool")
+REPO = Path(__file__).resolve().parent.parent
+# Downloads and extracted kernels live in the checkout (git-ignored) so that a second
+# `setup` neither re-downloads nor needs the network.
+VM_CACHE = REPO / ".cache" / "vm"
+VM_KERNEL_ROOT = VM_CACHE / "kernel"
+VM_DEBS = VM_CACHE / "debs"
+# qemu runs the guest, busybox-static is the guest's initramfs userland (virtme-ng),
+# kmod's depmod indexes the extracted kernel's modules (and virtme-ng's modprobe resolves
+# them), `file` tells virtme-ng the kernel image's version.
+VM_APT_PACKAGES = ("qemu-system-x86", "busybox-static", "kmod", "file")
+VM_KERNEL_META = "linux-image-amd64"
 
 
 def _always() -> str | None:
@@ -44,11 +57,60 @@ def _system() -> str | None:
     return None
 
 
+def vm_kernel() -> Path | None:
+    """The stock kernel image the VM tier boots, extracted under .cache/vm/kernel."""
+    images = sorted((VM_KERNEL_ROOT / "boot").glob("vmlinuz-*"))
+    for image in reversed(images):
+        version = image.name.removeprefix("vmlinuz-")
+        if (VM_KERNEL_ROOT / "lib" / "modules" / version / "modules.dep").exists():
+            return image
+    return None
+
+
+def vng_command() -> Path | None:
+    """virtme-ng's `vng`, preferring the one installed next to this interpreter."""
+    beside = Path(sys.executable).parent / "vng"
+    if beside.exists():
+        return beside
+    found = shutil.which("vng")
+    return Path(found) if found else None
+
+
+def in_vm_guest() -> bool:
+    """True inside the VM tier's guest, where the tier's tests run on the guest kernel."""
+    return os.environ.get("EXECD_IN_VM", "") == "1"
+
+
+def _vm() -> str | None:
+    if in_vm_guest():
+        controllers = Path("/sys/fs/cgroup/cgroup.controllers")
+        have = controllers.read_text().split() if controllers.exists() else []
+        lacking = [c for c in ("memory", "cpu", "pids") if c not in have]
+        return f"the guest's cgroup v2 root lacks {lacking}" if lacking else None
+    if sys.platform != "linux" or os.uname().machine != "x86_64":
+        return "the vm tier boots an x86_64 Debian kernel and needs an x86_64 Linux host"
+    missing = []
+    if shutil.which("qemu-system-x86_64") is None:
+        missing.append("qemu-system-x86_64 (apt package qemu-system-x86)")
+    if not any(shutil.which(b) for b in ("busybox-static", "busybox")):
+        missing.append("busybox (apt package busybox-static)")
+    for tool, package in (("modprobe", "kmod"), ("file", "file")):
+        if shutil.which(tool, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") is None:
+            missing.append(f"{tool} (apt package {package})")
+    if vng_command() is None:
+        missing.append("vng (PyPI package virtme-ng, in the test extras)")
+    if vm_kernel() is None:
+        missing.append(f"a kernel image with indexed modules under {VM_KERNEL_ROOT}")
+    if missing:
+        return "missing " + ", ".join(missing) + "; run `python tests/tiers.py setup` as root"
+    return None
+
+
 CHECKS: dict[str, Callable[[], str | None]] = {
     "unit": _always,
     "component": _always,
     "system": _system,
-    "vm": _always,
+    "vm": _vm,
     "pool": _always,
 }
 
@@ -62,9 +124,101 @@ def require_all() -> bool:
     return os.environ.get("EXECD_REQUIRE_ALL_TIERS", "") not in ("", "0")
 
 
+def _run(*argv: str | Path, cwd: Path | None = None) -> str:
+    print("+", " ".join(str(a) for a in argv), flush=True)
+    done = subprocess.run(
+        [str(a) for a in argv], cwd=cwd, check=True, stdout=subprocess.PIPE, text=True
+    )
+    return done.stdout
+
+
+def _apt_installed(package: str) -> bool:
+    done = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", package],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() == "install ok installed"
+
+
+class _Apt:
+    """apt-get with at most one `update` per setup run, and only when it is needed."""
+
+    def __init__(self) -> None:
+        self.updated = False
+        self.env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+
+    def update(self) -> None:
+        if not self.updated:
+            _run("apt-get", "update", "-q")
+            self.updated = True
+
+    def install(self, packages: tuple[str, ...]) -> None:
+        wanted = [p for p in packages if not _apt_installed(p)]
+        if wanted:
+            self.update()
+            print("+ apt-get install -y", *wanted, flush=True)
+            subprocess.run(["apt-get", "install", "-y", "-q", *wanted], env=self.env, check=True)
+
+    def kernel_package(self) -> str:
+        """The linux-image-<ver>-amd64 package the distro's metapackage depends on."""
+        for attempt in (1, 2):
+            done = subprocess.run(
+                ["apt-cache", "depends", VM_KERNEL_META],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                check=False,
+            )
+            for line in done.stdout.splitlines():
+                dep = line.strip().removeprefix("Depends:").strip()
+                if line.strip().startswith("Depends:") and dep.startswith("linux-image-"):
+                    return dep
+            if attempt == 1:
+                self.update()
+        raise RuntimeError(f"apt-cache knows no kernel behind {VM_KERNEL_META}")
+
+
+def _setup_vm(apt: _Apt) -> None:
+    apt.install(VM_APT_PACKAGES)
+    if vm_kernel() is not None:
+        return
+    debs = sorted(VM_DEBS.glob("linux-image-*.deb"))
+    if not debs:
+        VM_DEBS.mkdir(parents=True, exist_ok=True)
+        package = apt.kernel_package()
+        try:
+            _run("apt-get", "download", package, cwd=VM_DEBS)
+        except subprocess.CalledProcessError:
+            apt.update()
+            _run("apt-get", "download", package, cwd=VM_DEBS)
+        debs = sorted(VM_DEBS.glob("linux-image-*.deb"))
+    # Extracted, not installed: the host's own boot setup stays untouched, and virtme-ng
+    # finds the modules beside the image (<root>/boot/vmlinuz-V and <root>/lib/modules/V).
+    shutil.rmtree(VM_KERNEL_ROOT, ignore_errors=True)
+    _run("dpkg-deb", "-x", debs[-1], VM_KERNEL_ROOT)
+    for moddir in (VM_KERNEL_ROOT / "lib" / "modules").iterdir():
+        _run("depmod", "-a", "-b", VM_KERNEL_ROOT, moddir.name)
+    if vm_kernel() is None:
+        raise RuntimeError(f"no usable kernel image under {VM_KERNEL_ROOT} after extraction")
+
+
 def setup() -> int:
     """Install what the tiers need. Each tier's installer is idempotent."""
-    return 0
+    if sys.platform != "linux" or os.geteuid() != 0:
+        print("setup installs distro packages and needs root on Linux; nothing done")
+        return 1 if require_all() else 0
+    apt = _Apt()
+    failed = 0
+    for tier, install in (("vm", _setup_vm),):
+        try:
+            install(apt)
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+            print(f"setup of the {tier} tier failed: {exc}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
 
 
 def check() -> int:
