@@ -1,0 +1,254 @@
+"""Every configuration knob execd reads, declared once: name, type, default, doc.
+
+Defaults are HTCondor 25.x's (as default text, expanded like any value) unless the doc
+says the knob is execd's own. Families of knobs (``SLOT_TYPE_<N>``,
+``MACHINE_RESOURCE_<name>``) are declared as patterns. docs/config.md is generated from
+this table (`python -m execd.config.docgen`); a test keeps it current.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from functools import cache
+
+
+class Kind(enum.Enum):
+    INT = "integer"  # may be written as a ClassAd expression (`10 * 60`)
+    FLOAT = "number"
+    BOOL = "boolean"
+    STRING = "string"
+    PATH = "path"
+    LIST = "list"  # comma and/or space separated
+    EXPR = "ClassAd expression"  # parsed at load time; a bad one is a ConfigError
+    MACRO = "macro"  # a helper referenced by other values, not read directly
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str  # as documented; a pattern uses <N> / <name> placeholders
+    kind: Kind
+    default: str | None  # HTCondor's default text; None: no default (unset)
+    doc: str
+    group: str
+    ours: bool = False  # execd's own knob, not HTCondor's
+
+    @property
+    def is_pattern(self) -> bool:
+        return "<" in self.name
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        text = re.escape(self.name.upper())
+        text = text.replace(re.escape("<N>"), r"\d+").replace(re.escape("<NAME>"), r"\w+")
+        return re.compile(f"^{text}$", re.I)
+
+
+_KNOBS: list[Knob] = []
+
+
+def _group(group: str, *entries: tuple[str, Kind, str | None, str] | tuple[str, Kind, str | None, str, bool]) -> None:
+    for entry in entries:
+        name, kind, default, doc = entry[:4]
+        ours = bool(entry[4]) if len(entry) > 4 else False
+        _KNOBS.append(Knob(name, kind, default, doc, group, ours))
+
+
+I, F, B, S, P, L, E, M = (  # noqa: E741  (short aliases keep the table readable)
+    Kind.INT, Kind.FLOAT, Kind.BOOL, Kind.STRING, Kind.PATH, Kind.LIST, Kind.EXPR, Kind.MACRO,
+)
+
+_group(
+    "Locations",
+    ("LOCAL_DIR", P, "/var/lib/execd", "Root of execd's state: EXECUTE, SPOOL and LOG default under it."),
+    ("EXECUTE", P, "$(LOCAL_DIR)/execute", "Where job sandboxes (dir_<id>) are created."),
+    ("SPOOL", P, "$(LOCAL_DIR)/spool", "Durable state: execd's SQLite store lives here."),
+    ("LOG", P, "$(LOCAL_DIR)/log", "Directory for log files."),
+    ("LOCK", P, "$(LOG)", "Directory for lock files."),
+    ("RUN", P, "$(LOCK)", "Directory for the control socket and pid file."),
+    ("LOCAL_CONFIG_FILE", L, "", "Config files read after the main one, in order."),
+    ("LOCAL_CONFIG_DIR", L, "", "Directories whose files are read (lexical order) after the main config file."),
+    ("LOCAL_CONFIG_DIR_EXCLUDE_REGEXP", S,
+     r"^((\..*)|(.*\.pl)|(.*\.py)|(.*\.sh)|(.*~)|(#.*)|(.*\.rpmsave)|(.*\.rpmnew)|(.*\.dpkg-old)|(.*\.dpkg-dist)|(.*\.cfsaved))$",
+     "File names in LOCAL_CONFIG_DIR that are skipped."),
+    ("RELEASE_DIR", P, "/usr", "Installation prefix."),
+    ("LIBEXEC", P, "$(RELEASE_DIR)/libexec", "Helper programs."),
+    ("GPU_MONITOR", P, "$(LIBEXEC)/condor_gpu_utilization", "GPU usage monitor that use FEATURE : GPUs runs as a cron job."),
+    ("GPU_DISCOVERY_EXTRA", S, None, "Extra arguments for GPU discovery (use FEATURE : GPUs)."),
+)
+_group(
+    "Logging (execd's own)",
+    ("EXECD_LOG", P, "$(LOG)/ExecdLog", "Log file; '-' or 'stderr' logs to standard error (journald under systemd).", True),
+    ("EXECD_LOG_LEVEL", S, "info", "Lowest level logged: debug, info, warning or error.", True),
+    ("EXECD_LOG_FORMAT", S, "json", "json (one object per line) or console (for a person).", True),
+    ("EXECD_LOG_MAX_BYTES", I, "0", "Rotate the log file at this size (renamed to .old); 0 leaves rotation to logrotate and SIGUSR1.", True),
+)
+_group(
+    "Daemon (execd's own)",
+    ("EXECD_ADMIN_GROUP", S, "", "Unix group whose members may drain, vacate, reconfig and turn execd off over the control socket.", True),
+    ("EXECD_SCHEDULER_USERS", L, "", "Local users allowed to request and manage claims over the control socket.", True),
+    ("EXECD_PIDS_MAX", I, "0", "pids.max for each job's cgroup; 0 means no limit.", True),
+    ("EXECD_JOB_NETWORK_NAMESPACE", B, "false", "Run each job in its own network namespace with loopback only.", True),
+    ("EXECD_STARTER_MEMORY_POLICY_MARGIN", F, "1.0", "Where the memory controller is missing, evict at this fraction of the slot's memory.", True),
+)
+_group(
+    "Timers and intervals",
+    ("UPDATE_INTERVAL", I, "300", "Seconds between slot ad updates (and policy evaluation when no slot is claimed)."),
+    ("UPDATE_OFFSET", I, "0", "Delay before the first update, to spread a pool's updates."),
+    ("POLLING_INTERVAL", I, "5", "Seconds between policy evaluations while any slot is claimed."),
+    ("MATCH_TIMEOUT", I, "120", "Seconds a slot stays Matched waiting for the claim request."),
+    ("KILLING_TIMEOUT", I, "30", "Seconds in Preempting/Killing before the starter's whole family is killed."),
+    ("MachineMaxVacateTime", I, "$(MaxVacateTime)", "Seconds a job is given to vacate after its soft kill signal."),
+    ("MAXJOBRETIREMENTTIME", I, "0", "Seconds of retirement a job may use before it is preempted; the job may ask for less."),
+    ("CLAIM_WORKLIFE", I, "1200", "Seconds after which a claim accepts no new jobs; -1 is forever."),
+    ("MAX_CLAIM_ALIVES_MISSED", I, "6", "Keep-alives a claim may miss before it is released."),
+    ("ALIVE_INTERVAL", I, "300", "Seconds between keep-alives a claim holder sends."),
+    ("JOB_DEFAULT_LEASE_DURATION", I, "2400", "Claim lease for jobs that state none."),
+    ("STARTER_UPDATE_INTERVAL", I, "300", "Seconds between the starter's job updates."),
+    ("STARTER_INITIAL_UPDATE_INTERVAL", I, "8", "Seconds before the starter's first job update."),
+    ("CGROUP_POLLING_INTERVAL", I, "5", "Seconds between reads of a job cgroup's usage."),
+    ("MAX_DRAINING_ACTIVATION_DELAY", I, "20", "Seconds a claimed slot waits for activation while draining."),
+)
+_group(
+    "Policy",
+    ("START", E, "True", "Whether a slot is willing to start a job (evaluated against the job)."),
+    ("IS_OWNER", E, "False", "Whether the slot belongs to its owner (Owner state); evaluated on the machine ad alone."),
+    ("RANK", E, "0.0", "The slot's preference among jobs: a higher-ranked job preempts a lower one."),
+    ("SUSPEND", E, "False", "When true for a running job, suspend it (if WANT_SUSPEND)."),
+    ("CONTINUE", E, "True", "When true for a suspended job, resume it."),
+    ("PREEMPT", E, "False", "When true, the running job is evicted (after retirement)."),
+    ("KILL", E, "False", "When true while vacating, the job is hard-killed at once."),
+    ("WANT_SUSPEND", E, "False", "Whether SUSPEND is consulted instead of PREEMPT."),
+    ("WANT_VACATE", E, "True", "Whether an evicted job gets its soft kill signal (else it is hard-killed)."),
+    ("WANT_HOLD", E, None, "When true at eviction, the job is put on hold (unset: never)."),
+    ("WANT_HOLD_REASON", E, None, "Hold reason text when WANT_HOLD is true."),
+    ("WANT_HOLD_SUBCODE", E, None, "Hold subcode when WANT_HOLD is true."),
+    ("START_VANILLA", E, None, "START for vanilla-universe jobs, if set."),
+    ("SUSPEND_VANILLA", E, None, "SUSPEND for vanilla-universe jobs, if set."),
+    ("CONTINUE_VANILLA", E, None, "CONTINUE for vanilla-universe jobs, if set."),
+    ("PREEMPT_VANILLA", E, None, "PREEMPT for vanilla-universe jobs, if set."),
+    ("KILL_VANILLA", E, None, "KILL for vanilla-universe jobs, if set."),
+    ("WANT_SUSPEND_VANILLA", E, None, "WANT_SUSPEND for vanilla-universe jobs, if set."),
+    ("WANT_VACATE_VANILLA", E, None, "WANT_VACATE for vanilla-universe jobs, if set."),
+    ("RUNBENCHMARKS", E, "False", "When true in Unclaimed, run the Mips/KFlops benchmarks."),
+    ("ENABLE_BACKFILL", B, "false", "Whether idle slots run backfill work."),
+    ("BACKFILL_SYSTEM", S, "", "The backfill client program to run (execd accepts any program)."),
+    ("START_BACKFILL", E, "False", "When true in Unclaimed/Idle, enter Backfill."),
+    ("EVICT_BACKFILL", E, "False", "When true in Backfill, kill the backfill client."),
+    ("STARTER_EVICT", E, None, "Starter-enforced eviction expression (seed 002)."),
+    ("STARTER_WANT_VACATE", E, "True", "Whether a starter-enforced eviction gives the soft kill signal."),
+    ("STARTER_KILL", E, None, "Starter-enforced hard-kill expression."),
+    ("STARTD_LATCH_EXPRS", L, "", "Expressions whose value changes are latched into <name>Value/<name>Time."),
+    ("SLOTS_CONNECTED_TO_KEYBOARD", I, "0", "How many slots see keyboard activity in KeyboardIdle."),
+    ("SLOTS_CONNECTED_TO_CONSOLE", I, "0", "How many slots see console activity in ConsoleIdle."),
+    ("CONSOLE_DEVICES", L, "mouse, console", "Devices under /dev whose access times count as console activity."),
+    ("MINUTE", M, "60", "Seconds in a minute, for policy expressions."),
+    ("HOUR", M, "3600", "Seconds in an hour."),
+    ("StateTimer", M, "(time() - EnteredCurrentState)", "Seconds in the current state."),
+    ("ActivityTimer", M, "(time() - EnteredCurrentActivity)", "Seconds in the current activity."),
+    ("StartIdleTime", M, "15 * $(MINUTE)", "Keyboard idle time before a desktop starts jobs."),
+    ("ContinueIdleTime", M, "5 * $(MINUTE)", "Keyboard idle time before a suspended job continues."),
+    ("MaxSuspendTime", M, "10 * $(MINUTE)", "Longest suspension before a job is preempted."),
+    ("MaxVacateTime", M, "10 * $(MINUTE)", "Default vacate time."),
+    ("BackgroundLoad", M, "0.3", "Non-HTCondor load below which the CPU counts as idle."),
+    ("HighLoad", M, "0.5", "Non-HTCondor load above which the CPU counts as busy."),
+    ("SmallJob", M, "(TARGET.ImageSize <  (15 * 1024))", "A job small enough to suspend rather than evict."),
+    ("VANILLA", M, "5", "The vanilla universe's number."),
+    ("IsVanilla", M, "(TARGET.JobUniverse == $(VANILLA))", "The job is in the vanilla universe."),
+)
+_group(
+    "Resources and slots",
+    ("NUM_CPUS", I, "$(DETECTED_CPUS_LIMIT)", "CPUs to advertise (default: detected)."),
+    ("DETECTED_CPUS_LIMIT", I, "$(DETECTED_CPUS)", "Cap on the detected CPU count."),
+    ("COUNT_HYPERTHREAD_CPUS", B, "true", "Count hyperthreads as CPUs."),
+    ("MEMORY", I, None, "Memory to advertise in MB (default: detected)."),
+    ("RESERVED_MEMORY", I, "0", "MB of memory kept back from the slots."),
+    ("RESERVED_DISK", I, "0", "MB of EXECUTE's free space kept back from the slots."),
+    ("NUM_SLOTS", I, None, "Number of identical static slots (when no SLOT_TYPE_<N> is used)."),
+    ("MAX_SLOT_TYPES", I, "10", "Highest slot type number looked for."),
+    ("SLOT_TYPE_<N>", S, None, "Resources of slot type N: fractions, percents, absolute amounts or auto."),
+    ("NUM_SLOTS_TYPE_<N>", I, None, "How many slots of type N."),
+    ("SLOT_TYPE_<N>_PARTITIONABLE", B, "false", "Whether slots of type N are partitionable."),
+    ("SLOT<N>_USER", S, None, "User that jobs in slot N run as when not as their owner."),
+    ("MACHINE_RESOURCE_NAMES", L, None, "Custom resources to advertise."),
+    ("MACHINE_RESOURCE_<name>", S, None, "Quantity (or list of ids) of custom resource <name>."),
+    ("MACHINE_RESOURCE_INVENTORY_<name>", S, None, "Command whose output names the instances of custom resource <name>."),
+    ("MODIFY_REQUEST_EXPR_REQUESTCPUS", E, "quantize(RequestCpus,{1})", "How a job's CPU request is rounded for a dynamic slot."),
+    ("MODIFY_REQUEST_EXPR_REQUESTMEMORY", E, "quantize(RequestMemory,{128})", "How a job's memory request is rounded for a dynamic slot."),
+    ("MODIFY_REQUEST_EXPR_REQUESTDISK", E, "quantize(RequestDisk,{1024})", "How a job's disk request is rounded for a dynamic slot."),
+    ("STARTD_ATTRS", L, "", "Config names whose values are published in every slot ad."),
+    ("SLOT<N>_STARTD_ATTRS", L, None, "STARTD_ATTRS for slot N only."),
+    ("STARTD_SLOT_ATTRS", L, "", "Attributes of each slot cross-posted into every other slot's ad (slot2_State)."),
+    ("STARTD_JOB_ATTRS", L, "", "Job attributes copied into the slot ad while the job runs."),
+    ("STARTD_NAME", S, "", "Name of this execute point (slots are slotN@STARTD_NAME)."),
+)
+_group(
+    "Jobs, starter and cgroups",
+    ("STARTER_ALLOW_RUNAS_OWNER", B, "true", "Run jobs as their Owner when that user exists."),
+    ("USE_PID_NAMESPACES", B, "false", "Run each job in its own PID namespace."),
+    ("BASE_CGROUP", S, "htcondor", "cgroup subtree execd owns; jobs get <slot>.slice below it."),
+    ("CGROUP_MEMORY_LIMIT_POLICY", S, "hard", "hard, soft, none or custom: how memory.max is set."),
+    ("CGROUP_HARD_MEMORY_LIMIT_EXPR", E, None, "memory.max in MB with CGROUP_MEMORY_LIMIT_POLICY = custom."),
+    ("CGROUP_LOW_MEMORY_LIMIT", E, None, "memory.low in MB."),
+    ("DISABLE_SWAP_FOR_JOB", B, "true", "Set memory.swap.max = 0 for jobs."),
+    ("STARTER_ALWAYS_HOLD_ON_OOM", B, "true", "Hold an OOM-killed job even when it was under 90% of its limit."),
+    ("JOB_RENICE_INCREMENT", I, "0", "Nice value added to jobs."),
+    ("STARTER_JOB_HOOK_KEYWORD", S, "", "Hook keyword for every job (job hooks)."),
+    ("STARTER_DEFAULT_JOB_HOOK_KEYWORD", S, "", "Hook keyword for jobs that name none."),
+    ("STARTD_JOB_HOOK_KEYWORD", S, "", "Hook keyword for fetch-work hooks."),
+    ("SLOT<N>_JOB_HOOK_KEYWORD", S, None, "Fetch-work hook keyword for slot N."),
+    ("FetchWorkDelay", E, "300", "Seconds between fetch-work hook invocations for a slot."),
+)
+_group(
+    "Startd cron",
+    ("STARTD_CRON_JOBLIST", L, "", "Names of daemon ClassAd hook jobs."),
+    ("STARTD_CRON_MAX_JOB_LOAD", F, "0.1", "Total load the cron jobs may put on the machine."),
+    ("STARTD_CRON_AUTOPUBLISH", S, "", "Publish slot ads when cron output changes: Never, Always or If_Changed."),
+    ("STARTD_CRON_LOG_NON_ZERO_EXIT", B, "false", "Log a cron job's stderr when it exits non-zero."),
+)
+_group(
+    "Pool",
+    ("CONDOR_HOST", S, None, "The central manager; execd joins that pool when set."),
+    ("COLLECTOR_HOST", S, "$(CONDOR_HOST)", "Collector address(es)."),
+    ("SEC_TOKEN_DIRECTORY", P, "", "Directory of IDTOKENS this node presents."),
+    ("FILESYSTEM_DOMAIN", S, "$(FULL_HOSTNAME)", "Name shared by machines with the same file systems."),
+    ("UID_DOMAIN", S, "$(FULL_HOSTNAME)", "Name shared by machines with the same users."),
+    ("DAEMON_LIST", L, "MASTER", "Daemons a condor_master starts (read for compatibility)."),
+)
+
+
+@cache
+def registry() -> dict[str, Knob]:
+    """Plain knobs by upper-case name."""
+    return {k.name.upper(): k for k in _KNOBS if not k.is_pattern}
+
+
+@cache
+def patterns() -> tuple[Knob, ...]:
+    return tuple(k for k in _KNOBS if k.is_pattern)
+
+
+def all_knobs() -> list[Knob]:
+    return list(_KNOBS)
+
+
+def find_knob(name: str) -> Knob | None:
+    """The declaration for NAME (a plain knob, or a family it belongs to)."""
+    key = name.upper()
+    if "." in key:
+        key = key.rsplit(".", 1)[1]
+    plain = registry().get(key)
+    if plain is not None:
+        return plain
+    for knob in patterns():
+        if knob.regex.match(key):
+            return knob
+    # per-slot spellings of plain knobs: SLOT2_START, SLOT_TYPE_1_START
+    bare = re.sub(r"^(SLOT_TYPE_\d+_|SLOT\d+_)", "", key)
+    return registry().get(bare) if bare != key else None
+
+
+def default_text(name: str) -> str | None:
+    knob = registry().get(name.upper())
+    return knob.default if knob is not None else None
