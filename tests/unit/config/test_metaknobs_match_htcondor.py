@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from execd.classads import evaluate
 from execd.config.loader import load_config
 
 # Pin install paths so both readers see the same ones.
@@ -91,4 +92,6 @@ def test_template_expands_as_htcondor_does(case: str, tmp_path: Path) -> None:
         reference, typed = theirs[name]
         if mine == "" and typed:
             continue  # an empty typed knob: HTCondor then uses its built-in default
+        if typed and mine is not None:
+            mine = str(evaluate(mine))  # typed knobs come back evaluated (1024*1024 -> 1048576)
         assert normalized(mine) == normalized(reference), f"{name} in {case!r}"
