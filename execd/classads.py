@@ -1,7 +1,8 @@
 """A thin adapter over classad2, the real HTCondor ClassAd library.
 
-htcondor2 is imported for its side effects: without it classad2 lacks HTCondor's
-unscoped MY-then-TARGET attribute lookup and functions such as stringListMember.
+htcondor2 is imported (by execd._htcondor) for its side effects: without it classad2
+lacks HTCondor's unscoped MY-then-TARGET attribute lookup and functions such as
+stringListMember.
 
 ClassAd logic is three-valued: an expression can be True, False, Undefined or Error.
 classad2 returns ``Value.Undefined``/``Value.Error`` as IntEnums that are *truthy*, so
@@ -12,9 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import classad2
-import htcondor2  # noqa: F401  (registers HTCondor's lookup semantics and functions)
-
+from execd._htcondor import classad2
 from execd.errors import ExecdError
 
 ClassAd = classad2.ClassAd

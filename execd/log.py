@@ -85,27 +85,40 @@ class _Sink:
 
     def __init__(self) -> None:
         self.path: Path | None = None
-        self.stream: TextIO = sys.stderr
+        self.file: TextIO | None = None
+        self.max_bytes = 0
+
+    @property
+    def stream(self) -> TextIO:
+        # stderr is looked up at each write: it may have been replaced since.
+        return self.file if self.file is not None else sys.stderr
 
     def open(self, path: Path | None) -> None:
         self.close()
         self.path = path
-        if path is None:
-            self.stream = sys.stderr
-        else:
+        if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.stream = path.open("a", encoding="utf-8", buffering=1)
+            self.file = path.open("a", encoding="utf-8", buffering=1)
 
     def reopen(self) -> None:
         self.open(self.path)
 
     def close(self) -> None:
-        if self.path is not None and not self.stream.closed:
-            self.stream.close()
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
     def write(self, line: str) -> None:
         self.stream.write(line + "\n")
         self.stream.flush()
+        if self.max_bytes and self.path is not None and self.stream.tell() >= self.max_bytes:
+            self._rotate(self.path)
+
+    def _rotate(self, path: Path) -> None:
+        """Size-based rotation, as HTCondor's MAX_<SUBSYS>_LOG: keep one .old file."""
+        self.close()
+        path.replace(path.with_name(path.name + ".old"))
+        self.open(path)
 
 
 _sink = _Sink()
@@ -132,18 +145,20 @@ _LEVELS = {
 
 
 def configure(
-    *, level: str = "info", fmt: str = "json", path: Path | None = None
+    *, level: str = "info", fmt: str = "json", path: Path | None = None, max_bytes: int = 0
 ) -> None:
     """Configure logging for the process.
 
     ``fmt`` is ``json`` (one object per line) or ``console`` (for a person);
-    ``path`` is a log file, or None for stderr.
+    ``path`` is a log file, or None for stderr; ``max_bytes`` > 0 rotates the file
+    to ``<path>.old`` at that size. An unusable path raises OSError.
     """
     if level.lower() not in _LEVELS:
         raise ValueError(f"unknown log level {level!r}; use one of {', '.join(_LEVELS)}")
     if fmt not in ("json", "console"):
         raise ValueError(f"unknown log format {fmt!r}; use json or console")
     _sink.open(path)
+    _sink.max_bytes = max_bytes
     renderer: Any = (
         structlog.processors.JSONRenderer(sort_keys=False)
         if fmt == "json"

@@ -61,7 +61,8 @@ I, F, B, S, P, L, E, M = (  # noqa: E741  (short aliases keep the table readable
 
 _group(
     "Locations",
-    ("LOCAL_DIR", P, "/var/lib/execd", "Root of execd's state: EXECUTE, SPOOL and LOG default under it."),
+    ("LOCAL_DIR", P, "$(EXECD_STATE_DIR)", "Root of execd's state: EXECUTE, SPOOL and LOG default under it."),
+    ("EXECD_STATE_DIR", P, None, "Built in: /var/lib/execd when execd runs as root, else ~/.local/state/execd.", True),
     ("EXECUTE", P, "$(LOCAL_DIR)/execute", "Where job sandboxes (dir_<id>) are created."),
     ("SPOOL", P, "$(LOCAL_DIR)/spool", "Durable state: execd's SQLite store lives here."),
     ("LOG", P, "$(LOCAL_DIR)/log", "Directory for log files."),

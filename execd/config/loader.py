@@ -55,6 +55,9 @@ def host_builtins() -> dict[str, str]:
         "PPID": str(os.getppid()),
         "USERNAME": _username(),
         "TILDE": str(Path.home()),
+        "EXECD_STATE_DIR": "/var/lib/execd"
+        if os.geteuid() == 0
+        else str(Path.home() / ".local" / "state" / "execd"),
     }
 
 

@@ -1,0 +1,92 @@
+"""`execd config-val` and `execd config-check` as an admin uses them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = REPO / "etc" / "execd" / "execd_config"
+
+
+def execd(*args: str, config: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "CONDOR_CONFIG"}
+    if config is not None:
+        env["CONDOR_CONFIG"] = str(config)
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "execd", *args], env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )
+
+
+def test_config_val_prints_expanded_values_of_the_default_config() -> None:
+    done = execd("config-val", "START", "SLOT_TYPE_1", "MaxJobRetirementTime", config=DEFAULT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["True", "100%", "2147483647"]
+
+
+def test_config_val_undefined_name() -> None:
+    done = execd("config-val", "NO_SUCH_KNOB", config=DEFAULT)
+    assert done.returncode == 1
+    assert done.stderr.strip() == "Not defined: NO_SUCH_KNOB"
+
+
+def test_config_val_verbose_says_where(tmp_path: Path) -> None:
+    conf = tmp_path / "c"
+    conf.write_text("A = 1\nSTART = $(A) > 0\n")
+    done = execd("config-val", "-v", "START", config=conf)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "START = 1 > 0"
+    assert lines[1] == f" # at: {conf}, line 2"
+    assert lines[2] == " # raw: $(A) > 0"
+    assert lines[3] == " # default: True"
+
+
+def test_config_val_default_of_unset_registered_knob() -> None:
+    done = execd("config-val", "UPDATE_INTERVAL", config=DEFAULT)
+    assert done.stdout.strip() == "300"
+
+
+def test_config_val_dump_lists_every_name_and_file() -> None:
+    done = execd("config-val", "-dump", config=DEFAULT)
+    assert done.returncode == 0, done.stderr
+    assert "SLOT_TYPE_1_PARTITIONABLE = true" in done.stdout.splitlines()
+    assert "START = True" in done.stdout.splitlines()
+    assert f"#\t{DEFAULT}" in done.stdout
+
+
+def test_global_config_flag_wins_over_environment(tmp_path: Path) -> None:
+    conf = tmp_path / "c"
+    conf.write_text("START = False\n")
+    done = execd("--config", str(conf), "config-val", "START", config=DEFAULT)
+    assert done.stdout.strip() == "False"
+
+
+def test_config_check_accepts_the_default_and_the_examples() -> None:
+    done = execd("config-check", str(DEFAULT))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"OK: {DEFAULT}")
+    for example in sorted((REPO / "etc" / "execd" / "examples").iterdir()):
+        done = execd("config-check", str(example))
+        assert done.returncode == 0, f"{example}: {done.stderr}"
+
+
+def test_config_check_names_file_line_and_problem(tmp_path: Path) -> None:
+    conf = tmp_path / "bad"
+    conf.write_text("START = True\nPREEMPT = (KeyboardIdle <\n")
+    done = execd("config-check", str(conf))
+    assert done.returncode == 1
+    assert f"{conf}:2: PREEMPT" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_config_check_syntax_error(tmp_path: Path) -> None:
+    conf = tmp_path / "bad"
+    conf.write_text("if defined X\nSTART = True\n")
+    done = execd("config-check", str(conf))
+    assert done.returncode == 1
+    assert f"{conf}:1: 'if' without a matching 'endif'" in done.stderr
