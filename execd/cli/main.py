@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import execd
 
 # Subcommand modules under execd.cli, in the order `execd --help` lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = ()
+SUBCOMMAND_MODULES: tuple[str, ...] = ("status",)
 
 
 def build_parser() -> argparse.ArgumentParser:
