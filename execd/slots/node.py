@@ -55,6 +55,7 @@ class NodeSlots:
         startd_attrs_for: Callable[[int], Mapping[str, str]] | None = None,
         slot_attrs: Sequence[str] = (),
         load_for: Mapping[str, float] | None = None,
+        condor_load_for: Mapping[str, float] | None = None,
         address: str | None = None,
     ) -> list[Any]:
         named = []
@@ -66,6 +67,7 @@ class NodeSlots:
                 policy=policy_for(res.name) if policy_for else None,
                 machine_load=machine_load,
                 load_avg=(load_for or {}).get(res.name, 0.0),
+                condor_load_avg=(condor_load_for or {}).get(res.name, 0.0),
                 startd_attrs=startd_attrs_for(res.slot_id) if startd_attrs_for else None,
                 address=address,
             )
