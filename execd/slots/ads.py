@@ -168,11 +168,15 @@ def build_slot_ad(
         attrs[name] = _number(got.amount)
         attrs[f"TotalSlot{name}"] = _number(res.total_slot_custom.get(name, got.amount))
         if got.ids or name == "GPUs" or (name in facts.custom and facts.custom[name].instances):
-            attrs[f"Assigned{name}"] = ", ".join(got.ids)
+            attrs[f"Assigned{name}"] = ",".join(got.ids)  # HTCondor joins without spaces
         if name == "GPUs":
+            # each GPU's properties in a nested ad (GPUs_GPU_ed351562), listed by AvailableGPUs
+            refs = []
             for gid in got.ids:
-                nested = {"Id": gid, **gpu_props.get(gid, {})}
-                attrs["GPU_" + gid.removeprefix("GPU-")] = new_ad(nested)
+                ref = "GPUs_" + gid.replace("-", "_")
+                attrs[ref] = new_ad({"Id": gid, **gpu_props.get(gid, {})})
+                refs.append(ref)
+            attrs["AvailableGPUs"] = _expr("{ " + ", ".join(refs) + " }")
     if address is not None:
         attrs["MyAddress"] = address
         attrs["StartdIpAddr"] = address

@@ -39,8 +39,11 @@ def test_partitionable_and_dynamic_slot_ads() -> None:
     assert (d["SlotType"], d["DynamicSlot"], d["Cpus"], d["Memory"], d["Disk"]) == (
         "Dynamic", True, 2, 2048, 1024)
     assert (d["GPUs"], d["AssignedGPUs"], d["TotalSlotGPUs"]) == (1, "GPU-ed351562", 1)
-    assert d["GPU_ed351562"]["DeviceName"] == "NVIDIA H100 80GB HBM3"
-    assert d["GPU_ed351562"]["Capability"] == 9.0
+    assert d["GPUs_GPU_ed351562"]["DeviceName"] == "NVIDIA H100 80GB HBM3"
+    assert d["GPUs_GPU_ed351562"]["Capability"] == 9.0
+    assert evaluate("AvailableGPUs[0].Id", d) == "GPU-ed351562"
+    assert evaluate("size(AvailableGPUs)", d) == 1
+    assert "GPUs_GPU_ed351562" not in p and list(p.eval("AvailableGPUs")) == []
     for ad in (p, d):
         assert (ad["Machine"], ad["Arch"], ad["OpSys"], ad["OpSysAndVer"]) == (
             "node.example", "X86_64", "LINUX", "Debian12")
