@@ -9,8 +9,9 @@ from typing import Any
 from execd.classads import ClassAdError, Value, evaluate, is_true, parse_expr
 
 TABLE_HEADER = ("Name", "OpSys", "Arch", "State", "Activity", "LoadAv", "Mem", "ActvtyTime")
-SUMMARY_STATES = ("Owner", "Claimed", "Unclaimed", "Matched", "Preempting", "Drained",
-                  "Backfill")
+# condor_status's summary columns; Drain counts Drained slots, BkIdle Backfill/Idle ones
+SUMMARY_COLUMNS = ("Owner", "Claimed", "Unclaimed", "Matched", "Preempting", "Drain",
+                   "Backfill", "BkIdle")
 
 
 def select(ads: Sequence[Any], constraint: str | None) -> list[Any]:
@@ -60,22 +61,30 @@ def format_table(ads: Sequence[Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _summary_column(ad: Any) -> str:
+    state = str(_get(ad, "State", "?"))
+    if state == "Drained":
+        return "Drain"
+    if state == "Backfill" and _get(ad, "Activity", "") == "Idle":
+        return "BkIdle"
+    return state
+
+
 def _summary(ads: Sequence[Any]) -> str:
     by_platform: dict[str, Counter[str]] = {}
     for ad in ads:
         platform = f"{_get(ad, 'Arch', '?')}/{_get(ad, 'OpSys', '?')}"
-        by_platform.setdefault(platform, Counter())[str(_get(ad, "State", "?"))] += 1
-    header = ["", "Total", *SUMMARY_STATES]
-    rows = []
+        by_platform.setdefault(platform, Counter())[_summary_column(ad)] += 1
     total: Counter[str] = Counter()
+    rows = [["", "Total", *SUMMARY_COLUMNS]]
     for platform, counts in sorted(by_platform.items()):
         total.update(counts)
-        per_state = [str(counts[s]) for s in SUMMARY_STATES]
-        rows.append([platform, str(sum(counts.values())), *per_state])
-    rows.append(["Total", str(sum(total.values())), *(str(total[s]) for s in SUMMARY_STATES)])
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = [" ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]]
-    return "\n".join(["  " + s for s in lines[:-1]] + ["", "  " + lines[-1]])
+        per_column = [str(counts[c]) for c in SUMMARY_COLUMNS]
+        rows.append([platform, str(sum(counts.values())), *per_column])
+    rows.append(["Total", str(sum(total.values())), *(str(total[c]) for c in SUMMARY_COLUMNS)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  " + " ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n\n".join([lines[0], "\n".join(lines[1:-1]), lines[-1]])
 
 
 def format_long(ads: Sequence[Any]) -> str:
