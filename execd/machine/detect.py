@@ -13,7 +13,7 @@ from execd.machine.cgroup_limits import enclosing_limits
 from execd.machine.cpus import detect_cpus
 from execd.machine.custom import parse_machine_resource, run_inventory
 from execd.machine.disk import detect_disk_kb
-from execd.machine.facts import CustomResource, MachineFacts
+from execd.machine.facts import CustomResource, GpuInfo, MachineFacts
 from execd.machine.gpus import detect_gpus
 from execd.machine.memory import detect_memory_mb, detect_swap_kb, total_memory_mb
 from execd.machine.os_info import detect_os
@@ -45,7 +45,15 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
         custom[name] = parse_machine_resource(name, value)
     for name, command in params.machine_inventories.items():
         custom[name] = run_inventory(reader, name, command)
-    gpus = detect_gpus(reader.nvml()) if params.detect_gpus else ()
+    # MACHINE_RESOURCE_GPUs = id, id... (or 0) replaces NVML detection, as in HTCondor an
+    # explicit GPUs resource replaces condor_gpu_discovery's
+    configured = next((n for n in custom if n.lower() == "gpus"), None)
+    gpus: tuple[GpuInfo, ...] = ()
+    if configured is not None:
+        if custom[configured].instances or custom[configured].count == 0:
+            gpus = tuple(GpuInfo(id=i) for i in custom.pop(configured).instances)
+    elif params.detect_gpus:
+        gpus = detect_gpus(reader.nvml())
     osinfo = detect_os(reader, params.arch)
     return MachineFacts(
         detected_cpus=cpus.detected_cpus,

@@ -112,3 +112,16 @@ def test_os_release_gives_opsys_and_ver(node_copy: Any) -> None:
 @pytest.mark.parametrize(("text", "cpus"), [("0-3,8", {0, 1, 2, 3, 8}), ("5", {5}), ("", set())])
 def test_parse_cpu_list(text: str, cpus: set[int]) -> None:
     assert parse_cpu_list(text) == cpus
+
+
+def test_configured_gpu_ids_replace_nvml(h100_reader: Any) -> None:
+    params = DetectionParams(execute_dir="/tmp", hostname="h",
+                             machine_resources={"GPUs": "GPU-aaaaaaaa, GPU-bbbbbbbb"})
+    facts = detect_machine(h100_reader, params)
+    assert [g.id for g in facts.gpus] == ["GPU-aaaaaaaa", "GPU-bbbbbbbb"]
+    assert "GPUs" not in facts.custom
+
+
+def test_machine_resource_gpus_zero_turns_gpus_off(h100_reader: Any) -> None:
+    params = DetectionParams(execute_dir="/tmp", hostname="h", machine_resources={"GPUs": "0"})
+    assert detect_machine(h100_reader, params).gpus == ()
