@@ -12,9 +12,10 @@ import sys
 from collections.abc import Sequence
 
 import execd
+from execd import log
 
 # Subcommand modules under execd.cli, in the order `execd --help` lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("config_val", "config_check")
+SUBCOMMAND_MODULES: tuple[str, ...] = ("status", "config_val", "config_check")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Tools log warnings to stderr for a person; `execd run` reconfigures from settings.
+    log.configure(level="warning", fmt="console", path=None)
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)

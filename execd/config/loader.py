@@ -129,9 +129,10 @@ class Config:
         self,
         name: str,
         subsystem: str | None = "STARTD",
-        local_name: str | None = None,
         slot: int | None = None,
         slot_type: int | None = None,
+        *,
+        local_name: str | None = None,
     ) -> str | None:
         """The expanded value of NAME in this context, or None if it has none."""
         return self._expander(subsystem, local_name, slot, slot_type).expand_name(name)

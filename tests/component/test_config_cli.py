@@ -90,3 +90,27 @@ def test_config_check_syntax_error(tmp_path: Path) -> None:
     done = execd("config-check", str(conf))
     assert done.returncode == 1
     assert f"{conf}:1: 'if' without a matching 'endif'" in done.stderr
+
+
+def test_status_local_computes_slots_from_a_real_config(tmp_path: Path) -> None:
+    conf = tmp_path / "c"
+    conf.write_text(
+        f"EXECUTE = {tmp_path}\nNUM_CPUS = 4\nMEMORY = 4096\n"
+        "use FEATURE : StaticSlots\nfavorite_color = \"blue\"\nSTARTD_ATTRS = favorite_color\n"
+    )
+    done = execd("status", "--local", "-af", "Name", "Cpus", "Memory", "favorite_color",
+                 config=conf)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()]
+    assert [r[0].split("@")[0] for r in rows] == ["slot1", "slot2", "slot3", "slot4"]
+    assert all(r[1:] == ["1", "1024", "blue"] for r in rows), rows
+
+
+def test_status_local_default_config_is_one_partitionable_slot(tmp_path: Path) -> None:
+    conf = tmp_path / "c"
+    conf.write_text(f"include : {DEFAULT}\nEXECUTE = {tmp_path}\n")
+    done = execd("status", "--local", "-af", "Name", "PartitionableSlot", config=conf)
+    assert done.returncode == 0, done.stderr
+    (row,) = [line.split() for line in done.stdout.splitlines()]
+    assert row[0].startswith("slot1@")
+    assert row[1] == "true"

@@ -1,0 +1,80 @@
+"""detect_machine: every detector run once, config overrides applied -> MachineFacts.
+
+Parameters are plain values (not the config object) so detection stays independent of
+the config language; execd.slots.from_config turns a Config into DetectionParams.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+
+from execd.machine.cgroup_limits import enclosing_limits
+from execd.machine.cpus import detect_cpus
+from execd.machine.custom import parse_machine_resource, run_inventory
+from execd.machine.disk import detect_disk_kb
+from execd.machine.facts import CustomResource, GpuInfo, MachineFacts
+from execd.machine.gpus import detect_gpus
+from execd.machine.memory import detect_memory_mb, detect_swap_kb, total_memory_mb
+from execd.machine.os_info import detect_os
+from execd.machine.reader import HostReader
+
+
+@dataclass(frozen=True)
+class DetectionParams:
+    execute_dir: str = "/var/lib/execd/execute"
+    num_cpus: float | None = None  # NUM_CPUS
+    memory_mb: int | None = None  # MEMORY
+    reserved_memory_mb: int = 0  # RESERVED_MEMORY
+    reserved_disk_mb: int = 0  # RESERVED_DISK
+    count_hyperthread_cpus: bool = True
+    detect_gpus: bool = True
+    machine_resources: dict[str, str] = field(default_factory=dict)  # name -> value
+    machine_inventories: dict[str, str] = field(default_factory=dict)  # name -> command
+    hostname: str | None = None
+    arch: str | None = None  # the platform's, unless a test says otherwise
+
+
+def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
+    """Raises ResourceError when a resource cannot be determined (named in the message)."""
+    limits = enclosing_limits(reader)
+    cpus = detect_cpus(reader, limits, count_hyperthread_cpus=params.count_hyperthread_cpus)
+    detected_mb = detect_memory_mb(reader, limits)
+    custom: dict[str, CustomResource] = {}
+    for name, value in params.machine_resources.items():
+        custom[name] = parse_machine_resource(name, value)
+    for name, command in params.machine_inventories.items():
+        custom[name] = run_inventory(reader, name, command)
+    # MACHINE_RESOURCE_GPUs = id, id... (or 0) replaces NVML detection, as in HTCondor an
+    # explicit GPUs resource replaces condor_gpu_discovery's
+    configured = next((n for n in custom if n.lower() == "gpus"), None)
+    gpus: tuple[GpuInfo, ...] = ()
+    if configured is not None:
+        if custom[configured].instances or custom[configured].count == 0:
+            gpus = tuple(GpuInfo(id=i) for i in custom.pop(configured).instances)
+    elif params.detect_gpus:
+        gpus = detect_gpus(reader.nvml())
+    osinfo = detect_os(reader, params.arch)
+    return MachineFacts(
+        detected_cpus=cpus.detected_cpus,
+        detected_cores=cpus.detected_cores,
+        detected_memory_mb=detected_mb,
+        total_cpus=params.num_cpus if params.num_cpus is not None else cpus.detected_cpus,
+        total_memory_mb=total_memory_mb(
+            detected_mb, memory_override=params.memory_mb, reserved_mb=params.reserved_memory_mb
+        ),
+        total_disk_kb=detect_disk_kb(
+            reader, params.execute_dir, reserved_disk_mb=params.reserved_disk_mb
+        ),
+        total_swap_kb=detect_swap_kb(reader),
+        gpus=gpus,
+        custom=custom,
+        arch=osinfo.arch,
+        opsys=osinfo.opsys,
+        opsys_and_ver=osinfo.opsys_and_ver,
+        opsys_ver=osinfo.opsys_ver,
+        opsys_name=osinfo.opsys_name,
+        opsys_long_name=osinfo.opsys_long_name,
+        hostname=params.hostname or socket.getfqdn(),
+        execute_dir=params.execute_dir,
+    )

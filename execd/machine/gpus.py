@@ -1,0 +1,85 @@
+"""GPUs through NVML (the nvidia-ml-py ``pynvml`` module).
+
+Ids are HTCondor's short UUIDs, ``GPU-`` and the first 8 hex digits of the device UUID
+(``GPU-ed351562``). Properties use the names HTCondor's GPU discovery publishes in each
+GPU's nested ad. No driver, no library, or any NVML error means zero GPUs and one log
+event saying why, never an exception: a node without GPUs is still a node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from execd.log import get_logger
+from execd.machine.facts import GpuInfo
+
+log = get_logger(__name__)
+
+
+def short_gpu_id(uuid: str) -> str:
+    """``GPU-ed351562-b6da-...`` -> ``GPU-ed351562``."""
+    body = uuid.removeprefix("GPU-")
+    return "GPU-" + body.replace("-", "")[:8]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _optional(fn: Any, *args: Any) -> Any:
+    """A property some GPUs or drivers do not support: None instead of an error."""
+    try:
+        return fn(*args)
+    except Exception:  # any NVMLError subclass: NotSupported, NoPermission, ...
+        return None
+
+
+def _device_properties(
+    nvml: Any, handle: Any, cuda_driver: int | None
+) -> tuple[str, dict[str, object]]:
+    uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+    gpu_id = short_gpu_id(uuid)
+    props: dict[str, object] = {"Id": gpu_id, "DeviceUuid": uuid.removeprefix("GPU-")}
+    props["DeviceName"] = _text(nvml.nvmlDeviceGetName(handle))
+    props["GlobalMemoryMb"] = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024)
+    cc = _optional(nvml.nvmlDeviceGetCudaComputeCapability, handle)
+    if cc is not None:
+        props["Capability"] = float(f"{cc[0]}.{cc[1]}")
+    pci = _optional(nvml.nvmlDeviceGetPciInfo, handle)
+    if pci is not None:
+        props["DevicePciBusId"] = _text(pci.busId)
+    clock = _optional(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_SM)
+    if clock is not None:
+        props["ClockMhz"] = int(clock)
+    ecc = _optional(nvml.nvmlDeviceGetEccMode, handle)
+    if ecc is not None:
+        props["ECCEnabled"] = bool(ecc[0])
+    if cuda_driver is not None:
+        props["DriverVersion"] = round(cuda_driver / 1000, 2)
+        props["MaxSupportedVersion"] = int(cuda_driver)
+    return gpu_id, props
+
+
+def detect_gpus(nvml: Any) -> tuple[GpuInfo, ...]:
+    """Every GPU NVML reports; () when NVML is missing or fails (logged)."""
+    if nvml is None:
+        log.info("gpu_detection_skipped", reason="the pynvml module is not installed")
+        return ()
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        log.info("gpu_detection_skipped", reason=f"NVML unavailable: {exc}")
+        return ()
+    try:
+        cuda_driver = _optional(nvml.nvmlSystemGetCudaDriverVersion)
+        gpus = []
+        for index in range(int(nvml.nvmlDeviceGetCount())):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            gpu_id, props = _device_properties(nvml, handle, cuda_driver)
+            gpus.append(GpuInfo(id=gpu_id, properties=props))
+        return tuple(gpus)
+    except Exception as exc:
+        log.warning("gpu_detection_failed", error=str(exc), error_type=type(exc).__name__)
+        return ()
+    finally:
+        _optional(nvml.nvmlShutdown)

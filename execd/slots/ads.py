@@ -1,0 +1,204 @@
+"""Slot ClassAds: what an EP slot publishes (resources, machine facts, load, policy).
+
+State, activity and the policy expressions come from the policy engine; this module
+only takes them as :class:`PolicyFacts`. Per-slot STARTD_ATTRS arrive as resolved
+expression text (the caller looked up ``SLOT<N>_<name>`` before ``<name>``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from execd.classads import ClassAdError, new_ad, parse_expr
+from execd.log import get_logger
+from execd.machine.facts import MachineFacts, MachineLoad
+from execd.slots.layout import STANDARD, Assigned, SlotDefinition
+from execd.slots.partitionable import DynamicSlot, PartitionableSlot
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class PolicyFacts:
+    state: str = "Unclaimed"
+    activity: str = "Idle"
+    entered_current_state: int = 0
+    entered_current_activity: int = 0
+    start: str = "true"  # the START expression text
+    requirements: str = "START"
+    rank: str = "0.0"
+    current_rank: float = 0.0
+
+
+@dataclass(frozen=True)
+class SlotResources:
+    """One slot's resources as its ad shows them."""
+
+    name: str  # slot1, slot1_2
+    slot_id: int
+    type_id: int
+    slot_type: str  # Static, Partitionable or Dynamic
+    cpus: float
+    memory_mb: int
+    disk_kb: int
+    swap_kb: int
+    total_slot_cpus: float
+    total_slot_memory_mb: int
+    total_slot_disk_kb: int
+    custom: Mapping[str, Assigned] = field(default_factory=dict)  # what the slot has now
+    total_slot_custom: Mapping[str, float] = field(default_factory=dict)
+    num_dynamic_slots: int = 0
+
+
+def static_resources(d: SlotDefinition, facts: MachineFacts) -> SlotResources:
+    disk = int(d.disk_fraction * facts.total_disk_kb)
+    return SlotResources(
+        name=d.name, slot_id=d.slot_id, type_id=d.type_id, slot_type="Static",
+        cpus=d.cpus, memory_mb=d.memory_mb, disk_kb=disk,
+        swap_kb=int(d.swap_fraction * facts.total_swap_kb),
+        total_slot_cpus=d.cpus, total_slot_memory_mb=d.memory_mb, total_slot_disk_kb=disk,
+        custom=d.custom, total_slot_custom={n: a.amount for n, a in d.custom.items()},
+    )
+
+
+def partitionable_resources(p: PartitionableSlot, facts: MachineFacts) -> SlotResources:
+    d = p.definition
+    return SlotResources(
+        name=d.name, slot_id=d.slot_id, type_id=d.type_id, slot_type="Partitionable",
+        cpus=p.free_cpus, memory_mb=p.free_memory_mb, disk_kb=p.free_disk_kb,
+        swap_kb=int(d.swap_fraction * facts.total_swap_kb),
+        total_slot_cpus=d.cpus, total_slot_memory_mb=d.memory_mb,
+        total_slot_disk_kb=p.total_disk_kb, custom=p.remaining(),
+        total_slot_custom={n: a.amount for n, a in d.custom.items()},
+        num_dynamic_slots=len(p.dynamic),
+    )
+
+
+def dynamic_resources(s: DynamicSlot, p: PartitionableSlot, facts: MachineFacts) -> SlotResources:
+    return SlotResources(
+        name=s.name, slot_id=s.parent_id, type_id=p.definition.type_id, slot_type="Dynamic",
+        cpus=s.cpus, memory_mb=s.memory_mb, disk_kb=s.disk_kb,
+        swap_kb=int(p.definition.swap_fraction * facts.total_swap_kb),
+        total_slot_cpus=s.cpus, total_slot_memory_mb=s.memory_mb, total_slot_disk_kb=s.disk_kb,
+        custom=s.custom, total_slot_custom={n: a.amount for n, a in s.custom.items()},
+    )
+
+
+@lru_cache(maxsize=512)
+def _expr(text: str) -> Any:
+    return parse_expr(text)
+
+
+def _number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
+
+
+def _machine_totals(facts: MachineFacts) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "MyType": "Machine", "TargetType": "Job",
+        "Machine": facts.hostname,
+        "Arch": facts.arch, "OpSys": facts.opsys,
+        "OpSysAndVer": facts.opsys_and_ver or facts.opsys,
+        "OpSysVer": facts.opsys_ver, "OpSysMajorVer": facts.opsys_ver // 100,
+        "OpSysName": facts.opsys_name or facts.opsys,
+        "OpSysLongName": facts.opsys_long_name or facts.opsys,
+        "DetectedCpus": facts.detected_cpus, "DetectedCores": facts.detected_cores,
+        "DetectedMemory": facts.detected_memory_mb,
+        "TotalCpus": _number(facts.total_cpus), "TotalMemory": facts.total_memory_mb,
+        "TotalDisk": facts.total_disk_kb, "TotalVirtualMemory": facts.total_swap_kb,
+    }
+    gpu_ids = [g.id for g in facts.gpus]
+    attrs["TotalGPUs"] = len(gpu_ids)
+    attrs["DetectedGPUs"] = ", ".join(gpu_ids) if gpu_ids else 0
+    for res in facts.custom.values():
+        attrs[f"Total{res.name}"] = _number(res.count)
+        attrs[f"Detected{res.name}"] = ", ".join(res.instances) if res.instances else _number(
+            res.count)
+    return attrs
+
+
+def build_slot_ad(
+    facts: MachineFacts,
+    res: SlotResources,
+    *,
+    now: int,
+    policy: PolicyFacts | None = None,
+    machine_load: MachineLoad | None = None,
+    load_avg: float = 0.0,
+    condor_load_avg: float = 0.0,
+    startd_attrs: Mapping[str, str] | None = None,
+    address: str | None = None,
+    kflops: int | None = None,
+    mips: int | None = None,
+) -> Any:
+    policy = policy or PolicyFacts()
+    machine_load = machine_load or MachineLoad()
+    attrs = _machine_totals(facts)
+    attrs.update({
+        "Name": f"{res.name}@{facts.hostname}",
+        "SlotID": res.slot_id, "SlotTypeID": res.type_id, "SlotType": res.slot_type,
+        "Cpus": _number(res.cpus), "Memory": res.memory_mb, "Disk": res.disk_kb,
+        "VirtualMemory": res.swap_kb,
+        "TotalSlotCpus": _number(res.total_slot_cpus),
+        "TotalSlotMemory": res.total_slot_memory_mb, "TotalSlotDisk": res.total_slot_disk_kb,
+        "LoadAvg": load_avg, "CondorLoadAvg": condor_load_avg,
+        "TotalLoadAvg": machine_load.total_load_avg,
+        "TotalCondorLoadAvg": machine_load.total_condor_load_avg,
+        "KeyboardIdle": machine_load.keyboard_idle, "ConsoleIdle": machine_load.console_idle,
+        "State": policy.state, "Activity": policy.activity,
+        "EnteredCurrentState": policy.entered_current_state,
+        "EnteredCurrentActivity": policy.entered_current_activity,
+        "MyCurrentTime": now,
+        "Start": _expr(policy.start), "Requirements": _expr(policy.requirements),
+        "Rank": _expr(policy.rank), "CurrentRank": policy.current_rank,
+    })
+    if res.slot_type == "Partitionable":
+        attrs["PartitionableSlot"] = True
+        attrs["NumDynamicSlots"] = res.num_dynamic_slots
+    elif res.slot_type == "Dynamic":
+        attrs["DynamicSlot"] = True
+        attrs["ParentSlotName"] = f"slot{res.slot_id}@{facts.hostname}"
+    gpu_props = {g.id: g.properties for g in facts.gpus}
+    for name, got in res.custom.items():
+        if name in STANDARD:
+            continue
+        attrs[name] = _number(got.amount)
+        attrs[f"TotalSlot{name}"] = _number(res.total_slot_custom.get(name, got.amount))
+        if got.ids or name == "GPUs" or (name in facts.custom and facts.custom[name].instances):
+            attrs[f"Assigned{name}"] = ",".join(got.ids)  # HTCondor joins without spaces
+        if name == "GPUs":
+            # each GPU's properties in a nested ad (GPUs_GPU_ed351562), listed by AvailableGPUs
+            refs = []
+            for gid in got.ids:
+                ref = "GPUs_" + gid.replace("-", "_")
+                attrs[ref] = new_ad({"Id": gid, **gpu_props.get(gid, {})})
+                refs.append(ref)
+            attrs["AvailableGPUs"] = _expr("{ " + ", ".join(refs) + " }")
+    if address is not None:
+        attrs["MyAddress"] = address
+        attrs["StartdIpAddr"] = address
+    if kflops is not None:
+        attrs["KFlops"] = kflops
+    if mips is not None:
+        attrs["Mips"] = mips
+    ad = new_ad(attrs)
+    for name, text in (startd_attrs or {}).items():
+        try:
+            ad[name] = _expr(text)
+        except ClassAdError as exc:
+            log.warning("startd_attr_skipped", slot=res.name, attr=name, error=str(exc))
+    return ad
+
+
+def cross_post(ads: Sequence[tuple[str, Any]], attrs: Sequence[str]) -> None:
+    """STARTD_SLOT_ATTRS: every slot's ad gets ``<slot>_<attr>`` from every slot."""
+    for source_name, source in ads:
+        for attr in attrs:
+            if attr not in source:
+                continue
+            value = source.lookup(attr)
+            for _name, target in ads:
+                target[f"{source_name}_{attr}"] = value
