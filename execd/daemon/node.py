@@ -1,0 +1,126 @@
+"""The node as the daemon holds it: configuration, detected facts, slots and their ads.
+
+Built in one go from a Config (so a reload can build a new one, compare, and swap),
+and refreshed on every update: load, idle times and the policy facts of each slot.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from execd.config.loader import Config
+from execd.config.settings import Settings
+from execd.errors import ConfigError
+from execd.machine.detect import detect_machine
+from execd.machine.facts import MachineLoad
+from execd.machine.idle import detect_idle
+from execd.machine.load import SlotLoadInput, read_total_load_avg, split_load
+from execd.machine.reader import HostReader, LiveHostReader
+from execd.slots import from_config
+from execd.slots.ads import PolicyFacts
+from execd.slots.layout import SlotTypeInput, build_layout
+from execd.slots.node import NodeSlots
+
+
+@dataclass(frozen=True)
+class Paths:
+    execute: Path
+    spool: Path
+    log: Path
+    run: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.run / "execd.sock"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.run / "execd.pid"
+
+    @staticmethod
+    def from_settings(settings: Settings) -> Paths:
+        def path(name: str) -> Path:
+            value = settings.get_str(name)
+            if not value:
+                raise ConfigError(f"{name} is not set")
+            return Path(value)
+
+        return Paths(path("EXECUTE"), path("SPOOL"), path("LOG"), path("RUN"))
+
+    def create(self) -> None:
+        """Make the directories execd writes; an unusable one is named in the error."""
+        for name, directory, mode in (
+            ("EXECUTE", self.execute, 0o755),
+            ("SPOOL", self.spool, 0o700),
+            ("LOG", self.log, 0o755),
+            ("RUN", self.run, 0o755),
+        ):
+            try:
+                directory.mkdir(parents=True, exist_ok=True, mode=mode)
+            except OSError as exc:
+                reason = exc.strerror
+                raise ConfigError(f"cannot create {name} directory {directory}: {reason}") from None
+            if not _writable(directory):
+                raise ConfigError(f"{name} directory {directory} is not writable by execd")
+
+
+def _writable(directory: Path) -> bool:
+    import os  # noqa: PLC0415  (kept local: this module is otherwise pure data flow)
+
+    return os.access(directory, os.W_OK | os.X_OK)
+
+
+@dataclass
+class Node:
+    config: Config
+    settings: Settings
+    slots: NodeSlots
+    slot_types: list[SlotTypeInput]
+    reader: HostReader = field(default_factory=LiveHostReader)
+    load: MachineLoad = field(default_factory=MachineLoad)
+
+    @staticmethod
+    def build(config: Config, settings: Settings, reader: HostReader | None = None) -> Node:
+        reader = reader or LiveHostReader()
+        params = from_config.detection_params(config, config.names())
+        facts = detect_machine(reader, params)
+        slot_types = from_config.slot_type_inputs(config)
+        slots = NodeSlots(facts, build_layout(slot_types, facts))
+        return Node(config, settings, slots, slot_types, reader)
+
+    def refresh_load(self, now: float) -> None:
+        idle = detect_idle(self.reader, since=now)
+        self.load = MachineLoad(
+            total_load_avg=read_total_load_avg(self.reader),
+            keyboard_idle=idle.keyboard_idle,
+            console_idle=idle.console_idle,
+        )
+
+    def ads(self, policy_for: Callable[[str], PolicyFacts] | None = None) -> list[Any]:
+        now = int(time.time())
+        if policy_for is None:
+            idle = {d.name: from_config.idle_policy(self.config, d.slot_id, now)
+                    for d in self.slots.definitions}
+
+            def policy_for(name: str) -> PolicyFacts:
+                return idle[name.split("_", maxsplit=1)[0]]
+
+        loads = [SlotLoadInput(res.name, 0.0) for res in self.slots.resources()]
+        return self.slots.build_ads(
+            now=now,
+            machine_load=self.load,
+            load_for=split_load(self.load.total_load_avg, loads),
+            policy_for=policy_for,
+            startd_attrs_for=lambda slot_id: from_config.startd_attrs(self.config, slot_id),
+            slot_attrs=from_config.startd_slot_attrs(self.config),
+        )
+
+    def summary(self) -> str:
+        """For systemd's STATUS= line."""
+        resources = self.slots.resources()
+        dynamic = sum(1 for r in resources if r.slot_type == "Dynamic")
+        return f"{len(resources)} slots, {dynamic} dynamic"

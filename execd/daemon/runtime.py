@@ -1,0 +1,208 @@
+"""`execd run`: the long-running daemon.
+
+One asyncio process. Its main coroutine owns every task (a TaskGroup): the signal
+consumer, the update timer, the watchdog pinger and the control socket's clients.
+Signal handlers only enqueue (execd.daemon.signals); reload is parse, validate, diff,
+apply, and a config that fails validation changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from execd import log
+from execd.config.loader import Config, load_config
+from execd.config.log_setup import configure_logging
+from execd.config.settings import Settings, load_settings
+from execd.daemon.control import Authorizer, ControlError, ControlServer, Request, Role, Verb
+from execd.daemon.node import Node, Paths
+from execd.daemon.sdnotify import Notifier
+from execd.daemon.signals import Request as SignalRequest
+from execd.daemon.signals import SignalQueue
+from execd.errors import ConfigError, ExecdError
+
+logger = log.get_logger("daemon")
+
+
+def ad_to_json(ad: Any) -> dict[str, Any]:
+    """A slot ad as JSON: plain values as themselves, expressions as their text."""
+    out: dict[str, Any] = {}
+    for key in list(ad):
+        value = ad.get(key)
+        out[key] = value if isinstance(value, bool | int | float | str) else str(value)
+    return out
+
+
+class Daemon:
+    def __init__(self, config_path: Path, *, log_to_stderr: bool = False) -> None:
+        self.config_path = config_path
+        self.log_to_stderr = log_to_stderr
+        self.notifier = Notifier()
+        self.signals = SignalQueue()
+        self.wake = asyncio.Event()
+        self.stopping: str | None = None
+        self.started = time.time()
+        self.reloads = 0
+        # set by start()
+        self.config: Config
+        self.settings: Settings
+        self.paths: Paths
+        self.node: Node
+        self.control: ControlServer
+
+    # -- configuration --------------------------------------------------------------
+    def _read_config(self) -> tuple[Config, Settings]:
+        config = load_config(self.config_path)
+        return config, load_settings(config)
+
+    def start(self) -> None:
+        """Everything that can fail at startup, before the event loop serves anything."""
+        self.config, self.settings = self._read_config()
+        configure_logging(self.settings, force_stderr=self.log_to_stderr)
+        self.paths = Paths.from_settings(self.settings)
+        self.paths.create()
+        self.node = Node.build(self.config, self.settings)
+        self.node.refresh_load(time.time())
+
+    def reload(self) -> bool:
+        """Parse and validate the new config in full; apply it only if it is good."""
+        self.notifier.reloading()
+        try:
+            config, settings = self._read_config()
+            slot_types = Node.build(config, settings, self.node.reader).slot_types
+        except (ExecdError, OSError) as exc:
+            logger.error("reconfig_rejected", error=str(exc), config=str(self.config_path))
+            self.notifier.ready(f"reconfig rejected, old config kept: {exc}")
+            return False
+        changed = sorted(
+            n for n in set(config.names()) | set(self.config.names())
+            if config.get(n) != self.config.get(n)
+        )
+        if slot_types != self.node.slot_types:
+            logger.warning("reconfig_needs_restart", reason="slot types changed",
+                           detail="SLOT_TYPE_<N> changes take effect when execd restarts")
+        self.config, self.settings = config, settings
+        self.node.config, self.node.settings = config, settings
+        configure_logging(settings, force_stderr=self.log_to_stderr)
+        self.reloads += 1
+        logger.info("reconfig_applied", changed=changed[:50], count=len(changed))
+        self.notifier.ready(self.node.summary())
+        self.wake.set()
+        return True
+
+    # -- control socket verbs ---------------------------------------------------------
+    def verbs(self) -> dict[str, Verb]:
+        async def status(request: Request) -> Any:
+            constraint = request.args.get("constraint")
+            ads = self.node.ads()
+            if constraint is not None:
+                if not isinstance(constraint, str):
+                    raise ControlError("bad_args", "'constraint' must be a string")
+                from execd.slots.status_view import select  # noqa: PLC0415
+
+                try:
+                    ads = select(ads, constraint)
+                except ExecdError as exc:
+                    raise ControlError("bad_args", str(exc)) from None
+            return {"ads": [ad_to_json(ad) for ad in ads]}
+
+        async def ping(_request: Request) -> Any:
+            return {"pid": __import__("os").getpid(), "uptime": time.time() - self.started,
+                    "reloads": self.reloads, "config": str(self.config_path)}
+
+        async def reconfig(_request: Request) -> Any:
+            if not self.reload():
+                raise ControlError("refused", "the new configuration is invalid; see the log")
+            return {"reloaded": True}
+
+        async def off(request: Request) -> Any:
+            how = request.args.get("how", "graceful")
+            if how not in ("graceful", "peaceful", "fast"):
+                raise ControlError("bad_args", f"unknown shutdown {how!r}")
+            self.begin_shutdown(how)
+            return {"shutting_down": how}
+
+        return {
+            "status": Verb(status, Role.READ, "slot ads, optionally filtered by a constraint"),
+            "ping": Verb(ping, Role.READ, "daemon pid, uptime and config"),
+            "reconfig": Verb(reconfig, Role.ADMIN, "reread the configuration"),
+            "off": Verb(off, Role.ADMIN, "shut down: graceful, peaceful or fast"),
+        }
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def begin_shutdown(self, how: str) -> None:
+        if self.stopping == "fast":
+            return
+        if self.stopping is not None and how != "fast":
+            return
+        self.stopping = how
+        logger.info("shutdown_requested", how=how)
+        self.notifier.stopping(f"shutting down ({how})")
+        self.wake.set()
+
+    async def _signal_loop(self) -> None:
+        while True:
+            request = await self.signals.next()
+            logger.info("signal_received", request=request.value)
+            if request is SignalRequest.RECONFIG:
+                self.reload()
+            elif request is SignalRequest.REOPEN_LOGS:
+                log.reopen()
+            elif request is SignalRequest.SHUTDOWN_GRACEFUL:
+                self.begin_shutdown("graceful")
+            elif request is SignalRequest.SHUTDOWN_FAST:
+                self.begin_shutdown("fast")
+            elif request is SignalRequest.RESTART_IN_PLACE:
+                self.begin_shutdown("restart")
+
+    async def _watchdog_loop(self, interval: float) -> None:
+        while True:
+            self.notifier.watchdog()
+            await asyncio.sleep(interval)
+
+    async def _update_loop(self) -> None:
+        while self.stopping is None:
+            self.node.refresh_load(time.time())
+            interval = self.settings.get_int("UPDATE_INTERVAL") or 300
+            self.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=interval)
+
+    async def serve(self) -> int:
+        loop = asyncio.get_running_loop()
+        self.signals.install(loop)
+        admin = self.settings.get_str("EXECD_ADMIN_GROUP")
+        schedulers = frozenset(self.settings.get_list("EXECD_SCHEDULER_USERS"))
+        self.control = ControlServer(self.paths.socket, self.verbs(), Authorizer(admin, schedulers))
+        await self.control.start()
+        logger.info("execd_started", config=str(self.config_path), socket=str(self.paths.socket),
+                    slots=[r.name for r in self.node.slots.resources()])
+        self.notifier.ready(self.node.summary())
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                background = [tasks.create_task(self._signal_loop())]
+                interval = self.notifier.watchdog_interval()
+                if interval:
+                    background.append(tasks.create_task(self._watchdog_loop(interval)))
+                await tasks.create_task(self._update_loop())
+                for task in background:
+                    task.cancel()
+        finally:
+            await self.control.close()
+            self.signals.uninstall(loop)
+        logger.info("execd_stopped", how=self.stopping)
+        return 0
+
+
+def run_daemon(config_path: Path, *, log_to_stderr: bool = False) -> int:
+    daemon = Daemon(config_path, log_to_stderr=log_to_stderr)
+    try:
+        daemon.start()
+    except ConfigError as exc:
+        print(f"execd: cannot start: {exc}", file=__import__("sys").stderr)
+        return 2
+    return asyncio.run(daemon.serve())
