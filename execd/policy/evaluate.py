@@ -22,7 +22,8 @@ def evaluate_slot(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
     for _ in range(4):
         before = (slot.state, slot.activity)
         _step(engine, slot, now, out)
-        if (slot.state, slot.activity) == before:
+        # Claimed activities move at most once a pass: a suspend is not undone at once.
+        if (slot.state, slot.activity) == before or slot.state == S.CLAIMED:
             break
     return out
 
@@ -113,8 +114,9 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
             engine._move(slot, trigger, now, out)
             engine._resume(slot, now, out)
         elif slot.retire_reason is None and engine._true(slot, "PREEMPT", my, job, out):
-            engine._retire(slot, "preempt", now, out)
-        return
+            engine._retire(slot, "preempt", now, out)  # then, as from Busy, maybe evict
+        else:
+            return
     if slot.activity == A.RETIRING:
         if slot.retire_reason == "rank" and slot.preempting_claim is None:
             slot.retire_reason = None

@@ -62,6 +62,13 @@ class Driver:
         self.do(self.engine.evaluate(self.clock.advance(seconds)))
         return self.actions[before:]
 
+    def tick_with_alives(self, seconds: float, step: float = 60.0) -> None:
+        """Let time pass while the schedd keeps the claim alive."""
+        while seconds > 0:
+            self.do(self.engine.alive("slot1", self.clock.now()))
+            self.tick(min(step, seconds))
+            seconds -= step
+
     def claim(self, job: dict[str, Any] | None = None, slot: str = "slot1") -> bool:
         return bool(self.do(self.engine.request_claim(
             slot, self.ids.new(), job or {"Owner": "alice"}, self.clock.now())))
