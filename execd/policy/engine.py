@@ -15,6 +15,7 @@ from execd.claims.ids import ClaimId
 from execd.claims.lease import Lease, lease_duration
 from execd.errors import PolicyError
 from execd.policy import actions as act
+from execd.policy import drain
 from execd.policy.config import PolicyConfig
 from execd.policy.evaluate import evaluate_slot, leave_backfill_idle
 from execd.policy.slot import Claim, Now, Slot, slot_policy_attributes
@@ -370,59 +371,12 @@ class PolicyEngine:
 
     def shutdown(self, mode: str, now: Now) -> Actions:
         """graceful: retire then vacate; peaceful: infinite retirement; fast: kill."""
-        if mode not in ("graceful", "peaceful", "fast"):
-            raise PolicyError(f"unknown shutdown mode {mode!r}")
-        self.shutting_down = mode
-        out: Actions = []
-        for slot in list(self.slots.values()):
-            if slot.state == S.CLAIMED:
-                if mode == "fast":
-                    self._evict(slot, now, out, "shutdown", kill=True)
-                    continue
-                if mode == "peaceful":
-                    slot.retirement_override = math.inf
-                slot.preempting_claim = None
-                if slot.activity == A.IDLE:
-                    self._evict(slot, now, out, "shutdown")
-                else:
-                    self._retire(slot, "shutdown", now, out)
-            elif slot.state == S.PREEMPTING and mode == "fast" and slot.activity == A.VACATING:
-                self._move(slot, "kill", now, out)
-                out.append(act.HardKill(slot.name))
-            elif slot.state == S.BACKFILL:
-                slot.backfill_leave_to = "owner"
-                out += self._leave_backfill(slot, now)
-        return out + self.evaluate(now)
+        return drain.shutdown(self, mode, now)
 
     def drain(self, mode: str, now: Now) -> Actions:
         """Drain every slot: graceful (retirement honoured), quick (vacate), fast (kill)."""
-        if mode not in ("graceful", "quick", "fast"):
-            raise PolicyError(f"unknown drain mode {mode!r}")
-        out: Actions = []
-        self.draining = True
-        for slot in list(self.slots.values()):
-            if slot.state == S.CLAIMED:
-                slot.preempting_claim = None
-                if mode == "fast":
-                    self._evict(slot, now, out, "drain", kill=True)
-                elif mode == "quick" or slot.activity == A.IDLE:
-                    self._evict(slot, now, out, "drain")
-                else:
-                    self._retire(slot, "drain", now, out)
-            elif slot.state == S.BACKFILL:
-                slot.backfill_leave_to = "owner"
-                out += self._leave_backfill(slot, now)
-        for slot in list(self.slots.values()):
-            if not slot.dynamic and slot.state in (S.OWNER, S.UNCLAIMED) \
-                    and slot.activity == A.IDLE:
-                self._move(slot, "drain", now, out)
-        return out + self.evaluate(now)
+        return drain.drain(self, mode, now)
 
     def cancel_drain(self, now: Now) -> Actions:
         """Drained -> Owner (34/35) -> Unclaimed at the next evaluation."""
-        out: Actions = []
-        self.draining = False
-        for slot in self.slots.values():
-            if slot.state == S.DRAINED:
-                self._move(slot, "drain_cancelled", now, out)
-        return out + self.evaluate(now)
+        return drain.cancel_drain(self, now)

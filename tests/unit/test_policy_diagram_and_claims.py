@@ -80,3 +80,17 @@ def test_machine_ad_timers() -> None:
     assert attrs["TotalJobRunTime"] == 42
     assert attrs["JobStart"] == int(d.clock.wall) - 42
     assert attrs["State"] == "Claimed" and attrs["Activity"] == "Busy"
+
+
+def test_policy_core_is_sans_io() -> None:
+    import ast
+
+    forbidden = {"asyncio", "os", "subprocess", "time", "socket"}
+    for path in (ROOT / "execd" / "policy").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module.split(".")[0]]
+            assert not forbidden & set(names), f"{path.name} imports {names}"
