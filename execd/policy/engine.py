@@ -20,7 +20,7 @@ from execd.policy.config import PolicyConfig
 from execd.policy.evaluate import evaluate_slot, leave_backfill_idle
 from execd.policy.slot import Claim, Now, Slot, slot_policy_attributes
 from execd.policy.states import VALID_PAIRS, Activity, State, label
-from execd.policy.transitions import lookup
+from execd.policy.transitions import lookup, state_edge
 
 S, A = State, Activity
 Actions = list[act.Action]
@@ -102,7 +102,7 @@ class PolicyEngine:
         slot.entered_activity, slot.entered_activity_wall = now.mono, now.wall
         out.append(act.LogEvent("slot_state_changed", {
             "slot": slot.name, "old": old, "new": label(new_state, new_activity),
-            "transition": t.number, "trigger": trigger}))
+            "transition": t.number, "edge": state_edge(t), "trigger": trigger}))
         out.append(act.PublishAd(slot.name))
 
     # ---- the periodic pass ---------------------------------------------------------

@@ -105,3 +105,29 @@ def lookup(state: State, activity: Activity, trigger: str) -> Transition:
 
 def allowed(state: State, activity: Activity, trigger: str) -> bool:
     return ((state, activity), trigger) in _INDEX
+
+# The state-level edges of seed 003's "Machine States" figure, lettered in the order
+# the text describes them (by source state; the two drain edges came last, O and P).
+STATE_EDGES: dict[tuple[State, State], str] = {
+    (S.OWNER, S.UNCLAIMED): "A",
+    (S.UNCLAIMED, S.OWNER): "B",
+    (S.UNCLAIMED, S.MATCHED): "C",
+    (S.UNCLAIMED, S.CLAIMED): "D",
+    (S.UNCLAIMED, S.BACKFILL): "E",
+    (S.MATCHED, S.OWNER): "F",
+    (S.MATCHED, S.CLAIMED): "G",
+    (S.CLAIMED, S.PREEMPTING): "H",
+    (S.PREEMPTING, S.CLAIMED): "I",
+    (S.PREEMPTING, S.OWNER): "J",
+    (S.BACKFILL, S.OWNER): "K",
+    (S.BACKFILL, S.MATCHED): "L",
+    (S.BACKFILL, S.CLAIMED): "M",
+    (S.DRAINED, S.OWNER): "N",
+    (S.OWNER, S.DRAINED): "O",
+    (S.UNCLAIMED, S.DRAINED): "P",
+}
+
+
+def state_edge(t: Transition) -> str | None:
+    """The letter of the state-level edge a transition crosses (None within a state)."""
+    return STATE_EDGES.get((t.source[0], t.target[0]))
