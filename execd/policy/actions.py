@@ -40,6 +40,15 @@ class KillStarterFamily:
 
 
 @dataclass(frozen=True)
+class HoldJob:
+    """WANT_HOLD was true when the job was evicted: put it on hold, not back in the queue."""
+
+    slot: str
+    reason: str
+    subcode: int
+
+
+@dataclass(frozen=True)
 class PublishAd:
     slot: str
 
@@ -82,7 +91,7 @@ class LogEvent:
 
 
 Action = (
-    SpawnStarter | Suspend | Continue | SoftKill | HardKill | KillStarterFamily | PublishAd
-    | NotifyClaimHolder | StartBackfill | KillBackfill | CarveDynamicSlot | DeleteDynamicSlot
+    SpawnStarter | HoldJob | Suspend | Continue | SoftKill | HardKill | KillStarterFamily
+    | PublishAd | NotifyClaimHolder | StartBackfill | KillBackfill | CarveDynamicSlot | DeleteDynamicSlot
     | LogEvent
 )

@@ -274,6 +274,7 @@ class PolicyEngine:
         self._move(slot, "evict_kill" if kill else "evict_vacate", now, out)
         if slot.starter_running:
             self._resume(slot, now, out)
+            self._maybe_hold(slot, now, out)
             if kill:
                 out.append(act.HardKill(slot.name))
             else:
@@ -281,6 +282,15 @@ class PolicyEngine:
                 out.append(act.SoftKill(slot.name))
         else:  # no starter: the Preempting state's work is already done (seed 000)
             self._finish_preempting(slot, now, out)
+
+    def _maybe_hold(self, slot: Slot, now: Now, out: Actions) -> None:
+        my = self.machine_ad(slot, now)
+        if not self._true(slot, "WANT_HOLD", my, slot.job_ad, out):
+            return
+        reason = self._eval(slot, "WANT_HOLD_REASON", my, slot.job_ad, out)
+        subcode = classads.to_number(self._eval(slot, "WANT_HOLD_SUBCODE", my, slot.job_ad, out))
+        text = reason if isinstance(reason, str) else "The startd put this job on hold"
+        out.append(act.HoldJob(slot.name, text, int(subcode or 0)))
 
     def vacate_time(self, slot: Slot, now: Now) -> float:
         """MachineMaxVacateTime, lowered by JobMaxVacateTime, or raised out of retirement."""

@@ -84,3 +84,20 @@ def test_backfill_left_on_shutdown() -> None:
     assert d.pair == "Backfill/Busy"
     d.do(d.engine.shutdown("graceful", d.clock.now()))
     assert d.pair == "Backfill/Killing" and d.of_type(act.KillBackfill)
+
+
+def test_want_hold_puts_evicted_job_on_hold_with_reason() -> None:
+    d = Driver({"PREEMPT": "True", "WANT_HOLD": "TARGET.Owner == \"alice\"",
+                "WANT_HOLD_REASON": '"used too much"', "WANT_HOLD_SUBCODE": "42"})
+    d.busy()
+    d.tick(5)
+    assert d.of_type(act.HoldJob) == [act.HoldJob("slot1", "used too much", 42)]
+
+
+def test_reconfig_reevaluates_at_once() -> None:
+    from execd.policy.config import PolicyConfig
+
+    d = Driver()
+    d.do(d.engine.reconfig(PolicyConfig.from_strings(
+        {"START": "False", "IS_OWNER": "START =?= False"}), d.clock.now()))
+    assert d.pair == "Owner/Idle"
