@@ -92,6 +92,6 @@ class LogEvent:
 
 Action = (
     SpawnStarter | HoldJob | Suspend | Continue | SoftKill | HardKill | KillStarterFamily
-    | PublishAd | NotifyClaimHolder | StartBackfill | KillBackfill | CarveDynamicSlot | DeleteDynamicSlot
-    | LogEvent
+    | PublishAd | NotifyClaimHolder | StartBackfill | KillBackfill | CarveDynamicSlot
+    | DeleteDynamicSlot | LogEvent
 )
