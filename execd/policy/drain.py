@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from execd import classads
 from execd.errors import PolicyError
 from execd.policy import actions as act
 from execd.policy.slot import Now, Slot
@@ -49,10 +50,17 @@ def shutdown(engine: PolicyEngine, mode: str, now: Now) -> Actions:
             out += engine._leave_backfill(slot, now)
     return out + engine.evaluate(now)
 
-def drain(engine: PolicyEngine, mode: str, now: Now) -> Actions:
+def drain(engine: PolicyEngine, mode: str, now: Now, *, reason: str = "",
+          check: str | None = None, resume_on_completion: bool = False) -> Actions:
     """Drain every slot: graceful (retirement honoured), quick (vacate), fast (kill)."""
     if mode not in ("graceful", "quick", "fast"):
         raise PolicyError(f"unknown drain mode {mode!r}")
+    if check is not None:  # all slots must pass the check before anything changes
+        for slot in engine.slots.values():
+            value = classads.evaluate(check, engine.machine_ad(slot, now))
+            if not classads.is_true(value):
+                raise PolicyError(f"drain check {check!r} is not true on {slot.name}")
+    engine.drain_reason, engine.drain_resume = reason, resume_on_completion
     out: Actions = []
     engine.draining = True
     for slot in list(engine.slots.values()):

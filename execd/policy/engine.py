@@ -39,6 +39,9 @@ class PolicyEngine:
         self.slots: dict[str, Slot] = {}
         self.shutting_down: str | None = None
         self.draining = False
+        self.drain_reason = ""
+        self.drain_resume = False
+        self.draining_badput = 0.0  # TotalMachineDrainingBadput: job time thrown away
 
     # ---- slots -------------------------------------------------------------------
     def add_slot(self, name: str, facts: dict[str, Any], now: Now, *,
@@ -61,7 +64,11 @@ class PolicyEngine:
         self.slot(name).facts = dict(facts)
 
     def attributes(self, name: str, now: Now) -> dict[str, Any]:
-        return slot_policy_attributes(self.slot(name), now, self.config.expr("START"))
+        attrs = slot_policy_attributes(self.slot(name), now, self.config.expr("START"))
+        attrs["TotalMachineDrainingBadput"] = int(self.draining_badput)
+        if self.draining:
+            attrs["DrainReason"] = self.drain_reason
+        return attrs
 
     # ---- evaluation helpers -------------------------------------------------------
     def machine_ad(self, slot: Slot, now: Now) -> Any:
@@ -266,6 +273,8 @@ class PolicyEngine:
     ) -> None:
         """Claimed/* -> Preempting/Vacating (WANT_VACATE) or Preempting/Killing."""
         slot.evict_reason = reason
+        if reason == "drain" and slot.job_start is not None:
+            self.draining_badput += slot.job_run_time(now.mono)
         if slot.activity == A.BUSY:  # zero-length Retiring, as HTCondor 25 does
             slot.retire_reason = slot.retire_reason or reason
             self._move(slot, "retire", now, out)
@@ -383,9 +392,11 @@ class PolicyEngine:
         """graceful: retire then vacate; peaceful: infinite retirement; fast: kill."""
         return drain.shutdown(self, mode, now)
 
-    def drain(self, mode: str, now: Now) -> Actions:
+    def drain(self, mode: str, now: Now, *, reason: str = "", check: str | None = None,
+              resume_on_completion: bool = False) -> Actions:
         """Drain every slot: graceful (retirement honoured), quick (vacate), fast (kill)."""
-        return drain.drain(self, mode, now)
+        return drain.drain(self, mode, now, reason=reason, check=check,
+                           resume_on_completion=resume_on_completion)
 
     def cancel_drain(self, now: Now) -> Actions:
         """Drained -> Owner (34/35) -> Unclaimed at the next evaluation."""

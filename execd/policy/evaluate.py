@@ -75,6 +75,9 @@ def _step(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
         return
     if state == S.DRAINED and activity == A.RETIRING and drain_done(engine, slot):
         engine._move(slot, "drain_complete", now, out)
+    elif state == S.DRAINED and activity == A.IDLE and engine.drain_resume:
+        engine.draining = engine.drain_resume = False  # resume on completion: 34
+        engine._move(slot, "drain_finished", now, out)
 
 
 def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:

@@ -101,3 +101,25 @@ def test_reconfig_reevaluates_at_once() -> None:
     d.do(d.engine.reconfig(PolicyConfig.from_strings(
         {"START": "False", "IS_OWNER": "START =?= False"}), d.clock.now()))
     assert d.pair == "Owner/Idle"
+
+
+def test_drain_check_expression_refuses_without_changes() -> None:
+    d = Driver()
+    d.busy()
+    with pytest.raises(PolicyError, match="drain check"):
+        d.do(d.engine.drain("graceful", d.clock.now(), check='State == "Unclaimed"'))
+    assert d.pair == "Claimed/Busy"
+
+
+def test_drain_reason_badput_and_resume_on_completion() -> None:
+    d = Driver({"MAXJOBRETIREMENTTIME": "100"})
+    d.busy()
+    d.tick_with_alives(30)
+    d.do(d.engine.drain("quick", d.clock.now(), reason="kernel update",
+                        resume_on_completion=True))
+    attrs = d.engine.attributes("slot1", d.clock.now())
+    assert attrs["DrainReason"] == "kernel update"
+    assert attrs["TotalMachineDrainingBadput"] == 30
+    d.starter_exited()
+    assert d.transitions()[-4:] == ["36", "33", "34", "1"]
+    assert d.pair == "Unclaimed/Idle"
