@@ -61,7 +61,8 @@ class PolicyEngine:
             raise PolicyError(f"no slot named {name}") from None
 
     def set_facts(self, name: str, facts: dict[str, Any]) -> None:
-        self.slot(name).facts = dict(facts)
+        slot = self.slot(name)
+        slot.facts, slot.ad = dict(facts), None
 
     def attributes(self, name: str, now: Now) -> dict[str, Any]:
         attrs = slot_policy_attributes(self.slot(name), now, self.config.expr("START"))
@@ -72,10 +73,20 @@ class PolicyEngine:
 
     # ---- evaluation helpers -------------------------------------------------------
     def machine_ad(self, slot: Slot, now: Now) -> Any:
-        attrs = dict(slot.facts)
-        attrs.update(slot_policy_attributes(slot, now, self.config.expr("START")))
+        """The slot's ad: facts (built once per set_facts) updated with policy attributes."""
+        if slot.ad is None:
+            slot.ad, slot.ad_policy_values = classads.new_ad(slot.facts), {}
+        attrs = slot_policy_attributes(slot, now, self.config.expr("START"))
         attrs["CurrentTime"] = attrs["MyCurrentTime"]
-        return classads.new_ad(attrs)
+        last = slot.ad_policy_values
+        for gone in last.keys() - attrs.keys():
+            del slot.ad[gone]
+        for key, value in attrs.items():
+            # Setting a ClassAd attribute costs; most are unchanged between passes.
+            if key not in last or (last[key] is not value and last[key] != value):
+                slot.ad[key] = value
+        slot.ad_policy_values = attrs
+        return slot.ad
 
     def _eval(self, slot: Slot, name: str, my: Any, target: Any, out: Actions) -> Any:
         vanilla = target is not None and target.get("JobUniverse") == 5

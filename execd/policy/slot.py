@@ -59,6 +59,8 @@ class Slot:
     backfill_running: bool = False
     backfill_leave_to: str | None = None  # "owner", "matched", "claimed"
     claimed_once: bool = False
+    ad: Any = None  # the machine ad, rebuilt from facts when they change
+    ad_policy_values: dict[str, Any] = field(default_factory=dict)
     logged_errors: set[tuple[str, str]] = field(default_factory=set)
 
     def job_run_time(self, now: float) -> float:
