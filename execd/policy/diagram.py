@@ -1,0 +1,40 @@
+"""Generate docs/states.md (a mermaid stateDiagram) from the transition table.
+
+Run ``python -m execd.policy.diagram > docs/states.md``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from execd.policy.states import Activity, State
+from execd.policy.transitions import TRANSITIONS
+
+
+def _node(pair: tuple[State, Activity]) -> str:
+    return f"{pair[0].value}_{pair[1].value}"
+
+
+def render() -> str:
+    lines = [
+        "# Slot states and activities",
+        "",
+        "Generated from `execd/policy/transitions.py` by `python -m execd.policy.diagram`;",
+        "edge labels are the manual's transition numbers (seed 000, 3.5.7) and the trigger.",
+        "",
+        "```mermaid",
+        "stateDiagram-v2",
+    ]
+    for t in TRANSITIONS:
+        lines.append(f"    {_node(t.source)} --> {_node(t.target)}: {t.number} {t.trigger}")
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    sys.stdout.write(render())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

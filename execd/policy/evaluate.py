@@ -1,0 +1,184 @@
+"""The periodic policy pass for one slot: which expression moves it, per (state, activity)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from execd.policy import actions as act
+from execd.policy.drain import drain_done
+from execd.policy.slot import Now, Slot
+from execd.policy.states import Activity, State
+
+if TYPE_CHECKING:
+    from execd.policy.engine import PolicyEngine
+
+S, A = State, Activity
+Actions = list[act.Action]
+
+
+def evaluate_slot(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
+    out: Actions = []
+    # A few moves chain in one pass (Owner -> Unclaimed -> Backfill); bound it.
+    for _ in range(4):
+        before = (slot.state, slot.activity)
+        _step(engine, slot, now, out)
+        # Claimed activities move at most once a pass: a suspend is not undone at once.
+        if (slot.state, slot.activity) == before or slot.state == S.CLAIMED:
+            break
+    return out
+
+
+def _step(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
+    cfg = engine.config
+    state, activity = slot.state, slot.activity
+    if engine.draining and not slot.dynamic and activity == A.IDLE \
+            and state in (S.OWNER, S.UNCLAIMED):
+        engine._move(slot, "drain", now, out)
+        return
+    if state == S.OWNER:
+        if slot.dynamic:  # a d-slot whose claim ended: Owner -> Unclaimed -> deleted
+            if slot.claimed_once:
+                engine._move(slot, "is_owner_false", now, out)
+            return
+        my = engine.machine_ad(slot, now)
+        if not engine._true(slot, "IS_OWNER", my, None, out):
+            engine._move(slot, "is_owner_false", now, out)
+        return
+    if state == S.UNCLAIMED and activity == A.IDLE:
+        my = engine.machine_ad(slot, now)
+        if slot.dynamic:
+            out.append(act.DeleteDynamicSlot(slot.name))
+            del engine.slots[slot.name]
+            return
+        if engine._true(slot, "IS_OWNER", my, None, out):
+            engine._move(slot, "is_owner_true", now, out)
+        elif engine._true(slot, "RUNBENCHMARKS", my, None, out):
+            engine._move(slot, "run_benchmarks", now, out)
+        elif cfg.backfill_enabled and engine._true(slot, "START_BACKFILL", my, None, out):
+            engine._move(slot, "start_backfill", now, out)
+        return
+    if state == S.MATCHED:
+        my = engine.machine_ad(slot, now)
+        if now.mono - slot.entered_state >= cfg.number("MATCH_TIMEOUT"):
+            engine._move(slot, "match_timeout", now, out)
+        elif engine._eval(slot, "START", my, None, out) is False:
+            engine._move(slot, "start_false", now, out)
+        return
+    if state == S.CLAIMED:
+        _claimed(engine, slot, now, out)
+        return
+    if state == S.PREEMPTING:
+        _preempting(engine, slot, now, out)
+        return
+    if state == S.BACKFILL:
+        _backfill(engine, slot, now, out)
+        return
+    if state == S.DRAINED and activity == A.RETIRING and drain_done(engine, slot):
+        engine._move(slot, "drain_complete", now, out)
+    elif state == S.DRAINED and activity == A.IDLE and engine.drain_resume:
+        engine.draining = engine.drain_resume = False  # resume on completion: 34
+        engine._move(slot, "drain_finished", now, out)
+
+
+def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
+    claim = slot.claim
+    assert claim is not None
+    if claim.lease.expired(now.mono):
+        out.append(act.LogEvent("claim_lease_expired", {"slot": slot.name}))
+        engine._evict(slot, now, out, "lease expired", kill=True)
+        return
+    my = engine.machine_ad(slot, now)
+    job = slot.job_ad
+    if slot.activity == A.IDLE:
+        worklife = engine._number(slot, "CLAIM_WORKLIFE", my, claim.request_ad, out)
+        if engine._eval(slot, "START", my, None, out) is False:
+            engine._evict(slot, now, out, "START is false")
+        elif worklife is not None and worklife >= 0 and claim.jobs_run > 0 \
+                and now.mono - claim.created > worklife:
+            engine._evict(slot, now, out, "CLAIM_WORKLIFE")
+        return
+    if slot.activity in (A.BUSY, A.RETIRING) and engine._true(
+            slot, "WANT_SUSPEND", my, job, out) and engine._true(slot, "SUSPEND", my, job, out):
+        engine._move(slot, "suspend", now, out)
+        slot.suspended_since = now.mono
+        out.append(act.Suspend(slot.name))
+        return
+    if slot.activity == A.BUSY:
+        if not engine._true(slot, "WANT_SUSPEND", my, job, out) \
+                and engine._true(slot, "PREEMPT", my, job, out):
+            engine._retire(slot, "preempt", now, out)
+        else:
+            return
+    if slot.activity == A.SUSPENDED:
+        if slot.retire_reason is not None and _retirement_over(engine, slot, now):
+            engine._evict(slot, now, out, slot.retire_reason)
+        elif engine._true(slot, "CONTINUE", my, job, out):
+            trigger = "continue" if slot.retire_reason is None else "continue_retiring"
+            engine._move(slot, trigger, now, out)
+            engine._resume(slot, now, out)
+        elif slot.retire_reason is None and engine._true(slot, "PREEMPT", my, job, out):
+            engine._retire(slot, "preempt", now, out)  # then, as from Busy, maybe evict
+        else:
+            return
+    if slot.activity == A.RETIRING:
+        if slot.retire_reason == "rank" and slot.preempting_claim is None:
+            slot.retire_reason = None
+            engine._move(slot, "unretire", now, out)
+        elif _retirement_over(engine, slot, now):
+            engine._evict(slot, now, out, slot.retire_reason or "retirement over")
+
+
+def _retirement_over(engine: PolicyEngine, slot: Slot, now: Now) -> bool:
+    """Evict when what is left of retirement no longer exceeds the vacate time (seed 000)."""
+    left = engine.retirement_left(slot, now)
+    return left <= 0 or (left <= engine.vacate_time(slot, now) and left != float("inf"))
+
+
+def _preempting(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
+    if slot.activity == A.VACATING:
+        my = engine.machine_ad(slot, now)
+        if engine._true(slot, "KILL", my, slot.job_ad, out):
+            engine._move(slot, "kill", now, out)
+            out.append(act.HardKill(slot.name))
+        elif slot.vacate_deadline is not None and now.mono >= slot.vacate_deadline \
+                and not slot.starter_family_killed:
+            # HTCondor 25: a fast shutdown of the starter, without showing Killing.
+            slot.starter_family_killed = True
+            out.append(act.HardKill(slot.name))
+        return
+    if now.mono - slot.entered_activity >= engine.config.number("KILLING_TIMEOUT") \
+            and not slot.starter_family_killed:
+        slot.starter_family_killed = True
+        out.append(act.KillStarterFamily(slot.name))
+
+
+def _backfill(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
+    if slot.activity == A.IDLE:
+        if slot.backfill_leave_to is not None:
+            leave_backfill_idle(engine, slot, now, out)
+            return
+        slot.backfill_running = True
+        engine._move(slot, "backfill_spawned", now, out)
+        out.append(act.StartBackfill(slot.name))
+        return
+    if slot.activity == A.BUSY:
+        my = engine.machine_ad(slot, now)
+        if engine._true(slot, "EVICT_BACKFILL", my, None, out) or \
+                engine._true(slot, "IS_OWNER", my, None, out):
+            slot.backfill_leave_to = "owner"
+            engine._move(slot, "evict_backfill", now, out)
+            out.append(act.KillBackfill(slot.name))
+
+
+def leave_backfill_idle(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
+    """Backfill/Idle after the client is gone: 30 (Owner), 31 (Claimed), 32 (Matched)."""
+    where = slot.backfill_leave_to
+    slot.backfill_leave_to = None
+    if where == "claimed" and slot.preempting_claim is not None:
+        slot.claim, slot.preempting_claim = slot.preempting_claim, None
+        engine._move(slot, "backfill_to_claimed", now, out)
+    elif where == "matched":
+        engine._move(slot, "backfill_to_matched", now, out)
+    elif where == "owner":
+        engine._move(slot, "backfill_to_owner", now, out)
+

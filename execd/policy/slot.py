@@ -1,0 +1,108 @@
+"""A slot's policy state: state/activity, timers, its claim, and the attributes it publishes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from execd.claims.ids import ClaimId
+from execd.claims.lease import Lease
+from execd.policy.states import Activity, State
+
+
+@dataclass(frozen=True)
+class Now:
+    """Monotonic seconds for timers, wall seconds for published attributes."""
+
+    mono: float
+    wall: float
+
+
+@dataclass
+class Claim:
+    id: ClaimId
+    request_ad: Any  # classad2 ClassAd of the claiming job
+    rank: float
+    lease: Lease
+    created: float  # monotonic
+    jobs_run: int = 0
+
+
+@dataclass
+class Slot:
+    name: str
+    facts: dict[str, Any]
+    state: State
+    activity: Activity
+    entered_state: float  # monotonic
+    entered_activity: float
+    entered_state_wall: float
+    entered_activity_wall: float
+    dynamic: bool = False
+    parent: str | None = None
+    claim: Claim | None = None
+    preempting_claim: Claim | None = None  # a higher-RANK claim waiting for this slot
+    job_ad: Any = None
+    job_start: float | None = None  # monotonic
+    job_start_wall: float | None = None
+    suspended_since: float | None = None
+    job_suspend_total: float = 0.0
+    claim_run_total: float = 0.0
+    claim_suspend_total: float = 0.0
+    retire_reason: str | None = None  # "preempt", "rank", "shutdown", "drain"
+    retirement_override: float | None = None  # peaceful = inf, fast = 0
+    evict_reason: str | None = None
+    vacate_deadline: float | None = None
+    starter_running: bool = False
+    starter_family_killed: bool = False
+    backfill_running: bool = False
+    backfill_leave_to: str | None = None  # "owner", "matched", "claimed"
+    claimed_once: bool = False
+    ad: Any = None  # the machine ad, rebuilt from facts when they change
+    ad_policy_values: dict[str, Any] = field(default_factory=dict)
+    logged_errors: set[tuple[str, str]] = field(default_factory=set)
+
+    def job_run_time(self, now: float) -> float:
+        """Time since the job started, minus its suspensions (seed 000, transition 18)."""
+        if self.job_start is None:
+            return 0.0
+        suspended = self.job_suspend_total
+        if self.suspended_since is not None:
+            suspended += now - self.suspended_since
+        return max(0.0, now - self.job_start - suspended)
+
+
+def slot_policy_attributes(slot: Slot, now: Now, start_expr: Any = True) -> dict[str, Any]:
+    """The timer/state attributes the engine owns, for the slot-ad builder to merge."""
+    def wall(mono: float) -> int:
+        return int(now.wall - (now.mono - mono))
+
+    job_suspend = slot.job_suspend_total
+    if slot.suspended_since is not None:
+        job_suspend += now.mono - slot.suspended_since
+    job_run = slot.job_run_time(now.mono)
+    lies = slot.state in (State.MATCHED, State.PREEMPTING, State.DRAINED)
+    attrs: dict[str, Any] = {
+        "State": slot.state.value,
+        "Activity": slot.activity.value,
+        "EnteredCurrentState": int(slot.entered_state_wall),
+        "EnteredCurrentActivity": int(slot.entered_activity_wall),
+        "MyCurrentTime": int(now.wall),
+        "ClockMin": int((now.wall % 86400) // 60),
+        "ClockDay": int(((now.wall // 86400) + 4) % 7),  # 1970-01-01 was a Thursday
+        "TotalJobRunTime": int(job_run),
+        "TotalJobSuspendTime": int(job_suspend),
+        "TotalClaimRunTime": int(slot.claim_run_total + job_run),
+        "TotalClaimSuspendTime": int(slot.claim_suspend_total + job_suspend),
+        # Requirements/Start are False while Matched, Preempting or Drained (seed 000).
+        "Start": False if lies else start_expr,
+        "Requirements": False if lies else start_expr,
+    }
+    if slot.job_start is not None:
+        attrs["JobStart"] = wall(slot.job_start)
+    if slot.claim is not None:
+        attrs["RemoteRank"] = slot.claim.rank
+        if math.isfinite(slot.claim.lease.duration):
+            attrs["ClaimLeaseDuration"] = int(slot.claim.lease.duration)
+    return attrs
