@@ -185,8 +185,9 @@ def reopen() -> None:
 
 
 def get_logger(name: str | None = None) -> Any:
-    log = structlog.get_logger()
-    return log.bind(logger=name) if name else log
+    """A lazy logger: it follows the configuration in force when it logs, so module-level
+    loggers created at import see what `configure` set up later."""
+    return structlog.get_logger(component=name) if name else structlog.get_logger()
 
 
 @contextmanager

@@ -46,3 +46,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytrace=False,
         )
     pytest.skip(f"the {tier} tier cannot run here: {reason}")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_logging() -> None:
+    """Each test starts with info-level console logging to stderr, whatever ran before."""
+    from execd import log
+
+    log.configure(level="info", fmt="console", path=None)
