@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m execd run
+	$(PY) -m execd run --stderr
 
 lint: $(STAMP)
 	$(PY) -m ruff check execd tests bench

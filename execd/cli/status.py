@@ -13,9 +13,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from execd.classads import ClassAdError
+from execd.classads import ClassAdError, new_ad
 from execd.cli.common import load
 from execd.config.loader import Config
+from execd.daemon.client import ControlClient, DaemonUnavailableError
+from execd.daemon.control import ControlError
+from execd.daemon.node import Paths
 from execd.errors import ConfigError, ResourceError
 from execd.machine.detect import DetectionParams, detect_machine
 from execd.machine.facts import MachineLoad
@@ -102,10 +105,7 @@ def _load_config(args: argparse.Namespace) -> tuple[Config, list[str]]:
 
 def run(args: argparse.Namespace) -> int:
     if not args.local:
-        print("execd status: no running execd daemon to ask on this node.\n"
-              "Use `execd status --local` to see what this node would advertise, computed "
-              "from its configuration and hardware.", file=sys.stderr)
-        return 1
+        return _live(args)
     try:
         config, defined = _load_config(args)
         ads = local_ads(config, LiveHostReader(), now=int(time.time()), defined_names=defined)
@@ -114,4 +114,28 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, ResourceError, ClassAdError) as exc:
         print(f"execd status: error: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _live(args: argparse.Namespace) -> int:
+    """Ask the running daemon for its ads."""
+    try:
+        # The socket path is all that is needed: a config being edited must not stop this.
+        _config, settings = load(args, validate=False)
+        socket_path = Paths.from_settings(settings).socket
+        with ControlClient(socket_path) as client:
+            reply = client.call("status", {"constraint": args.constraint}
+                                if args.constraint else {})
+    except DaemonUnavailableError as exc:
+        print(f"execd status: {exc.message}.\n"
+              "Use `execd status --local` to see what this node would advertise, computed "
+              "from its configuration and hardware.", file=sys.stderr)
+        return 1
+    except (ConfigError, ControlError) as exc:
+        print(f"execd status: error: {exc}", file=sys.stderr)
+        return 1
+    ads = [new_ad(ad) for ad in reply["ads"]]
+    args.constraint = None  # applied by the daemon
+    text = render(ads, args)
+    sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
     return 0

@@ -20,10 +20,13 @@ from execd.config.log_setup import configure_logging
 from execd.config.settings import Settings, load_settings
 from execd.daemon.control import Authorizer, ControlError, ControlServer, Request, Role, Verb
 from execd.daemon.node import Node, Paths
+from execd.daemon.policy_glue import log_action, now, policy_config, slot_facts
 from execd.daemon.sdnotify import Notifier
 from execd.daemon.signals import Request as SignalRequest
 from execd.daemon.signals import SignalQueue
 from execd.errors import ConfigError, ExecdError
+from execd.policy import actions as act
+from execd.policy.engine import PolicyEngine
 
 logger = log.get_logger("daemon")
 
@@ -50,6 +53,7 @@ class Daemon:
         # set by start()
         self.config: Config
         self.settings: Settings
+        self.engine: PolicyEngine
         self.paths: Paths
         self.node: Node
         self.control: ControlServer
@@ -67,6 +71,11 @@ class Daemon:
         self.paths.create()
         self.node = Node.build(self.config, self.settings)
         self.node.refresh_load(time.time())
+        self.engine = PolicyEngine(policy_config(self.settings))
+        moment = now()
+        for ad in self.node.ads():
+            name = str(ad["Name"]).split("@")[0]
+            self.execute(self.engine.add_slot(name, slot_facts(ad), moment))
 
     def reload(self) -> bool:
         """Parse and validate the new config in full; apply it only if it is good."""
@@ -85,8 +94,15 @@ class Daemon:
         if slot_types != self.node.slot_types:
             logger.warning("reconfig_needs_restart", reason="slot types changed",
                            detail="SLOT_TYPE_<N> changes take effect when execd restarts")
+        try:
+            new_policy = policy_config(settings)
+        except ExecdError as exc:
+            logger.error("reconfig_rejected", error=str(exc), config=str(self.config_path))
+            self.notifier.ready(f"reconfig rejected, old config kept: {exc}")
+            return False
         self.config, self.settings = config, settings
         self.node.config, self.node.settings = config, settings
+        self.execute(self.engine.reconfig(new_policy, now()))
         configure_logging(settings, force_stderr=self.log_to_stderr)
         self.reloads += 1
         logger.info("reconfig_applied", changed=changed[:50], count=len(changed))
@@ -94,11 +110,40 @@ class Daemon:
         self.wake.set()
         return True
 
+    def ads(self) -> list[Any]:
+        """Slot ads with the policy engine's state, activity and timers merged in."""
+        moment = now()
+        ads = self.node.ads()
+        for ad in ads:
+            name = str(ad["Name"]).split("@")[0]
+            if name in self.engine.slots:
+                ad.update(self.engine.attributes(name, moment))
+        return ads
+
+    def execute(self, actions: list[Any]) -> None:
+        """Carry out the engine's actions (those that need no starter, for now)."""
+        for action in actions:
+            if isinstance(action, act.LogEvent):
+                log_action(action)
+            elif isinstance(action, act.PublishAd):
+                continue  # ads are built on demand from live state
+            else:
+                logger.warning("action_not_supported_yet", action=type(action).__name__,
+                               slot=getattr(action, "slot", None))
+
+    def evaluate(self) -> None:
+        moment = now()
+        for ad in self.node.ads():
+            name = str(ad["Name"]).split("@")[0]
+            if name in self.engine.slots:
+                self.engine.set_facts(name, slot_facts(ad))
+        self.execute(self.engine.evaluate(moment))
+
     # -- control socket verbs ---------------------------------------------------------
     def verbs(self) -> dict[str, Verb]:
         async def status(request: Request) -> Any:
             constraint = request.args.get("constraint")
-            ads = self.node.ads()
+            ads = self.ads()
             if constraint is not None:
                 if not isinstance(constraint, str):
                     raise ControlError("bad_args", "'constraint' must be a string")
@@ -147,11 +192,11 @@ class Daemon:
     async def _signal_loop(self) -> None:
         while True:
             request = await self.signals.next()
+            if request is SignalRequest.REOPEN_LOGS:
+                log.reopen()  # first, so that the event lands in the new file
             logger.info("signal_received", request=request.value)
             if request is SignalRequest.RECONFIG:
                 self.reload()
-            elif request is SignalRequest.REOPEN_LOGS:
-                log.reopen()
             elif request is SignalRequest.SHUTDOWN_GRACEFUL:
                 self.begin_shutdown("graceful")
             elif request is SignalRequest.SHUTDOWN_FAST:
@@ -165,12 +210,18 @@ class Daemon:
             await asyncio.sleep(interval)
 
     async def _update_loop(self) -> None:
+        """Evaluate policy every UPDATE_INTERVAL, or POLLING_INTERVAL while claimed."""
         while self.stopping is None:
             self.node.refresh_load(time.time())
-            interval = self.settings.get_int("UPDATE_INTERVAL") or 300
+            try:
+                self.evaluate()
+            except Exception as exc:  # a policy bug is logged, never fatal to the daemon
+                logger.exception("policy_pass_failed", error=str(exc))
+            mono = time.monotonic()
+            due = self.engine.next_evaluation_due(mono)
             self.wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=interval)
+                await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, due - mono))
 
     async def serve(self) -> int:
         loop = asyncio.get_running_loop()

@@ -1,0 +1,85 @@
+"""Start a real `execd run` in a subprocess and follow its JSON log."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class RunningDaemon:
+    def __init__(self, root: Path, extra_config: str = "") -> None:
+        self.root = root
+        self.config = root / "execd_config"
+        self.log = root / "ExecdLog"
+        self.config.write_text(self.config_text(extra_config))
+        self.proc: subprocess.Popen[str] | None = None
+        self._offset = 0
+
+    def config_text(self, extra: str) -> str:
+        return (
+            f"LOCAL_DIR = {self.root}/state\nEXECD_LOG = {self.log}\nUPDATE_INTERVAL = 300\n"
+            "use FEATURE : PartitionableSlot\n" + extra
+        )
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "CONDOR_CONFIG"}
+        env["PYTHONPATH"] = str(REPO)
+        return env
+
+    def execd(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "execd", "--config", str(self.config), *args],
+            env=self.env(), capture_output=True, text=True, timeout=timeout, check=False,
+        )
+
+    def start(self) -> RunningDaemon:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "execd", "--config", str(self.config), "run"],
+            env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.wait_for("execd_started")
+        return self
+
+    def send(self, signum: signal.Signals) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def events(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+    def wait_for(self, event: str, timeout: float = 30, **match: Any) -> dict[str, Any]:
+        """The next log event named EVENT (after those already consumed) with MATCH fields."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            events = self.events()
+            for index in range(self._offset, len(events)):
+                found = events[index]
+                if found.get("event") == event and all(found.get(k) == v for k, v in match.items()):
+                    self._offset = index + 1
+                    return found
+            if self.proc is not None and self.proc.poll() is not None:
+                _out, err = self.proc.communicate()
+                raise AssertionError(f"execd exited {self.proc.returncode} before {event}: {err}")
+            time.sleep(0.05)  # polling a file: there is no notification to await
+        raise AssertionError(f"no {event} event within {timeout}s; log: {self.events()[-5:]}")
+
+    def stop(self, signum: signal.Signals = signal.SIGTERM, timeout: float = 30) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        try:
+            self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+        return self.proc.returncode
