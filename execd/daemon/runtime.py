@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -156,8 +158,15 @@ class Daemon:
             return {"ads": [ad_to_json(ad) for ad in ads]}
 
         async def ping(_request: Request) -> Any:
-            return {"pid": __import__("os").getpid(), "uptime": time.time() - self.started,
-                    "reloads": self.reloads, "config": str(self.config_path)}
+            return {
+                "pid": os.getpid(),
+                "uptime": time.time() - self.started,
+                "reloads": self.reloads,
+                "config": str(self.config_path),
+                # for leak checks: open descriptors and live asyncio tasks
+                "fds": len(os.listdir("/proc/self/fd")),
+                "tasks": len(asyncio.all_tasks()),
+            }
 
         async def reconfig(_request: Request) -> Any:
             if not self.reload():
@@ -254,6 +263,6 @@ def run_daemon(config_path: Path, *, log_to_stderr: bool = False) -> int:
     try:
         daemon.start()
     except ConfigError as exc:
-        print(f"execd: cannot start: {exc}", file=__import__("sys").stderr)
+        print(f"execd: cannot start: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(daemon.serve())

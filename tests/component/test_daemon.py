@@ -117,3 +117,21 @@ def test_status_without_a_daemon_suggests_local(tmp_path: Path) -> None:
     assert "execd is not running" in done.stderr
     assert "--local" in done.stderr
     assert os.path.exists(idle.config)
+
+
+def test_a_hundred_sighups_leak_nothing(daemon: RunningDaemon) -> None:
+    from execd.daemon.client import ControlClient
+
+    socket_path = daemon.root / "state" / "log" / "execd.sock"
+    with ControlClient(socket_path) as client:
+        before = client.call("ping")
+    for _ in range(100):
+        daemon.send(signal.SIGHUP)
+        daemon.wait_for("reconfig_applied")
+    with ControlClient(socket_path) as client:
+        after = client.call("ping")
+        status = client.call("status")
+    assert after["reloads"] == before["reloads"] + 100
+    assert after["fds"] == before["fds"]
+    assert after["tasks"] == before["tasks"]
+    assert [ad["State"] for ad in status["ads"]] == ["Unclaimed"]
