@@ -117,6 +117,11 @@ class JobCgroup:
         self.fs.mkdir(self.slice)
         self.fs.mkdir(self.leaf)
 
+    def apply_limits(self, writes: dict[str, str]) -> None:
+        """Write each limit file on the slice (a LimitPlan's `writes`)."""
+        for name, value in writes.items():
+            self.fs.write(self.slice / name, value)
+
     def add(self, pid: int) -> None:
         self.fs.write(self.procs_file, str(pid))
 
