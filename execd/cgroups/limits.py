@@ -60,7 +60,7 @@ def hard_memory_mb(s: LimitSettings) -> int | None:
             f"CGROUP_MEMORY_LIMIT_POLICY is {s.memory_policy!r}; expected one of {POLICIES}"
         )
     if s.memory_policy == "hard":
-        return s.memory_mb
+        return s.memory_mb if s.memory_mb > 0 else None  # 0: the slot has no memory limit
     if s.memory_policy == "custom":
         return s.custom_hard_memory_mb
     return None
