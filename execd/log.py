@@ -131,9 +131,7 @@ _LEVELS = {
 }
 
 
-def configure(
-    *, level: str = "info", fmt: str = "json", path: Path | None = None
-) -> None:
+def configure(*, level: str = "info", fmt: str = "json", path: Path | None = None) -> None:
     """Configure logging for the process.
 
     ``fmt`` is ``json`` (one object per line) or ``console`` (for a person);

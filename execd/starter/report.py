@@ -22,6 +22,22 @@ def memory_hold_reason(limit_mb: int, usage_mb: int) -> str:
     )
 
 
+# With STARTER_ALWAYS_HOLD_ON_OOM false, an OOM kill while usage was under this share of
+# the limit is blamed on the machine (evict and retry), not on the job (hold).
+OOM_EVICT_FRACTION = 0.9
+
+
+def oom_outcome(
+    events: dict[str, int], limit_mb: int, used_mb: int, always_hold: bool
+) -> str | None:
+    """None (no OOM kill), "hold" or "evict" from memory.events counters."""
+    if not (events.get("oom_kill") or events.get("oom_group_kill")):
+        return None
+    if not always_hold and used_mb < OOM_EVICT_FRACTION * limit_mb:
+        return "evict"
+    return "hold"
+
+
 def write_durably(path: str, report: dict[str, Any]) -> None:
     """Temp file, fsync, rename, fsync the directory: a crash leaves old or new, never half."""
     tmp = f"{path}.tmp.{os.getpid()}"

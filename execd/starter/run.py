@@ -22,7 +22,7 @@ from execd.cgroups.discovery import Hierarchy
 from execd.cgroups.fs import CgroupFS
 from execd.cgroups.limits import LimitPlan, LimitSettings, plan_limits
 from execd.cgroups.tree import CgroupTree, JobCgroup
-from execd.errors import ExecdError
+from execd.errors import CgroupError, ExecdError
 from execd.starter import report as rpt
 from execd.starter.child import become_job
 from execd.starter.sandbox import (
@@ -35,9 +35,6 @@ from execd.starter.sandbox import (
 from execd.starter.spec import StarterSpec
 
 CONTROL = {signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGQUIT, signal.SIGCHLD}
-# Without a memory controller a job is held when its measured usage passes the limit;
-# with STARTER_ALWAYS_HOLD_ON_OOM false, an OOM under 90% of the limit evicts instead.
-OOM_EVICT_FRACTION = 0.9
 
 
 def event(name: str, **kv: object) -> None:
@@ -48,9 +45,9 @@ def event(name: str, **kv: object) -> None:
 
 
 class Starter:
-    def __init__(self, spec: StarterSpec) -> None:
+    def __init__(self, spec: StarterSpec, fs: CgroupFS | None = None) -> None:
         self.spec = spec
-        self.fs = CgroupFS()
+        self.fs = fs if fs is not None else CgroupFS()
         base = Path(spec.cgroup_mount) / spec.base_cgroup
         enabled = frozenset(self.fs.read(base / "cgroup.subtree_control").split())
         self.tree = CgroupTree(
@@ -227,8 +224,13 @@ class Starter:
         wall = time.monotonic() - self.started
         usage = self.cgroup.usage()
         self.peak_procs = max(self.peak_procs, usage.processes)
-        self.cgroup.kill()  # whatever the job left behind goes with it
         self.check_oom()
+        try:
+            self.cgroup.kill()  # whatever the job left behind goes with it
+        except CgroupError as exc:
+            # The daemon marks the slot broken with this reason (unkillable processes).
+            self.report["SlotBrokenReason"] = str(exc)
+            event("slot_broken", slot=spec.slot_name, reason=repr(str(exc)))
         status = self.status
         if status is not None and os.WIFSIGNALED(status):
             self.report.update(ExitBySignal=True, ExitSignal=os.WTERMSIG(status))
@@ -250,28 +252,28 @@ class Starter:
             DiskUsage=disk_usage_kb(self.scratch),
         )
         remove_scratch(self.scratch)
-        self.cgroup.destroy()
+        if "SlotBrokenReason" not in self.report:
+            self.cgroup.destroy()
         rpt.write_durably(spec.report_path, self.report)
         event("job_finished", job=spec.job_id, reason=self.exit_reason)
 
     def check_oom(self) -> None:
-        events = self.cgroup.oom_events()
-        if not (events.get("oom_kill") or events.get("oom_group_kill")):
-            return
         limit = self.plan.writes.get("memory.max")
         limit_mb = int(limit) // (1024 * 1024) if limit else self.spec.memory_mb
         used_mb = math.ceil(max(self.last_memory, self.peak_rss) / (1024 * 1024))
-        under = used_mb < OOM_EVICT_FRACTION * limit_mb
-        if not self.spec.always_hold_on_oom and under:
+        outcome = rpt.oom_outcome(
+            self.cgroup.oom_events(), limit_mb, used_mb, self.spec.always_hold_on_oom
+        )
+        if outcome == "evict":
             self.exit_reason = "evicted_oom"
             event("job_oom_evicted", job=self.spec.job_id, limit_mb=limit_mb, usage_mb=used_mb)
-            return
-        self.hold(
-            rpt.HOLD_OUT_OF_RESOURCES,
-            rpt.HOLD_SUBCODE_MEMORY,
-            rpt.memory_hold_reason(limit_mb, used_mb),
-        )
-        event("job_oom_held", job=self.spec.job_id, limit_mb=limit_mb, usage_mb=used_mb)
+        elif outcome == "hold":
+            self.hold(
+                rpt.HOLD_OUT_OF_RESOURCES,
+                rpt.HOLD_SUBCODE_MEMORY,
+                rpt.memory_hold_reason(limit_mb, used_mb),
+            )
+            event("job_oom_held", job=self.spec.job_id, limit_mb=limit_mb, usage_mb=used_mb)
 
 
 def main(argv: list[str]) -> int:

@@ -198,7 +198,7 @@ def test_memory_over_the_limit_on_a_controller_less_host_is_held_by_policy(
     workdir: Path, make_spec: Callable[..., StarterSpec]
 ) -> None:
     script = (
-        "exec python3 -c 'x = bytearray(80 * 2**20); x[::4096] = b\"1\" * len(x[::4096]); "
+        'exec python3 -c \'x = bytearray(80 * 2**20); x[::4096] = b"1" * len(x[::4096]); '
         "import time; time.sleep(100)'"
     )
     handle = start(make_spec(script, memory_mb=30, polling_interval=0.05), workdir)
