@@ -46,6 +46,15 @@ class RecordingCgroupFS(CgroupFS):
     def read(self, path: Path) -> str:
         if path not in self.files:
             raise CgroupError(f"cannot read {path}: No such file or directory")
+        if path.name == "cgroup.events":
+            # populated: any process in this cgroup or below, as the kernel reports it
+            busy = any(
+                text.strip()
+                for f, text in self.files.items()
+                if f.name == "cgroup.procs" and f.parent.is_relative_to(path.parent)
+            )
+            frozen = self.files[path].split("frozen ")[1][0]
+            return f"populated {int(busy)}\nfrozen {frozen}\n"
         return self.files[path]
 
     def write(self, path: Path, value: str) -> None:
