@@ -56,6 +56,14 @@ def write_durably(path: str, report: dict[str, Any]) -> None:
         os.close(dfd)
 
 
+def write_status(path: str, status: dict[str, Any]) -> None:
+    """Replace the status file atomically (no fsync: the next poll rewrites it)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(status, f, sort_keys=True)
+    os.rename(tmp, path)
+
+
 def read_report(path: str) -> dict[str, Any]:
     with open(path) as f:
         data: dict[str, Any] = json.load(f)

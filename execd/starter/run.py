@@ -21,7 +21,7 @@ from typing import Any
 from execd.cgroups.discovery import Hierarchy
 from execd.cgroups.fs import CgroupFS
 from execd.cgroups.limits import LimitPlan, LimitSettings, plan_limits
-from execd.cgroups.tree import CgroupTree, JobCgroup
+from execd.cgroups.tree import CgroupTree, JobCgroup, Usage
 from execd.errors import CgroupError, ExecdError
 from execd.starter import report as rpt
 from execd.starter.child import become_job
@@ -69,6 +69,7 @@ class Starter:
         )
         self.report: dict[str, Any] = {"StarterPid": os.getpid(), "JobId": spec.job_id}
         self.pid = 0
+        self.last_usage: Usage | None = None
         self.status: int | None = None
         self.frozen = False
         self.hard_kill_at: float | None = None
@@ -76,6 +77,8 @@ class Starter:
         self.peak_procs = 0
         self.last_memory = 0
         self.exit_reason = "exited"
+        self.job_state = "Running"
+        self.entered_state = int(time.time())
 
     # -- setup ---------------------------------------------------------------
     def start(self) -> None:
@@ -133,12 +136,39 @@ class Starter:
         self.measure()
         self.cgroup.freeze()
         self.frozen = True
+        self.enter_state("Suspended")
         event("job_suspended", job=self.spec.job_id)
 
     def resume(self) -> None:
         self.cgroup.thaw()
         self.frozen = False
+        self.enter_state("Running")
         event("job_continued", job=self.spec.job_id)
+
+    def enter_state(self, state: str) -> None:
+        self.job_state = state
+        self.entered_state = int(time.time())
+        self.publish_status()
+
+    def publish_status(self) -> None:
+        """The measurements seed 002's STARTER_* expressions and job hooks look at."""
+        if self.spec.status_path is None:
+            return
+        usage = self.last_usage
+        rpt.write_status(
+            self.spec.status_path,
+            {
+                "JobState": self.job_state,
+                "EnteredCurrentState": self.entered_state,
+                "ImageSize": math.ceil(self.peak_rss / 1024),
+                "ResidentSetSize": math.ceil(self.last_memory / 1024),
+                "RemoteUserCpu": usage.user_usec / 1e6 if usage else 0.0,
+                "RemoteSysCpu": usage.system_usec / 1e6 if usage else 0.0,
+                "RemoteWallClockTime": round(time.monotonic() - self.started, 3),
+                "NumProcesses": usage.processes if usage else 0,
+                "JobPid": self.pid,
+            },
+        )
 
     def soft_kill(self) -> None:
         if self.frozen:
@@ -164,6 +194,7 @@ class Starter:
     # -- watching ------------------------------------------------------------
     def measure(self) -> None:
         usage = self.cgroup.usage()
+        self.last_usage = usage
         self.last_memory = usage.memory_bytes
         self.peak_rss = max(self.peak_rss, usage.memory_bytes)
         self.peak_procs = max(self.peak_procs, usage.processes)

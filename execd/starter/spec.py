@@ -72,6 +72,9 @@ class StarterSpec:
     pids_max: int | None = None
     cpu_max_cpus: float | None = None
     always_hold_on_oom: bool = True
+    # Where the starter leaves its latest measurements every polling interval, for the
+    # daemon's starter policy (seed 002) and the UPDATE_JOB_INFO hook. None: not written.
+    status_path: str | None = None
 
     @property
     def slot_number(self) -> str:
@@ -117,4 +120,5 @@ class StarterSpec:
             pids_max=_opt(d, "pids_max", int, None),
             cpu_max_cpus=_opt(d, "cpu_max_cpus", float, None),
             always_hold_on_oom=_opt(d, "always_hold_on_oom", bool, True),
+            status_path=_opt(d, "status_path", str, None),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -68,6 +69,15 @@ def wait_until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> No
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.01)
+
+
+def status(path: Path) -> dict[str, object]:
+    """The starter's latest published measurements ({} before the first one)."""
+    try:
+        data: dict[str, object] = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    return data
 
 
 def finished(handle: StarterHandle, workdir: Path) -> dict[str, object]:
@@ -146,13 +156,18 @@ def test_background_processes_left_by_the_job_are_killed_at_exit(
 def test_suspend_freezes_and_continue_thaws_the_whole_job(
     tree: CgroupTree, workdir: Path, make_spec: Callable[..., StarterSpec]
 ) -> None:
-    handle = start(make_spec("sleep 1000 & sleep 1000 & wait"), workdir)
+    status_path = workdir / "status.json"
+    spec = make_spec("sleep 1000 & sleep 1000 & wait", status_path=str(status_path))
+    handle = start(spec, workdir)
     job = tree.job("slot1_1")
     wait_until(lambda: job.leaf.exists() and len(job.pids()) == 3, "three job processes")
     handle.suspend()
     wait_until(job.frozen, "cgroup.events frozen 1")
+    wait_until(lambda: status(status_path).get("JobState") == "Suspended", "Suspended status")
+    assert status(status_path)["NumProcesses"] == 3
     handle.continue_()
     wait_until(lambda: not job.frozen(), "cgroup.events frozen 0")
+    wait_until(lambda: status(status_path).get("JobState") == "Running", "Running status")
     handle.hard_kill()
     report = finished(handle, workdir)
     assert report["ExitReason"] == "hard_killed"
