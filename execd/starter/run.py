@@ -179,12 +179,14 @@ class Starter:
             os.kill(self.pid, self.spec.kill_sig)
         if self.hard_kill_at is None:
             self.hard_kill_at = time.monotonic() + self.spec.vacate_seconds
+            self.enter_state("Vacating")
         event("job_soft_killed", job=self.spec.job_id, signal=self.spec.kill_sig)
 
     def hard_kill(self, reason: str = "hard_killed") -> None:
         if self.exit_reason in ("exited", "soft_killed"):
             self.exit_reason = reason
         self.measure()  # the last look at the job before it goes
+        self.enter_state("Killing")
         self.cgroup.kill()
         if self.frozen:
             self.cgroup.thaw()  # killed tasks still need to run to exit
