@@ -54,6 +54,14 @@ def _system() -> str | None:
         return "the system tier needs root (it creates cgroups and runs jobs as other users)"
     if cgroup2_root() is None:
         return "no writable cgroup v2 hierarchy is mounted"
+    try:
+        import pwd
+
+        pwd.getpwnam("nobody")
+    except KeyError:
+        return "the system tier runs jobs as `nobody`, and this machine has no such user"
+    if not Path("/usr/bin/python3").exists():
+        return "the system tier's memory-policy job needs /usr/bin/python3"
     return None
 
 

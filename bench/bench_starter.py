@@ -1,0 +1,169 @@
+"""Starter benchmarks (root, a writable cgroup v2): launch latency, memory, kill latency.
+
+1. Launch latency: from the launch request to the job's first instruction (the job is
+   `date +%s%N`), p50/p99 over N jobs, against a bare fork+exec of the same program into
+   a cgroup measured in the same run. Goal: p50 under 3x the bare cost.
+2. Per-starter memory while a job runs: RSS and USS (goals: RSS < 15 MB, USS < 4 MB).
+3. Kill latency of a 2,000-process fork bomb: cgroup kill decision to empty cgroup
+   (goal: < 200 ms).
+
+Usage: PYTHONPATH=. python bench/bench_starter.py [--jobs 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from execd.cgroups.discovery import discover
+from execd.cgroups.fs import CgroupFS
+from execd.cgroups.tree import CgroupTree
+from execd.starter.launcher import launch_starter
+from execd.starter.spec import StarterSpec
+
+NOBODY = 65534
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def spec_for(tree: CgroupTree, work: Path, i: int, script: str) -> StarterSpec:
+    return StarterSpec(
+        job_id=f"{i}.0",
+        slot_name=f"slot1_{i}",
+        cmd="/bin/sh",
+        args=["-c", script],
+        env={},
+        owner="nobody",
+        execute_dir=str(work / "execute"),
+        report_path=str(work / f"r{i}.json"),
+        cgroup_mount=str(tree.hierarchy.mount),
+        base_cgroup=str(tree.base.relative_to(tree.hierarchy.mount)),
+        iwd=str(work / "iwd"),
+        stdout=f"out{i}.txt",
+        polling_interval=5.0,
+    )
+
+
+def launch_latency(tree: CgroupTree, work: Path, jobs: int) -> tuple[list[float], list[float]]:
+    starter_ms: list[float] = []
+    bare_ms: list[float] = []
+    for i in range(jobs):
+        t0 = time.time_ns()
+        h = launch_starter(
+            spec_for(tree, work, i, "exec date +%s%N"),
+            str(work / "spec.json"),
+            str(work / "starter.log"),
+        )
+        h.wait()
+        first = int((work / "iwd" / f"out{i}.txt").read_text())
+        starter_ms.append((first - t0) / 1e6)
+
+        job = tree.job(f"bare{i}")
+        job.create()
+        procs = str(job.procs_file)
+
+        def enter(procs: str = procs) -> None:
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+
+        t0 = time.time_ns()
+        out = subprocess.run(
+            ["/bin/sh", "-c", "exec date +%s%N"],
+            preexec_fn=enter,
+            capture_output=True,
+            check=True,
+        ).stdout
+        bare_ms.append((int(out) - t0) / 1e6)
+        job.destroy()
+    return starter_ms, bare_ms
+
+
+def starter_memory(tree: CgroupTree, work: Path) -> tuple[float, float]:
+    h = launch_starter(
+        spec_for(tree, work, 9999, "touch ready; exec sleep 1000"),
+        str(work / "spec.json"),
+        str(work / "starter.log"),
+    )
+    while not (work / "iwd" / "ready").exists():
+        time.sleep(0.01)
+    rollup = Path(f"/proc/{h.pid}/smaps_rollup").read_text()
+    fields = {ln.split(":")[0]: int(ln.split()[1]) for ln in rollup.splitlines()[1:]}
+    h.hard_kill()
+    h.wait()
+    uss = fields["Private_Clean"] + fields["Private_Dirty"]
+    return fields["Rss"] / 1024, uss / 1024
+
+
+def fork_bomb_kill(tree: CgroupTree, n: int = 2000) -> tuple[float, int]:
+    job = tree.job("bomb")
+    job.create()
+    procs = str(job.procs_file)
+
+    def enter() -> None:
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+
+    script = f"i=0; while [ $i -lt {n} ]; do sleep 1000 & i=$((i+1)); done; echo ready; wait"
+    proc = subprocess.Popen(
+        ["sh", "-c", script],
+        preexec_fn=enter,  # noqa: PLW1509
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    count = len(job.pids())
+    t0 = time.perf_counter()
+    job.kill()
+    elapsed = (time.perf_counter() - t0) * 1000
+    proc.stdout.close()
+    proc.wait()
+    job.destroy()
+    return elapsed, count
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=200)
+    args = ap.parse_args()
+    fs = CgroupFS()
+    tree = CgroupTree(fs, discover(fs), f"execd-bench-{os.getpid()}-{secrets.token_hex(3)}")
+    tree.setup()
+    work = Path(tempfile.mkdtemp(prefix="execd-bench-"))
+    work.chmod(0o755)
+    (work / "execute").mkdir(mode=0o755)
+    (work / "iwd").mkdir()
+    os.chown(work / "iwd", NOBODY, NOBODY)
+    try:
+        s, b = launch_latency(tree, work, args.jobs)
+        p50s, p50b = statistics.median(s), statistics.median(b)
+        print(
+            f"launch latency over {args.jobs} jobs: starter p50 {p50s:.1f} ms "
+            f"p99 {pct(s, 99):.1f} ms; bare fork+exec into cgroup p50 {p50b:.1f} ms "
+            f"p99 {pct(b, 99):.1f} ms; ratio p50 {p50s / p50b:.1f}x (goal < 3x)"
+        )
+        rss, uss = starter_memory(tree, work)
+        print(
+            f"starter memory while a job runs: RSS {rss:.1f} MB (goal < 15), "
+            f"USS {uss:.1f} MB (goal < 4)"
+        )
+        ms, count = fork_bomb_kill(tree)
+        print(f"fork bomb of {count} processes: cgroup kill to empty in {ms:.1f} ms (goal < 200)")
+    finally:
+        tree.remove()
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Where the cgroup v2 hierarchy is mounted and which controllers it offers.
+
+A pure v2 host mounts it at /sys/fs/cgroup with controllers; a hybrid host (this CI
+machine) mounts a controller-less v2 at /sys/fs/cgroup/unified. Both give tracking,
+freezing and killing; only the first gives kernel-enforced limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from execd.cgroups.fs import CgroupFS
+from execd.errors import CgroupError
+
+MOUNTS = Path("/proc/self/mounts")
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """The v2 mount and the controllers available at its root."""
+
+    mount: Path
+    controllers: frozenset[str]
+
+    @property
+    def has_limits(self) -> bool:
+        return "memory" in self.controllers
+
+
+def find_cgroup2_mount(mounts_text: str) -> Path | None:
+    """The cgroup2 mount point named in /proc/self/mounts text, preferring /sys/fs/cgroup."""
+    found = [
+        Path(fields[1])
+        for fields in (line.split() for line in mounts_text.splitlines())
+        if len(fields) >= 3 and fields[2] == "cgroup2"
+    ]
+    if not found:
+        return None
+    found.sort(key=lambda p: (p != Path("/sys/fs/cgroup"), str(p)))
+    return found[0]
+
+
+def discover(fs: CgroupFS, mounts_text: str | None = None) -> Hierarchy:
+    """Find the v2 hierarchy; raise CgroupError when the host has none."""
+    text = mounts_text if mounts_text is not None else fs.read(MOUNTS)
+    mount = find_cgroup2_mount(text)
+    if mount is None:
+        raise CgroupError(f"no cgroup2 hierarchy is mounted (read {MOUNTS})")
+    controllers = frozenset(fs.read(mount / "cgroup.controllers").split())
+    return Hierarchy(mount=mount, controllers=controllers)
+
+
+def own_cgroup(proc_self_cgroup: str) -> str:
+    """This process's v2 cgroup path (the `0::` line) relative to the mount."""
+    for line in proc_self_cgroup.splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    raise CgroupError("/proc/self/cgroup has no cgroup v2 (0::) line")

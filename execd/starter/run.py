@@ -1,0 +1,338 @@
+"""The starter's main loop: set up, fork the job into its cgroup, watch it, report.
+
+Control from the daemon is by signal to the starter (documented in launcher.py):
+SIGUSR1 suspend (freeze), SIGUSR2 continue (thaw), SIGTERM soft kill (thaw, the job's
+KillSig, hard kill after the vacate time), SIGQUIT hard kill (cgroup.kill). Signals are
+blocked and taken with sigtimedwait, so there are no handlers and no races.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from execd.cgroups.discovery import Hierarchy
+from execd.cgroups.fs import CgroupFS
+from execd.cgroups.limits import LimitPlan, LimitSettings, plan_limits
+from execd.cgroups.tree import CgroupTree, JobCgroup, Usage
+from execd.errors import CgroupError, ExecdError
+from execd.starter import report as rpt
+from execd.starter.child import become_job
+from execd.starter.sandbox import (
+    disk_usage_kb,
+    job_environment,
+    make_scratch,
+    remove_scratch,
+    resolve_user,
+)
+from execd.starter.spec import StarterSpec
+
+CONTROL = {signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGQUIT, signal.SIGCHLD}
+
+
+def event(name: str, **kv: object) -> None:
+    """One log line per event on stderr (the launcher points it at the starter log)."""
+    fields = " ".join(f"{k}={v}" for k, v in kv.items())
+    sys.stderr.write(f"{name} {fields}\n")
+    sys.stderr.flush()
+
+
+class Starter:
+    def __init__(self, spec: StarterSpec, fs: CgroupFS | None = None) -> None:
+        self.spec = spec
+        self.fs = fs if fs is not None else CgroupFS()
+        base = Path(spec.cgroup_mount) / spec.base_cgroup
+        enabled = frozenset(self.fs.read(base / "cgroup.subtree_control").split())
+        self.tree = CgroupTree(
+            self.fs, Hierarchy(Path(spec.cgroup_mount), enabled), spec.base_cgroup
+        )
+        self.cgroup: JobCgroup = self.tree.job(spec.slot_name)
+        self.plan: LimitPlan = plan_limits(
+            LimitSettings(
+                memory_mb=spec.memory_mb,
+                cpus=spec.cpus,
+                memory_policy=spec.memory_policy,
+                custom_hard_memory_mb=spec.custom_hard_memory_mb,
+                low_memory_mb=spec.low_memory_mb,
+                disable_swap=spec.disable_swap,
+                pids_max=spec.pids_max,
+                cpu_max_cpus=spec.cpu_max_cpus,
+            ),
+            self.tree.controllers,
+        )
+        self.report: dict[str, Any] = {"StarterPid": os.getpid(), "JobId": spec.job_id}
+        self.pid = 0
+        self.last_usage: Usage | None = None
+        self.status: int | None = None
+        self.frozen = False
+        self.hard_kill_at: float | None = None
+        self.peak_rss = 0
+        self.peak_procs = 0
+        self.last_memory = 0
+        self.exit_reason = "exited"
+        self.job_state = "Running"
+        self.entered_state = int(time.time())
+
+    # -- setup ---------------------------------------------------------------
+    def start(self) -> None:
+        spec = self.spec
+        user = resolve_user(spec, os.geteuid())
+        self.cgroup.create()
+        self.cgroup.apply_limits(self.plan.writes)
+        event("cgroup_limits", slot=spec.slot_name, enforcement=repr(self.plan.describe()))
+        self.scratch = make_scratch(spec.execute_dir, os.getpid(), user)
+        iwd = spec.iwd or self.scratch
+        cmd = spec.cmd if os.path.isabs(spec.cmd) else os.path.join(iwd, spec.cmd)
+        env = job_environment(spec, self.scratch)
+        self.report["JobUser"] = user.name
+        self.report["CgroupEnforcement"] = self.plan.describe()
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        self.started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            signal.pthread_sigmask(signal.SIG_SETMASK, set())
+            become_job(
+                procs_file=str(self.cgroup.procs_file),
+                user=user,
+                iwd=iwd,
+                stdio=(spec.stdin, spec.stdout, spec.stderr),
+                argv=[cmd, *spec.args],
+                env=env,
+                error_fd=write_fd,
+            )
+        os.close(write_fd)
+        self.pid = pid
+        failure = os.read(read_fd, 4096).decode(errors="replace")
+        os.close(read_fd)
+        if failure:
+            os.waitpid(pid, 0)
+            self.status = None
+            self.exit_reason = "spawn_failed"
+            errno_text, _, message = failure.partition(" ")
+            self.hold(
+                rpt.HOLD_FAILED_TO_CREATE_PROCESS,
+                int(errno_text or 0),
+                f"Failed to execute '{cmd}': {message}",
+            )
+            event("job_spawn_failed", job=spec.job_id, reason=repr(message))
+        else:
+            event("job_started", job=spec.job_id, pid=pid, user=user.name)
+
+    # -- control -------------------------------------------------------------
+    def hold(self, code: int, subcode: int, reason: str) -> None:
+        self.report["HoldReasonCode"] = code
+        self.report["HoldReasonSubCode"] = subcode
+        self.report["HoldReason"] = reason
+
+    def suspend(self) -> None:
+        self.measure()
+        self.cgroup.freeze()
+        self.frozen = True
+        self.enter_state("Suspended")
+        event("job_suspended", job=self.spec.job_id)
+
+    def resume(self) -> None:
+        self.cgroup.thaw()
+        self.frozen = False
+        self.enter_state("Running")
+        event("job_continued", job=self.spec.job_id)
+
+    def enter_state(self, state: str) -> None:
+        self.job_state = state
+        self.entered_state = int(time.time())
+        self.publish_status()
+
+    def publish_status(self) -> None:
+        """The measurements seed 002's STARTER_* expressions and job hooks look at."""
+        if self.spec.status_path is None:
+            return
+        usage = self.last_usage
+        rpt.write_status(
+            self.spec.status_path,
+            {
+                "JobState": self.job_state,
+                "EnteredCurrentState": self.entered_state,
+                "ImageSize": math.ceil(self.peak_rss / 1024),
+                "ResidentSetSize": math.ceil(self.last_memory / 1024),
+                "RemoteUserCpu": usage.user_usec / 1e6 if usage else 0.0,
+                "RemoteSysCpu": usage.system_usec / 1e6 if usage else 0.0,
+                "RemoteWallClockTime": round(time.monotonic() - self.started, 3),
+                "NumProcesses": usage.processes if usage else 0,
+                "JobPid": self.pid,
+            },
+        )
+
+    def soft_kill(self) -> None:
+        if self.frozen:
+            self.resume()
+        if self.exit_reason == "exited":
+            self.exit_reason = "soft_killed"
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, self.spec.kill_sig)
+        if self.hard_kill_at is None:
+            self.hard_kill_at = time.monotonic() + self.spec.vacate_seconds
+            self.enter_state("Vacating")
+        event("job_soft_killed", job=self.spec.job_id, signal=self.spec.kill_sig)
+
+    def hard_kill(self, reason: str = "hard_killed") -> None:
+        if self.exit_reason in ("exited", "soft_killed"):
+            self.exit_reason = reason
+        self.measure()  # the last look at the job before it goes
+        self.enter_state("Killing")
+        self.cgroup.kill()
+        if self.frozen:
+            self.cgroup.thaw()  # killed tasks still need to run to exit
+            self.frozen = False
+        event("job_hard_killed", job=self.spec.job_id)
+
+    # -- watching ------------------------------------------------------------
+    def measure(self) -> None:
+        usage = self.cgroup.usage()
+        self.last_usage = usage
+        self.last_memory = usage.memory_bytes
+        self.peak_rss = max(self.peak_rss, usage.memory_bytes)
+        self.peak_procs = max(self.peak_procs, usage.processes)
+        peak = self.cgroup.memory_peak()
+        if peak is not None:
+            self.peak_rss = max(self.peak_rss, peak)
+        limit = self.plan.policy_memory_mb
+        if (
+            limit
+            and usage.memory_bytes > limit * 1024 * 1024
+            and "HoldReasonCode" not in self.report
+        ):
+            used_mb = math.ceil(usage.memory_bytes / (1024 * 1024))
+            self.hold(
+                rpt.HOLD_OUT_OF_RESOURCES,
+                rpt.HOLD_SUBCODE_MEMORY,
+                rpt.memory_hold_reason(limit, used_mb),
+            )
+            event("job_over_memory_limit", job=self.spec.job_id, limit_mb=limit, usage_mb=used_mb)
+            self.hard_kill("held")
+
+    def reap(self) -> None:
+        if self.status is not None:
+            return
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        if pid == self.pid:
+            self.status = status
+
+    def watch(self) -> None:
+        next_poll = time.monotonic()
+        while self.status is None:
+            now = time.monotonic()
+            if now >= next_poll:
+                self.measure()
+                next_poll = now + self.spec.polling_interval
+            if self.hard_kill_at is not None and now >= self.hard_kill_at:
+                self.hard_kill_at = None
+                self.hard_kill()
+            deadline = min(next_poll, self.hard_kill_at or next_poll)
+            info = signal.sigtimedwait(CONTROL, max(0.0, deadline - time.monotonic()))
+            if info is not None:
+                self.dispatch(info.si_signo)
+            self.reap()
+
+    def dispatch(self, signo: int) -> None:
+        if signo == signal.SIGUSR1:
+            self.suspend()
+        elif signo == signal.SIGUSR2:
+            self.resume()
+        elif signo == signal.SIGTERM:
+            self.soft_kill()
+        elif signo == signal.SIGQUIT:
+            self.hard_kill()
+
+    # -- the end -------------------------------------------------------------
+    def finish(self) -> None:
+        spec = self.spec
+        wall = time.monotonic() - self.started
+        usage = self.cgroup.usage()
+        self.peak_procs = max(self.peak_procs, usage.processes)
+        self.check_oom()
+        try:
+            self.cgroup.kill()  # whatever the job left behind goes with it
+        except CgroupError as exc:
+            # The daemon marks the slot broken with this reason (unkillable processes).
+            self.report["SlotBrokenReason"] = str(exc)
+            event("slot_broken", slot=spec.slot_name, reason=repr(str(exc)))
+        status = self.status
+        if status is not None and os.WIFSIGNALED(status):
+            self.report.update(ExitBySignal=True, ExitSignal=os.WTERMSIG(status))
+        elif status is not None:
+            self.report.update(ExitBySignal=False, ExitCode=os.WEXITSTATUS(status))
+        if "HoldReasonCode" in self.report and self.exit_reason != "spawn_failed":
+            self.exit_reason = "held"
+        rss_kb = math.ceil(self.peak_rss / 1024)
+        self.report.update(
+            ExitReason=self.exit_reason,
+            JobPid=self.pid,
+            RemoteWallClockTime=round(wall, 3),
+            RemoteUserCpu=usage.user_usec / 1e6,
+            RemoteSysCpu=usage.system_usec / 1e6,
+            ResidentSetSize=rss_kb,
+            ImageSize=rss_kb,
+            MemoryUsage=math.ceil(rss_kb / 1024),
+            NumProcesses=self.peak_procs,
+            DiskUsage=disk_usage_kb(self.scratch),
+        )
+        remove_scratch(self.scratch)
+        if "SlotBrokenReason" not in self.report:
+            self.cgroup.destroy()
+        rpt.write_durably(spec.report_path, self.report)
+        event("job_finished", job=spec.job_id, reason=self.exit_reason)
+
+    def check_oom(self) -> None:
+        limit = self.plan.writes.get("memory.max")
+        limit_mb = int(limit) // (1024 * 1024) if limit else self.spec.memory_mb
+        used_mb = math.ceil(max(self.last_memory, self.peak_rss) / (1024 * 1024))
+        outcome = rpt.oom_outcome(
+            self.cgroup.oom_events(), limit_mb, used_mb, self.spec.always_hold_on_oom
+        )
+        if outcome == "evict":
+            self.exit_reason = "evicted_oom"
+            event("job_oom_evicted", job=self.spec.job_id, limit_mb=limit_mb, usage_mb=used_mb)
+        elif outcome == "hold":
+            self.hold(
+                rpt.HOLD_OUT_OF_RESOURCES,
+                rpt.HOLD_SUBCODE_MEMORY,
+                rpt.memory_hold_reason(limit_mb, used_mb),
+            )
+            event("job_oom_held", job=self.spec.job_id, limit_mb=limit_mb, usage_mb=used_mb)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -S -m execd.starter SPEC.json\n")
+        return 2
+    signal.pthread_sigmask(signal.SIG_BLOCK, CONTROL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the daemon going away is not our end
+    try:
+        with open(argv[0]) as f:
+            spec = StarterSpec.from_dict(json.load(f))
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"starter_bad_spec error={exc!r}\n")
+        return 2
+    try:
+        starter = Starter(spec)
+        starter.start()
+        if starter.exit_reason != "spawn_failed":
+            starter.watch()
+        starter.finish()
+    except (ExecdError, OSError) as exc:
+        event("starter_failed", job=spec.job_id, error=repr(str(exc)))
+        rpt.write_durably(
+            spec.report_path,
+            {"JobId": spec.job_id, "ExitReason": "starter_failed", "StarterError": str(exc)},
+        )
+        return 1
+    return 0

@@ -1,0 +1,84 @@
+"""The job's sandbox: who it runs as, its scratch directory, its environment."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+from dataclasses import dataclass
+
+from execd.errors import SpawnNoPermissionError
+from execd.starter.spec import StarterSpec
+
+
+@dataclass(frozen=True)
+class JobUser:
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+
+
+def _lookup(name: str) -> JobUser | None:
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    groups = tuple(os.getgrouplist(pw.pw_name, pw.pw_gid))
+    return JobUser(pw.pw_name, pw.pw_uid, pw.pw_gid, groups)
+
+
+def resolve_user(spec: StarterSpec, euid: int) -> JobUser:
+    """Owner when we are root, allowed, and the user exists; else SLOT<N>_USER; else nobody.
+
+    Never root: a candidate that resolves to uid 0 is skipped.
+    """
+    candidates: list[str] = []
+    if euid == 0 and spec.allow_runas_owner:
+        candidates.append(spec.owner)
+    if spec.slot_user:
+        candidates.append(spec.slot_user)
+    candidates.append("nobody")
+    for name in candidates:
+        user = _lookup(name)
+        if user is not None and user.uid != 0:
+            return user
+    raise SpawnNoPermissionError(f"no non-root user to run job {spec.job_id} as ({candidates})")
+
+
+def make_scratch(execute_dir: str, starter_pid: int, user: JobUser) -> str:
+    """EXECUTE/dir_<starter pid>, owned by the job user, mode 0700."""
+    path = os.path.join(execute_dir, f"dir_{starter_pid}")
+    os.mkdir(path, 0o700)
+    os.chown(path, user.uid, user.gid)
+    os.chmod(path, 0o700)
+    return path
+
+
+def remove_scratch(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def disk_usage_kb(path: str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                continue
+    return (total + 1023) // 1024
+
+
+def job_environment(spec: StarterSpec, scratch: str) -> dict[str, str]:
+    """The job's own environment plus what HTCondor sets for every job."""
+    env = dict(spec.env)
+    env["_CONDOR_SCRATCH_DIR"] = scratch
+    env["_CONDOR_SLOT"] = spec.slot_name
+    env["TMPDIR"] = env["TMP"] = env["TEMP"] = scratch
+    threads = str(max(1, int(spec.cpus)))
+    env["OMP_NUM_THREADS"] = threads
+    # Only the GPUs assigned to this slot are visible; none assigned means none visible.
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
+    env["_CONDOR_AssignedGPUs"] = ",".join(spec.gpus)
+    return env

@@ -1,0 +1,124 @@
+"""What the daemon tells a starter: the job, the slot's resources, where things go.
+
+Passed as one JSON object (a file path on the starter's command line) so the starter
+needs nothing but the stdlib to read it. Bad input is a ValueError naming the field.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _req(d: dict[str, Any], key: str, kind: type) -> Any:
+    if key not in d:
+        raise ValueError(f"starter spec is missing {key!r}")
+    value = d[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind):
+        raise ValueError(f"starter spec {key!r} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def _opt(d: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    return _req(d, key, kind) if d.get(key) is not None else default
+
+
+def parse_signal(name: str | int) -> int:
+    """KillSig as HTCondor writes it: SIGTERM, TERM, or a number."""
+    if isinstance(name, int):
+        return name
+    text = name.strip().upper()
+    if text.isdigit():
+        return int(text)
+    if not text.startswith("SIG"):
+        text = "SIG" + text
+    try:
+        return int(signal.Signals[text])
+    except KeyError:
+        raise ValueError(f"KillSig {name!r} is not a signal name") from None
+
+
+@dataclass(frozen=True)
+class StarterSpec:
+    job_id: str
+    slot_name: str
+    cmd: str
+    args: list[str]
+    env: dict[str, str]
+    owner: str
+    execute_dir: str
+    report_path: str
+    cgroup_mount: str
+    base_cgroup: str
+    cpus: float = 1.0
+    memory_mb: int = 0
+    gpus: list[str] = field(default_factory=list)
+    stdin: str | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    iwd: str | None = None
+    kill_sig: int = signal.SIGTERM
+    vacate_seconds: float = 10.0
+    polling_interval: float = 5.0
+    allow_runas_owner: bool = True
+    slot_user: str | None = None
+    memory_policy: str = "hard"
+    custom_hard_memory_mb: int | None = None
+    low_memory_mb: int | None = None
+    disable_swap: bool = False
+    pids_max: int | None = None
+    cpu_max_cpus: float | None = None
+    always_hold_on_oom: bool = True
+    # Where the starter leaves its latest measurements every polling interval, for the
+    # daemon's starter policy (seed 002) and the UPDATE_JOB_INFO hook. None: not written.
+    status_path: str | None = None
+
+    @property
+    def slot_number(self) -> str:
+        """`slot1_2` -> `1`, as _CONDOR_SLOT's partner SLOT<N>_USER uses it."""
+        digits = self.slot_name.removeprefix("slot").split("_")[0]
+        return digits if digits.isdigit() else ""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StarterSpec:
+        args = _opt(d, "args", list, [])
+        env = _opt(d, "env", dict, {})
+        if not all(isinstance(a, str) for a in args):
+            raise ValueError("starter spec 'args' must be a list of strings")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise ValueError("starter spec 'env' must map strings to strings")
+        return cls(
+            job_id=_req(d, "job_id", str),
+            slot_name=_req(d, "slot_name", str),
+            cmd=_req(d, "cmd", str),
+            args=args,
+            env=env,
+            owner=_req(d, "owner", str),
+            execute_dir=_req(d, "execute_dir", str),
+            report_path=_req(d, "report_path", str),
+            cgroup_mount=_req(d, "cgroup_mount", str),
+            base_cgroup=_req(d, "base_cgroup", str),
+            cpus=_opt(d, "cpus", float, 1.0),
+            memory_mb=_opt(d, "memory_mb", int, 0),
+            gpus=_opt(d, "gpus", list, []),
+            stdin=_opt(d, "stdin", str, None),
+            stdout=_opt(d, "stdout", str, None),
+            stderr=_opt(d, "stderr", str, None),
+            iwd=_opt(d, "iwd", str, None),
+            kill_sig=parse_signal(d.get("kill_sig") or "SIGTERM"),
+            vacate_seconds=_opt(d, "vacate_seconds", float, 10.0),
+            polling_interval=_opt(d, "polling_interval", float, 5.0),
+            allow_runas_owner=_opt(d, "allow_runas_owner", bool, True),
+            slot_user=_opt(d, "slot_user", str, None),
+            memory_policy=_opt(d, "memory_policy", str, "hard"),
+            custom_hard_memory_mb=_opt(d, "custom_hard_memory_mb", int, None),
+            low_memory_mb=_opt(d, "low_memory_mb", int, None),
+            disable_swap=_opt(d, "disable_swap", bool, False),
+            pids_max=_opt(d, "pids_max", int, None),
+            cpu_max_cpus=_opt(d, "cpu_max_cpus", float, None),
+            always_hold_on_oom=_opt(d, "always_hold_on_oom", bool, True),
+            status_path=_opt(d, "status_path", str, None),
+        )

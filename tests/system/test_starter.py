@@ -1,0 +1,230 @@
+"""The starter end to end: real jobs, real users, the real controller-less cgroup v2."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from execd.cgroups.tree import CgroupTree
+from execd.starter.launcher import StarterHandle, launch_starter
+from execd.starter.spec import StarterSpec
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """An EXECUTE directory the job user can traverse (pytest's tmp is root-only)."""
+    path = Path(tempfile.mkdtemp(prefix="execd-test-"))
+    path.chmod(0o755)
+    (path / "execute").mkdir(mode=0o755)
+    (path / "iwd").mkdir()
+    os.chown(path / "iwd", NOBODY, NOBODY)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+@pytest.fixture
+def make_spec(tree: CgroupTree, workdir: Path) -> Callable[..., StarterSpec]:
+    def make(script: str, **kw: object) -> StarterSpec:
+        spec = StarterSpec(
+            job_id="1.0",
+            slot_name="slot1_1",
+            cmd="/bin/sh",
+            args=["-c", script],
+            env={"FROM_JOB": "yes"},
+            owner="no-such-user-execd",
+            execute_dir=str(workdir / "execute"),
+            report_path=str(workdir / "report.json"),
+            cgroup_mount=str(tree.hierarchy.mount),
+            base_cgroup=str(tree.base.relative_to(tree.hierarchy.mount)),
+            iwd=str(workdir / "iwd"),
+            stdout="out.txt",
+            stderr="err.txt",
+            polling_interval=0.2,
+        )
+        return replace(spec, **kw)  # type: ignore[arg-type]
+
+    return make
+
+
+def start(spec: StarterSpec, workdir: Path) -> StarterHandle:
+    return launch_starter(spec, str(workdir / "spec.json"), str(workdir / "starter.log"))
+
+
+def wait_until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def status(path: Path) -> dict[str, object]:
+    """The starter's latest published measurements ({} before the first one)."""
+    try:
+        data: dict[str, object] = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    return data
+
+
+def finished(handle: StarterHandle, workdir: Path) -> dict[str, object]:
+    rc = handle.wait(timeout=30)
+    log = (workdir / "starter.log").read_text()
+    assert rc == 0, log
+    return handle.report()
+
+
+def test_job_runs_as_nobody_inside_its_cgroup_with_htcondor_environment(
+    tree: CgroupTree, workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    script = (
+        "id -u; cat /proc/self/cgroup; echo $_CONDOR_SCRATCH_DIR; echo $_CONDOR_SLOT; "
+        "echo $FROM_JOB; echo gpus=$CUDA_VISIBLE_DEVICES; "
+        "stat -c '%U %a' $_CONDOR_SCRATCH_DIR; grep NoNewPrivs /proc/self/status; "
+        "echo oops >&2; exit 3"
+    )
+    handle = start(make_spec(script, gpus=["GPU-1"]), workdir)
+    report = finished(handle, workdir)
+    out = (workdir / "iwd/out.txt").read_text().splitlines()
+    leaf = "/" + str((tree.base / "slot1_1.slice/job").relative_to(tree.hierarchy.mount))
+    scratch = str(workdir / "execute" / f"dir_{handle.pid}")
+    assert out[0] == str(NOBODY)
+    assert f"0::{leaf}" in out
+    assert out[out.index(f"0::{leaf}") + 1 :] == [
+        scratch,
+        "slot1_1",
+        "yes",
+        "gpus=GPU-1",
+        "nobody 700",
+        "NoNewPrivs:\t1",
+    ]
+    assert (workdir / "iwd/err.txt").read_text() == "oops\n"
+    assert report["ExitCode"] == 3
+    assert report["ExitBySignal"] is False
+    assert report["ExitReason"] == "exited"
+    assert report["JobUser"] == "nobody"
+    assert not Path(scratch).exists(), "the scratch directory is removed after the job"
+    assert not (tree.base / "slot1_1.slice").exists()
+    assert "kernel: none; policy:" in str(report["CgroupEnforcement"])
+
+
+def test_a_root_owner_never_runs_as_root(
+    workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    handle = start(make_spec("id -u", owner="root"), workdir)
+    report = finished(handle, workdir)
+    assert report["JobUser"] == "nobody"
+    assert (workdir / "iwd/out.txt").read_text() == f"{NOBODY}\n"
+
+
+def test_missing_executable_holds_the_job(
+    workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    handle = start(make_spec("", cmd="/no/such/program"), workdir)
+    report = finished(handle, workdir)
+    assert report["ExitReason"] == "spawn_failed"
+    assert report["HoldReasonCode"] == 6
+    assert report["HoldReasonSubCode"] == 2  # ENOENT
+    assert "/no/such/program" in str(report["HoldReason"])
+
+
+def test_background_processes_left_by_the_job_are_killed_at_exit(
+    tree: CgroupTree, workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    handle = start(make_spec("nohup env -i sleep 1234 >/dev/null 2>&1 & exit 0"), workdir)
+    report = finished(handle, workdir)
+    assert report["ExitCode"] == 0
+    assert not (tree.base / "slot1_1.slice").exists()
+    assert not any(
+        p.read_bytes().startswith(b"sleep\x001234") for p in Path("/proc").glob("[0-9]*/cmdline")
+    )
+
+
+def test_suspend_freezes_and_continue_thaws_the_whole_job(
+    tree: CgroupTree, workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    status_path = workdir / "status.json"
+    spec = make_spec("sleep 1000 & sleep 1000 & wait", status_path=str(status_path))
+    handle = start(spec, workdir)
+    job = tree.job("slot1_1")
+    wait_until(lambda: job.leaf.exists() and len(job.pids()) == 3, "three job processes")
+    handle.suspend()
+    wait_until(job.frozen, "cgroup.events frozen 1")
+    wait_until(lambda: status(status_path).get("JobState") == "Suspended", "Suspended status")
+    assert status(status_path)["NumProcesses"] == 3
+    handle.continue_()
+    wait_until(lambda: not job.frozen(), "cgroup.events frozen 0")
+    wait_until(lambda: status(status_path).get("JobState") == "Running", "Running status")
+    handle.hard_kill()
+    report = finished(handle, workdir)
+    assert report["ExitReason"] == "hard_killed"
+    assert report["ExitBySignal"] is True
+    assert report["ExitSignal"] == signal.SIGKILL
+    assert report["NumProcesses"] == 3
+
+
+def test_soft_kill_sends_killsig_to_a_suspended_job_after_thawing_it(
+    tree: CgroupTree, workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    script = "trap 'exit 7' USR1; touch ready; while :; do sleep 0.05; done"
+    handle = start(make_spec(script, kill_sig=signal.SIGUSR1), workdir)
+    job = tree.job("slot1_1")
+    wait_until((workdir / "iwd/ready").exists, "the job's trap to be set")
+    handle.suspend()
+    wait_until(job.frozen, "cgroup.events frozen 1")
+    handle.soft_kill()
+    report = finished(handle, workdir)
+    assert report["ExitCode"] == 7
+    assert report["ExitReason"] == "soft_killed"
+
+
+def test_a_job_that_ignores_sigterm_and_escapes_is_hard_killed_after_the_vacate_time(
+    tree: CgroupTree, workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    script = (
+        "trap '' TERM; setsid sh -c 'nohup env -i sleep 1234 >/dev/null 2>&1 &'; "
+        "i=0; while [ $i -lt 200 ]; do sleep 1000 & i=$((i+1)); done; wait"
+    )
+    handle = start(make_spec(script, vacate_seconds=0.3), workdir)
+    job = tree.job("slot1_1")
+    wait_until(lambda: job.leaf.exists() and len(job.pids()) >= 202, "the job's children")
+    handle.soft_kill()
+    report = finished(handle, workdir)
+    assert report["ExitReason"] == "hard_killed"
+    assert report["ExitSignal"] == signal.SIGKILL
+    assert int(str(report["NumProcesses"])) >= 202
+    assert not (tree.base / "slot1_1.slice").exists()
+
+
+def test_memory_over_the_limit_on_a_controller_less_host_is_held_by_policy(
+    workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    script = (
+        'exec python3 -c \'x = bytearray(80 * 2**20); x[::4096] = b"1" * len(x[::4096]); '
+        "import time; time.sleep(100)'"
+    )
+    handle = start(make_spec(script, memory_mb=30, polling_interval=0.05), workdir)
+    report = finished(handle, workdir)
+    assert report["ExitReason"] == "held"
+    assert report["HoldReasonCode"] == 34
+    assert report["HoldReasonSubCode"] == 102
+    assert str(report["HoldReason"]).startswith(
+        "Job has gone over cgroup memory limit of 30 megabytes. Last measured usage: "
+    )
+    assert str(report["HoldReason"]).endswith(
+        "megabytes. Consider resubmitting with a higher request_memory."
+    )
+    assert int(str(report["MemoryUsage"])) > 30
