@@ -21,6 +21,7 @@ from execd.config.loader import Config, load_config
 from execd.config.log_setup import configure_logging
 from execd.config.settings import Settings, load_settings
 from execd.daemon.control import Authorizer, ControlError, ControlServer, Request, Role, Verb
+from execd.daemon.jobs import JobManager
 from execd.daemon.node import Node, Paths
 from execd.daemon.policy_glue import log_action, now, policy_config, slot_facts
 from execd.daemon.sdnotify import Notifier
@@ -56,6 +57,7 @@ class Daemon:
         self.config: Config
         self.settings: Settings
         self.engine: PolicyEngine
+        self.jobs: JobManager
         self.paths: Paths
         self.node: Node
         self.control: ControlServer
@@ -74,6 +76,8 @@ class Daemon:
         self.node = Node.build(self.config, self.settings)
         self.node.refresh_load(time.time())
         self.engine = PolicyEngine(policy_config(self.settings))
+        self.jobs = JobManager(self)
+        self.jobs.setup_cgroups()
         moment = now()
         for ad in self.node.ads():
             name = str(ad["Name"]).split("@")[0]
@@ -127,8 +131,14 @@ class Daemon:
         for action in actions:
             if isinstance(action, act.LogEvent):
                 log_action(action)
+                if action.event == "slot_state_changed":
+                    # every event is followed by an evaluation (seed 000): a slot that
+                    # just moved may move on (Owner -> Unclaimed -> d-slot deleted)
+                    self.wake.set()
             elif isinstance(action, act.PublishAd):
                 continue  # ads are built on demand from live state
+            elif self.jobs.act(action):
+                continue
             else:
                 logger.warning("action_not_supported_yet", action=type(action).__name__,
                                slot=getattr(action, "slot", None))
@@ -180,7 +190,54 @@ class Daemon:
             self.begin_shutdown(how)
             return {"shutting_down": how}
 
+        async def request_claim(request: Request) -> Any:
+            job = request.args.get("job", {})
+            slot = request.args.get("slot")
+            if not isinstance(job, dict) or not (slot is None or isinstance(slot, str)):
+                raise ControlError("bad_args", "'job' must be an object and 'slot' a string")
+            return self.jobs.request_claim(slot, job)
+
+        async def activate(request: Request) -> Any:
+            job = request.args.get("job", {})
+            if not isinstance(job, dict):
+                raise ControlError("bad_args", "'job' must be an object")
+            job.setdefault("Owner", request.peer.user)
+            if request.peer.uid != 0 and job["Owner"] != request.peer.user:
+                raise ControlError("permission_denied", "a job may only run as its submitter")
+            return self.jobs.activate(request.args.get("claim_id"), job)
+
+        async def release(request: Request) -> Any:
+            return self.jobs.release(request.args.get("claim_id"))
+
+        async def vacate_claim(request: Request) -> Any:
+            return self.jobs.signal_job(request.args.get("claim_id"), "vacate")
+
+        async def alive(request: Request) -> Any:
+            return self.jobs.signal_job(request.args.get("claim_id"), "alive")
+
+        async def job_result(request: Request) -> Any:
+            return await self.jobs.result(request.args.get("job_id"),
+                                          bool(request.args.get("wait", False)))
+
+        async def who(_request: Request) -> Any:
+            out = []
+            for slot, job in self.jobs.running.items():
+                out.append({"slot": slot, "job_id": job.job_id, "owner": job.ad.get("Owner"),
+                            "starter_pid": job.handle.pid if job.handle else None,
+                            "started": job.started})
+            return {"jobs": out}
+
+        claims = {
+            "request_claim": Verb(request_claim, Role.SCHEDULER, "claim a slot (carves a d-slot)"),
+            "activate": Verb(activate, Role.SCHEDULER, "run a job on a claim"),
+            "release": Verb(release, Role.SCHEDULER, "release a claim"),
+            "vacate_claim": Verb(vacate_claim, Role.SCHEDULER, "vacate the job on a claim"),
+            "alive": Verb(alive, Role.SCHEDULER, "keep a claim alive"),
+            "job_result": Verb(job_result, Role.READ, "a job's outcome (wait: true blocks)"),
+            "who": Verb(who, Role.READ, "running jobs"),
+        }
         return {
+            **claims,
             "status": Verb(status, Role.READ, "slot ads, optionally filtered by a constraint"),
             "ping": Verb(ping, Role.READ, "daemon pid, uptime and config"),
             "reconfig": Verb(reconfig, Role.ADMIN, "reread the configuration"),
@@ -196,6 +253,9 @@ class Daemon:
         self.stopping = how
         logger.info("shutdown_requested", how=how)
         self.notifier.stopping(f"shutting down ({how})")
+        if how != "restart":
+            mode = "fast" if how == "fast" else how
+            self.execute(self.engine.shutdown(mode, now()))
         self.wake.set()
 
     async def _signal_loop(self) -> None:
@@ -219,8 +279,11 @@ class Daemon:
             await asyncio.sleep(interval)
 
     async def _update_loop(self) -> None:
-        """Evaluate policy every UPDATE_INTERVAL, or POLLING_INTERVAL while claimed."""
-        while self.stopping is None:
+        """Evaluate policy every UPDATE_INTERVAL, or POLLING_INTERVAL while claimed.
+
+        After a shutdown request it goes on until no job is left (the engine retires,
+        vacates or kills them as the shutdown mode says), unless restarting in place."""
+        while self.stopping is None or (self.jobs.running and self.stopping != "restart"):
             self.node.refresh_load(time.time())
             try:
                 self.evaluate()

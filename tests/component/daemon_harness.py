@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 class RunningDaemon:
     def __init__(self, root: Path, extra_config: str = "") -> None:
         self.root = root
+        self.base_cgroup = f"execd-test-{os.getpid()}-{secrets.token_hex(4)}"
         self.config = root / "execd_config"
         self.log = root / "ExecdLog"
         self.config.write_text(self.config_text(extra_config))
@@ -24,10 +26,25 @@ class RunningDaemon:
         self._offset = 0
 
     def config_text(self, extra: str) -> str:
+        # A private BASE_CGROUP, so the daemon never touches a real execd's tree.
         return (
             f"LOCAL_DIR = {self.root}/state\nEXECD_LOG = {self.log}\nUPDATE_INTERVAL = 300\n"
+            f"BASE_CGROUP = {self.base_cgroup}\n"
             "use FEATURE : PartitionableSlot\n" + extra
         )
+
+    def remove_cgroup(self) -> None:
+        """Remove the daemon's cgroup tree once it has exited (no-op if none was made)."""
+        from execd.cgroups.discovery import discover
+        from execd.cgroups.fs import CgroupFS
+        from execd.cgroups.tree import CgroupTree
+
+        try:
+            hierarchy = discover(CgroupFS())
+        except Exception:  # no cgroup v2 here: the daemon made no tree either
+            return
+        if (hierarchy.mount / self.base_cgroup).exists():
+            CgroupTree(CgroupFS(), hierarchy, self.base_cgroup).remove()
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "CONDOR_CONFIG"}
@@ -82,4 +99,5 @@ class RunningDaemon:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.communicate()
+        self.remove_cgroup()
         return self.proc.returncode
