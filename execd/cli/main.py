@@ -15,7 +15,9 @@ import execd
 from execd import log
 
 # Subcommand modules under execd.cli, in the order `execd --help` lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("run", "status", "job", "config_val", "config_check")
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "run", "status", "job", "admin", "config_val", "config_check",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

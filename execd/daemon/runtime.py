@@ -227,6 +227,51 @@ class Daemon:
                             "started": job.started})
             return {"jobs": out}
 
+        async def drain(request: Request) -> Any:
+            how = request.args.get("how", "graceful")
+            reason = request.args.get("reason", "")
+            check = request.args.get("check")
+            resume = request.args.get("resume_on_completion", False)
+            if how not in ("graceful", "quick", "fast") or not isinstance(reason, str) \
+                    or not (check is None or isinstance(check, str)):
+                raise ControlError("bad_args", "drain takes how (graceful, quick or fast), "
+                                   "reason (a string) and check (an expression)")
+            try:
+                actions = self.engine.drain(how, now(), reason=reason, check=check,
+                                            resume_on_completion=bool(resume))
+            except ExecdError as exc:
+                raise ControlError("refused", str(exc)) from None
+            self.execute(actions)
+            return {"draining": how, "reason": reason}
+
+        async def cancel_drain(_request: Request) -> Any:
+            try:
+                self.execute(self.engine.cancel_drain(now()))
+            except ExecdError as exc:
+                raise ControlError("refused", str(exc)) from None
+            return {"draining": False}
+
+        async def vacate(request: Request) -> Any:
+            fast = bool(request.args.get("fast", False))
+            slot = request.args.get("slot")
+            names = [slot] if isinstance(slot, str) else [
+                n for n, s in self.engine.slots.items() if s.state.value == "Claimed"]
+            vacated = []
+            for name in names:
+                if name not in self.engine.slots:
+                    raise ControlError("bad_args", f"no slot named {name!r}")
+                try:
+                    self.execute(self.engine.vacate(name, now(), fast=fast))
+                except ExecdError as exc:
+                    raise ControlError("refused", str(exc)) from None
+                vacated.append(name)
+            return {"vacated": vacated, "fast": fast}
+
+        admin = {
+            "drain": Verb(drain, Role.ADMIN, "drain the node: graceful, quick or fast"),
+            "cancel_drain": Verb(cancel_drain, Role.ADMIN, "stop draining"),
+            "vacate": Verb(vacate, Role.ADMIN, "vacate one slot's job, or every claimed slot's"),
+        }
         claims = {
             "request_claim": Verb(request_claim, Role.SCHEDULER, "claim a slot (carves a d-slot)"),
             "activate": Verb(activate, Role.SCHEDULER, "run a job on a claim"),
@@ -238,6 +283,7 @@ class Daemon:
         }
         return {
             **claims,
+            **admin,
             "status": Verb(status, Role.READ, "slot ads, optionally filtered by a constraint"),
             "ping": Verb(ping, Role.READ, "daemon pid, uptime and config"),
             "reconfig": Verb(reconfig, Role.ADMIN, "reread the configuration"),
