@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +74,7 @@ class StarterHandle:
 def launch_starter(spec: StarterSpec, spec_path: str, log_path: str) -> StarterHandle:
     """Write the spec where the starter will read it and start the starter."""
     with open(spec_path, "w") as f:
-        json.dump(asdict(spec), f)
+        json.dump(spec._asdict(), f)
     env = {"PYTHONPATH": PACKAGE_PARENT, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(

@@ -9,7 +9,6 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -54,7 +53,7 @@ def make_spec(tree: CgroupTree, workdir: Path) -> Callable[..., StarterSpec]:
             stderr="err.txt",
             polling_interval=0.2,
         )
-        return replace(spec, **kw)  # type: ignore[arg-type]
+        return spec._replace(**kw)
 
     return make
 
