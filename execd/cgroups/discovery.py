@@ -7,8 +7,8 @@ freezing and killing; only the first gives kernel-enforced limits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from execd.cgroups.fs import CgroupFS
 from execd.errors import CgroupError
@@ -16,8 +16,7 @@ from execd.errors import CgroupError
 MOUNTS = Path("/proc/self/mounts")
 
 
-@dataclass(frozen=True)
-class Hierarchy:
+class Hierarchy(NamedTuple):
     """The v2 mount and the controllers available at its root."""
 
     mount: Path

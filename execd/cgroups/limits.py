@@ -9,7 +9,7 @@ policy from measured usage, and the plan says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from execd.errors import CgroupError
 
@@ -18,8 +18,7 @@ CPU_MAX_PERIOD_USEC = 100_000
 POLICIES = ("hard", "soft", "none", "custom")
 
 
-@dataclass(frozen=True)
-class LimitSettings:
+class LimitSettings(NamedTuple):
     """The slot's resources and the limit knobs, as the daemon resolved them."""
 
     memory_mb: int
@@ -32,16 +31,16 @@ class LimitSettings:
     cpu_max_cpus: float | None = None
 
 
-@dataclass
 class LimitPlan:
     """Files to write on the slice, and a plain statement of who enforces what."""
 
-    writes: dict[str, str] = field(default_factory=dict)
-    kernel: list[str] = field(default_factory=list)
-    policy: list[str] = field(default_factory=list)
-    unenforced: list[str] = field(default_factory=list)
-    # The memory limit in MB the starter must enforce itself (no memory controller).
-    policy_memory_mb: int | None = None
+    def __init__(self) -> None:
+        self.writes: dict[str, str] = {}
+        self.kernel: list[str] = []
+        self.policy: list[str] = []
+        self.unenforced: list[str] = []
+        # The memory limit in MB the starter must enforce itself (no memory controller).
+        self.policy_memory_mb: int | None = None
 
     def describe(self) -> str:
         """One line for the log and the slot ad (CgroupEnforcement)."""

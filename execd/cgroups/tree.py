@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from execd.cgroups.discovery import Hierarchy
 from execd.cgroups.fs import CgroupFS
@@ -23,8 +23,7 @@ DAEMON_LEAF = "daemon"
 JOB_LEAF = "job"
 
 
-@dataclass(frozen=True)
-class Usage:
+class Usage(NamedTuple):
     """What a job's cgroup has used so far (microseconds, bytes, counts)."""
 
     user_usec: int

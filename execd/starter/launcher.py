@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,19 +31,32 @@ PACKAGE_PARENT = str(Path(execd.__file__).resolve().parent.parent)
 
 
 class StarterHandle:
-    """One running starter; methods are safe to call after it has exited."""
+    """One running starter; methods are safe to call after it has exited.
 
-    def __init__(self, spec: StarterSpec, proc: subprocess.Popen[bytes]) -> None:
+    `proc` is None for a starter re-adopted after a daemon restart (known by pid only).
+    """
+
+    def __init__(
+        self, spec: StarterSpec, proc: subprocess.Popen[bytes] | None, pid: int | None = None
+    ) -> None:
         self.spec = spec
         self.proc = proc
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+        if proc is not None:
+            self.pid = proc.pid
+        elif pid is not None:
+            self.pid = pid
+        else:
+            raise ValueError("a starter handle needs the process or its pid")
 
     def _signal(self, signo: int) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signo)
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signo)
+            return
+        try:
+            os.kill(self.pid, signo)
+        except ProcessLookupError:
+            return
 
     def suspend(self) -> None:
         self._signal(signal.SIGUSR1)
@@ -66,6 +78,8 @@ class StarterHandle:
         job.destroy()
 
     def wait(self, timeout: float | None = None) -> int:
+        if self.proc is None:
+            raise ValueError("an adopted starter is not our child: watch its report instead")
         return self.proc.wait(timeout)
 
     def report(self) -> dict[str, Any]:
@@ -75,7 +89,7 @@ class StarterHandle:
 def launch_starter(spec: StarterSpec, spec_path: str, log_path: str) -> StarterHandle:
     """Write the spec where the starter will read it and start the starter."""
     with open(spec_path, "w") as f:
-        json.dump(asdict(spec), f)
+        json.dump(spec._asdict(), f)
     env = {"PYTHONPATH": PACKAGE_PARENT, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(

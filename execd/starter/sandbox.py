@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from execd.errors import SpawnNoPermissionError
 from execd.starter.spec import StarterSpec
 
 
-@dataclass(frozen=True)
-class JobUser:
+class JobUser(NamedTuple):
     name: str
     uid: int
     gid: int
@@ -56,6 +54,8 @@ def make_scratch(execute_dir: str, starter_pid: int, user: JobUser) -> str:
 
 
 def remove_scratch(path: str) -> None:
+    import shutil  # noqa: PLC0415 - after the job started: off the launch path
+
     shutil.rmtree(path, ignore_errors=True)
 
 

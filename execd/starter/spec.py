@@ -7,8 +7,7 @@ needs nothing but the stdlib to read it. Bad input is a ValueError naming the fi
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def _req(d: dict[str, Any], key: str, kind: type) -> Any:
@@ -41,8 +40,7 @@ def parse_signal(name: str | int) -> int:
         raise ValueError(f"KillSig {name!r} is not a signal name") from None
 
 
-@dataclass(frozen=True)
-class StarterSpec:
+class StarterSpec(NamedTuple):
     job_id: str
     slot_name: str
     cmd: str
@@ -55,7 +53,7 @@ class StarterSpec:
     base_cgroup: str
     cpus: float = 1.0
     memory_mb: int = 0
-    gpus: list[str] = field(default_factory=list)
+    gpus: list[str] = []  # noqa: RUF012 - NamedTuple default, never mutated
     stdin: str | None = None
     stdout: str | None = None
     stderr: str | None = None

@@ -9,7 +9,6 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -54,7 +53,7 @@ def make_spec(tree: CgroupTree, workdir: Path) -> Callable[..., StarterSpec]:
             stderr="err.txt",
             polling_interval=0.2,
         )
-        return replace(spec, **kw)  # type: ignore[arg-type]
+        return spec._replace(**kw)
 
     return make
 
@@ -228,3 +227,48 @@ def test_memory_over_the_limit_on_a_controller_less_host_is_held_by_policy(
         "megabytes. Consider resubmitting with a higher request_memory."
     )
     assert int(str(report["MemoryUsage"])) > 30
+
+
+def test_the_starter_outlives_its_parent_and_kill_family_ends_everything(
+    tree: CgroupTree, workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    # A throwaway parent launches the starter and dies at once, as a crashed daemon would.
+    spec = make_spec("touch ready; exec sleep 1000")
+    parent = (
+        "import sys, json\n"
+        "from execd.starter.launcher import launch_starter\n"
+        "from execd.starter.spec import StarterSpec\n"
+        f"spec = StarterSpec.from_dict(json.loads({json.dumps(json.dumps(spec._asdict()))}))\n"
+        f"h = launch_starter(spec, {str(workdir / 'spec.json')!r}, "
+        f"{str(workdir / 'starter.log')!r})\n"
+        "print(h.pid)\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", parent],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": os.getcwd()},
+    )
+    starter_pid = int(out.stdout)
+    wait_until((workdir / "iwd/ready").exists, "the job to start")
+    assert Path(f"/proc/{starter_pid}").exists(), "the starter survived its parent"
+    assert os.getsid(starter_pid) == starter_pid, "the starter leads its own session"
+    job = tree.job("slot1_1")
+    assert len(job.pids()) == 1
+    # KILLING_TIMEOUT: the daemon (here a fresh handle) kills the starter and the job.
+    from execd.starter.launcher import StarterHandle
+
+    handle = StarterHandle(spec, None, pid=starter_pid)
+    handle.kill_family()
+    wait_until(
+        lambda: (
+            not Path(f"/proc/{starter_pid}/stat").exists()
+            or Path(f"/proc/{starter_pid}/stat").read_text().split()[2] == "Z"
+        ),
+        "the starter to die",
+    )
+    assert not job.slice.exists()
