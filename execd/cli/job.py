@@ -128,8 +128,8 @@ def run(args: argparse.Namespace) -> int:
                     follower.start()
                 outcome = client.call("job_result", {"job_id": started["job_id"], "wait": True})
             finally:
-                # the claim may already be gone (evicted, d-slot deleted)
-                with contextlib.suppress(ControlError):
+                # the claim may already be gone (evicted, d-slot deleted, execd stopping)
+                with contextlib.suppress(ControlError, OSError):
                     client.call("release", {"claim_id": claim["claim_id"]})
     except ValueError as exc:
         print(f"execd job: {exc}", file=sys.stderr)
@@ -140,6 +140,10 @@ def run(args: argparse.Namespace) -> int:
     except ControlError as exc:
         print(f"execd job: {exc.message}", file=sys.stderr)
         return EXIT_REFUSED
+    except OSError as exc:
+        print(f"execd job: lost the connection to execd ({exc}); the job's outcome is unknown",
+              file=sys.stderr)
+        return EXIT_EVICTED
     finally:
         for follower in followers:
             follower.stop.set()

@@ -84,7 +84,7 @@ def test_off_fast_kills_jobs_and_stops(node: RunningDaemon) -> None:
     job = start_job(node)
     assert node.execd("off", "-fast").returncode == 0
     _out, err = job.communicate(timeout=60)
-    assert job.returncode == 124  # execd job's code for an evicted job
+    assert job.returncode == 124, err  # execd job's code for an evicted job
     assert "evicted" in err
     assert node.proc is not None
     assert node.proc.wait(timeout=30) == 0
