@@ -1,0 +1,92 @@
+"""The harness gives a real HTCondor pool: the base the execd-in-pool tests build on.
+
+Without an execute point a job must stay Idle; with HTCondor's own startd (the
+reference EP) a job runs to completion. The reference tests come last: switching mode
+restarts the pool.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pool_harness as harness
+
+IDLE = 1  # JobStatus
+ECHO_JOB = """\
+executable = /bin/echo
+arguments = hi
+output = out.txt
+error = err.txt
+log = job.log
+should_transfer_files = YES
+queue
+"""
+# Seconds: negotiation runs every harness.INTERVAL_S; a start is a few cycles.
+RUN_TIMEOUT_S = 90
+
+
+def test_collector_lists_schedd_and_negotiator(pool: harness.Pool) -> None:
+    schedds = pool.status("-schedd")
+    negotiators = pool.status("-negotiator")
+    assert [ad["MyType"] for ad in schedds] == ["Scheduler"]
+    assert [ad["MyType"] for ad in negotiators] == ["Negotiator"]
+    assert pool.collector in pool.tool("condor_config_val", "COLLECTOR_HOST").check().stdout
+
+
+def test_pool_has_no_execute_point(pool: harness.Pool) -> None:
+    assert pool.status("-startd") == []
+
+
+def test_daemons_listen_only_on_the_tiers_loopback_port(pool: harness.Pool) -> None:
+    (address,) = pool.status_af("MyAddress", what="-schedd")[0]
+    assert address.startswith(f"<127.0.0.1:{pool.port}?")
+    assert "sock=" in address  # behind the shared port daemon
+
+
+def test_job_without_execute_point_stays_idle(pool: harness.Pool) -> None:
+    job = pool.submit(ECHO_JOB)
+    ad = job.ad()
+    assert ad is not None and ad["Owner"] == harness.SUBMITTER
+    # Several negotiation cycles pass without a match: there is nothing to match with.
+    cycles = pool.status_af("LastNegotiationCycleEnd0", what="-negotiator")
+    harness.wait_for(
+        "two more negotiation cycles",
+        lambda: _cycles_since(pool, cycles[0][0]) >= 2,
+        RUN_TIMEOUT_S,
+    )
+    ad = job.ad()
+    assert ad is not None and ad["JobStatus"] == IDLE
+    assert job.events() == ["000"]  # submitted, nothing else
+    pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER).check()
+
+
+def _cycles_since(pool: harness.Pool, end: str) -> int:
+    (now,) = pool.status_af("LastNegotiationCycleEnd0", what="-negotiator")[0]
+    return int(now) - int(end) if now.isdigit() and end.isdigit() else 0
+
+
+def test_stop_leaves_no_mounts_or_processes(running_pool: harness.RunningPool) -> None:
+    pool = running_pool.get(with_startd=False)
+    pids = pool.chroot_pids()
+    assert pids, "a running pool has processes in the chroot"
+    assert harness.tiers.mounts_under(pool.root) != []
+    running_pool.close()
+    assert harness.tiers.mounts_under(pool.root) == []
+    assert pool.chroot_pids() == []
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+
+
+def test_reference_startd_runs_echo(reference_pool: harness.Pool) -> None:
+    slots = reference_pool.status("-startd")
+    assert slots and all(ad["Activity"] == "Idle" for ad in slots)
+    job = reference_pool.submit(ECHO_JOB)
+    log = job.wait_for_event("005", RUN_TIMEOUT_S)
+    assert job.events()[:3] == ["000", "001", "005"]
+    assert re.search(r"Normal termination \(return value 0\)", log), log
+    assert job.output("out.txt") == "hi\n"
+
+
+def test_reference_slot_is_partitionable(reference_pool: harness.Pool) -> None:
+    slots = reference_pool.status("-startd")
+    assert any(ad.get("PartitionableSlot") is True for ad in slots)
