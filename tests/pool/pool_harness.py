@@ -131,7 +131,7 @@ class Pool:
                 )  # fmt: skip
             wait_for("the collector to list the schedd", self._schedd_listed, START_TIMEOUT_S)
             if self.with_startd:
-                wait_for("the startd's slot ad", lambda: self.status("-startd"), START_TIMEOUT_S)
+                wait_for("the startd's slot ad", lambda: self.status("-slots"), START_TIMEOUT_S)
         except BaseException:
             self.stop()
             raise
@@ -143,6 +143,10 @@ class Pool:
             "use ROLE : Personal",
             "CONDOR_HOST = 127.0.0.1",
             "NETWORK_INTERFACE = 127.0.0.1",
+            # Otherwise every daemon listens on 0.0.0.0 and [::] and advertises an IPv6
+            # address too: keep the pool on IPv4 loopback only.
+            "BIND_ALL_INTERFACES = False",
+            "ENABLE_IPV6 = False",
             # Every daemon sits behind the shared port daemon; the collector's address is
             # that port (the tier's own, so concurrent pools and a 9618 in use don't clash).
             f"SHARED_PORT_PORT = {self.port}",
@@ -164,6 +168,9 @@ class Pool:
             f"POLLING_INTERVAL = {INTERVAL_S}",
             f"NEGOTIATOR_INTERVAL = {INTERVAL_S}",
             f"NEGOTIATOR_CYCLE_DELAY = {INTERVAL_S}",
+            # The negotiator's own ad (its LastNegotiationCycle* statistics) is otherwise
+            # sent only every 5 minutes.
+            f"NEGOTIATOR_UPDATE_INTERVAL = {INTERVAL_S}",
             f"SCHEDD_INTERVAL = {INTERVAL_S}",
             f"STARTER_UPDATE_INTERVAL = {INTERVAL_S}",
             "SCHEDD_MIN_INTERVAL = 1",
