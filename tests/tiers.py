@@ -303,6 +303,10 @@ def _setup_pool(apt: _Apt) -> None:
         _run("rm", "-rf", "--one-file-system", root)
     root.parent.mkdir(parents=True, exist_ok=True)
     _run("debootstrap", "--variant=minbase", POOL_SUITE, root, debian_mirror())
+    # Packages' maintainer scripts must not start services (ssh, condor) in the chroot.
+    policy = root / "usr" / "sbin" / "policy-rc.d"
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
     env = ["env", "DEBIAN_FRONTEND=noninteractive"]
     # Maintainer scripts (cryptsetup's, pulled in by condor) fail without /proc.
     _run("mount", "-t", "proc", "proc", root / "proc")

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -248,6 +249,18 @@ class Pool:
         out = self.tool("condor_submit", "-terse", "job.sub", user=SUBMITTER, cwd=job_dir)
         first = out.check().stdout.split()[0]  # "17.0 - 17.0"
         return SubmittedJob(self, int(first.split(".")[0]), host_dir)
+
+    def listening_addresses(self) -> list[str]:
+        """host:port of every TCP socket the chroot's processes listen on."""
+        pids = set(self.chroot_pids())
+        out = subprocess.run(["ss", "-Htlnp"], capture_output=True, text=True, check=True)
+        found = []
+        for line in out.stdout.splitlines():
+            fields = line.split()
+            owners = {int(m) for m in re.findall(r"pid=(\d+)", line)}
+            if len(fields) >= 4 and owners & pids:
+                found.append(fields[3])
+        return found
 
     # ----- internals ---------------------------------------------------------------
     def _schedd_listed(self) -> bool:

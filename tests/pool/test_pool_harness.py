@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pool_harness as harness
+import tiers
 
 IDLE = 1  # JobStatus
 ECHO_JOB = """\
@@ -45,6 +46,9 @@ def test_daemons_listen_only_on_the_tiers_loopback_port(pool: harness.Pool) -> N
     (address,) = pool.status_af("MyAddress", what="-schedd")[0]
     assert address.startswith(f"<127.0.0.1:{pool.port}?")
     assert "sock=" in address  # behind the shared port daemon
+    listening = pool.listening_addresses()
+    assert f"127.0.0.1:{pool.port}" in listening
+    assert all(a.startswith("127.0.0.1:") for a in listening), listening
 
 
 def test_job_without_execute_point_stays_idle(pool: harness.Pool) -> None:
@@ -81,9 +85,9 @@ def test_stop_leaves_no_mounts_or_processes(running_pool: harness.RunningPool) -
     pool = running_pool.get(with_startd=False)
     pids = pool.chroot_pids()
     assert pids, "a running pool has processes in the chroot"
-    assert harness.tiers.mounts_under(pool.root) != []
+    assert tiers.mounts_under(pool.root) != []
     running_pool.close()
-    assert harness.tiers.mounts_under(pool.root) == []
+    assert tiers.mounts_under(pool.root) == []
     assert pool.chroot_pids() == []
     assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
 
