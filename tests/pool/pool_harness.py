@@ -250,6 +250,16 @@ class Pool:
         first = out.check().stdout.split()[0]  # "17.0 - 17.0"
         return SubmittedJob(self, int(first.split(".")[0]), host_dir)
 
+    def host_client_config(self, directory: Path) -> Path:
+        """A CONDOR_CONFIG for HTCondor clients on the host (the htcondor wheel, execd)."""
+        path = directory / "pool-client.conf"
+        path.write_text(
+            f"COLLECTOR_HOST = {self.collector}\n"
+            "SEC_CLIENT_AUTHENTICATION_METHODS = FS\n"
+            "ENABLE_IPV6 = False\n"
+        )
+        return path
+
     def listening_addresses(self) -> list[str]:
         """host:port of every TCP socket the chroot's processes listen on."""
         pids = set(self.chroot_pids())
@@ -276,7 +286,11 @@ class Pool:
         # A fresh sysfs, not a bind of the host's /sys: the host's cgroup mounts (v1
         # hierarchies that belong to the machine's supervisor) stay out of reach.
         for argv in (["-t", "proc", "proc", "proc"], ["-t", "sysfs", "sysfs", "sys"],
-                     ["--bind", "/dev", "dev"], ["-t", "tmpfs", "tmpfs", "run"]):  # fmt: skip
+                     ["--bind", "/dev", "dev"], ["-t", "tmpfs", "tmpfs", "run"],
+                     # FS authentication: the server names a directory under /tmp that
+                     # the client must create; with one shared /tmp a client on the host
+                     # (execd) authenticates to the daemons in the chroot, and back.
+                     ["--bind", "/tmp", "tmp"]):  # fmt: skip
             target = str(self.root / argv[-1])
             subprocess.run(["mount", *argv[:-1], target], check=True)
 

@@ -8,6 +8,8 @@ restarts the pool.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,42 @@ def _negotiator_cycle_since(pool: harness.Pool, since: int) -> dict[str, Any] | 
     (negotiator,) = pool.status("-negotiator")
     started = int(negotiator.get("LastNegotiationCycleTime0", 0))
     return negotiator if started >= since else None
+
+
+HOST_ADVERTISE = """\
+import sys
+import classad2
+import htcondor2
+what, name = sys.argv[1], sys.argv[2]
+if what == "UPDATE_STARTD_AD":
+    ad = {"MyType": "Machine", "Name": name, "Machine": "host", "Requirements": True,
+          "MyAddress": "<127.0.0.1:1>", "StartdIpAddr": "<127.0.0.1:1>", "Cpus": 1}
+else:
+    ad = {"MyType": "Query", "TargetType": "Machine", "Requirements": f'Name == "{name}"'}
+    ad["Requirements"] = classad2.ExprTree(ad["Requirements"])
+htcondor2.Collector().advertise([classad2.ClassAd(ad)], what)
+"""
+
+
+def test_host_client_authenticates_with_fs(pool: harness.Pool, tmp_path: Path) -> None:
+    """A client on the host (where execd runs) passes FS authentication as root and
+    may advertise a slot ad: the path execd's pool mode takes to the collector."""
+    env = {"CONDOR_CONFIG": str(pool.host_client_config(tmp_path)), "PATH": "/usr/bin:/bin"}
+    name = f"host-probe-{pool.port}@host"
+
+    def advertise(command: str) -> None:
+        subprocess.run([sys.executable, "-c", HOST_ADVERTISE, command, name],
+                       env=env, check=True, timeout=60)  # fmt: skip
+
+    def names() -> list[str]:
+        return [row[0] for row in pool.status_af("Name", what="-slots")]
+
+    advertise("UPDATE_STARTD_AD")
+    try:
+        harness.wait_for(f"{name} in the collector", lambda: name in names(), 30)
+    finally:
+        advertise("INVALIDATE_STARTD_ADS")
+    harness.wait_for(f"{name} gone from the collector", lambda: name not in names(), 30)
 
 
 def test_stop_leaves_no_mounts_or_processes(running_pool: harness.RunningPool) -> None:
