@@ -179,20 +179,31 @@ class Pool:
         ])  # fmt: skip
 
     def stop(self) -> None:
-        """Stop the daemons, kill stragglers, unmount; never raises on a half-started pool."""
+        """Stop the daemons, kill stragglers, unmount; safe on a half-started pool.
+
+        Each step runs even when the one before it failed; the first error is raised
+        only after the mounts are gone.
+        """
         try:
-            if self.master is not None and self.master.poll() is None:
-                self.tool("condor_off", "-fast", "-master")
-                try:
-                    self.master.wait(timeout=STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    self._killpg(self.master.pid)
-                    self.master.wait()
-            self._kill_chroot_processes()
+            try:
+                if self.master is not None and self.master.poll() is None:
+                    self._shut_down_master()
+            finally:
+                self.master = None
+                self._kill_chroot_processes()
         finally:
-            self.master = None
             tiers.unmount_all(self.root)
             self._unlock()
+
+    def _shut_down_master(self) -> None:
+        assert self.master is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.tool("condor_off", "-fast", "-master", timeout_s=STOP_TIMEOUT_S)
+        try:
+            self.master.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._killpg(self.master.pid)
+            self.master.wait()
 
     def __enter__(self) -> Pool:
         self.start()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pool_harness as harness
+import pytest
 import tiers
 
 IDLE = 1  # JobStatus
@@ -117,6 +118,20 @@ def test_host_client_authenticates_with_fs(pool: harness.Pool, tmp_path: Path) -
     finally:
         advertise("INVALIDATE_STARTD_ADS")
     harness.wait_for(f"{name} gone from the collector", lambda: name not in names(), 30)
+
+
+class _BadConfigPool(harness.Pool):
+    def config_text(self) -> str:
+        return super().config_text() + "this line is not HTCondor configuration\n"
+
+
+def test_failed_start_leaves_no_mounts_or_processes(running_pool: harness.RunningPool) -> None:
+    running_pool.close()  # one pool per chroot: make room
+    broken = _BadConfigPool()
+    with pytest.raises(harness.PoolError, match="condor_master exited"):
+        broken.start()
+    assert tiers.mounts_under(broken.root) == []
+    assert broken.chroot_pids() == []
 
 
 def test_stop_leaves_no_mounts_or_processes(running_pool: harness.RunningPool) -> None:
