@@ -30,6 +30,13 @@ VM_DEBS = VM_CACHE / "debs"
 # them), `file` tells virtme-ng the kernel image's version.
 VM_APT_PACKAGES = ("qemu-system-x86", "busybox-static", "kmod", "file")
 VM_KERNEL_META = "linux-image-amd64"
+# The pool tier's Debian sid chroot with HTCondor (not packaged for bookworm). As root it
+# is cached outside the checkout, so CI's fresh clones on the same machine reuse it; the
+# stamp beside it is written only once the build completed (a half-built chroot has none
+# and is rebuilt). EXECD_POOL_ROOT overrides the place.
+POOL_SUITE = "sid"
+POOL_DEFAULT_MIRROR = "http://deb.debian.org/debian"
+POOL_CONDOR_PACKAGE = "condor"
 
 
 def _always() -> str | None:
@@ -114,12 +121,54 @@ def _vm() -> str | None:
     return None
 
 
+def pool_root() -> Path:
+    """Where the pool tier's chroot lives (built or not)."""
+    override = os.environ.get("EXECD_POOL_ROOT", "")
+    if override:
+        return Path(override)
+    if os.geteuid() == 0:
+        return Path("/var/cache/execd-tests/pool-sid")
+    return REPO / ".cache" / "pool" / "pool-sid"
+
+
+def pool_stamp(root: Path | None = None) -> Path:
+    root = root or pool_root()
+    return root.with_name(root.name + ".built")
+
+
+def pool_built(root: Path | None = None) -> bool:
+    """True when the chroot's build completed and its HTCondor is still in place."""
+    root = root or pool_root()
+    return pool_stamp(root).exists() and (root / "usr" / "sbin" / "condor_master").exists()
+
+
+def _pool() -> str | None:
+    if sys.platform != "linux":
+        return "the pool tier needs Linux"
+    if os.geteuid() != 0:
+        return "the pool tier needs root (it chroots and mounts /proc, /sys, /dev, /run)"
+    missing = []
+    sbin = f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
+    for tool, package in (("debootstrap", "debootstrap"), ("chroot", "coreutils"),
+                          ("mount", "mount"), ("umount", "mount")):  # fmt: skip
+        if shutil.which(tool, path=sbin) is None:
+            missing.append(f"{tool} (apt package {package})")
+    root = pool_root()
+    if not pool_built(root):
+        missing.append(
+            f"the HTCondor chroot at {root} (no completed build: {pool_stamp(root)} absent)"
+        )
+    if missing:
+        return "missing " + ", ".join(missing) + "; run `python tests/tiers.py setup` as root"
+    return None
+
+
 CHECKS: dict[str, Callable[[], str | None]] = {
     "unit": _always,
     "component": _always,
     "system": _system,
     "vm": _vm,
-    "pool": _always,
+    "pool": _pool,
 }
 
 
@@ -213,6 +262,75 @@ def _setup_vm(apt: _Apt) -> None:
         raise RuntimeError(f"no usable kernel image under {VM_KERNEL_ROOT} after extraction")
 
 
+def debian_mirror() -> str:
+    """The host's Debian mirror (deb822 sources first, then sources.list)."""
+    sources = Path("/etc/apt/sources.list.d/debian.sources")
+    if sources.exists():
+        for line in sources.read_text().splitlines():
+            if line.startswith("URIs:"):
+                for uri in line.split()[1:]:
+                    if "security" not in uri:
+                        return uri
+    legacy = Path("/etc/apt/sources.list")
+    if legacy.exists():
+        for line in legacy.read_text().splitlines():
+            fields = line.split()
+            if len(fields) >= 3 and fields[0] == "deb" and "security" not in fields[1]:
+                return fields[1]
+    return POOL_DEFAULT_MIRROR
+
+
+def mounts_under(root: Path) -> list[Path]:
+    """Mount points at or below root, deepest first (the order to unmount them)."""
+    found = []
+    prefix = str(root.resolve())
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        point = line.split()[1].replace("\\040", " ")
+        if point == prefix or point.startswith(prefix + "/"):
+            found.append(Path(point))
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def unmount_all(root: Path) -> None:
+    """Unmount everything below root; lazily where a plain unmount is refused."""
+    for point in mounts_under(root):
+        done = subprocess.run(["umount", str(point)], stderr=subprocess.DEVNULL, check=False)
+        if done.returncode != 0:
+            subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def _setup_pool(apt: _Apt) -> None:
+    apt.install(("debootstrap",))
+    root = pool_root()
+    if pool_built(root):
+        print(f"pool chroot at {root} already built ({pool_stamp(root).read_text().strip()})")
+        return
+    # A half-built chroot: never delete through a bind mount of the host's /dev or /sys.
+    unmount_all(root)
+    if root.exists():
+        _run("rm", "-rf", "--one-file-system", root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    _run("debootstrap", "--variant=minbase", POOL_SUITE, root, debian_mirror())
+    # Packages' maintainer scripts must not start services (ssh, condor) in the chroot.
+    policy = root / "usr" / "sbin" / "policy-rc.d"
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
+    env = ["env", "DEBIAN_FRONTEND=noninteractive"]
+    # Maintainer scripts (cryptsetup's, pulled in by condor) fail without /proc.
+    _run("mount", "-t", "proc", "proc", root / "proc")
+    try:
+        # sid's Release files may be older than their Valid-Until on a snapshot mirror.
+        _run("chroot", root, *env, "apt-get", "-o", "Acquire::Check-Valid-Until=false", "update")
+        _run("chroot", root, *env, "apt-get", "-f", "install", "-y", "-q")
+        _run("chroot", root, *env, "apt-get", "install", "-y", "-q", POOL_CONDOR_PACKAGE)
+        _run("chroot", root, *env, "apt-get", "clean")
+        version = _run("chroot", root, "condor_version").splitlines()[0]
+    finally:
+        unmount_all(root)
+    pool_stamp(root).write_text(version + "\n")
+    print(f"pool chroot built at {root}: {version}")
+
+
 def setup() -> int:
     """Install what the tiers need. Each tier's installer is idempotent."""
     if sys.platform != "linux" or os.geteuid() != 0:
@@ -220,7 +338,7 @@ def setup() -> int:
         return 1 if require_all() else 0
     apt = _Apt()
     failed = 0
-    for tier, install in (("vm", _setup_vm),):
+    for tier, install in (("vm", _setup_vm), ("pool", _setup_pool)):
         try:
             install(apt)
         except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
