@@ -6,10 +6,11 @@ test drop-in that shortens the watchdog and restart delays, so the unit's own Ty
 Delegate=, DelegateSubgroup=, KillMode=, ExecReload= and Restart= are what is exercised.
 
 virtme-ng's `--systemd` boots the guest with /sbin/init (systemd) and runs the command
-given to vng from its serial-getty@ttyS0 unit, i.e. as root under that systemd, so the
-command is a plain script: systemd_guest/drive_service.py installs the generated units
-under /run/systemd/system, runs systemctl, and writes what it saw to the results
-directory (the guest's only writable host directory, `--rwdir`).
+given to vng from its override of serial-getty@ttyS0.service (virtme-ng's guest init,
+which also mounts the `--rwdir` results directory), i.e. as root under that systemd. Our
+command, systemd_guest/drive_service.py, installs the generated units under
+/run/systemd/system, runs systemctl, and writes what it saw to the results directory;
+virtme-ng's init powers the guest off when it returns.
 """
 
 from __future__ import annotations
@@ -44,7 +45,13 @@ GUEST_CPUS = "2"
 # the serial-getty@ttyS0 that virtme-ng hooks to run our command; an empty `container`
 # in PID 1's environment (the kernel passes unknown `k=v` arguments to init) means
 # "no container" and wins over the file.
-KERNEL_ARGS = ("-a", "container=")
+#
+# systemd's generators are not PID 1 and still see /.dockerenv, so the getty generator
+# never creates serial-getty@ttyS0 (a "login:" prompt from console-getty was all) and
+# kernel-command-line options handled by generators (systemd.run=, systemd.mask=) are
+# ignored. `systemd.unit=` is read by PID 1 itself: it makes virtme-ng's hooked getty
+# the boot's only goal, which also skips everything a multi-user boot would start.
+KERNEL_ARGS = ("--append=container=", "--append=systemd.unit=serial-getty@ttyS0.service")
 # virtme-ng bind-mounts its configured fstab over the guest's /etc/fstab before systemd
 # starts. A tmpfs /tmp there matters: without it systemd-tmpfiles-setup (`D /tmp` with
 # --remove) tries to empty the host's read-only /tmp over 9p, file by file, for minutes.
@@ -156,8 +163,10 @@ def boot_and_drive(results: Path, timeout_s: float = BOOT_TIMEOUT_S) -> SystemdR
             vm.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             run.timed_out = True
-            os.killpg(vm.pid, signal.SIGKILL)  # vng and the qemu it started
-            vm.wait()
+        finally:  # also when pytest is interrupted: never leave a qemu behind
+            if vm.poll() is None:
+                os.killpg(vm.pid, signal.SIGKILL)  # vng and the qemu it started
+                vm.wait()
     observed = results / "observed.json"
     if observed.exists():
         run.observed = json.loads(observed.read_text())
