@@ -11,6 +11,7 @@ Usage: drive_service.py RESULTS UNIT_NAME
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -73,12 +74,19 @@ def job_pids_alive(events: Path) -> dict[str, bool]:
 
 
 def remove_job_cgroups(unit_cgroup: Path) -> str:
-    """Remove the emptied job and daemon cgroups and the controllers enabled for them."""
-    for child in sorted(p for p in unit_cgroup.iterdir() if p.is_dir()):
-        if child.name.startswith("job-") or child.name == "daemon":
-            wait_for(lambda c=child: not _read(c / "cgroup.procs"), 10)  # type: ignore[misc]
-            child.rmdir()
-    (unit_cgroup / "cgroup.subtree_control").write_text("-memory -cpu -pids")
+    """Remove the emptied job and daemon cgroups and the controllers enabled for them.
+
+    systemd prunes an emptied, stopped unit's cgroup (measured on 252) and may get
+    there first: what is already gone is fine.
+    """
+    if unit_cgroup.exists():
+        for child in sorted(p for p in unit_cgroup.iterdir() if p.is_dir()):
+            if child.name.startswith("job-") or child.name == "daemon":
+                wait_for(lambda c=child: not _read(c / "cgroup.procs"), 10)
+                with contextlib.suppress(FileNotFoundError):
+                    child.rmdir()
+    with contextlib.suppress(FileNotFoundError):
+        (unit_cgroup / "cgroup.subtree_control").write_text("-memory -cpu -pids")
     return _read(unit_cgroup / "cgroup.subtree_control")
 
 
@@ -146,10 +154,6 @@ def drive(results: Path, unit: str, observed: dict[str, object]) -> None:
     observed["restarted"] = restarted()
     observed["after_restart"] = show(unit)
     systemctl("stop", unit)
-    observed["journal"] = subprocess.run(
-        ["journalctl", "--no-pager", "-u", unit], capture_output=True, text=True, check=False
-    ).stdout
-    observed["events"] = read_events(events)
 
 
 def _read(path: Path) -> str:
@@ -167,6 +171,10 @@ def main() -> int:
         observed["completed"] = True
     except Exception:  # recorded for the host to report, with the other steps' results
         observed["error"] = traceback.format_exc()
+    observed["journal"] = subprocess.run(
+        ["journalctl", "--no-pager", "-u", unit], capture_output=True, text=True, check=False
+    ).stdout
+    observed["events"] = read_events(results / "events.jsonl")
     tmp = results / "observed.json.tmp"
     tmp.write_text(json.dumps(observed, indent=1, default=str))
     os.replace(tmp, results / "observed.json")
