@@ -29,6 +29,16 @@ VM_DEBS = VM_CACHE / "debs"
 # kmod's depmod indexes the extracted kernel's modules (and virtme-ng's modprobe resolves
 # them), `file` tells virtme-ng the kernel image's version.
 VM_APT_PACKAGES = ("qemu-system-x86", "busybox-static", "kmod", "file")
+# systemd is the guest's PID 1 for the service tests (tests/vm/test_systemd_service.py):
+# `vng --systemd` boots the host's own /sbin/init; udev makes the guest's dev-ttyS0.device
+# on which virtme-ng's serial getty (the one that runs our command) depends. Installing
+# them starts nothing where systemd is not PID 1 (a container's policy-rc.d refuses it).
+VM_SYSTEMD_PACKAGES = ("systemd", "systemd-sysv", "udev")
+SYSTEMD_BINARY = Path("/lib/systemd/systemd")
+UDEVD_BINARY = Path("/lib/systemd/systemd-udevd")
+# `vng --systemd` mounts a tmpfs over /lib/modules in the guest; the mount point must
+# exist on the host's (shared, read-only) root, and a container image may lack it.
+HOST_MODULES_DIR = Path("/lib/modules")
 VM_KERNEL_META = "linux-image-amd64"
 # The pool tier's Debian sid chroot with HTCondor (not packaged for bookworm). As root it
 # is cached outside the checkout, so CI's fresh clones on the same machine reuse it; the
@@ -116,6 +126,12 @@ def _vm() -> str | None:
         missing.append("vng (PyPI package virtme-ng, in the test extras)")
     if vm_kernel() is None:
         missing.append(f"a kernel image with indexed modules under {VM_KERNEL_ROOT}")
+    if not SYSTEMD_BINARY.exists() or not Path("/sbin/init").exists():
+        missing.append("systemd as /sbin/init (apt packages systemd, systemd-sysv)")
+    if not UDEVD_BINARY.exists():
+        missing.append("systemd-udevd (apt package udev)")
+    if not HOST_MODULES_DIR.is_dir():
+        missing.append(f"the directory {HOST_MODULES_DIR} (a mount point for the guest)")
     if missing:
         return "missing " + ", ".join(missing) + "; run `python tests/tiers.py setup` as root"
     return None
@@ -239,7 +255,8 @@ class _Apt:
 
 
 def _setup_vm(apt: _Apt) -> None:
-    apt.install(VM_APT_PACKAGES)
+    apt.install(VM_APT_PACKAGES + VM_SYSTEMD_PACKAGES)
+    HOST_MODULES_DIR.mkdir(parents=True, exist_ok=True)
     if vm_kernel() is not None:
         return
     debs = sorted(VM_DEBS.glob("linux-image-*.deb"))
