@@ -43,7 +43,13 @@ from execd.hooks.runner import HookResult, run_hook
 
 __all__ = ["CronJobExit", "CronManager", "CronUpdate"]
 
-_log = log.get_logger("execd.hooks.cron")
+
+
+def _log() -> Any:
+    # looked up per event: a logger bound at import keeps the configuration of that time
+    return log.get_logger("execd.hooks.cron")
+
+
 _TARGETING_LOWER = frozenset(a.lower() for a in TARGETING_ATTRS)
 _RETRY_DELAY = 1.0  # seconds before restarting a WaitForExit job that failed quickly
 
@@ -140,7 +146,7 @@ class CronManager:
         """Ask an OnDemand job to run (ignored, with a log event, for unknown names)."""
         event = self._demand.get(name)
         if event is None:
-            _log.warning("cron_run_now_unknown_job", job=name)
+            _log().warning("cron_run_now_unknown_job", job=name)
             return
         event.set()
 
@@ -164,7 +170,7 @@ class CronManager:
             elif spec.mode is CronMode.ONE_SHOT and spec.reconfig_rerun:
                 self._stop(name)
                 self._start(spec)
-        _log.info("cron_reconfigured", jobs=sorted(self._specs))
+        _log().info("cron_reconfigured", jobs=sorted(self._specs))
 
     def _start(self, spec: CronJobSpec) -> None:
         if self._group is None:
@@ -218,7 +224,7 @@ class CronManager:
 
     async def _run_once(self, spec: CronJobSpec, *, timeout: float | None) -> HookResult | None:
         if not self._condition_holds(spec):
-            _log.debug("cron_job_condition_false", job=spec.name, condition=spec.condition)
+            _log().debug("cron_job_condition_false", job=spec.name, condition=spec.condition)
             return None
         parser = CronOutputParser()
 
@@ -252,24 +258,24 @@ class CronManager:
         timeout: float | None,
     ) -> None:
         for bad in parser.bad_lines:
-            _log.warning("cron_output_bad_line", job=spec.name, line_number=bad.number,
+            _log().warning("cron_output_bad_line", job=spec.name, line_number=bad.number,
                          line=bad.text, reason=bad.reason)
         if result.start_error is not None:
-            _log.error("cron_job_start_failed", job=spec.name, executable=spec.executable,
+            _log().error("cron_job_start_failed", job=spec.name, executable=spec.executable,
                        error=result.start_error)
         elif result.timed_out:
-            _log.warning("cron_job_killed_timeout", job=spec.name, timeout_s=timeout,
+            _log().warning("cron_job_killed_timeout", job=spec.name, timeout_s=timeout,
                          stderr=result.stderr)
         elif not result.ok:
             if self._settings.log_non_zero_exit:
-                _log.warning("cron_job_exit_non_zero", job=spec.name, exit_code=result.exit_code,
+                _log().warning("cron_job_exit_non_zero", job=spec.name, exit_code=result.exit_code,
                              signal=result.signal, stderr=result.stderr,
                              unparsed=[b.text for b in parser.bad_lines])
             else:
-                _log.info("cron_job_exit_non_zero", job=spec.name, exit_code=result.exit_code,
+                _log().info("cron_job_exit_non_zero", job=spec.name, exit_code=result.exit_code,
                           signal=result.signal)
         elif result.stderr:
-            _log.debug("cron_job_stderr", job=spec.name, stderr=result.stderr)
+            _log().debug("cron_job_stderr", job=spec.name, stderr=result.stderr)
 
     # -- output ------------------------------------------------------------------------
     def _publish(self, spec: CronJobSpec, ad: CronAd) -> None:
