@@ -37,7 +37,7 @@ from typing import Any
 from execd import log
 from execd.classads import evaluate, is_true, parse_expr, to_number
 from execd.hooks.cron_config import CronJobSpec, CronMode, CronSettings
-from execd.hooks.cron_merge import TARGETING_ATTRS, ad_matches_slot, merge_into_slots
+from execd.hooks.cron_merge import TARGETING_ATTRS, merge_into_slots, slot_matcher
 from execd.hooks.cron_output import CronAd, CronOutputParser
 from execd.hooks.runner import HookResult, run_hook
 
@@ -117,15 +117,18 @@ class CronManager:
         self._per_job: dict[str, dict[str, dict[str, str]]] = {}  # job -> slot -> attrs
         self._metrics: dict[tuple[str, str], float] = {}  # (slot, attr) -> accumulated
         self._merged: dict[str, dict[str, str]] = {}
+        self._dirty = False  # merged lazily: a publish costs only its own job's merge
         self._group: asyncio.TaskGroup | None = None
 
     # -- what the daemon reads ----------------------------------------------------
     def slot_attributes(self) -> dict[str, dict[str, str]]:
         """Per slot name, the cron attributes for its ad (name -> expression text)."""
+        self._refresh()
         return {slot: dict(attrs) for slot, attrs in self._merged.items()}
 
     def apply_to(self, slot_name: str, slot_ad: Any) -> None:
         """Put SLOT_NAME's cron attributes into SLOT_AD (a ClassAd)."""
+        self._refresh()
         for name, text in self._merged.get(slot_name, {}).items():
             slot_ad[name] = parse_expr(text)
 
@@ -288,8 +291,11 @@ class CronManager:
         self._ads.setdefault(spec.name, {})[name] = attrs
         slots = self._slots_for(spec)
         self._accumulate_metrics(spec, attrs, slots)
-        self._per_job[spec.name] = merge_into_slots(list(self._ads[spec.name].values()), slots)
-        changed = self._remerge(ignore=f"{spec.prefix}LastUpdate")
+        old = self._per_job.get(spec.name, {})
+        new = merge_into_slots(list(self._ads[spec.name].values()), slots)
+        self._per_job[spec.name] = new
+        changed = _changed_slots(old, new, ignore=f"{spec.prefix}LastUpdate")
+        self._dirty = True
         if ad.update is not None:
             publish_now = ad.update
         else:
@@ -320,8 +326,9 @@ class CronManager:
             value = to_number(evaluate(text)) if text is not None else None
             if value is None:
                 continue
+            matches = slot_matcher(attrs)
             for slot_name, slot_ad in slots.items():
-                if not ad_matches_slot(attrs, slot_ad):
+                if not matches(slot_ad):
                     continue
                 key = (slot_name, attr)
                 old = self._metrics.get(key)
@@ -331,7 +338,7 @@ class CronManager:
                     value_now = value
                 self._metrics[key] = value_now
 
-    def _remerge(self, ignore: str = "") -> frozenset[str]:
+    def _remerge(self) -> None:
         merged: dict[str, dict[str, str]] = {}
         for job in self._specs:
             for slot, attrs in self._per_job.get(job, {}).items():
@@ -339,18 +346,30 @@ class CronManager:
         for (slot, attr), value in self._metrics.items():
             if slot in merged:
                 merged[slot][attr] = repr(value)
-
-        def comparable(attrs: dict[str, str]) -> dict[str, str]:
-            return {k: v for k, v in attrs.items() if k != ignore}
-
-        changed = frozenset(
-            slot for slot in set(merged) | set(self._merged)
-            if comparable(merged.get(slot, {})) != comparable(self._merged.get(slot, {}))
-        )
         self._merged = merged
-        return changed
+
+    def _refresh(self) -> None:
+        if self._dirty:
+            self._dirty = False
+            self._remerge()
 
     def _drop_output(self, job: str) -> None:
         self._ads.pop(job, None)
         self._per_job.pop(job, None)
-        self._remerge()
+        self._dirty = True
+
+
+def _changed_slots(
+    old: Mapping[str, Mapping[str, str]], new: Mapping[str, Mapping[str, str]], ignore: str
+) -> frozenset[str]:
+    """Slots whose attributes from one job differ (its LastUpdate aside)."""
+    changed = set()
+    for slot in set(old) | set(new):
+        before, after = old.get(slot, {}), new.get(slot, {})
+        if before == after:
+            continue
+        if {k: v for k, v in before.items() if k != ignore} != {
+            k: v for k, v in after.items() if k != ignore
+        }:
+            changed.add(slot)
+    return frozenset(changed)

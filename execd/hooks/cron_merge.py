@@ -18,13 +18,13 @@ Pure: ads and slot ads in, per-slot attributes (name -> expression text) out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
 from execd.classads import ClassAdError, evaluate, is_true, new_ad, parse_expr, to_number
 
-__all__ = ["TARGETING_ATTRS", "ad_matches_slot", "merge_into_slots"]
+__all__ = ["TARGETING_ATTRS", "ad_matches_slot", "merge_into_slots", "slot_matcher"]
 
 TARGETING_ATTRS = ("SlotMergeConstraint", "SlotName", "Name", "SlotTypeId", "SlotId")
 _TARGETING_LOWER = frozenset(a.lower() for a in TARGETING_ATTRS)
@@ -58,25 +58,54 @@ def is_targeted(attrs: Mapping[str, str]) -> bool:
     return any(key.lower() in _TARGETING_LOWER for key in attrs)
 
 
+class _Target:
+    """How one cron ad picks its slots, worked out once (not once per slot)."""
+
+    def __init__(self, attrs: Mapping[str, str]) -> None:
+        self.constraint: Any = None
+        self.my: Any = None
+        self.name: str | None = None
+        self.number: tuple[str, float | None] | None = None
+        self.everywhere = False
+        constraint = _lookup(attrs, "SlotMergeConstraint")
+        name = _lookup(attrs, "SlotName") or _lookup(attrs, "Name")
+        if constraint is not None:
+            self.constraint = _expr(constraint)
+            self.my = new_ad({k: _expr(v) for k, v in attrs.items()})
+        elif name is not None:
+            wanted = _value_of(name)
+            self.name = wanted if isinstance(wanted, str) else None
+            self.number = None if self.name is not None else ("", None)  # matches nothing
+        else:
+            for attr in ("SlotTypeId", "SlotId"):
+                text = _lookup(attrs, attr)
+                if text is not None:
+                    self.number = (attr, to_number(_value_of(text)))
+                    break
+            else:
+                self.everywhere = True
+
+    def matches(self, slot_ad: Any) -> bool:
+        if self.everywhere:
+            return True
+        if self.constraint is not None:
+            return is_true(evaluate(self.constraint, self.my, slot_ad))
+        if self.name is not None:
+            slot_name = evaluate(_expr("Name"), slot_ad)
+            return isinstance(slot_name, str) and slot_name.startswith(self.name)
+        assert self.number is not None
+        attr, wanted = self.number
+        return wanted is not None and wanted == _slot_number(slot_ad, attr)
+
+
+def slot_matcher(attrs: Mapping[str, str]) -> Callable[[Any], bool]:
+    """A test of slot ads for one cron ad, for use on many slots."""
+    return _Target(attrs).matches
+
+
 def ad_matches_slot(attrs: Mapping[str, str], slot_ad: Any) -> bool:
     """Whether a cron ad (attribute -> expression text) is merged into SLOT_AD."""
-    constraint = _lookup(attrs, "SlotMergeConstraint")
-    if constraint is not None:
-        my = new_ad({k: _expr(v) for k, v in attrs.items()})
-        return is_true(evaluate(_expr(constraint), my, slot_ad))
-    name = _lookup(attrs, "SlotName") or _lookup(attrs, "Name")
-    if name is not None:
-        wanted = _value_of(name)
-        slot_name = evaluate(_expr("Name"), slot_ad)
-        return isinstance(wanted, str) and isinstance(slot_name, str) and (
-            slot_name.startswith(wanted)
-        )
-    for attr in ("SlotTypeId", "SlotId"):
-        text = _lookup(attrs, attr)
-        if text is not None:
-            wanted_number = to_number(_value_of(text))
-            return wanted_number is not None and wanted_number == _slot_number(slot_ad, attr)
-    return True
+    return _Target(attrs).matches(slot_ad)
 
 
 def merge_into_slots(
@@ -92,7 +121,8 @@ def merge_into_slots(
         payload = {k: v for k, v in attrs.items() if k.lower() not in _TARGETING_LOWER}
         if not payload:
             continue
+        target = _Target(attrs)
         for slot_name, slot_ad in slots.items():
-            if ad_matches_slot(attrs, slot_ad):
+            if target.matches(slot_ad):
                 merged[slot_name].update(payload)
     return merged
