@@ -69,8 +69,8 @@ async def run_hook(
     ON_START gets the pid once it runs (to signal it on reconfig). Cancelling the
     calling task kills the hook's process group too.
     """
-    try:
-        proc = await asyncio.create_subprocess_exec(
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -79,27 +79,47 @@ async def run_hook(
             cwd=cwd,
             start_new_session=True,  # its own process group, so a kill reaches its children
         )
+    )
+    try:
+        # Shielded: asyncio, cancelled mid-spawn, kills only the hook's own pid and then
+        # waits for its pipes, which a child it started may hold open for good.
+        proc = await asyncio.shield(spawn)
     except OSError as exc:
         why = f"{type(exc).__name__}: {exc.strerror or exc}"
         return HookResult(exit_code=None, start_error=why)
+    except asyncio.CancelledError:
+        with contextlib.suppress(OSError):
+            started = await spawn
+            _kill_group(started)
+            await started.wait()
+        raise
     assert proc.stdout is not None and proc.stderr is not None
     if on_start is not None:
         on_start(proc.pid)
     stderr_task = asyncio.ensure_future(_read_bounded(proc.stderr))
     timed_out = False
-    try:
-        async with asyncio.timeout(timeout):
-            await _pump_lines(proc.stdout, on_line)
-            await proc.wait()
-    except TimeoutError:
+
+    def on_timeout() -> None:
+        # The timeout kills the hook instead of cancelling our task: a cancellation
+        # arriving from the owner at the same moment is then never mistaken for it.
+        nonlocal timed_out
         timed_out = True
         _kill_group(proc)
+
+    timer = None
+    if timeout is not None:
+        timer = asyncio.get_running_loop().call_later(timeout, on_timeout)
+    try:
+        await _pump_lines(proc.stdout, on_line)
+        await proc.wait()  # still under the timer: it may close stdout and keep running
     except asyncio.CancelledError:
         _kill_group(proc)
         stderr_task.cancel()
         await proc.wait()
         raise
-    await proc.wait()
+    finally:
+        if timer is not None:
+            timer.cancel()
     # a grandchild that inherited stderr could keep it open: don't wait for it forever
     _kill_group(proc)
     stderr = await stderr_task

@@ -139,22 +139,38 @@ async def test_garbage_is_logged_with_its_line_and_good_lines_apply(
     assert bad["job"] == "G" and bad["line_number"] == 2 and bad["line"] == "%%% garbage %%%"
 
 
+async def exited(pid: int) -> None:
+    """Return once PID has exited (its pidfd turns readable); fail after WAIT seconds."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    loop = asyncio.get_running_loop()
+    gone = loop.create_future()
+    loop.add_reader(fd, lambda: gone.done() or gone.set_result(None))
+    try:
+        async with asyncio.timeout(WAIT):
+            await gone
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
 @pytest.mark.asyncio
 async def test_a_job_hanging_past_its_period_is_killed_with_its_children(
     tmp_path: Path, log_path: Path
 ) -> None:
     pid_file = tmp_path / "child.pid"
     job = script(tmp_path, "hang", f'echo "Started = 1"\necho "-"\nsleep 300 &\n'
-                 f'echo $! > {pid_file}\nwait\n')
+                 f'echo $! >> {pid_file}\nwait\n')
     cron = settings(f"STARTD_CRON_JOBLIST = H\nSTARTD_CRON_H_EXECUTABLE = {job}\n"
                     "STARTD_CRON_H_PERIOD = 1\n")
     async with running(cron) as h:
         done = await h.exit_of("H")
         assert done.result.timed_out and done.result.exit_code is None
         assert h.manager.slot_attributes()["slot1"]["Started"] == "1"  # ads before the hang
-    child = int(pid_file.read_text())
-    with contextlib.suppress(FileNotFoundError):  # gone, or a zombie awaiting its reaper
-        assert Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+    for child in map(int, pid_file.read_text().split()):  # every run's background child
+        await exited(child)
     (killed,) = events(log_path, "cron_job_killed_timeout")[:1]
     assert killed["job"] == "H" and killed["timeout_s"] == 1.0
 
@@ -269,3 +285,31 @@ async def test_max_job_load_serialises_heavy_jobs(tmp_path: Path) -> None:
         attrs = h.manager.slot_attributes()["slot1"]
     assert "Overlap" not in attrs and attrs["Done"] == "true"
     assert not os.path.exists(marker)
+
+
+@pytest.mark.asyncio
+async def test_update_false_overrides_autopublish_always(tmp_path: Path) -> None:
+    job = script(tmp_path, "u", 'echo "A = 1"\necho "- first update:false"\necho "B = 2"\n'
+                 'echo "- second"\n')
+    cron = settings(f"STARTD_CRON_JOBLIST = U\nSTARTD_CRON_U_EXECUTABLE = {job}\n"
+                    "STARTD_CRON_U_MODE = OneShot\nSTARTD_CRON_AUTOPUBLISH = Always\n")
+    async with running(cron) as h:
+        first, second = await h.update_of("U"), await h.update_of("U")
+    assert (first.ad, first.publish_now) == ("U_first", False)
+    assert (second.ad, second.publish_now) == ("U_second", True)
+
+
+@pytest.mark.asyncio
+async def test_reconfig_sends_sighup_to_a_running_job_that_asks_for_it(tmp_path: Path) -> None:
+    trap = 'trap \'echo "GotHup = true"; echo "- update:true"; exit 0\' HUP\n'
+    loop = 'echo "Ready = true"\necho "-"\nwhile :; do sleep 0.05; done\n'
+    job = script(tmp_path, "hup", trap + loop)
+    text = (f"STARTD_CRON_JOBLIST = R\nSTARTD_CRON_R_EXECUTABLE = {job}\n"
+            "STARTD_CRON_R_MODE = WaitForExit\nSTARTD_CRON_R_PERIOD = 1h\n"
+            "STARTD_CRON_R_RECONFIG = true\n")
+    async with running(settings(text)) as h:
+        await h.update_of("R")  # Ready: the trap is installed
+        h.manager.reconfigure(settings(text))
+        hup = await h.update_of("R")
+        assert hup.publish_now and h.manager.slot_attributes()["slot1"]["GotHup"] == "true"
+        assert (await h.exit_of("R")).result.exit_code == 0
