@@ -30,7 +30,6 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"config file {path} does not exist")
         config = load_config(path)
         load_settings(config)
-        _check_slot_layout(config)
     except ConfigError as exc:
         print(f"execd: {exc}", file=sys.stderr)
         return 1
@@ -39,7 +38,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"OK: {path} ({len(config.files)} file(s), {len(config.names())} names)")
     return 0
 
-
-def _check_slot_layout(config: object) -> None:
-    """Hook for the slot layout's own validation (filled in by the slots package)."""
-    return

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,8 +151,6 @@ class JobManager:
             del self.running[slot], self.jobs[job_id]
             raise ControlError("refused", f"{slot}: activation refused by policy")
         self.daemon.execute(actions)
-        if job.report is not None:  # the starter could not even be launched
-            return {"job_id": job_id, "slot": slot}
         return {"job_id": job_id, "slot": slot}
 
     def release(self, claim_id: Any) -> dict[str, Any]:
@@ -309,10 +305,3 @@ class JobManager:
                 del self.claims[key]
         logger.info("dynamic_slot_deleted", slot=name)
 
-
-def owner_name() -> str:
-    return pwd.getpwuid(os.getuid()).pw_name
-
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
