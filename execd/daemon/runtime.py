@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from execd import log
+from execd.classads import ClassAdError, parse_expr
 from execd.config.loader import Config, load_config
 from execd.config.log_setup import configure_logging
 from execd.config.settings import Settings, load_settings
@@ -28,6 +29,8 @@ from execd.daemon.sdnotify import Notifier
 from execd.daemon.signals import Request as SignalRequest
 from execd.daemon.signals import SignalQueue
 from execd.errors import ConfigError, ExecdError
+from execd.hooks.cron import CronManager, CronUpdate
+from execd.hooks.cron_config import cron_settings
 from execd.policy import actions as act
 from execd.policy.engine import PolicyEngine
 
@@ -58,6 +61,7 @@ class Daemon:
         self.settings: Settings
         self.engine: PolicyEngine
         self.jobs: JobManager
+        self.cron: CronManager
         self.paths: Paths
         self.node: Node
         self.control: ControlServer
@@ -78,6 +82,11 @@ class Daemon:
         self.engine = PolicyEngine(policy_config(self.settings))
         self.jobs = JobManager(self)
         self.jobs.setup_cgroups()
+        self.cron = CronManager(
+            cron_settings(self.settings),
+            slot_ads=lambda: {str(ad["Name"]).split("@")[0]: ad for ad in self.resource_ads()},
+            on_update=self._cron_updated,
+        )
         moment = now()
         for ad in self.node.ads():
             name = str(ad["Name"]).split("@")[0]
@@ -102,6 +111,7 @@ class Daemon:
                            detail="SLOT_TYPE_<N> changes take effect when execd restarts")
         try:
             new_policy = policy_config(settings)
+            new_cron = cron_settings(settings)
         except ExecdError as exc:
             logger.error("reconfig_rejected", error=str(exc), config=str(self.config_path))
             self.notifier.ready(f"reconfig rejected, old config kept: {exc}")
@@ -109,6 +119,7 @@ class Daemon:
         self.config, self.settings = config, settings
         self.node.config, self.node.settings = config, settings
         self.execute(self.engine.reconfig(new_policy, now()))
+        self.cron.reconfigure(new_cron)
         configure_logging(settings, force_stderr=self.log_to_stderr)
         self.reloads += 1
         logger.info("reconfig_applied", changed=changed[:50], count=len(changed))
@@ -116,10 +127,33 @@ class Daemon:
         self.wake.set()
         return True
 
+    def resource_ads(self) -> list[Any]:
+        """Slot ads from the node's resources plus what startd cron jobs publish."""
+        ads = self.node.ads()
+        cron = getattr(self, "cron", None)  # absent while the cron manager is being built
+        if cron is None:
+            return ads
+        published = cron.slot_attributes()
+        for ad in ads:
+            for name, text in published.get(str(ad["Name"]).split("@")[0], {}).items():
+                try:
+                    expr = parse_expr(text)
+                except ClassAdError:
+                    continue  # the cron parser already logged the line
+                value = expr.eval()
+                # literals as values (so the policy engine sees them), the rest as expressions
+                ad[name] = value if isinstance(value, bool | int | float | str) else expr
+        return ads
+
+    def _cron_updated(self, update: CronUpdate) -> None:
+        # new cron values reach the policy at once, not at the next UPDATE_INTERVAL
+        logger.debug("cron_update", job=update.job, slots=sorted(update.changed_slots))
+        self.wake.set()
+
     def ads(self) -> list[Any]:
         """Slot ads with the policy engine's state, activity and timers merged in."""
         moment = now()
-        ads = self.node.ads()
+        ads = self.resource_ads()
         for ad in ads:
             name = str(ad["Name"]).split("@")[0]
             if name in self.engine.slots:
@@ -145,7 +179,7 @@ class Daemon:
 
     def evaluate(self) -> None:
         moment = now()
-        for ad in self.node.ads():
+        for ad in self.resource_ads():
             name = str(ad["Name"]).split("@")[0]
             if name in self.engine.slots:
                 self.engine.set_facts(name, slot_facts(ad))
@@ -353,7 +387,8 @@ class Daemon:
         self.notifier.ready(self.node.summary())
         try:
             async with asyncio.TaskGroup() as tasks:
-                background = [tasks.create_task(self._signal_loop())]
+                background = [tasks.create_task(self._signal_loop()),
+                              tasks.create_task(self.cron.run())]
                 interval = self.notifier.watchdog_interval()
                 if interval:
                     background.append(tasks.create_task(self._watchdog_loop(interval)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,3 +136,32 @@ def test_a_hundred_sighups_leak_nothing(daemon: RunningDaemon) -> None:
     assert after["fds"] == before["fds"]
     assert after["tasks"] == before["tasks"]
     assert [ad["State"] for ad in status["ads"]] == ["Unclaimed"]
+
+
+def test_startd_cron_values_reach_ads_and_policy(tmp_path: Path) -> None:
+    hook = tmp_path / "temperature.sh"
+    hook.write_text("#!/bin/sh\necho 'Temperature = 42'\necho 'Rack = \"r12\"'\n")
+    hook.chmod(0o755)
+    extra = (
+        f"STARTD_CRON_JOBLIST = TEMP\nSTARTD_CRON_TEMP_EXECUTABLE = {hook}\n"
+        "STARTD_CRON_TEMP_MODE = Periodic\nSTARTD_CRON_TEMP_PERIOD = 1s\n"
+        "START = MY.Temperature =!= undefined && MY.Temperature < 40\n"
+    )
+    daemon = RunningDaemon(tmp_path, extra).start()
+    from execd.daemon.client import ControlClient
+    from execd.daemon.control import ControlError
+
+    try:
+        with ControlClient(daemon.root / "state" / "log" / "execd.sock") as client:
+            deadline = time.monotonic() + 30
+            ad: dict[str, object] = {}
+            while "Temperature" not in ad and time.monotonic() < deadline:
+                ad = client.call("status")["ads"][0]  # the hook runs every second
+            assert ad["Temperature"] == 42
+            assert ad["Rack"] == "r12"
+            assert isinstance(ad["LastUpdate"], int)  # <prefix>LastUpdate, no prefix set
+            # the policy saw it at once: START is false at 42 degrees, so a claim is refused
+            with pytest.raises(ControlError, match="START is not true"):
+                client.call("request_claim", {"job": {"RequestCpus": 1}})
+    finally:
+        daemon.stop(signal.SIGQUIT)
