@@ -258,6 +258,11 @@ class Starter:
         wall = time.monotonic() - self.started
         usage = self.cgroup.usage()
         self.peak_procs = max(self.peak_procs, usage.processes)
+        # A job shorter than one polling interval was never measured: the kernel's
+        # memory.peak still has its high-water mark (read before the cgroup goes).
+        peak = self.cgroup.memory_peak()
+        if peak is not None:
+            self.peak_rss = max(self.peak_rss, peak)
         self.check_oom()
         try:
             self.cgroup.kill()  # whatever the job left behind goes with it

@@ -48,7 +48,7 @@ class RunningDaemon:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "CONDOR_CONFIG"}
-        env["PYTHONPATH"] = str(REPO)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         return env
 
     def execd(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -117,7 +117,11 @@ def test_job_runs_as_nobody_inside_its_cgroup_with_htcondor_environment(
     assert report["JobUser"] == "nobody"
     assert not Path(scratch).exists(), "the scratch directory is removed after the job"
     assert not (tree.base / "slot1_1.slice").exists()
-    assert "kernel: none; policy:" in str(report["CgroupEnforcement"])
+    if tree.hierarchy.controllers:  # a pure v2 host (e.g. the GPU machine): the kernel
+        assert str(report["CgroupEnforcement"]).startswith("kernel: ")
+        assert "kernel: none" not in str(report["CgroupEnforcement"])
+    else:  # this project's hybrid host: nothing in the kernel, memory by policy
+        assert "kernel: none; policy:" in str(report["CgroupEnforcement"])
 
 
 def test_a_root_owner_never_runs_as_root(
@@ -226,7 +230,7 @@ def test_memory_over_the_limit_on_a_controller_less_host_is_held_by_policy(
     assert str(report["HoldReason"]).endswith(
         "megabytes. Consider resubmitting with a higher request_memory."
     )
-    assert int(str(report["MemoryUsage"])) > 30
+    assert int(str(report["MemoryUsage"])) >= 30  # the kernel caps it at the limit
 
 
 def test_the_starter_outlives_its_parent_and_kill_family_ends_everything(
