@@ -228,6 +228,9 @@ class JobManager:
             base_cgroup=str(self.tree.base.relative_to(self.tree.hierarchy.mount)),
             cpus=float(facts.get("Cpus", 1)),
             memory_mb=int(facts.get("Memory", 0)),
+            # The d-slot's own GPUs (AssignedGPUs), and only those, are the job's.
+            gpus=[g for g in str(facts.get("AssignedGPUs", "")).replace(" ", "").split(",")
+                  if g],
             stdin=ad.get("In"),
             stdout=ad.get("Out"),
             stderr=ad.get("Err"),

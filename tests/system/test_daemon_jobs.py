@@ -111,3 +111,28 @@ def test_graceful_shutdown_vacates_a_running_job(node: RunningDaemon) -> None:
     assert node.proc is not None
     assert node.proc.wait(timeout=30) == 0  # the daemon exits once its job is gone
     assert node.wait_for("execd_stopped")["how"] == "graceful"
+
+
+def test_a_job_sees_only_the_gpus_of_its_dynamic_slot(tmp_path: Path) -> None:
+    """CUDA_VISIBLE_DEVICES names the d-slot's AssignedGPUs and nothing else (found on the
+    H100 machine: the job saw none while the d-slot held the GPU)."""
+    tmp_path.chmod(0o755)
+    base = f"execd-test-{os.getpid()}-{secrets.token_hex(4)}"
+    daemon = RunningDaemon(
+        tmp_path,
+        f"BASE_CGROUP = {base}\nNUM_CPUS = 2\nMEMORY = 2048\n"
+        "MACHINE_RESOURCE_GPUs = GPU-aaaa1111, GPU-bbbb2222\n",
+    ).start()
+    show = "echo gpus=$CUDA_VISIBLE_DEVICES assigned=$_CONDOR_AssignedGPUs"
+    try:
+        one = daemon.execd("job", "--gpus", "1", "--", "sh", "-c", show, timeout=60)
+        assert one.returncode == 0, one.stderr
+        assert one.stdout.split() == ["gpus=GPU-aaaa1111", "assigned=GPU-aaaa1111"]
+        both = daemon.execd("job", "--gpus", "2", "--", "sh", "-c", show, timeout=60)
+        assert both.stdout.split() == ["gpus=GPU-aaaa1111,GPU-bbbb2222",
+                                       "assigned=GPU-aaaa1111,GPU-bbbb2222"]
+        none = daemon.execd("job", "--", "sh", "-c", show, timeout=60)
+        assert none.stdout.split() == ["gpus=", "assigned="]
+    finally:
+        daemon.stop(signal.SIGQUIT)
+        CgroupTree(CgroupFS(), discover(CgroupFS()), base).remove()
