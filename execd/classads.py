@@ -11,6 +11,7 @@ every policy decision goes through :func:`is_true`, which only accepts ``True`` 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from execd._htcondor import classad2
@@ -25,6 +26,8 @@ __all__ = [
     "ClassAdError",
     "ExprTree",
     "Value",
+    "ad_from_json",
+    "ad_to_json",
     "evaluate",
     "is_error",
     "is_true",
@@ -65,6 +68,23 @@ def new_ad(attrs: dict[str, Any] | None = None) -> Any:
     for key, value in (attrs or {}).items():
         ad[key] = value
     return ad
+
+
+def ad_to_json(ad: Any) -> dict[str, Any]:
+    """An ad in HTCondor's JSON ClassAd form (condor_status -json): plain values as
+    themselves, lists and nested ads as JSON, other expressions as "\\/Expr(...)\\/"."""
+    result: dict[str, Any] = json.loads(ad.printJson())
+    return result
+
+
+def ad_from_json(data: dict[str, Any]) -> Any:
+    """The inverse of :func:`ad_to_json`: expressions come back as expressions."""
+    try:
+        # json.dumps writes "/" bare; HTCondor's reader knows an expression by "\\/Expr(".
+        text = json.dumps(data).replace('"/Expr(', '"\\/Expr(').replace(')/"', ')\\/"')
+        return classad2.parseOne(text, classad2.ParserType.JSON)
+    except (ValueError, TypeError, classad2.ClassAdException) as exc:
+        raise ClassAdError(f"not a JSON ClassAd: {exc}") from None
 
 
 def evaluate(expr: Any, my: Any = None, target: Any = None) -> Any:

@@ -7,13 +7,14 @@ detection alone: what the node would advertise if execd started now.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from execd.classads import ClassAdError, new_ad
+from execd.classads import ClassAdError, ad_from_json, ad_to_json
 from execd.cli.common import load
 from execd.config.loader import Config
 from execd.daemon.client import ControlClient, DaemonUnavailableError
@@ -43,6 +44,8 @@ def register(subparsers: Any) -> None:
                    help="print whole ads")
     p.add_argument("-af", "-autoformat", "--af", dest="autoformat", nargs="+", metavar="ATTR",
                    help="print only these attributes (or expressions), one slot per line")
+    p.add_argument("-json", "--json", dest="json", action="store_true",
+                   help="print the ads as a JSON list, in HTCondor's JSON ClassAd form")
     p.add_argument("-constraint", "--constraint", metavar="EXPR",
                    help="only slots for which this ClassAd expression is true")
     p.set_defaults(func=run)
@@ -93,6 +96,9 @@ def render(ads: list[Any], args: argparse.Namespace) -> str:
     chosen = select(ads, args.constraint)
     if args.autoformat:
         return format_autoformat(chosen, args.autoformat)
+    if args.json:
+        ordered = sorted(chosen, key=lambda ad: str(ad.get("Name", "")))
+        return json.dumps([ad_to_json(ad) for ad in ordered], indent=2)
     if args.long:
         return format_long(chosen)
     return format_table(chosen) if chosen else ""
@@ -134,7 +140,11 @@ def _live(args: argparse.Namespace) -> int:
     except (ConfigError, ControlError) as exc:
         print(f"execd status: error: {exc}", file=sys.stderr)
         return 1
-    ads = [new_ad(ad) for ad in reply["ads"]]
+    try:
+        ads = [ad_from_json(ad) for ad in reply["ads"]]
+    except ClassAdError as exc:
+        print(f"execd status: error: the daemon's reply: {exc}", file=sys.stderr)
+        return 1
     args.constraint = None  # applied by the daemon
     text = render(ads, args)
     sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")

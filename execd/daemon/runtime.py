@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from execd import log
-from execd.classads import ClassAdError, parse_expr
+from execd.classads import ClassAdError, ad_to_json, parse_expr
 from execd.config.loader import Config, load_config
 from execd.config.log_setup import configure_logging
 from execd.config.settings import Settings, load_settings
@@ -35,15 +35,6 @@ from execd.policy import actions as act
 from execd.policy.engine import PolicyEngine
 
 logger = log.get_logger("daemon")
-
-
-def ad_to_json(ad: Any) -> dict[str, Any]:
-    """A slot ad as JSON: plain values as themselves, expressions as their text."""
-    out: dict[str, Any] = {}
-    for key in list(ad):
-        value = ad.get(key)
-        out[key] = value if isinstance(value, bool | int | float | str) else str(value)
-    return out
 
 
 class Daemon:

@@ -4,6 +4,7 @@ configuration and a recorded node (the H100 machine, through its recorded NVML).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from recorded_nodes import FIXTURES, RecordedNvml, h100_recording
 
+from execd.classads import ClassAdError, ad_from_json, ad_to_json
 from execd.cli.main import main
 from execd.cli.status import local_ads, render
 from execd.errors import ConfigError
@@ -46,7 +48,8 @@ def ads_for(values: dict[str, str]) -> list[Any]:
 
 
 def args(**kw: Any) -> argparse.Namespace:
-    return argparse.Namespace(**{"constraint": None, "autoformat": None, "long": False, **kw})
+    return argparse.Namespace(**{"constraint": None, "autoformat": None, "long": False,
+                                 "json": False, **kw})
 
 
 def test_default_node_shows_one_partitionable_slot_with_everything() -> None:
@@ -94,6 +97,24 @@ def test_constraint_and_long() -> None:
     long = render(ads, args(constraint='Name == "slot2@gpu1.example"', long=True))
     assert "SlotID = 2\n" in long and 'State = "Unclaimed"\n' in long
     assert "slot1@" not in long
+
+
+def test_json_keeps_gpu_lists_and_nested_ads_as_classad_values() -> None:
+    """-json is HTCondor's JSON ClassAd form, and the live status (which crosses the
+    control socket as that form) rebuilds the same ad: lists stay lists, nested GPU ads
+    stay ads, expressions stay expressions."""
+    out = render(ads_for({}), args(json=True))
+    [slot] = json.loads(out)
+    assert slot["Name"] == "slot1@gpu1.example"
+    assert slot["AvailableGPUs"] == ["/Expr(GPUs_GPU_ed351562)/"]
+    assert slot["GPUs_GPU_ed351562"]["Capability"] == 9.0
+    assert slot["Requirements"] == "/Expr(START)/"
+    back = ad_from_json(slot)
+    assert back.eval("GPUs_GPU_ed351562").eval("DeviceName") == "NVIDIA H100 80GB HBM3"
+    assert " ".join(str(back.lookup("AvailableGPUs")).split()) == "{ GPUs_GPU_ed351562 }"
+    assert ad_to_json(back) == slot
+    with pytest.raises(ClassAdError, match="not a JSON ClassAd"):
+        ad_from_json({"A": float("nan")} | {"B": {"C": [1, {"D": object}]}})
 
 
 def test_impossible_layout_is_one_clear_error() -> None:
