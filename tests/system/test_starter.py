@@ -117,7 +117,7 @@ def test_job_runs_as_nobody_inside_its_cgroup_with_htcondor_environment(
     assert report["JobUser"] == "nobody"
     assert not Path(scratch).exists(), "the scratch directory is removed after the job"
     assert not (tree.base / "slot1_1.slice").exists()
-    if tree.hierarchy.controllers:  # a pure v2 host (e.g. the GPU machine): the kernel
+    if tree.controllers:  # a pure v2 host (e.g. the GPU machine): the kernel
         assert str(report["CgroupEnforcement"]).startswith("kernel: ")
         assert "kernel: none" not in str(report["CgroupEnforcement"])
     else:  # this project's hybrid host: nothing in the kernel, memory by policy
