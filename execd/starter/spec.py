@@ -73,6 +73,8 @@ class StarterSpec(NamedTuple):
     # Where the starter leaves its latest measurements every polling interval, for the
     # daemon's starter policy (seed 002) and the UPDATE_JOB_INFO hook. None: not written.
     status_path: str | None = None
+    pid_namespace: bool = False  # USE_PID_NAMESPACES
+    network_namespace: bool = False  # EXECD_JOB_NETWORK_NAMESPACE: loopback only
 
     @property
     def slot_number(self) -> str:
@@ -119,4 +121,6 @@ class StarterSpec(NamedTuple):
             cpu_max_cpus=_opt(d, "cpu_max_cpus", float, None),
             always_hold_on_oom=_opt(d, "always_hold_on_oom", bool, True),
             status_path=_opt(d, "status_path", str, None),
+            pid_namespace=_opt(d, "pid_namespace", bool, False),
+            network_namespace=_opt(d, "network_namespace", bool, False),
         )

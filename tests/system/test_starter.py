@@ -4,86 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
+from starter_helpers import NOBODY, finished, start, status, wait_until
 
 from execd.cgroups.tree import CgroupTree
-from execd.starter.launcher import StarterHandle, launch_starter
 from execd.starter.spec import StarterSpec
-
-NOBODY = 65534
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    """An EXECUTE directory the job user can traverse (pytest's tmp is root-only)."""
-    path = Path(tempfile.mkdtemp(prefix="execd-test-"))
-    path.chmod(0o755)
-    (path / "execute").mkdir(mode=0o755)
-    (path / "iwd").mkdir()
-    os.chown(path / "iwd", NOBODY, NOBODY)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path)
-
-
-@pytest.fixture
-def make_spec(tree: CgroupTree, workdir: Path) -> Callable[..., StarterSpec]:
-    def make(script: str, **kw: object) -> StarterSpec:
-        spec = StarterSpec(
-            job_id="1.0",
-            slot_name="slot1_1",
-            cmd="/bin/sh",
-            args=["-c", script],
-            env={"FROM_JOB": "yes"},
-            owner="no-such-user-execd",
-            execute_dir=str(workdir / "execute"),
-            report_path=str(workdir / "report.json"),
-            cgroup_mount=str(tree.hierarchy.mount),
-            base_cgroup=str(tree.base.relative_to(tree.hierarchy.mount)),
-            iwd=str(workdir / "iwd"),
-            stdout="out.txt",
-            stderr="err.txt",
-            polling_interval=0.2,
-        )
-        return spec._replace(**kw)
-
-    return make
-
-
-def start(spec: StarterSpec, workdir: Path) -> StarterHandle:
-    return launch_starter(spec, str(workdir / "spec.json"), str(workdir / "starter.log"))
-
-
-def wait_until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
-def status(path: Path) -> dict[str, object]:
-    """The starter's latest published measurements ({} before the first one)."""
-    try:
-        data: dict[str, object] = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    return data
-
-
-def finished(handle: StarterHandle, workdir: Path) -> dict[str, object]:
-    rc = handle.wait(timeout=30)
-    log = (workdir / "starter.log").read_text()
-    assert rc == 0, log
-    return handle.report()
 
 
 def test_job_runs_as_nobody_inside_its_cgroup_with_htcondor_environment(
