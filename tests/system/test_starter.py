@@ -200,3 +200,23 @@ def test_the_starter_outlives_its_parent_and_kill_family_ends_everything(
         "the starter to die",
     )
     assert not job.slice.exists()
+
+
+def test_a_warm_starter_runs_the_next_job_and_a_dead_one_is_replaced(
+    workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    from execd.starter.launcher import WARM
+
+    finished(start(make_spec("exit 0"), workdir), workdir)  # leaves a warm starter behind
+    warm = WARM.proc
+    assert warm is not None and warm.poll() is None, "a starter waits for the next job"
+    handle = start(make_spec("exit 5"), workdir)
+    assert handle.pid == warm.pid, "the waiting starter took the job"
+    assert finished(handle, workdir)["ExitCode"] == 5
+    dead = WARM.proc
+    assert dead is not None
+    dead.kill()
+    dead.wait()
+    handle = start(make_spec("exit 6"), workdir)
+    assert handle.pid != dead.pid, "a dead warm starter is not used: a cold one runs the job"
+    assert finished(handle, workdir)["ExitCode"] == 6
