@@ -3,7 +3,7 @@
 1. Launch latency: from the launch request to the job's first instruction (the job is
    `date +%s%N`), p50/p99 over N jobs, against a bare fork+exec of the same program into
    a cgroup measured in the same run. Goal: p50 under 3x the bare cost. Measured for a
-   warm starter (started ahead of need, as the daemon launches them) and a cold one.
+   starter forked from the starter zygote (as the daemon launches them) and a cold one.
 2. Per-starter memory while a job runs: RSS and USS (goals: RSS < 15 MB, USS < 4 MB).
 3. Kill latency of a 2,000-process fork bomb: cgroup kill decision to empty cgroup
    (goal: < 200 ms).
@@ -55,13 +55,13 @@ def spec_for(tree: CgroupTree, work: Path, i: int, script: str) -> StarterSpec:
     )
 
 
-def launch_ms(tree: CgroupTree, work: Path, i: int, warm: bool) -> float:
+def launch_ms(tree: CgroupTree, work: Path, i: int, zygote: bool) -> float:
     t0 = time.time_ns()
     h = launch_starter(
         spec_for(tree, work, i, "exec date +%s%N"),
         str(work / "spec.json"),
         str(work / "starter.log"),
-        warm=warm,
+        zygote=zygote,
     )
     h.wait()
     first = int((work / "iwd" / f"out{i}.txt").read_text())
@@ -74,10 +74,10 @@ def launch_latency(
     starter_ms: list[float] = []
     cold_ms: list[float] = []
     bare_ms: list[float] = []
-    launch_ms(tree, work, jobs, warm=True)  # the first launch warms the next
+    launch_ms(tree, work, jobs, zygote=True)  # the first launch starts the zygote
     for i in range(jobs):
-        starter_ms.append(launch_ms(tree, work, i, warm=True))
-        cold_ms.append(launch_ms(tree, work, jobs + 1 + i, warm=False))
+        starter_ms.append(launch_ms(tree, work, i, zygote=True))
+        cold_ms.append(launch_ms(tree, work, jobs + 1 + i, zygote=False))
 
         job = tree.job(f"bare{i}")
         job.create()
@@ -160,10 +160,10 @@ def main() -> None:
         s, c, b = launch_latency(tree, work, args.jobs)
         p50s, p50c, p50b = statistics.median(s), statistics.median(c), statistics.median(b)
         print(
-            f"launch latency over {args.jobs} jobs: warm starter p50 {p50s:.1f} ms "
+            f"launch latency over {args.jobs} jobs: zygote-forked starter p50 {p50s:.1f} ms "
             f"p99 {pct(s, 99):.1f} ms; cold starter p50 {p50c:.1f} ms p99 {pct(c, 99):.1f} ms; "
             f"bare fork+exec into cgroup p50 {p50b:.1f} ms p99 {pct(b, 99):.1f} ms; "
-            f"ratio p50 warm {p50s / p50b:.1f}x, cold {p50c / p50b:.1f}x (goal < 3x)"
+            f"ratio p50 zygote {p50s / p50b:.1f}x, cold {p50c / p50b:.1f}x (goal < 3x)"
         )
         rss, uss = starter_memory(tree, work)
         print(

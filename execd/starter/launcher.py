@@ -2,7 +2,9 @@
 
 A starter runs `python -S -m execd.starter SPEC.json` in its own session (it must
 outlive the daemon, which later re-adopts it) and writes its report durably to
-`report_path` before it exits. Control is by signal (see execd/starter/run.py):
+`report_path` before it exits. Once the starter zygote is up (execd/starter/zygote.py),
+starters are forked from it instead: faster to start and sharing their modules' pages.
+Control is by signal (see execd/starter/run.py):
 
     suspend()   SIGUSR1   freeze the job's cgroup
     continue_() SIGUSR2   thaw it
@@ -17,6 +19,7 @@ import atexit
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -36,14 +39,23 @@ PACKAGE_PARENT = str(Path(execd.__file__).resolve().parent.parent)
 class StarterHandle:
     """One running starter; methods are safe to call after it has exited.
 
-    `proc` is None for a starter re-adopted after a daemon restart (known by pid only).
+    `proc` is None for a starter that is not our child: one forked by the starter zygote
+    (followed through `pidfd`, so a reused pid is never signalled) or one re-adopted
+    after a daemon restart (known by pid only).
     """
 
     def __init__(
-        self, spec: StarterSpec, proc: subprocess.Popen[bytes] | None, pid: int | None = None
+        self,
+        spec: StarterSpec,
+        proc: subprocess.Popen[bytes] | None,
+        pid: int | None = None,
+        pidfd: int | None = None,
     ) -> None:
         self.spec = spec
         self.proc = proc
+        self.pidfd = pidfd
+        self.exited = False
+        self._pidfd_lock = threading.Lock()  # wait() closes the pidfd that _signal uses
         if proc is not None:
             self.pid = proc.pid
         elif pid is not None:
@@ -56,10 +68,16 @@ class StarterHandle:
             if self.proc.poll() is None:
                 self.proc.send_signal(signo)
             return
-        try:
-            os.kill(self.pid, signo)
-        except ProcessLookupError:
-            return
+        with self._pidfd_lock:
+            if self.exited:
+                return
+            try:
+                if self.pidfd is not None:
+                    signal.pidfd_send_signal(self.pidfd, signo)
+                else:
+                    os.kill(self.pid, signo)
+            except ProcessLookupError:
+                return
 
     def suspend(self) -> None:
         self._signal(signal.SIGUSR1)
@@ -81,9 +99,30 @@ class StarterHandle:
         job.destroy()
 
     def wait(self, timeout: float | None = None) -> int:
-        if self.proc is None:
-            raise ValueError("an adopted starter is not our child: watch its report instead")
-        return self.proc.wait(timeout)
+        """The starter's exit status; raises subprocess.TimeoutExpired like Popen.wait.
+
+        A starter that is not our child cannot be waited for: its pidfd says when it has
+        gone, and its status is read from its report as the starter's main() sets it
+        (0 done, 1 the starter failed, 2 no report: it never ran).
+        """
+        if self.proc is not None:
+            return self.proc.wait(timeout)
+        if not self.exited:
+            pidfd = self.pidfd
+            if pidfd is None:
+                raise ValueError("an adopted starter is not our child: watch its report")
+            ready, _, _ = select.select([pidfd], [], [], timeout)
+            if not ready:
+                raise subprocess.TimeoutExpired(f"starter {self.pid}", timeout or 0.0)
+            with self._pidfd_lock:
+                self.exited = True
+                self.pidfd = None
+                os.close(pidfd)
+        try:
+            reason = self.report().get("ExitReason")
+        except (OSError, ValueError):
+            return 2
+        return 1 if reason == "starter_failed" else 0
 
     def report(self) -> dict[str, Any]:
         return read_report(self.spec.report_path)
@@ -93,30 +132,60 @@ def _starter_env() -> dict[str, str]:
     return {"PYTHONPATH": PACKAGE_PARENT, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
 
-class WarmStarter:
-    """One starter started ahead of need: interpreter up, modules imported, waiting.
+ZYGOTE_ANSWER_SECONDS = 5.0
 
-    Most of a cold launch is Python starting and importing (~40 ms of ~50 here); a warm
-    starter has done that before the job arrives. It waits on its stdin for
-    `SPEC_PATH NUL LOG_PATH`, then runs exactly as a cold one (same process, same
-    session, the daemon's child); EOF (the daemon gone) makes it exit unused.
+
+class StarterZygote:
+    """The daemon's side of execd/starter/zygote.py: ask it to fork a starter.
+
+    Started on first use; until it answers, and whenever it is gone, starters are
+    launched cold. Starters it forks are its children, not ours: the handle follows
+    them through a pidfd opened before the zygote can reap them.
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def take(self, spec_path: str, log_path: str) -> subprocess.Popen[bytes] | None:
-        """Hand the spec to the waiting starter (None if there is none) and warm the next."""
+    def fork_starter(self, spec_path: str, log_path: str) -> tuple[int, int | None] | None:
+        """(pid, pidfd) of a new starter for this spec, or None: launch it cold.
+
+        pidfd None: the starter was forked and has already gone.
+        """
         with self.lock:
-            proc, self.proc = self.proc, None
-            if proc is not None and not self._hand_over(proc, spec_path, log_path):
-                proc = None
-            self.proc = self._spawn()
-        return proc
+            proc = self.proc
+            if proc is None or proc.poll() is not None:
+                if proc is not None:
+                    self._discard(proc)
+                self.proc = self._spawn()
+                return None  # it is still starting up; this job goes cold
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(f"{spec_path}\0{log_path}\n".encode())
+                proc.stdin.flush()
+                # A zygote that does not answer (starting up takes ~0.1 s) is replaced.
+                if select.select([proc.stdout], [], [], ZYGOTE_ANSWER_SECONDS)[0]:
+                    answer = proc.stdout.readline()
+                else:
+                    answer = b""
+            except OSError:
+                answer = b""
+            if not answer.endswith(b"\n"):
+                proc.kill()
+                answer += proc.stdout.read()  # did it fork before it went? Then that one runs
+                self._discard(proc)
+                self.proc = self._spawn()
+            if not answer.strip().isdigit():
+                return None
+            pid = int(answer)
+            try:
+                # The zygote reaps nothing before our next request: the pid is still ours.
+                return pid, os.pidfd_open(pid)
+            except ProcessLookupError:
+                return pid, None
 
     def close(self) -> None:
-        """EOF to the waiting starter (it exits unused), and reap it."""
+        """EOF to the zygote (it exits; its starters carry on), and reap it."""
         with self.lock:
             proc, self.proc = self.proc, None
         if proc is not None:
@@ -124,35 +193,22 @@ class WarmStarter:
 
     @staticmethod
     def _discard(proc: subprocess.Popen[bytes]) -> None:
-        if proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
 
-    @classmethod
-    def _hand_over(cls, proc: subprocess.Popen[bytes], spec_path: str, log_path: str) -> bool:
-        if proc.poll() is not None or proc.stdin is None:
-            cls._discard(proc)
-            return False
-        try:
-            proc.stdin.write(f"{spec_path}\0{log_path}\n".encode())
-            proc.stdin.close()
-        except OSError:  # it died while waiting: reap it, launch cold instead
-            proc.kill()
-            cls._discard(proc)
-            return False
-        return True
-
     @staticmethod
     def _spawn() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [sys.executable, "-S", "-m", "execd.starter", "--warm"],
+            [sys.executable, "-S", "-m", "execd.starter", "--zygote"],
             stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env=_starter_env(),
             start_new_session=True,
@@ -160,22 +216,25 @@ class WarmStarter:
         )
 
 
-WARM = WarmStarter()
-atexit.register(WARM.close)
+ZYGOTE = StarterZygote()
+atexit.register(ZYGOTE.close)
 
 
 def launch_starter(
-    spec: StarterSpec, spec_path: str, log_path: str, *, warm: bool = True
+    spec: StarterSpec, spec_path: str, log_path: str, *, zygote: bool = True
 ) -> StarterHandle:
     """Write the spec where the starter will read it and start the starter.
 
-    warm: use the starter started ahead of need, if there is one, and start the next.
+    zygote: fork it from the starter zygote when one is up (else start it cold).
     """
     with open(spec_path, "w") as f:
         json.dump(spec._asdict(), f)
-    proc = WARM.take(spec_path, log_path) if warm else None
-    if proc is not None:
-        return StarterHandle(spec, proc)
+    forked = ZYGOTE.fork_starter(spec_path, log_path) if zygote else None
+    if forked is not None:
+        pid, pidfd = forked
+        handle = StarterHandle(spec, None, pid=pid, pidfd=pidfd)
+        handle.exited = pidfd is None
+        return handle
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-S", "-m", "execd.starter", spec_path],

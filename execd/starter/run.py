@@ -371,22 +371,3 @@ def main(argv: list[str]) -> int:
         return 1
     return 0
 
-
-def warm_main() -> int:
-    """A starter started ahead of need: wait for the job's spec, then run as main()."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, CONTROL)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    import ctypes  # noqa: F401, PLC0415 - the job's child needs it for no_new_privs: load it now
-
-    line = sys.stdin.buffer.readline()
-    if not line.endswith(b"\n") or b"\0" not in line:
-        return 0  # EOF: the daemon went away (or never needed us)
-    spec_path, log_path = line[:-1].decode().split("\0", 1)
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    return main([spec_path])

@@ -202,21 +202,27 @@ def test_the_starter_outlives_its_parent_and_kill_family_ends_everything(
     assert not job.slice.exists()
 
 
-def test_a_warm_starter_runs_the_next_job_and_a_dead_one_is_replaced(
+
+def test_starters_are_forked_from_the_zygote_and_a_dead_zygote_is_replaced(
     workdir: Path, make_spec: Callable[..., StarterSpec]
 ) -> None:
-    from execd.starter.launcher import WARM
+    from execd.starter.launcher import ZYGOTE
 
-    finished(start(make_spec("exit 0"), workdir), workdir)  # leaves a warm starter behind
-    warm = WARM.proc
-    assert warm is not None and warm.poll() is None, "a starter waits for the next job"
+    finished(start(make_spec("exit 0"), workdir), workdir)  # starts the zygote if need be
+    zygote = ZYGOTE.proc
+    assert zygote is not None
     handle = start(make_spec("exit 5"), workdir)
-    assert handle.pid == warm.pid, "the waiting starter took the job"
+    if handle.proc is not None:  # the zygote was still starting up: this one went cold
+        assert finished(handle, workdir)["ExitCode"] == 5
+        handle = start(make_spec("exit 5"), workdir)
+    assert handle.proc is None, "forked by the zygote, not by us"
+    assert Path(f"/proc/{handle.pid}/status").read_text().count(f"PPid:\t{zygote.pid}\n") == 1
+    pid = handle.pid
+    wait_until(lambda: os.getsid(pid) == pid, "the starter to lead its own session")
     assert finished(handle, workdir)["ExitCode"] == 5
-    dead = WARM.proc
-    assert dead is not None
-    dead.kill()
-    dead.wait()
+    zygote.kill()
+    zygote.wait()
     handle = start(make_spec("exit 6"), workdir)
-    assert handle.pid != dead.pid, "a dead warm starter is not used: a cold one runs the job"
+    assert handle.proc is not None, "no zygote: the starter is started cold"
     assert finished(handle, workdir)["ExitCode"] == 6
+    assert ZYGOTE.proc is not None and ZYGOTE.proc.pid != zygote.pid, "a new zygote is up"
