@@ -144,6 +144,24 @@ def fork_bomb_kill(tree: CgroupTree, n: int = 2000) -> tuple[float, int]:
     return elapsed, count
 
 
+def fork_bomb_via_starter(tree: CgroupTree, work: Path, n: int = 2000) -> tuple[float, int]:
+    """The same, through a starter: its hard kill (SIGQUIT) to an empty cgroup."""
+    script = f"i=0; while [ $i -lt {n} ]; do sleep 1000 & i=$((i+1)); done; touch bomb; wait"
+    h = launch_starter(spec_for(tree, work, 9998, script), str(work / "spec.json"),
+                       str(work / "starter.log"))
+    job = tree.job("slot1_9998")
+    while not (work / "iwd" / "bomb").exists():
+        time.sleep(0.01)
+    count = len(job.pids())
+    t0 = time.perf_counter()
+    h.hard_kill()
+    while job.populated():
+        time.sleep(0.0005)
+    elapsed = (time.perf_counter() - t0) * 1000
+    h.wait()
+    return elapsed, count
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=200)
@@ -172,6 +190,9 @@ def main() -> None:
         )
         ms, count = fork_bomb_kill(tree)
         print(f"fork bomb of {count} processes: cgroup kill to empty in {ms:.1f} ms (goal < 200)")
+        ms, count = fork_bomb_via_starter(tree, work)
+        print(f"fork bomb of {count} processes under a starter: hard kill signal to empty "
+              f"cgroup in {ms:.1f} ms")
     finally:
         tree.remove()
         shutil.rmtree(work)

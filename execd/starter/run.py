@@ -213,7 +213,9 @@ class Starter:
     def hard_kill(self, reason: str = "hard_killed") -> None:
         if self.exit_reason in ("exited", "soft_killed"):
             self.exit_reason = reason
-        self.measure()  # the last look at the job before it goes
+        # A last count, not a full measure: reading every process's memory (no memory
+        # controller) would delay the kill of a fork bomb by tens of milliseconds.
+        self.peak_procs = max(self.peak_procs, len(self.cgroup.pids()))
         self.enter_state("Killing")
         self.cgroup.kill()
         if self.frozen:
