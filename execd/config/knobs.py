@@ -187,6 +187,7 @@ _group(
 _group(
     "Jobs, starter and cgroups",
     ("STARTER_ALLOW_RUNAS_OWNER", B, "true", "Run jobs as their Owner when that user exists."),
+    ("STARTER_NUM_THREADS_ENV_VARS", L, "CUBACORES GOMAXPROCS JULIA_NUM_THREADS MKL_NUM_THREADS NUMEXPR_NUM_THREADS OMP_NUM_THREADS OMP_THREAD_LIMIT OPENBLAS_NUM_THREADS PYTHON_CPU_COUNT ROOT_MAX_THREADS TF_LOOP_PARALLEL_ITERATIONS TF_NUM_THREADS", "Environment variables set to the job's number of CPUs (at least 1)."),
     ("USE_PID_NAMESPACES", B, "false", "Run each job in its own PID namespace: as with condor_pid_ns_init, the job is pid 2 under a small init (pid 1) that forwards signals and reaps, and /proc shows only the job's processes. Needs root."),
     ("BASE_CGROUP", S, "htcondor", "cgroup subtree execd owns; jobs get <slot>.slice below it."),
     ("CGROUP_MEMORY_LIMIT_POLICY", S, "hard", "hard, soft, none or custom: how memory.max is set."),

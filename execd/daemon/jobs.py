@@ -251,6 +251,7 @@ class JobManager:
             gpus=[g.strip() for g in str(facts.get("AssignedGPUs", "")).split(",") if g.strip()],
             pid_namespace=settings.get_bool("USE_PID_NAMESPACES"),
             network_namespace=settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
+            thread_env_vars=settings.get_list("STARTER_NUM_THREADS_ENV_VARS"),
         )
 
     async def _watch(self, job: Job) -> None:

@@ -71,6 +71,7 @@ class StarterFollower:
     interval: float
     mark_broken: Callable[[str, str], None]
     acted: StarterAction = StarterAction.NONE
+    target: Any = None  # the job ad as a ClassAd, built on first use
 
     async def run(self) -> None:
         try:
@@ -79,7 +80,7 @@ class StarterFollower:
                     self.poll()
             await self.job.done.wait()
             self.after_exit()
-        except (ExecdError, OSError, ValueError) as exc:
+        except (ExecdError, OSError, ValueError, TypeError) as exc:
             logger.error("starter_follow_failed", slot=self.job.slot, job=self.job.job_id,
                          error=str(exc))
 
@@ -96,8 +97,9 @@ class StarterFollower:
         if status is None:
             return StarterAction.NONE
         moment = int(time.time()) if now is None else now
-        action = starter_decision(self.policy, new_ad(self.job.ad), status, self.memory_mb,
-                                  moment)
+        if self.target is None:
+            self.target = new_ad(self.job.ad)
+        action = starter_decision(self.policy, self.target, status, self.memory_mb, moment)
         if action is StarterAction.NONE or action is self.acted:
             return action
         if action is StarterAction.VACATE and self.acted is StarterAction.KILL:

@@ -18,7 +18,8 @@ LOOPBACK_CHECK = (
     "srv = socket.create_server(('127.0.0.1', 0))\n"
     "socket.create_connection(srv.getsockname(), timeout=5).sendall(b'up')\n"
     "print(os.getpid(), ' '.join(names), srv.accept()[0].recv(2).decode())\n"
-    "print(os.environ['OMP_NUM_THREADS'], repr(os.environ['CUDA_VISIBLE_DEVICES']))\n"
+    "print(os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'],\n"
+    "      repr(os.environ['CUDA_VISIBLE_DEVICES']), os.environ['BATCH_SYSTEM'])\n"
 )
 
 
@@ -51,13 +52,14 @@ def test_a_job_gets_its_own_pid_and_loopback_only_network_namespaces(
     done = job(node, "--cpus", "2", "--", "/usr/bin/python3", "-c", LOOPBACK_CHECK)
     assert done.returncode == 0, done.stderr
     # pid 2 under the namespace's init; only `lo`, and it is up; no GPU requested: none seen
-    assert done.stdout.splitlines() == ["2 lo up", "2 ''"]
+    assert done.stdout.splitlines() == ["2 lo up", "2 2 '' HTCondor"]
 
 
 def test_cuda_visible_devices_names_only_the_assigned_gpus(node: RunningDaemon) -> None:
-    done = job(node, "--gpus", "1", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES")
+    done = job(node, "--gpus", "1", "--", "sh", "-c",
+               "echo $CUDA_VISIBLE_DEVICES $NVIDIA_VISIBLE_DEVICES")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() in ("GPU-aa11", "GPU-bb22")
+    assert done.stdout.split() in (["GPU-aa11"] * 2, ["GPU-bb22"] * 2)
 
 
 def test_a_job_over_starter_evict_is_evicted(node: RunningDaemon) -> None:
