@@ -30,7 +30,8 @@ from typing import Any
 import execd
 from execd.cgroups.fs import CgroupFS
 from execd.cgroups.tree import JobCgroup
-from execd.starter.report import read_report
+from execd.errors import CgroupError
+from execd.starter.report import read_report, write_durably
 from execd.starter.spec import StarterSpec
 
 PACKAGE_PARENT = str(Path(execd.__file__).resolve().parent.parent)
@@ -91,12 +92,45 @@ class StarterHandle:
     def hard_kill(self) -> None:
         self._signal(signal.SIGQUIT)
 
-    def kill_family(self) -> None:
-        """The last resort after KILLING_TIMEOUT: the starter and every job process."""
+    def kill_family(self, fs: CgroupFS | None = None, timeout: float = 5.0) -> None:
+        """The last resort after KILLING_TIMEOUT: the starter and every job process.
+
+        A starter killed here leaves no report, so one is written for it; a job cgroup
+        that cannot be emptied even now is named in it (SlotBrokenReason: the daemon
+        marks the slot broken).
+        """
         self._signal(signal.SIGKILL)
         base = Path(self.spec.cgroup_mount) / self.spec.base_cgroup
-        job = JobCgroup(CgroupFS(), base / f"{self.spec.slot_name}.slice", frozenset())
-        job.destroy()
+        job = JobCgroup(fs or CgroupFS(), base / f"{self.spec.slot_name}.slice", frozenset())
+        broken: str | None = None
+        try:
+            job.destroy(timeout)
+        except CgroupError as exc:
+            broken = str(exc)
+        self._gone(timeout=1.0)  # a starter that wrote its report as it died keeps it
+        if os.path.exists(self.spec.report_path):
+            return
+        report: dict[str, Any] = {"JobId": self.spec.job_id, "ExitReason": "starter_killed"}
+        if broken:
+            report["SlotBrokenReason"] = broken
+        write_durably(self.spec.report_path, report)
+
+    def _gone(self, timeout: float) -> bool:
+        """Wait up to `timeout` for the starter to be gone; True when it is."""
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        with self._pidfd_lock:
+            if self.exited or self.pidfd is None:
+                return self.exited
+            pidfd = os.dup(self.pidfd)  # wait() may close the original meanwhile
+        try:
+            return bool(select.select([pidfd], [], [], timeout)[0])
+        finally:
+            os.close(pidfd)
 
     def wait(self, timeout: float | None = None) -> int:
         """The starter's exit status; raises subprocess.TimeoutExpired like Popen.wait.
