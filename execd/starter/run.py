@@ -84,6 +84,13 @@ class Starter:
     def start(self) -> None:
         spec = self.spec
         user = resolve_user(spec, os.geteuid())
+        if self.cgroup.populated():
+            # A job left behind (unkillable, or still running under a starter we do not
+            # know): never start another in its cgroup, never kill it from here.
+            raise CgroupError(
+                f"{self.cgroup.slice} still holds processes of an earlier job; "
+                f"job {spec.job_id} is not started in it"
+            )
         self.cgroup.create()
         self.cgroup.apply_limits(self.plan.writes)
         event("cgroup_limits", slot=spec.slot_name, enforcement=repr(self.plan.describe()))

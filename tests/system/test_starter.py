@@ -226,3 +226,25 @@ def test_starters_are_forked_from_the_zygote_and_a_dead_zygote_is_replaced(
     assert handle.proc is not None, "no zygote: the starter is started cold"
     assert finished(handle, workdir)["ExitCode"] == 6
     assert ZYGOTE.proc is not None and ZYGOTE.proc.pid != zygote.pid, "a new zygote is up"
+
+
+def test_a_slot_whose_cgroup_still_holds_a_job_is_not_reused(
+    tree: CgroupTree, workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    import subprocess
+
+    left = tree.job("slot1_1")
+    left.create()
+    leftover = subprocess.Popen(["sleep", "600"])
+    try:
+        left.add(leftover.pid)
+        handle = start(make_spec("touch started"), workdir)
+        handle.wait(timeout=30)
+        report = handle.report()
+        assert report["ExitReason"] == "starter_failed"
+        assert "still holds processes of an earlier job" in str(report["StarterError"])
+        assert not (workdir / "iwd/started").exists()
+        assert leftover.poll() is None, "the starter does not kill what it did not start"
+    finally:
+        leftover.kill()
+        leftover.wait()
