@@ -234,6 +234,9 @@ class JobManager:
             base_cgroup=str(self.tree.base.relative_to(self.tree.hierarchy.mount)),
             cpus=float(facts.get("Cpus", 1)),
             memory_mb=int(facts.get("Memory", 0)),
+            # The d-slot's own GPUs (AssignedGPUs), and only those, are the job's.
+            gpus=[g for g in str(facts.get("AssignedGPUs", "")).replace(" ", "").split(",")
+                  if g],
             stdin=ad.get("In"),
             stdout=ad.get("Out"),
             stderr=ad.get("Err"),
@@ -248,7 +251,6 @@ class JobManager:
             pids_max=settings.get_int("EXECD_PIDS_MAX") or None,
             always_hold_on_oom=settings.get_bool("STARTER_ALWAYS_HOLD_ON_OOM", True),
             status_path=str(workdir / "status.json"),
-            gpus=[g.strip() for g in str(facts.get("AssignedGPUs", "")).split(",") if g.strip()],
             pid_namespace=settings.get_bool("USE_PID_NAMESPACES"),
             network_namespace=settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
             thread_env_vars=settings.get_list("STARTER_NUM_THREADS_ENV_VARS"),
