@@ -106,6 +106,8 @@ class JobCgroup:
         self.slice = slice_path
         self.leaf = slice_path / JOB_LEAF
         self.controllers = controllers
+        # How long a kill may take before the slice counts as one that cannot be emptied.
+        self.kill_timeout = 5.0
 
     @property
     def procs_file(self) -> Path:
@@ -165,7 +167,7 @@ class JobCgroup:
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
 
-    def kill(self, timeout: float = 5.0) -> None:
+    def kill(self, timeout: float | None = None) -> None:
         """Kill every process in the slice and wait until it is empty.
 
         cgroup.kill (5.14+) kills atomically, forks included; SIGKILL to every listed pid
@@ -173,6 +175,7 @@ class JobCgroup:
         """
         if not self.fs.exists(self.slice):
             return
+        timeout = self.kill_timeout if timeout is None else timeout
         kill_file = self.slice / "cgroup.kill"
         has_kill = self.fs.exists(kill_file)
         if has_kill:
@@ -240,7 +243,7 @@ class JobCgroup:
             return {}
         return parse_flat_keyed(self.fs.read(events))
 
-    def destroy(self, timeout: float = 5.0) -> None:
+    def destroy(self, timeout: float | None = None) -> None:
         """Kill what is left and remove the leaf, any nested cgroups, and the slice."""
         self.kill(timeout)
         stack = [self.slice]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from execd import log
 from execd.cgroups.discovery import discover
+from execd.cgroups.enforcement import announce_enforcement
 from execd.cgroups.fs import CgroupFS
 from execd.cgroups.tree import CgroupTree
 from execd.claims.ids import ClaimId, ClaimIdFactory
@@ -27,6 +28,7 @@ from execd.errors import CgroupError, ExecdError, ResourceError
 from execd.policy import actions as act
 from execd.slots import from_config
 from execd.slots.requests import RequestModifier
+from execd.starter.follow import follow_starter
 from execd.starter.launcher import StarterHandle, launch_starter
 from execd.starter.spec import StarterSpec, parse_signal
 
@@ -76,6 +78,7 @@ class JobManager:
         self.tree = tree
         logger.info("cgroup_tree_ready", base=str(tree.base),
                     controllers=sorted(tree.controllers))
+        announce_enforcement(self.daemon.node, tree.controllers, settings)
 
     # -- claims -----------------------------------------------------------------------
     def request_claim(self, slot_name: str | None, job_ad: dict[str, Any]) -> dict[str, Any]:
@@ -203,6 +206,9 @@ class JobManager:
         task = asyncio.get_running_loop().create_task(self._watch(job))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        # seed 002's STARTER_* policy each poll; a broken slot when the starter is gone
+        follow_starter(self.tasks, job, handle, spec, settings=self.daemon.settings,
+                       mark_broken=self.daemon.node.mark_broken)
 
     def spec(self, job: Job, workdir: Path) -> StarterSpec:
         settings = self.daemon.settings
@@ -244,6 +250,10 @@ class JobManager:
             disable_swap=settings.get_bool("DISABLE_SWAP_FOR_JOB", True),
             pids_max=settings.get_int("EXECD_PIDS_MAX") or None,
             always_hold_on_oom=settings.get_bool("STARTER_ALWAYS_HOLD_ON_OOM", True),
+            status_path=str(workdir / "status.json"),
+            pid_namespace=settings.get_bool("USE_PID_NAMESPACES"),
+            network_namespace=settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
+            thread_env_vars=settings.get_list("STARTER_NUM_THREADS_ENV_VARS"),
         )
 
     async def _watch(self, job: Job) -> None:

@@ -82,6 +82,10 @@ class Node:
     slot_types: list[SlotTypeInput]
     reader: HostReader = field(default_factory=LiveHostReader)
     load: MachineLoad = field(default_factory=MachineLoad)
+    # Every slot ad carries these (who enforces each cgroup limit: CgroupEnforcement).
+    node_attrs: dict[str, Any] = field(default_factory=dict)
+    # Slots whose job cgroup could not be emptied -> SlotBrokenReason.
+    broken: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
     def build(config: Config, settings: Settings, reader: HostReader | None = None) -> Node:
@@ -100,6 +104,13 @@ class Node:
             console_idle=idle.console_idle,
         )
 
+    def mark_broken(self, slot: str, reason: str) -> None:
+        """A d-slot's reason also goes on its partitionable parent, which outlives it."""
+        self.broken[slot] = reason
+        parent = slot.split("_", maxsplit=1)[0]
+        if parent != slot:
+            self.broken.setdefault(parent, f"{slot}: {reason}")
+
     def ads(self, policy_for: Callable[[str], PolicyFacts] | None = None) -> list[Any]:
         now = int(time.time())
         if policy_for is None:
@@ -110,7 +121,7 @@ class Node:
                 return idle[name.split("_", maxsplit=1)[0]]
 
         loads = [SlotLoadInput(res.name, 0.0) for res in self.slots.resources()]
-        return self.slots.build_ads(
+        ads = self.slots.build_ads(
             now=now,
             machine_load=self.load,
             load_for=split_load(self.load.total_load_avg, loads),
@@ -118,6 +129,12 @@ class Node:
             startd_attrs_for=lambda slot_id: from_config.startd_attrs(self.config, slot_id),
             slot_attrs=from_config.startd_slot_attrs(self.config),
         )
+        for ad in ads:
+            ad.update(self.node_attrs)
+            reason = self.broken.get(str(ad["Name"]).split("@")[0])
+            if reason:
+                ad["SlotBrokenReason"] = reason
+        return ads
 
     def summary(self) -> str:
         """For systemd's STATUS= line."""

@@ -78,11 +78,19 @@ class Starter:
         self.exit_reason = "exited"
         self.job_state = "Running"
         self.entered_state = int(time.time())
+        self.init_status_r: int | None = None
 
     # -- setup ---------------------------------------------------------------
     def start(self) -> None:
         spec = self.spec
         user = resolve_user(spec, os.geteuid())
+        if self.cgroup.populated():
+            # A job left behind (unkillable, or still running under a starter we do not
+            # know): never start another in its cgroup, never kill it from here.
+            raise CgroupError(
+                f"{self.cgroup.slice} still holds processes of an earlier job; "
+                f"job {spec.job_id} is not started in it"
+            )
         self.cgroup.create()
         self.cgroup.apply_limits(self.plan.writes)
         event("cgroup_limits", slot=spec.slot_name, enforcement=repr(self.plan.describe()))
@@ -93,6 +101,7 @@ class Starter:
         self.report["JobUser"] = user.name
         self.report["CgroupEnforcement"] = self.plan.describe()
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        init_status_w = self.enter_pid_namespace()
         self.started = time.monotonic()
         pid = os.fork()
         if pid == 0:
@@ -106,8 +115,13 @@ class Starter:
                 argv=[cmd, *spec.args],
                 env=env,
                 error_fd=write_fd,
+                network_namespace=spec.network_namespace,
+                status_fd=init_status_w,
+                forwarded=self.forwarded_signals(),
             )
         os.close(write_fd)
+        if init_status_w is not None:
+            os.close(init_status_w)
         self.pid = pid
         failure = os.read(read_fd, 4096).decode(errors="replace")
         os.close(read_fd)
@@ -124,6 +138,26 @@ class Starter:
             event("job_spawn_failed", job=spec.job_id, reason=repr(message))
         else:
             event("job_started", job=spec.job_id, pid=pid, user=user.name)
+
+    def enter_pid_namespace(self) -> int | None:
+        """USE_PID_NAMESPACES: the next child is pid 1 of a new namespace (its init).
+
+        Returns the write end of the pipe on which the init passes on the job's status.
+        """
+        if not self.spec.pid_namespace:
+            return None
+        from execd.starter import namespaces  # noqa: PLC0415 - only when configured
+
+        namespaces.enter_new_pid_namespace()
+        self.init_status_r, write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        return write
+
+    def forwarded_signals(self) -> frozenset[int]:
+        if not self.spec.pid_namespace:
+            return frozenset()
+        from execd.starter.namespaces import FORWARDED  # noqa: PLC0415 - as above
+
+        return FORWARDED | {self.spec.kill_sig}
 
     # -- control -------------------------------------------------------------
     def hold(self, code: int, subcode: int, reason: str) -> None:
@@ -186,7 +220,9 @@ class Starter:
     def hard_kill(self, reason: str = "hard_killed") -> None:
         if self.exit_reason in ("exited", "soft_killed"):
             self.exit_reason = reason
-        self.measure()  # the last look at the job before it goes
+        # A last count, not a full measure: reading every process's memory (no memory
+        # controller) would delay the kill of a fork bomb by tens of milliseconds.
+        self.peak_procs = max(self.peak_procs, len(self.cgroup.pids()))
         self.enter_state("Killing")
         self.cgroup.kill()
         if self.frozen:
@@ -225,6 +261,11 @@ class Starter:
         pid, status = os.waitpid(self.pid, os.WNOHANG)
         if pid == self.pid:
             self.status = status
+            if self.init_status_r is not None:  # the init's own status is not the job's
+                from execd.starter.namespaces import read_job_status  # noqa: PLC0415
+
+                job_status = read_job_status(self.init_status_r)
+                self.status = status if job_status is None else job_status
 
     def watch(self) -> None:
         next_poll = time.monotonic()
@@ -232,6 +273,7 @@ class Starter:
             now = time.monotonic()
             if now >= next_poll:
                 self.measure()
+                self.publish_status()
                 next_poll = now + self.spec.polling_interval
             if self.hard_kill_at is not None and now >= self.hard_kill_at:
                 self.hard_kill_at = None
@@ -342,3 +384,4 @@ def main(argv: list[str]) -> int:
         )
         return 1
     return 0
+

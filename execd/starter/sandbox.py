@@ -76,9 +76,13 @@ def job_environment(spec: StarterSpec, scratch: str) -> dict[str, str]:
     env["_CONDOR_SCRATCH_DIR"] = scratch
     env["_CONDOR_SLOT"] = spec.slot_name
     env["TMPDIR"] = env["TMP"] = env["TEMP"] = scratch
+    env["BATCH_SYSTEM"] = "HTCondor"
     threads = str(max(1, int(spec.cpus)))
-    env["OMP_NUM_THREADS"] = threads
+    for name in spec.thread_env_vars:  # STARTER_NUM_THREADS_ENV_VARS
+        env[name] = threads
     # Only the GPUs assigned to this slot are visible; none assigned means none visible.
     env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
     env["_CONDOR_AssignedGPUs"] = ",".join(spec.gpus)
+    if spec.gpus:
+        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
     return env

@@ -40,6 +40,14 @@ def parse_signal(name: str | int) -> int:
         raise ValueError(f"KillSig {name!r} is not a signal name") from None
 
 
+# STARTER_NUM_THREADS_ENV_VARS's default: each is set to the job's number of CPUs.
+THREAD_ENV_VARS = [
+    "CUBACORES", "GOMAXPROCS", "JULIA_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+    "OMP_NUM_THREADS", "OMP_THREAD_LIMIT", "OPENBLAS_NUM_THREADS", "PYTHON_CPU_COUNT",
+    "ROOT_MAX_THREADS", "TF_LOOP_PARALLEL_ITERATIONS", "TF_NUM_THREADS",
+]  # fmt: skip
+
+
 class StarterSpec(NamedTuple):
     job_id: str
     slot_name: str
@@ -73,6 +81,9 @@ class StarterSpec(NamedTuple):
     # Where the starter leaves its latest measurements every polling interval, for the
     # daemon's starter policy (seed 002) and the UPDATE_JOB_INFO hook. None: not written.
     status_path: str | None = None
+    pid_namespace: bool = False  # USE_PID_NAMESPACES
+    network_namespace: bool = False  # EXECD_JOB_NETWORK_NAMESPACE: loopback only
+    thread_env_vars: list[str] = THREAD_ENV_VARS
 
     @property
     def slot_number(self) -> str:
@@ -119,4 +130,7 @@ class StarterSpec(NamedTuple):
             cpu_max_cpus=_opt(d, "cpu_max_cpus", float, None),
             always_hold_on_oom=_opt(d, "always_hold_on_oom", bool, True),
             status_path=_opt(d, "status_path", str, None),
+            pid_namespace=_opt(d, "pid_namespace", bool, False),
+            network_namespace=_opt(d, "network_namespace", bool, False),
+            thread_env_vars=_opt(d, "thread_env_vars", list, THREAD_ENV_VARS),
         )

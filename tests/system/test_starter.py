@@ -4,86 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
+from starter_helpers import NOBODY, finished, start, status, wait_until
 
 from execd.cgroups.tree import CgroupTree
-from execd.starter.launcher import StarterHandle, launch_starter
 from execd.starter.spec import StarterSpec
-
-NOBODY = 65534
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    """An EXECUTE directory the job user can traverse (pytest's tmp is root-only)."""
-    path = Path(tempfile.mkdtemp(prefix="execd-test-"))
-    path.chmod(0o755)
-    (path / "execute").mkdir(mode=0o755)
-    (path / "iwd").mkdir()
-    os.chown(path / "iwd", NOBODY, NOBODY)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path)
-
-
-@pytest.fixture
-def make_spec(tree: CgroupTree, workdir: Path) -> Callable[..., StarterSpec]:
-    def make(script: str, **kw: object) -> StarterSpec:
-        spec = StarterSpec(
-            job_id="1.0",
-            slot_name="slot1_1",
-            cmd="/bin/sh",
-            args=["-c", script],
-            env={"FROM_JOB": "yes"},
-            owner="no-such-user-execd",
-            execute_dir=str(workdir / "execute"),
-            report_path=str(workdir / "report.json"),
-            cgroup_mount=str(tree.hierarchy.mount),
-            base_cgroup=str(tree.base.relative_to(tree.hierarchy.mount)),
-            iwd=str(workdir / "iwd"),
-            stdout="out.txt",
-            stderr="err.txt",
-            polling_interval=0.2,
-        )
-        return spec._replace(**kw)
-
-    return make
-
-
-def start(spec: StarterSpec, workdir: Path) -> StarterHandle:
-    return launch_starter(spec, str(workdir / "spec.json"), str(workdir / "starter.log"))
-
-
-def wait_until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
-def status(path: Path) -> dict[str, object]:
-    """The starter's latest published measurements ({} before the first one)."""
-    try:
-        data: dict[str, object] = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    return data
-
-
-def finished(handle: StarterHandle, workdir: Path) -> dict[str, object]:
-    rc = handle.wait(timeout=30)
-    log = (workdir / "starter.log").read_text()
-    assert rc == 0, log
-    return handle.report()
 
 
 def test_job_runs_as_nobody_inside_its_cgroup_with_htcondor_environment(
@@ -276,3 +204,51 @@ def test_the_starter_outlives_its_parent_and_kill_family_ends_everything(
         "the starter to die",
     )
     assert not job.slice.exists()
+
+
+
+def test_starters_are_forked_from_the_zygote_and_a_dead_zygote_is_replaced(
+    workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    from execd.starter.launcher import ZYGOTE
+
+    finished(start(make_spec("exit 0"), workdir), workdir)  # starts the zygote if need be
+    zygote = ZYGOTE.proc
+    assert zygote is not None
+    handle = start(make_spec("exit 5"), workdir)
+    if handle.proc is not None:  # the zygote was still starting up: this one went cold
+        assert finished(handle, workdir)["ExitCode"] == 5
+        handle = start(make_spec("exit 5"), workdir)
+    assert handle.proc is None, "forked by the zygote, not by us"
+    assert Path(f"/proc/{handle.pid}/status").read_text().count(f"PPid:\t{zygote.pid}\n") == 1
+    pid = handle.pid
+    wait_until(lambda: os.getsid(pid) == pid, "the starter to lead its own session")
+    assert finished(handle, workdir)["ExitCode"] == 5
+    zygote.kill()
+    zygote.wait()
+    handle = start(make_spec("exit 6"), workdir)
+    assert handle.proc is not None, "no zygote: the starter is started cold"
+    assert finished(handle, workdir)["ExitCode"] == 6
+    assert ZYGOTE.proc is not None and ZYGOTE.proc.pid != zygote.pid, "a new zygote is up"
+
+
+def test_a_slot_whose_cgroup_still_holds_a_job_is_not_reused(
+    tree: CgroupTree, workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    import subprocess
+
+    left = tree.job("slot1_1")
+    left.create()
+    leftover = subprocess.Popen(["sleep", "600"])
+    try:
+        left.add(leftover.pid)
+        handle = start(make_spec("touch started"), workdir)
+        handle.wait(timeout=30)
+        report = handle.report()
+        assert report["ExitReason"] == "starter_failed"
+        assert "still holds processes of an earlier job" in str(report["StarterError"])
+        assert not (workdir / "iwd/started").exists()
+        assert leftover.poll() is None, "the starter does not kill what it did not start"
+    finally:
+        leftover.kill()
+        leftover.wait()

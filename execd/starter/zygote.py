@@ -1,0 +1,71 @@
+"""The starter zygote: one process that has started Python and imported the starter,
+and forks a starter per job (execd/starter/launcher.py, StarterZygote, is its client).
+
+Why: a cold starter spends most of its launch starting Python and importing (~40 ms of
+~50 here) and keeps ~3 MB of private pages for its modules. A starter forked from the
+zygote starts at once, and its modules stay pages shared with the zygote and its
+siblings (gc.freeze keeps the collector from touching, and so copying, them).
+
+Protocol on stdin/stdout: the daemon writes `SPEC_PATH NUL LOG_PATH NL`; the zygote forks,
+the starter leads a new session and runs as `python -m execd.starter SPEC_PATH` would,
+and the zygote answers `PID NL`. The zygote reaps finished starters only when the next
+request comes, so a starter's pid cannot be reused before the daemon has opened a pidfd
+on it. EOF (the daemon gone) ends the zygote; running starters carry on.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import sys
+
+from execd.starter.run import CONTROL, main
+
+
+def _reap_finished() -> None:
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _become_starter(spec_path: str, log_path: str) -> int:
+    os.setsid()  # its own session, as a cold starter: it outlives the daemon
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    return main([spec_path])
+
+
+def zygote_main() -> int:
+    # Blocked here so that a starter is never without them, even before main() runs.
+    signal.pthread_sigmask(signal.SIG_BLOCK, CONTROL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    import ctypes  # noqa: F401, PLC0415 - the job's child needs it (no_new_privs): load it once
+    import shutil  # noqa: F401, PLC0415 - the starter's cleanup needs it: load it once
+
+    gc.collect()
+    gc.freeze()
+    requests = sys.stdin.buffer
+    while True:
+        line = requests.readline()
+        if not line.endswith(b"\n") or b"\0" not in line:
+            return 0  # EOF: the daemon went away
+        _reap_finished()
+        spec_path, log_path = line[:-1].decode().split("\0", 1)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = _become_starter(spec_path, log_path)
+            finally:
+                os._exit(code)
+        os.write(1, f"{pid}\n".encode())
