@@ -1,0 +1,42 @@
+"""HTCondor command numbers execd sends or serves (condor_includes/condor_commands.h)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Command(IntEnum):
+    UPDATE_STARTD_AD = 0
+    QUERY_STARTD_ADS = 5
+    QUERY_STARTD_PVT_ADS = 10
+    INVALIDATE_STARTD_ADS = 13
+    SHARED_PORT_CONNECT = 75
+    DC_AUTHENTICATE = 60010
+    DC_NOP = 60011
+    DC_SEC_QUERY = 60040
+    DC_QUERY_INSTANCE = 60045
+
+
+class AuthMethod(IntEnum):
+    """Bits of the method mask in the authentication handshake (condor_auth.h)."""
+
+    CLAIMTOBE = 2
+    FS = 4
+    FS_REMOTE = 8
+    KERBEROS = 64
+    ANONYMOUS = 128
+    SSL = 256
+    PASSWORD = 512
+    MUNGE = 1024
+    TOKEN = 2048
+    SCITOKENS = 4096
+
+
+# Names in AuthMethods lists -> bits (IDTOKENS is TOKEN's name in configuration).
+AUTH_METHOD_BITS = {
+    "CLAIMTOBE": AuthMethod.CLAIMTOBE, "FS": AuthMethod.FS, "FS_REMOTE": AuthMethod.FS_REMOTE,
+    "KERBEROS": AuthMethod.KERBEROS, "ANONYMOUS": AuthMethod.ANONYMOUS, "SSL": AuthMethod.SSL,
+    "PASSWORD": AuthMethod.PASSWORD, "MUNGE": AuthMethod.MUNGE, "TOKEN": AuthMethod.TOKEN,
+    "TOKENS": AuthMethod.TOKEN, "IDTOKENS": AuthMethod.TOKEN, "IDTOKEN": AuthMethod.TOKEN,
+    "SCITOKENS": AuthMethod.SCITOKENS, "SCITOKEN": AuthMethod.SCITOKENS,
+}  # fmt: skip
