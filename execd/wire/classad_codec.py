@@ -2,14 +2,17 @@
 
 An ad is: integer N, N strings "Attr = <expression in old ClassAd syntax>", then two
 strings, always "" today (the historical MyType/TargetType slots; MyType and TargetType
-travel as ordinary attributes). A private attribute on a keyed but unencrypted
-connection travels as the marker string "ZKM" followed by its line as a secret string;
-on an AES-GCM connection every byte is encrypted already and it travels as it is.
+travel as ordinary attributes). A private attribute on an unencrypted connection
+travels as the marker string "ZKM" followed by its line (as a secret string: encrypted
+by itself where the connection has a non-AES key, in clear where it has none, e.g. the
+startd's local socket to its starter); on an AES-GCM connection every byte is encrypted
+already and it travels as it is.
 
 Private attributes: ClaimId, Capability, ChildClaimIds, ClaimIdList, ClaimIds,
 TransferKey (HTCondor's V1 list) and any name starting with "_condor_priv" (V2), all
 case-insensitive. A public ad is encoded with `exclude_private=True` (they never leave);
-execd refuses to send a private attribute on an unencrypted connection at all.
+execd refuses to send a private attribute on an unencrypted connection unless the
+caller asks for HTCondor's marked form (`mark_secrets`).
 
 The wire form is text: `WireAd` maps names to expression text exactly as sent, so the
 codec round-trips bytes; `to_classad`/`from_classad` convert to and from classad2 with
@@ -18,7 +21,7 @@ the real library's old-syntax parser and unparser.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from execd._htcondor import classad2
@@ -60,13 +63,19 @@ def split_line(line: str) -> tuple[str, str]:
 
 def encode_ad(
     enc: Encoder,
-    ad: Mapping[str, str],
+    ad: Mapping[str, str] | Sequence[tuple[str, str]],
     *,
     exclude_private: bool = False,
+    mark_secrets: bool = False,
 ) -> Encoder:
-    """Append one ad (name -> old-syntax expression text) to `enc`."""
-    lines: list[str] = []
-    for name, expr in ad.items():
+    """Append one ad (name -> old-syntax expression text) to `enc`.
+
+    On an unencrypted connection a private attribute is refused, unless the caller
+    says the connection is one where HTCondor itself sends secrets behind the "ZKM"
+    marker in clear (`mark_secrets`: a local socket between startd and starter).
+    """
+    lines: list[str | None] = []
+    for name, expr in ad.items() if isinstance(ad, Mapping) else ad:
         if not _valid_name(name):
             raise LocalProtocolError(f"bad ClassAd attribute name {name!r}")
         if "\0" in expr:
@@ -75,31 +84,41 @@ def encode_ad(
             if exclude_private:
                 continue
             if not enc.encrypted:
-                raise LocalProtocolError(
-                    f"refusing to send private attribute {name} on an unencrypted connection"
-                )
+                if not mark_secrets:
+                    raise LocalProtocolError(
+                        f"refusing to send private attribute {name} on an unencrypted connection"
+                    )
+                lines.append(None)  # the marker
         lines.append(f"{name} = {expr}")
-    enc.put_int(len(lines))
+    enc.put_int(sum(1 for line in lines if line is not None))
     for line in lines:
-        enc.put_string(line)
+        enc.put_string(SECRET_MARKER if line is None else line)
     return enc.put_string("").put_string("")
 
 
-def decode_ad(dec: Decoder, what: str = "ClassAd") -> WireAd:
-    """Read one ad; a later duplicate attribute replaces the earlier (as HTCondor's)."""
+def decode_ad_lines(dec: Decoder, what: str = "ClassAd") -> list[tuple[str, str]]:
+    """Read one ad as its (name, expression) lines in wire order, duplicates kept.
+
+    HTCondor sends a chained ad (a dynamic slot's over its parent's) as the parent's
+    lines then the child's, so a name can come twice; the later one wins.
+    """
     count = dec.get_int(f"attribute count of {what}")
     if not 0 <= count <= MAX_ATTRS:
         raise RemoteProtocolError(f"{what} announces {count} attributes")
-    ad: WireAd = {}
+    lines: list[tuple[str, str]] = []
     for i in range(count):
         line = dec.get_string(f"attribute {i} of {what}")
         if line == SECRET_MARKER:
             line = dec.get_string(f"secret attribute {i} of {what}")
-        name, expr = split_line(line)
-        ad[name] = expr
+        lines.append(split_line(line))
     dec.get_string(f"MyType slot of {what}")
     dec.get_string(f"TargetType slot of {what}")
-    return ad
+    return lines
+
+
+def decode_ad(dec: Decoder, what: str = "ClassAd") -> WireAd:
+    """Read one ad; a later duplicate attribute replaces the earlier (as HTCondor's)."""
+    return dict(decode_ad_lines(dec, what))
 
 
 def public_part(ad: Mapping[str, str]) -> WireAd:
