@@ -73,6 +73,11 @@ class Channel:
         return self._sealer is not None
 
     @property
+    def handshake_digests(self) -> tuple[bytes, bytes] | None:
+        """(SHA256 of all sent, of all received) before encryption; None until then."""
+        return self._handshake_digests
+
+    @property
     def session_key(self) -> bytes | None:
         return self._key
 
