@@ -66,6 +66,11 @@ class CollectorClient:
         self.security = security
         self._update: Channel | None = None
 
+    @property
+    def update_connection(self) -> Channel | None:
+        """The kept-open connection updates travel on (None before the first)."""
+        return self._update
+
     async def update_startd_ad(self, public: Mapping[str, str],
                                private: Mapping[str, str]) -> None:  # fmt: skip
         """Advertise one slot: its public ad and its private ad."""
@@ -98,9 +103,13 @@ class CollectorClient:
 
     async def query_startd_ads(self, constraint: str = "true") -> list[WireAd]:
         """The slot ads the collector holds that match `constraint` (ClassAd text)."""
-        channel, _ = await open_command(self.address, Command.QUERY_STARTD_ADS, self.security)
+        return await self.query(Command.QUERY_STARTD_ADS, "Machine", constraint)
+
+    async def query(self, command: int, target_type: str, constraint: str = "true") -> list[WireAd]:
+        """Any QUERY_* command: the ads of `target_type` that match `constraint`."""
+        channel, _ = await open_command(self.address, command, self.security)
         try:
-            await channel.send(encode_ad(channel.encoder(), query_ad("Machine", constraint))
+            await channel.send(encode_ad(channel.encoder(), query_ad(target_type, constraint))
                                .payload())  # fmt: skip
             dec = channel.decoder(await channel.recv())
             ads: list[WireAd] = []

@@ -8,6 +8,7 @@ from enum import IntEnum
 class Command(IntEnum):
     UPDATE_STARTD_AD = 0
     QUERY_STARTD_ADS = 5
+    QUERY_SCHEDD_ADS = 6
     QUERY_STARTD_PVT_ADS = 10
     INVALIDATE_STARTD_ADS = 13
     SHARED_PORT_CONNECT = 75

@@ -54,6 +54,9 @@ class SessionCache:
             return None
         return session
 
+    def sessions(self) -> list[Session]:
+        return list(self._by_sid.values())
+
     def get(self, sid: str) -> Session | None:
         return self._by_sid.get(sid)
 
