@@ -1,4 +1,4 @@
-"""FS authentication, client side (HTCondor's condor_auth_fs.cpp): proof by mkdir.
+"""FS authentication, both sides (HTCondor's condor_auth_fs.cpp): proof by mkdir.
 
 The server names a directory it would have to see created, e.g.
 /tmp/FS_127.0.0.1_9618_XXXAbc123_. A name ending in "_" asks the client to append its
@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -93,3 +96,62 @@ async def authenticate_fs(channel: Channel, connect: Sinful, identity: FsIdentit
         raise AuthenticationFailedError(
             f"{channel.peer} refused FS authentication (its log names the reason)"
         )
+
+
+# ----- server side -------------------------------------------------------------------
+def _new_server_name(channel: Channel, fs_dir: str) -> str:
+    """A fresh name the client must create: made unique by creating and removing a file,
+    as HTCondor's condor_mkstemp does; the trailing "_" invites channel binding."""
+    host, port = channel.local_address
+    fd, path = tempfile.mkstemp(prefix=f"FS_{host}_{port}_", dir=fs_dir)
+    os.close(fd)
+    os.unlink(path)
+    return path + "_"
+
+
+def _suffix_matches(channel: Channel, suffix: str, shared_port_id: str | None) -> bool:
+    """The client's view of our endpoint ("ip:port[?sock=id]") must be ours."""
+    if "/" in suffix:
+        return False
+    endpoint, _, sock = suffix.partition("?sock=")
+    host, port = channel.local_address
+    shown = f"[{host}]" if ":" in host else host
+    if endpoint != f"{shown}:{port}":
+        return False
+    return not sock or sock == shared_port_id
+
+
+def _owner_of(path: str) -> str | None:
+    """The user who made `path` the way FS demands (a real 0700 directory), or None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if (not stat.S_ISDIR(st.st_mode) or stat.S_IMODE(st.st_mode) != 0o700
+            or st.st_nlink not in (1, 2)):  # fmt: skip
+        return None
+    try:
+        return pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        return None
+
+
+async def serve_fs(channel: Channel, *, fs_dir: str = "/tmp",
+                   shared_port_id: str | None = None) -> str:  # fmt: skip
+    """Run the server side; the client's user name, or AuthenticationFailedError."""
+    name = _new_server_name(channel, fs_dir)
+    await channel.send(channel.encoder().put_string(name).payload())
+    dec = channel.decoder(await channel.recv())
+    client_result = dec.get_int("FS client result")
+    suffix = "" if dec.at_end() else dec.get_string("FS client suffix")
+    dec.finish("FS client message")
+    owner = None
+    if client_result == 0 and (not suffix or _suffix_matches(channel, suffix, shared_port_id)):
+        owner = _owner_of(name + suffix)
+    await channel.send(channel.encoder().put_int(0 if owner else -1).payload())
+    if owner is None:
+        raise AuthenticationFailedError(
+            f"{channel.peer} failed FS authentication (directory {name + suffix!r} missing, "
+            "not ours to trust, or a suffix that is not our endpoint)"
+        )
+    return owner

@@ -82,18 +82,30 @@ async def connect(address: Sinful, *, client_name: str = "execd",
     return channel
 
 
-async def start_command(channel: Channel, address: Sinful, command: int,
-                        security: ClientSecurity) -> Session:  # fmt: skip
-    """Authenticate (or resume) for `command`; afterwards send its payload on `channel`."""
+async def start_command(
+    channel: Channel,
+    address: Sinful,
+    command: int,
+    security: ClientSecurity,
+    *,
+    auth_command: int | None = None,
+) -> Session:
+    """Authenticate (or resume) for `command`; afterwards send its payload on `channel`.
+
+    `auth_command`: with command DC_SEC_QUERY, the command whose authorization to ask
+    about (what condor_ping does); the server answers {AuthorizationSucceeded}.
+    """
     session = security.cache.lookup(str(address), command, time.monotonic())
-    if session is not None:
+    if session is not None and auth_command is None:
         await _resume(channel, address, command, session, security)
         return session
-    return await _new_session(channel, address, command, security)
+    return await _new_session(channel, address, command, security, auth_command)
 
 
-def _policy_ad(address: Sinful, command: int, security: ClientSecurity, pubkey: str) -> WireAd:
-    return {
+def _policy_ad(address: Sinful, command: int, security: ClientSecurity, pubkey: str,
+               auth_command: int | None = None) -> WireAd:  # fmt: skip
+    extra = {} if auth_command is None else {"AuthCommand": str(auth_command)}
+    return extra | {
         "AuthMethods": _str(",".join(security.methods)),
         "Authentication": _str("REQUIRED"),
         "AuthenticationNew": _str("REQUIRED"),
@@ -115,11 +127,16 @@ def _policy_ad(address: Sinful, command: int, security: ClientSecurity, pubkey: 
     }
 
 
-async def _new_session(channel: Channel, address: Sinful, command: int,
-                       security: ClientSecurity) -> Session:  # fmt: skip
+async def _new_session(
+    channel: Channel,
+    address: Sinful,
+    command: int,
+    security: ClientSecurity,
+    auth_command: int | None = None,
+) -> Session:
     keypair = EcdhKeyPair()
     enc = channel.encoder().put_int(Command.DC_AUTHENTICATE)
-    encode_ad(enc, _policy_ad(address, command, security, keypair.public_b64()))
+    encode_ad(enc, _policy_ad(address, command, security, keypair.public_b64(), auth_command))
     await channel.send(enc.payload())
 
     dec = channel.decoder(await channel.recv())

@@ -5,6 +5,7 @@ another exception, never a hang (every wait below has a deadline far under the t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 
 import pytest
@@ -88,24 +89,18 @@ def test_arbitrary_attribute_lines_only_raise_protocol_errors(lines: list[str]) 
             enc.put_string(line)
     except ProtocolError:
         return  # a NUL: not a sendable string at all
-    try:
+    with contextlib.suppress(RemoteProtocolError):
         to_classad(decode_ad(Decoder(enc.put_string("").put_string("").payload())))
-    except RemoteProtocolError:
-        pass
 
 
 @FAST
 @given(st.one_of(st.binary(max_size=300),
                  st.builds(lambda a, b: a + b, st.binary(max_size=5), st.binary(max_size=40))))
 def test_framing_only_raises_protocol_errors(data: bytes) -> None:  # fmt: skip
-    try:
+    with contextlib.suppress(RemoteProtocolError):
         unframe_plain(data)
-    except RemoteProtocolError:
-        pass
-    try:
+    with contextlib.suppress(RemoteProtocolError):
         PacketParser().feed(data)
-    except RemoteProtocolError:
-        pass
 
 
 async def _recv_from(garbage: bytes, *, encrypted: bool, close: bool) -> None:
@@ -138,7 +133,7 @@ def test_oversized_length_is_refused_without_waiting_for_the_body() -> None:
 
 
 def test_peer_stopping_mid_message_costs_one_deadline() -> None:
-    with pytest.raises(RemoteProtocolError, match="no whole message within 0.3 s"):
+    with pytest.raises(RemoteProtocolError, match=r"no whole message within 0\.3 s"):
         asyncio.run(_recv_from(b"\x00\x00\x00\x00\x10" + bytes(16), encrypted=False, close=False))
     with pytest.raises(RemoteProtocolError, match="closed the connection inside a packet body"):
         asyncio.run(_recv_from(b"\x01\x00\x00\x00\x10" + bytes(4), encrypted=False, close=True))
