@@ -29,6 +29,7 @@ from typing import Any
 from execd.errors import RemoteProtocolError
 from execd.wire.auth_fs import AuthenticationFailedError, FsIdentity, authenticate_fs
 from execd.wire.channel import DEFAULT_TIMEOUT_S, Channel
+from execd.wire.claim_session import MATCH_SESSION_USER, ClaimSession
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
 from execd.wire.commands import AUTH_METHOD_BITS, AuthMethod, Command
 from execd.wire.crypto import EcdhKeyPair
@@ -89,17 +90,28 @@ async def start_command(
     security: ClientSecurity,
     *,
     auth_command: int | None = None,
+    session: Session | None = None,
 ) -> Session:
     """Authenticate (or resume) for `command`; afterwards send its payload on `channel`.
+
+    `session`: resume exactly this one (a claim id's session, claim_client_session()).
 
     `auth_command`: with command DC_SEC_QUERY, the command whose authorization to ask
     about (what condor_ping does); the server answers {AuthorizationSucceeded}.
     """
-    session = security.cache.lookup(str(address), command, time.monotonic())
+    if session is None:
+        session = security.cache.lookup(str(address), command, time.monotonic())
     if session is not None and auth_command is None:
         await _resume(channel, address, command, session, security)
         return session
     return await _new_session(channel, address, command, security, auth_command)
+
+
+def claim_client_session(claim: ClaimSession, address: Sinful) -> Session:
+    """A client Session for a claim id's session, to pass to start_command()."""
+    return Session(sid=claim.sid, key=claim.key, connect_addr=str(address),
+                   user=MATCH_SESSION_USER, auth_method="MATCH", valid_commands=frozenset(),
+                   remote_version="", expires_at=None)  # fmt: skip
 
 
 def _policy_ad(address: Sinful, command: int, security: ClientSecurity, pubkey: str,

@@ -33,6 +33,7 @@ from execd.errors import ProtocolError, RemoteProtocolError
 from execd.log import get_logger
 from execd.wire.auth_fs import AuthenticationFailedError, serve_fs
 from execd.wire.channel import DEFAULT_TIMEOUT_S, Channel
+from execd.wire.claim_session import MATCH_SESSION_USER, ClaimSession
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
 from execd.wire.commands import AUTH_METHOD_BITS, AuthMethod, Command
 from execd.wire.crypto import EcdhKeyPair
@@ -71,6 +72,17 @@ class ServerSecurity:
     timeout_s: float = DEFAULT_TIMEOUT_S
     authorize: Authorizer = lambda _cmd, _peer: True
     sessions: dict[str, _ServerSession] = field(default_factory=dict)
+
+
+    def add_claim_session(self, session: ClaimSession, *, lifetime_s: float = 10 * 365 * 86400,
+                          user: str = MATCH_SESSION_USER) -> None:  # fmt: skip
+        """Accept resumption of a claim id's session (made when the claim was made)."""
+        peer = Peer(user=user, method="MATCH", sid=session.sid, address="(claim)")
+        self.sessions[session.sid] = _ServerSession(session.key, peer,
+                                                    time.monotonic() + lifetime_s)  # fmt: skip
+
+    def remove_session(self, sid: str) -> None:
+        self.sessions.pop(sid, None)
 
 
 def _s(value: Any) -> str:
