@@ -90,11 +90,17 @@ def _s(value: Any) -> str:
 
 
 class CommandServer:
-    """Listens on a TCP port; each connection: one authenticated command, then closed."""
+    """Listens on a TCP port; each connection: one authenticated command, then closed.
 
-    def __init__(self, handlers: Mapping[int, Handler], security: ServerSecurity) -> None:
+    At most `max_connections` are served at once; more are closed at once (and logged),
+    so a flood of idle connections costs file descriptors for one deadline, no more.
+    """
+
+    def __init__(self, handlers: Mapping[int, Handler], security: ServerSecurity, *,
+                 max_connections: int = 256) -> None:  # fmt: skip
         self.handlers = dict(handlers)
         self.security = security
+        self.max_connections = max_connections
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -108,6 +114,11 @@ class CommandServer:
         host, port = self._server.sockets[0].getsockname()[:2]
         return f"<{host}:{port}?addrs={host}-{port}&noUDP>"
 
+    async def wait_idle(self) -> None:
+        """Until every connection accepted so far has been served or dropped."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -120,6 +131,11 @@ class CommandServer:
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         host, port = writer.get_extra_info("peername")[:2]
+        if len(self._tasks) >= self.max_connections:
+            log.warning("wire_connection_refused", peer=f"{host}:{port}",
+                        reason=f"already serving {len(self._tasks)} connections")  # fmt: skip
+            writer.close()
+            return
         channel = Channel(reader, writer, peer=f"{host}:{port}", timeout_s=self.security.timeout_s)
         task = asyncio.get_running_loop().create_task(self._serve(channel))
         self._tasks.add(task)

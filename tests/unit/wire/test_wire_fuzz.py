@@ -11,6 +11,7 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 from wire_captures import stream
 from wire_pairs import channel_pair, raw_pair
 
@@ -19,6 +20,7 @@ from execd.wire.classad_codec import decode_ad, to_classad
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.framing import PacketParser, unframe_plain
 from execd.wire.security import ClientSecurity, start_command
+from execd.wire.server import CommandServer, ServerSecurity
 from execd.wire.sinful import parse_sinful
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -103,8 +105,9 @@ def test_framing_only_raises_protocol_errors(data: bytes) -> None:  # fmt: skip
         PacketParser().feed(data)
 
 
-async def _recv_from(garbage: bytes, *, encrypted: bool, close: bool) -> None:
-    ours, peer = await raw_pair(timeout_s=0.3)
+async def _recv_from(garbage: bytes, *, encrypted: bool, close: bool,
+                     timeout_s: float = 0.3) -> None:  # fmt: skip
+    ours, peer = await raw_pair(timeout_s=timeout_s)
     try:
         if encrypted:
             ours.enable_crypto(KEY)
@@ -129,14 +132,16 @@ def test_channel_recv_of_garbage_is_a_protocol_error(garbage: bytes, encrypted: 
 def test_oversized_length_is_refused_without_waiting_for_the_body() -> None:
     # No body and no EOF follow: a refusal that named the timeout would mean we waited.
     with pytest.raises(RemoteProtocolError, match="over the 1048576-byte limit"):
-        asyncio.run(_recv_from(b"\x01\x7f\xff\xff\xff", encrypted=False, close=False))
+        asyncio.run(_recv_from(b"\x01\x7f\xff\xff\xff", encrypted=False, close=False,
+                               timeout_s=30))  # fmt: skip
 
 
 def test_peer_stopping_mid_message_costs_one_deadline() -> None:
     with pytest.raises(RemoteProtocolError, match=r"no whole message within 0\.3 s"):
         asyncio.run(_recv_from(b"\x00\x00\x00\x00\x10" + bytes(16), encrypted=False, close=False))
     with pytest.raises(RemoteProtocolError, match="closed the connection inside a packet body"):
-        asyncio.run(_recv_from(b"\x01\x00\x00\x00\x10" + bytes(4), encrypted=False, close=True))
+        asyncio.run(_recv_from(b"\x01\x00\x00\x00\x10" + bytes(4), encrypted=False, close=True,
+                               timeout_s=30))  # fmt: skip
 
 
 def test_bad_tag_on_encrypted_packet() -> None:
@@ -175,3 +180,42 @@ async def _handshake_against(garbage: bytes) -> None:
 def test_client_handshake_against_a_garbage_server(garbage: bytes) -> None:
     with pytest.raises(ProtocolError):
         asyncio.run(_handshake_against(garbage))
+
+
+CLIENT_HANDSHAKE = unframe_plain(stream("pyupdate.pcap", 5268, 2673))[1:4]
+
+
+async def _feed_server(garbage: bytes) -> list[dict[str, object]]:
+    server = CommandServer({60020: _never_called}, ServerSecurity(domain="d", timeout_s=0.3))
+    await server.start()
+    address = parse_sinful(server.address)
+    try:
+        with capture_logs() as events:
+            reader, writer = await asyncio.open_connection(address.host, address.port)
+            writer.write(garbage)
+            await writer.drain()
+            writer.write_eof()
+            await asyncio.wait_for(reader.read(), 5)  # the server hangs up: it never hangs
+            writer.close()
+            await asyncio.wait_for(server.wait_idle(), 5)
+        return events
+    finally:
+        await server.close()
+
+
+async def _never_called(channel: object, command: int, peer: object) -> None:
+    raise AssertionError("garbage reached a command handler")
+
+
+@SLOW
+@given(st.one_of(
+    st.binary(max_size=300),
+    st.lists(st.sampled_from(CLIENT_HANDSHAKE).map(lambda m: m), min_size=1, max_size=3).map(
+        lambda ms: b"".join(struct.pack("!BI", 1, len(m)) + m for m in ms)),
+    st.lists(ANY_PAYLOAD.filter(bool), max_size=3).map(
+        lambda ms: b"".join(struct.pack("!BI", 1, len(m)) + m for m in ms)),
+))  # fmt: skip
+def test_server_drops_garbage_with_a_logged_reason(garbage: bytes) -> None:
+    events = asyncio.run(_feed_server(garbage))
+    dropped = [e for e in events if e["event"] == "wire_connection_dropped"]
+    assert len(dropped) == 1 and dropped[0]["reason"], events

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from structlog.testing import capture_logs
 
 from execd.errors import RemoteProtocolError
 from execd.wire.channel import Channel
@@ -175,3 +176,26 @@ async def test_fs_directory_outside_tmp_is_refused_by_the_client() -> None:
         srv.close()
         await srv.wait_closed()
     assert not [n for n in os.listdir("/etc") if n.startswith("FS_evil")]
+
+
+@pytest.mark.asyncio
+async def test_connections_beyond_the_limit_are_closed_at_once() -> None:
+    srv = CommandServer({ECHO: _echo}, ServerSecurity(domain=DOMAIN, timeout_s=5),
+                        max_connections=2)  # fmt: skip
+    await srv.start()
+    address = parse_sinful(srv.address)
+    idle = [await asyncio.open_connection(address.host, address.port) for _ in range(2)]
+    try:
+        with capture_logs() as events:
+            reader, writer = await asyncio.open_connection(address.host, address.port)
+            assert await asyncio.wait_for(reader.read(), 2) == b""  # closed, not served
+            writer.close()
+        assert [e["event"] for e in events] == ["wire_connection_refused"]
+        assert "already serving 2 connections" in events[0]["reason"]
+    finally:
+        for _, w in idle:
+            w.close()
+    # the idle ones hang up; once they are dropped the server serves again
+    await asyncio.wait_for(srv.wait_idle(), 5)
+    assert (await _echo_call(srv, ClientSecurity(timeout_s=2), "back")).startswith("back from ")
+    await srv.close()
