@@ -59,3 +59,22 @@ def parse_sinful(text: str) -> Sinful:
         key, _, value = part.partition("=")
         params[unquote(key)] = unquote(value)
     return Sinful(host, int(port_text), params)
+
+
+DEFAULT_COLLECTOR_PORT = 9618
+
+
+def collector_address(text: str) -> Sinful:
+    """COLLECTOR_HOST as HTCondor reads it: "host", "host:port" or a sinful string; a
+    comma/space-separated list names several collectors, of which this is the first."""
+    first = text.replace(",", " ").split()
+    if not first:
+        raise AddressError("COLLECTOR_HOST is empty")
+    word = first[0]
+    if word.startswith("<"):
+        return parse_sinful(word)
+    if word.startswith("["):
+        return parse_sinful(word if "]:" in word else f"{word}:{DEFAULT_COLLECTOR_PORT}")
+    if word.count(":") == 1:
+        return parse_sinful(word)
+    return Sinful(word, DEFAULT_COLLECTOR_PORT)  # a host name (or a bare IPv6 address)
