@@ -28,6 +28,7 @@ from typing import Any
 
 from execd.errors import RemoteProtocolError
 from execd.wire.auth_fs import AuthenticationFailedError, FsIdentity, authenticate_fs
+from execd.wire.auth_token import IdToken, authenticate_token, check_server_offer
 from execd.wire.channel import DEFAULT_TIMEOUT_S, Channel
 from execd.wire.claim_session import MATCH_SESSION_USER, ClaimSession
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
@@ -55,6 +56,7 @@ class ClientSecurity:
 
     methods: tuple[str, ...] = SUPPORTED_METHODS
     fs: FsIdentity = field(default_factory=FsIdentity)
+    token: IdToken | None = field(default=None, repr=False)  # for IDTOKENS
     subsystem: str = "STARTD"
     cache: SessionCache = field(default_factory=SessionCache)
     timeout_s: float = DEFAULT_TIMEOUT_S
@@ -114,11 +116,17 @@ def claim_client_session(claim: ClaimSession, address: Sinful) -> Session:
                    remote_version="", expires_at=None)  # fmt: skip
 
 
+def _wire_method_name(name: str) -> str:
+    """The name a server matches: 25.x servers turn their own IDTOKENS into TOKEN but
+    compare it with the client's name as sent, so IDTOKENS must travel as TOKEN."""
+    return "TOKEN" if AUTH_METHOD_BITS.get(name.upper()) == AuthMethod.TOKEN else name.upper()
+
+
 def _policy_ad(address: Sinful, command: int, security: ClientSecurity, pubkey: str,
                auth_command: int | None = None) -> WireAd:  # fmt: skip
     extra = {} if auth_command is None else {"AuthCommand": str(auth_command)}
     return extra | {
-        "AuthMethods": _str(",".join(security.methods)),
+        "AuthMethods": _str(",".join(_wire_method_name(m) for m in security.methods)),
         "Authentication": _str("REQUIRED"),
         "AuthenticationNew": _str("REQUIRED"),
         "Command": str(command),
@@ -171,7 +179,7 @@ async def _new_session(
     method = "none"
     if reply.get("Authentication") == "YES":
         offered = reply.get("AuthMethodsList") or reply.get("AuthMethods") or ""
-        method = await _authenticate(channel, address, str(offered), security)
+        method = await _authenticate(channel, address, str(offered), security, reply)
         await _read_exchanged_key(channel)
     channel.enable_crypto(keypair.session_key(server_key))
 
@@ -208,9 +216,11 @@ def channel_key_of(channel: Channel) -> bytes:
 
 
 async def _authenticate(channel: Channel, address: Sinful, offered: str,
-                        security: ClientSecurity) -> str:  # fmt: skip
-    server_methods = {m.strip().upper() for m in offered.split(",") if m.strip()}
-    usable = [m for m in security.methods if m.upper() in server_methods]
+                        security: ClientSecurity, reply: dict[str, Any]) -> str:  # fmt: skip
+    server_methods = {AUTH_METHOD_BITS[m.strip().upper()] for m in offered.split(",")
+                      if m.strip().upper() in AUTH_METHOD_BITS}  # fmt: skip
+    usable = [m for m in security.methods if AUTH_METHOD_BITS[m.upper()] in server_methods
+              and (AUTH_METHOD_BITS[m.upper()] != AuthMethod.TOKEN or security.token)]  # fmt: skip
     mask = 0
     for name in usable:
         mask |= AUTH_METHOD_BITS[name.upper()]
@@ -226,6 +236,10 @@ async def _authenticate(channel: Channel, address: Sinful, offered: str,
     if chosen == AuthMethod.FS and mask & AuthMethod.FS:
         await authenticate_fs(channel, address, security.fs)
         return "FS"
+    if chosen == AuthMethod.TOKEN and mask & AuthMethod.TOKEN and security.token:
+        check_server_offer(security.token, reply.get("TrustDomain"), reply.get("IssuerKeys"))
+        await authenticate_token(channel, security.token)
+        return "IDTOKENS"
     if chosen == 0:
         raise AuthenticationFailedError(f"{channel.peer} accepts none of the methods {usable}")
     raise RemoteProtocolError(f"{channel.peer} picked method {chosen}, which execd did not offer")
