@@ -16,6 +16,13 @@ from wire_captures import stream
 from wire_pairs import channel_pair, raw_pair
 
 from execd.errors import ProtocolError, RemoteProtocolError
+from execd.wire.claim_messages import (
+    decode_activate_claim,
+    decode_claim_only,
+    decode_deactivate_reply,
+    decode_request_claim,
+    decode_request_claim_reply,
+)
 from execd.wire.classad_codec import decode_ad, to_classad
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.framing import PacketParser, unframe_plain
@@ -219,3 +226,18 @@ def test_server_drops_garbage_with_a_logged_reason(garbage: bytes) -> None:
     events = asyncio.run(_feed_server(garbage))
     dropped = [e for e in events if e["event"] == "wire_connection_dropped"]
     assert len(dropped) == 1 and dropped[0]["reason"], events
+
+
+@FAST
+@given(ANY_PAYLOAD, st.sampled_from(["request", "reply", "activate", "deactivate", "claim"]))
+def test_claim_message_decoders_only_raise_protocol_errors(payload: bytes, which: str) -> None:
+    dec = Decoder(payload, encrypted=True)
+    decode = {
+        "request": decode_request_claim,
+        "reply": decode_request_claim_reply,
+        "activate": decode_activate_claim,
+        "deactivate": decode_deactivate_reply,
+        "claim": lambda d: decode_claim_only(d, "RELEASE_CLAIM"),
+    }[which]
+    with contextlib.suppress(RemoteProtocolError):
+        decode(dec)

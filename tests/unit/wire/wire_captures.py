@@ -72,3 +72,48 @@ def stream(name: str, sport: int, dport: int) -> bytes:
     """The one direction of a connection with these ports."""
     (found,) = [v for k, v in tcp_streams(name).items() if k[1] == sport and k[3] == dport]
     return found
+
+
+def decrypt_conversation(name: str, client_port: int, server_port: int,
+                         key: bytes) -> tuple[list[bytes], list[bytes]]:  # fmt: skip
+    """The encrypted messages of a resumed-session connection, both ways, in clear.
+
+    The client's shared-port request (if any) is not hashed; everything in clear after
+    it is, and the first encrypted packet each way carries both digests in its AAD.
+    """
+    import hashlib
+
+    from execd.wire.crypto import PacketOpener
+    from execd.wire.framing import PacketParser
+
+    out: list[list[bytes]] = []
+    client = PacketParser().feed(stream(name, client_port, server_port))
+    server = PacketParser().feed(stream(name, server_port, client_port))
+    if client and client[0].body[:8] == (75).to_bytes(8, "big"):
+        client = client[1:]  # the shared-port request
+    plain_counts = []
+    for packets in (client, server):
+        n = 0
+        while n < len(packets) and n < 2 and _is_cleartext(packets[n].body):
+            n += 1
+        plain_counts.append(n)
+    digests = [hashlib.sha256(b"".join(p.header + p.body for p in ps[:n])).digest()
+               for ps, n in zip((client, server), plain_counts, strict=True)]  # fmt: skip
+    for i, (packets, n) in enumerate(zip((client, server), plain_counts, strict=True)):
+        opener = PacketOpener(key)
+        mine, theirs = digests[i], digests[1 - i]
+        messages, current, first = [], bytearray(), True
+        for packet in packets[n:]:
+            aad = mine + theirs + packet.header if first else packet.header
+            first = False
+            current += opener.open(packet.body, aad)
+            if packet.end:
+                messages.append(bytes(current))
+                current.clear()
+        out.append(messages)
+    return out[0], out[1]
+
+
+def _is_cleartext(body: bytes) -> bool:
+    """A resume request (int 60010 + ad) or answer (an ad of a few attributes)."""
+    return body[:8] == (60010).to_bytes(8, "big") or body[8:14] in (b"Nonce ", b"Return")
