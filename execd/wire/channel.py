@@ -47,6 +47,7 @@ class Channel:
         self.timeout_s = timeout_s
         self._sent_md: hashlib._Hash | None = hashlib.sha256()
         self._recv_md: hashlib._Hash | None = hashlib.sha256()
+        self._sent_bytes = self._recv_bytes = 0
         self._handshake_digests: tuple[bytes, bytes] | None = None
         self._sealer: PacketSealer | None = None
         self._opener: PacketOpener | None = None
@@ -91,11 +92,17 @@ class Channel:
         """Forget what was hashed so far (after the shared-port request)."""
         self._sent_md = hashlib.sha256()
         self._recv_md = hashlib.sha256()
+        self._sent_bytes = self._recv_bytes = 0
 
     def enable_crypto(self, key: bytes) -> None:
-        """Encrypt everything from now on, both ways, with this AES-256-GCM key."""
-        sent = self._sent_md.digest() if self._sent_md else bytes(32)
-        received = self._recv_md.digest() if self._recv_md else bytes(32)
+        """Encrypt everything from now on, both ways, with this AES-256-GCM key.
+
+        A direction in which nothing was sent yet contributes 32 zero bytes, not the
+        SHA-256 of nothing: HTCondor creates a digest only with the first packet (a
+        schedd resuming a claim session without asking for an answer receives nothing).
+        """
+        sent = self._sent_md.digest() if self._sent_md and self._sent_bytes else bytes(32)
+        received = self._recv_md.digest() if self._recv_md and self._recv_bytes else bytes(32)
         self._handshake_digests = (sent, received)
         self._sent_md = self._recv_md = None
         self._key = key
@@ -119,6 +126,7 @@ class Channel:
                 header = encode_header(end, len(chunk))
                 if self._sent_md is not None:
                     self._sent_md.update(header + chunk)
+                    self._sent_bytes += len(header) + len(chunk)
                 out += header + chunk
                 continue
             header = encode_header(end, self._sealer.body_length(len(chunk)))
@@ -151,6 +159,7 @@ class Channel:
             if self._opener is None:
                 if self._recv_md is not None:
                     self._recv_md.update(header + body)
+                    self._recv_bytes += len(header) + len(body)
             else:
                 aad = header
                 if self._first_recv:

@@ -2,7 +2,8 @@
 real schedd, shadow and startd exchange them (decrypted from job1.pcap in the tests).
 
 - REQUEST_CLAIM (442): claim id (secret), job ad, schedd address, int alive interval,
-  int n + n extra claim ids. Reply: zero or more (7 SLOT_AD, claim id, claimed slot ad),
+  int n + n extra claim ids (n left out entirely by a schedd that does not know the
+  startd's version and has none). Reply: zero or more (7 SLOT_AD, claim id, claimed slot ad),
   then 1 OK / 0 NOT_OK, or (5 LEFTOVERS_2, the partitionable slot's new claim id, its
   leftover ad) or the older (3 LEFTOVERS, ...).
 - ACTIVATE_CLAIM (444): claim id, int starter version, job ad -> int 1 OK, 0 NOT_OK or
@@ -41,7 +42,9 @@ def decode_request_claim(dec: Decoder) -> RequestClaim:
     job_ad = decode_ad_lines(dec, "job ad")
     schedd = dec.get_string("schedd address")
     alive = dec.get_int32("alive interval")
-    count = dec.get_int("number of extra claims")
+    # A schedd that does not know the startd's version (a claim id without ShortVersion
+    # in its session info) sends no count at all when it has no extra claims.
+    count = 0 if dec.at_end() else dec.get_int("number of extra claims")
     if not 0 <= count <= MAX_EXTRA_CLAIMS:
         raise RemoteProtocolError(f"REQUEST_CLAIM announces {count} extra claims")
     extra = tuple(dec.get_string(f"extra claim {i}") for i in range(count))

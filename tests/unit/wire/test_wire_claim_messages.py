@@ -115,3 +115,11 @@ def test_request_claim_with_absurd_extra_claims_is_refused() -> None:
     bad = payload[:-8] + (1 << 40).to_bytes(8, "big")
     with pytest.raises(RemoteProtocolError, match="extra claims"):
         decode_request_claim(_dec(bad))
+
+
+def test_request_claim_without_the_extra_claims_count() -> None:
+    # A schedd that does not know the startd's version and has no extra claims leaves
+    # the count out (seen from the real schedd claiming execd's slot).
+    req = RequestClaim("c", [("A", "1")], "<s:1>", 300)
+    payload = encode_request_claim(Encoder(encrypted=True), req).payload()
+    assert decode_request_claim(_dec(payload[:-8])) == req

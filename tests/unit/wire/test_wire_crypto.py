@@ -176,3 +176,22 @@ async def test_differing_handshake_views_fail_the_first_packet() -> None:
 
 def test_no_plaintext_in_sealed_packets() -> None:
     assert b"s3cret-claim" not in PacketSealer(KEY).seal(b"s3cret-claim", b"")
+
+
+@pytest.mark.asyncio
+async def test_a_direction_with_nothing_sent_contributes_zero_bytes() -> None:
+    # A schedd resuming a claim session without asking for an answer has received
+    # nothing: HTCondor puts 32 zero bytes in the AAD for that direction, not SHA256("").
+    a, b = await channel_pair()
+    try:
+        await a.send(b"resume request")
+        assert await b.recv() == b"resume request"
+        a.enable_crypto(KEY)
+        b.enable_crypto(KEY)
+        assert a.handshake_digests is not None and a.handshake_digests[1] == bytes(32)
+        assert b.handshake_digests is not None and b.handshake_digests[0] == bytes(32)
+        await a.send(b"REQUEST_CLAIM payload")
+        assert await b.recv() == b"REQUEST_CLAIM payload"
+    finally:
+        await a.close()
+        await b.close()
