@@ -31,7 +31,8 @@ from execd.wire.claim_session import MATCH_SESSION_USER, claim_session
 from execd.wire.classad_codec import from_values, to_classad
 from execd.wire.collector import CollectorClient
 from execd.wire.commands import Command, Reply
-from execd.wire.security import CONDOR_VERSION, ClientSecurity
+from execd.wire.schedd_client import send_alive
+from execd.wire.security import CONDOR_VERSION, ClientSecurity, SessionNotFoundError
 from execd.wire.server import CommandServer, Peer, ServerSecurity
 from execd.wire.sinful import parse_sinful
 from execd.wire.startd_ads import advertised_pair
@@ -51,6 +52,7 @@ WAIT_S = 60
 
 def test_real_schedd_and_shadow_claim_execds_slot(pool: harness.Pool) -> None:
     events: list[tuple[str, Any]] = []
+    schedd_address: list[str] = []
     arrived: dict[str, asyncio.Event] = {}
 
     def note(what: str, value: Any) -> None:
@@ -59,6 +61,7 @@ def test_real_schedd_and_shadow_claim_execds_slot(pool: harness.Pool) -> None:
 
     async def request_claim(channel: Channel, command: int, peer: Peer) -> None:
         req = decode_request_claim(channel.decoder(await channel.recv()))
+        schedd_address.append(req.schedd_address)
         note("REQUEST_CLAIM", (peer.user, dict(req.job_ad), req.claim_id, req.alive_interval))
         reply = encode_request_claim_reply(channel.encoder(), RequestClaimReply(Reply.OK))
         await channel.send(reply.payload())
@@ -66,6 +69,16 @@ def test_real_schedd_and_shadow_claim_execds_slot(pool: harness.Pool) -> None:
     async def activate_claim(channel: Channel, command: int, peer: Peer) -> None:
         act = decode_activate_claim(channel.decoder(await channel.recv()))
         note("ACTIVATE_CLAIM", (peer.user, act.starter_version, dict(act.job_ad)))
+        # While the shadow waits, the schedd holds the claim: execd's keep-alive to it
+        # (and one for a claim the schedd never had).
+        schedd = parse_sinful(schedd_address[0])
+        note("ALIVE", await send_alive(schedd, act.claim_id, ClientSecurity(timeout_s=10)))
+        stranger = ClaimIdFactory(schedd_address[0], 1).new().full()
+        try:
+            await send_alive(schedd, stranger, ClientSecurity(timeout_s=10))
+            note("ALIVE_STRANGER", "answered")
+        except SessionNotFoundError:
+            note("ALIVE_STRANGER", "SID_NOT_FOUND")
         await channel.send(channel.encoder().put_int(Reply.NOT_OK).payload())
 
     async def claim_ended(channel: Channel, command: int, peer: Peer) -> None:
@@ -111,6 +124,10 @@ def test_real_schedd_and_shadow_claim_execds_slot(pool: harness.Pool) -> None:
             user, version, activated = dict(events)["ACTIVATE_CLAIM"]
             assert user == MATCH_SESSION_USER and version >= 1
             assert activated["Cmd"] == '"/bin/echo"'
+            interval = await asyncio.to_thread(
+                pool.tool, "condor_config_val", "ALIVE_INTERVAL")
+            assert dict(events)["ALIVE"] == int(interval.check().stdout.strip() or 300)
+            assert dict(events)["ALIVE_STRANGER"] == "SID_NOT_FOUND"
             return job.cluster
         finally:
             if job is not None:
