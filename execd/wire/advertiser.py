@@ -1,0 +1,92 @@
+"""Keeps the collector's view of this node's slots current (pool mode, HTCondor's
+startd update timer): every slot's public + private ad is sent with UPDATE_STARTD_AD
+every UPDATE_INTERVAL and as soon as something changed (`changed()`), slots that
+disappeared (a released dynamic slot) are invalidated, and `stop()` invalidates them
+all, as a startd does when it shuts down.
+
+A collector that cannot be reached or refuses an update costs a logged warning
+(reason only; ads hold claim ids, so they are never logged) and a retry at the next
+round; it never stops the daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+
+from execd.errors import ProtocolError
+from execd.log import get_logger
+from execd.wire.classad_codec import WireAd, to_classad
+from execd.wire.collector import CollectorClient
+
+log = get_logger("wire")
+
+AdPairs = Sequence[tuple[WireAd, WireAd]]
+
+
+def slot_name(public: WireAd) -> str:
+    name = to_classad({"Name": public["Name"]})["Name"]
+    return str(name)
+
+
+class Advertiser:
+    """One collector's advertiser; run() in a task, changed() on any change, stop()."""
+
+    def __init__(self, collector: CollectorClient, ads: Callable[[], AdPairs], *,
+                 interval_s: float) -> None:  # fmt: skip
+        self.collector = collector
+        self.ads = ads
+        self.interval_s = interval_s
+        self.rounds = 0
+        self.failures = 0
+        self._advertised: set[str] = set()
+        self._wake = asyncio.Event()
+        self._round_done = asyncio.Condition()
+
+    def changed(self) -> None:
+        """Advertise now (a state change), not at the next interval."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            self._wake.clear()
+            await self._round()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+
+    async def wait_rounds(self, count: int) -> None:
+        """Until `count` rounds (successful or not) have finished since start."""
+        async with self._round_done:
+            await self._round_done.wait_for(lambda: self.rounds >= count)
+
+    async def _round(self) -> None:
+        try:
+            pairs = list(self.ads())
+            names = {slot_name(public) for public, _ in pairs}
+            for public, private in pairs:
+                await self.collector.update_startd_ad(public, private)
+                self._advertised.add(slot_name(public))
+            for gone in sorted(self._advertised - names):
+                await self.collector.invalidate_startd_ad(gone)
+                self._advertised.discard(gone)
+        except ProtocolError as exc:
+            self.failures += 1
+            log.warning("collector_update_failed", collector=str(self.collector.address),
+                        reason=str(exc))  # fmt: skip
+        finally:
+            async with self._round_done:
+                self.rounds += 1
+                self._round_done.notify_all()
+
+    async def stop(self) -> None:
+        """Invalidate every slot this advertiser put in the collector, then disconnect."""
+        try:
+            for name in sorted(self._advertised):
+                try:
+                    await self.collector.invalidate_startd_ad(name)
+                except ProtocolError as exc:
+                    log.warning("collector_invalidate_failed", slot=name, reason=str(exc))
+            self._advertised.clear()
+        finally:
+            await self.collector.close()

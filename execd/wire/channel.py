@@ -1,0 +1,204 @@
+"""One CEDAR connection over asyncio streams: messages in and out, plain or AES-GCM.
+
+Until encryption is on, every header and body sent and received is hashed (SHA-256,
+one digest per direction); the first encrypted packet in each direction carries both
+digests in its AAD (crypto.py). The shared-port request is not part of that handshake:
+`reset_digests()` after sending it, as HTCondor's SharedPortClient does.
+
+Every wait has a deadline: a peer that stops mid-message or never answers costs one
+RemoteProtocolError naming the peer, never a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+
+from execd.errors import RemoteProtocolError
+from execd.wire.crypto import PacketOpener, PacketSealer
+from execd.wire.encoding import Decoder, Encoder
+from execd.wire.framing import (
+    HEADER_SIZE,
+    MAX_MESSAGE_BYTES,
+    SEND_PACKET_BYTES,
+    chunk_payload,
+    encode_header,
+    parse_header,
+)
+
+DEFAULT_TIMEOUT_S = 20.0
+
+
+class Channel:
+    """A connected CEDAR stream. Not safe for concurrent senders or receivers."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        peer: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.peer = peer
+        self.timeout_s = timeout_s
+        self._sent_md: hashlib._Hash | None = hashlib.sha256()
+        self._recv_md: hashlib._Hash | None = hashlib.sha256()
+        self._sent_bytes = self._recv_bytes = 0
+        self._handshake_digests: tuple[bytes, bytes] | None = None
+        self._sealer: PacketSealer | None = None
+        self._opener: PacketOpener | None = None
+        self._first_send = True
+        self._first_recv = True
+        self._key: bytes | None = None
+
+    @classmethod
+    async def connect(
+        cls, host: str, port: int, *, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> Channel:
+        peer = f"{host}:{port}"
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port), timeout_s
+            )
+        except (OSError, TimeoutError) as exc:
+            raise RemoteProtocolError(f"cannot connect to {peer}: {exc or 'timed out'}") from None
+        return cls(reader, writer, peer=peer, timeout_s=timeout_s)
+
+    # ----- state -------------------------------------------------------------------
+    @property
+    def encrypted(self) -> bool:
+        return self._sealer is not None
+
+    @property
+    def handshake_digests(self) -> tuple[bytes, bytes] | None:
+        """(SHA256 of all sent, of all received) before encryption; None until then."""
+        return self._handshake_digests
+
+    @property
+    def session_key(self) -> bytes | None:
+        return self._key
+
+    def encoder(self) -> Encoder:
+        return Encoder(encrypted=self.encrypted)
+
+    def decoder(self, payload: bytes) -> Decoder:
+        return Decoder(payload, encrypted=self.encrypted)
+
+    def reset_digests(self) -> None:
+        """Forget what was hashed so far (after the shared-port request)."""
+        self._sent_md = hashlib.sha256()
+        self._recv_md = hashlib.sha256()
+        self._sent_bytes = self._recv_bytes = 0
+
+    def enable_crypto(self, key: bytes) -> None:
+        """Encrypt everything from now on, both ways, with this AES-256-GCM key.
+
+        A direction in which nothing was sent yet contributes 32 zero bytes, not the
+        SHA-256 of nothing: HTCondor creates a digest only with the first packet (a
+        schedd resuming a claim session without asking for an answer receives nothing).
+        """
+        sent = self._sent_md.digest() if self._sent_md and self._sent_bytes else bytes(32)
+        received = self._recv_md.digest() if self._recv_md and self._recv_bytes else bytes(32)
+        self._handshake_digests = (sent, received)
+        self._sent_md = self._recv_md = None
+        self._key = key
+        self._sealer = PacketSealer(key)
+        self._opener = PacketOpener(key)
+
+    # ----- sending -----------------------------------------------------------------
+    async def send(self, payload: bytes) -> None:
+        """Send one whole message."""
+        self.writer.write(self._frame(payload))
+        try:
+            await asyncio.wait_for(self.writer.drain(), self.timeout_s)
+        except (OSError, TimeoutError) as exc:
+            reason = exc or "timed out"
+            raise RemoteProtocolError(f"sending to {self.peer} failed: {reason}") from None
+
+    def _frame(self, payload: bytes) -> bytes:
+        out = bytearray()
+        for end, chunk in chunk_payload(payload, SEND_PACKET_BYTES):
+            if self._sealer is None:
+                header = encode_header(end, len(chunk))
+                if self._sent_md is not None:
+                    self._sent_md.update(header + chunk)
+                    self._sent_bytes += len(header) + len(chunk)
+                out += header + chunk
+                continue
+            header = encode_header(end, self._sealer.body_length(len(chunk)))
+            aad = header
+            if self._first_send:
+                assert self._handshake_digests is not None
+                sent, received = self._handshake_digests
+                aad = sent + received + header
+                self._first_send = False
+            out += header + self._sealer.seal(chunk, aad)
+        return bytes(out)
+
+    # ----- receiving ---------------------------------------------------------------
+    async def recv(self, timeout_s: float | None = None) -> bytes:
+        """Receive one whole message (all its packets)."""
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            return await asyncio.wait_for(self._recv_message(), limit)
+        except TimeoutError:
+            raise RemoteProtocolError(
+                f"{self.peer} sent no whole message within {limit} s"
+            ) from None
+
+    async def _recv_message(self) -> bytes:
+        message = bytearray()
+        while True:
+            header = await self._read_exactly(HEADER_SIZE, "a packet header")
+            end, length = parse_header(header)
+            body = await self._read_exactly(length, f"a packet body of {length} bytes")
+            if self._opener is None:
+                if self._recv_md is not None:
+                    self._recv_md.update(header + body)
+                    self._recv_bytes += len(header) + len(body)
+            else:
+                aad = header
+                if self._first_recv:
+                    assert self._handshake_digests is not None
+                    sent, received = self._handshake_digests
+                    aad = received + sent + header
+                    self._first_recv = False
+                body = self._opener.open(body, aad)
+            message += body
+            if len(message) > MAX_MESSAGE_BYTES:
+                raise RemoteProtocolError(
+                    f"message from {self.peer} over the {MAX_MESSAGE_BYTES}-byte limit"
+                )
+            if end:
+                return bytes(message)
+
+    async def _read_exactly(self, n: int, what: str) -> bytes:
+        try:
+            return await self.reader.readexactly(n)
+        except asyncio.IncompleteReadError as exc:
+            raise RemoteProtocolError(
+                f"{self.peer} closed the connection inside {what} "
+                f"({len(exc.partial)} of {n} bytes)"
+            ) from None
+        except OSError as exc:
+            raise RemoteProtocolError(f"reading {what} from {self.peer} failed: {exc}") from None
+
+    # ----- closing -----------------------------------------------------------------
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(OSError, TimeoutError):
+            await asyncio.wait_for(self.writer.wait_closed(), self.timeout_s)
+
+    @property
+    def local_address(self) -> tuple[str, int]:
+        host, port = self.writer.get_extra_info("sockname")[:2]
+        return str(host), int(port)
+
+    @property
+    def peer_address(self) -> tuple[str, int]:
+        host, port = self.writer.get_extra_info("peername")[:2]
+        return str(host), int(port)

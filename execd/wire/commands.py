@@ -1,0 +1,70 @@
+"""HTCondor command numbers execd sends or serves (condor_includes/condor_commands.h)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Command(IntEnum):
+    UPDATE_STARTD_AD = 0
+    QUERY_STARTD_ADS = 5
+    QUERY_SCHEDD_ADS = 6
+    QUERY_STARTD_PVT_ADS = 10
+    INVALIDATE_STARTD_ADS = 13
+    SHARED_PORT_CONNECT = 75
+    CONTINUE_CLAIM = 401
+    SUSPEND_CLAIM = 402
+    DEACTIVATE_CLAIM = 403
+    DEACTIVATE_CLAIM_FORCIBLY = 404
+    DEACTIVATE_CLAIM_JOB_DONE = 413
+    ALIVE = 441
+    REQUEST_CLAIM = 442
+    RELEASE_CLAIM = 443
+    ACTIVATE_CLAIM = 444
+    VACATE_ALL_CLAIMS = 447
+    VACATE_CLAIM = 465
+    VACATE_ALL_FAST = 474
+    VACATE_CLAIM_FAST = 475
+    DRAIN_JOBS = 512
+    CANCEL_DRAIN_JOBS = 513
+    CA_CMD = 1200
+    DC_AUTHENTICATE = 60010
+    DC_NOP = 60011
+    DC_SEC_QUERY = 60040
+    DC_QUERY_INSTANCE = 60045
+
+
+class Reply(IntEnum):
+    """Status integers in replies (condor_commands.h); 3/5/7 only answer REQUEST_CLAIM."""
+
+    NOT_OK = 0
+    OK = 1
+    TRY_AGAIN = 2
+    REQUEST_CLAIM_LEFTOVERS = 3
+    REQUEST_CLAIM_LEFTOVERS_2 = 5
+    REQUEST_CLAIM_SLOT_AD = 7
+
+
+class AuthMethod(IntEnum):
+    """Bits of the method mask in the authentication handshake (condor_auth.h)."""
+
+    CLAIMTOBE = 2
+    FS = 4
+    FS_REMOTE = 8
+    KERBEROS = 64
+    ANONYMOUS = 128
+    SSL = 256
+    PASSWORD = 512
+    MUNGE = 1024
+    TOKEN = 2048
+    SCITOKENS = 4096
+
+
+# Names in AuthMethods lists -> bits (IDTOKENS is TOKEN's name in configuration).
+AUTH_METHOD_BITS = {
+    "CLAIMTOBE": AuthMethod.CLAIMTOBE, "FS": AuthMethod.FS, "FS_REMOTE": AuthMethod.FS_REMOTE,
+    "KERBEROS": AuthMethod.KERBEROS, "ANONYMOUS": AuthMethod.ANONYMOUS, "SSL": AuthMethod.SSL,
+    "PASSWORD": AuthMethod.PASSWORD, "MUNGE": AuthMethod.MUNGE, "TOKEN": AuthMethod.TOKEN,
+    "TOKENS": AuthMethod.TOKEN, "IDTOKENS": AuthMethod.TOKEN, "IDTOKEN": AuthMethod.TOKEN,
+    "SCITOKENS": AuthMethod.SCITOKENS, "SCITOKEN": AuthMethod.SCITOKENS,
+}  # fmt: skip

@@ -1,0 +1,32 @@
+"""What an execute point sends the schedd: ALIVE, the claim keep-alive.
+
+The startd sends every claim's schedd an ALIVE (441) every lease/3 while no starter
+runs: on the claim id's own session, the payload is the claim id (secret); the schedd
+answers its ALIVE_INTERVAL, or -1 when it no longer knows the claim (the startd then
+releases it). A schedd that never had the claim's session answers SID_NOT_FOUND instead
+(SessionNotFoundError).
+"""
+
+from __future__ import annotations
+
+from execd.wire.claim_session import claim_session
+from execd.wire.commands import Command
+from execd.wire.security import ClientSecurity, claim_client_session, connect, start_command
+from execd.wire.sinful import Sinful
+
+UNKNOWN_CLAIM = -1
+
+
+async def send_alive(schedd: Sinful, claim_id: str, security: ClientSecurity) -> int:
+    """The schedd's alive interval for this claim, or UNKNOWN_CLAIM."""
+    session = claim_client_session(claim_session(claim_id), schedd)
+    channel = await connect(schedd, timeout_s=security.timeout_s)
+    try:
+        await start_command(channel, schedd, Command.ALIVE, security, session=session)
+        await channel.send(channel.encoder().put_string(claim_id).payload())
+        dec = channel.decoder(await channel.recv())
+        interval = dec.get_int32("ALIVE answer")
+        dec.finish("ALIVE answer")
+        return interval
+    finally:
+        await channel.close()

@@ -1,0 +1,254 @@
+"""The DC_AUTHENTICATE handshake, server side, and the command listener around it.
+
+Mirrors HTCondor's DaemonCommandProtocol (daemon_command.cpp) for TCP:
+- new session: read the client's policy ad, answer ours (Enact = "YES", the methods
+  we share, AES, our ECDHPublicKey), authenticate (method mask, FS), send int 0 (no
+  wrapped key), switch to AES-GCM with the ECDH key, send the post-auth ad
+  {ReturnCode AUTHORIZED/DENIED, Sid, User, ValidCommands, TriedAuthentication}.
+- resumed session (UseSession = "YES"): unknown Sid -> {ReturnCode = "SID_NOT_FOUND"}
+  and the connection closes; known -> {ReturnCode = "AUTHORIZED", RemoteVersion,
+  Nonce} in clear, then AES-GCM with the session's key.
+- DC_SEC_QUERY (condor_ping): after the handshake, {AuthorizationSucceeded} and close.
+Then the command's handler gets the encrypted channel and the authenticated peer.
+
+execd requires authentication and encryption for every command; a peer that sends a
+raw command, garbage, or stalls is logged (reason only, never a key or claim id) and
+dropped; other connections are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from execd.errors import ProtocolError, RemoteProtocolError
+from execd.log import get_logger
+from execd.wire.auth_fs import AuthenticationFailedError, serve_fs
+from execd.wire.channel import DEFAULT_TIMEOUT_S, Channel
+from execd.wire.claim_session import MATCH_SESSION_USER, ClaimSession
+from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
+from execd.wire.commands import AUTH_METHOD_BITS, AuthMethod, Command
+from execd.wire.crypto import EcdhKeyPair
+from execd.wire.security import CONDOR_VERSION
+
+log = get_logger("wire")
+_sequence = itertools.count()
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Who sent a command: the mapped identity (user@domain), method, session, address."""
+
+    user: str
+    method: str
+    sid: str
+    address: str
+
+
+@dataclass
+class _ServerSession:
+    key: bytes = field(repr=False)
+    peer: Peer
+    expires_at: float
+
+
+Handler = Callable[[Channel, int, Peer], Awaitable[None]]
+Authorizer = Callable[[int, Peer], bool]
+
+
+@dataclass
+class ServerSecurity:
+    domain: str
+    methods: tuple[str, ...] = ("FS",)
+    session_duration_s: int = 86400
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    authorize: Authorizer = lambda _cmd, _peer: True
+    sessions: dict[str, _ServerSession] = field(default_factory=dict)
+
+
+    def add_claim_session(self, session: ClaimSession, *, lifetime_s: float = 10 * 365 * 86400,
+                          user: str = MATCH_SESSION_USER) -> None:  # fmt: skip
+        """Accept resumption of a claim id's session (made when the claim was made)."""
+        peer = Peer(user=user, method="MATCH", sid=session.sid, address="(claim)")
+        self.sessions[session.sid] = _ServerSession(session.key, peer,
+                                                    time.monotonic() + lifetime_s)  # fmt: skip
+
+    def remove_session(self, sid: str) -> None:
+        self.sessions.pop(sid, None)
+
+
+def _s(value: Any) -> str:
+    return from_values({"V": value})["V"]
+
+
+class CommandServer:
+    """Listens on a TCP port; each connection: one authenticated command, then closed.
+
+    At most `max_connections` are served at once; more are closed at once (and logged),
+    so a flood of idle connections costs file descriptors for one deadline, no more.
+    """
+
+    def __init__(self, handlers: Mapping[int, Handler], security: ServerSecurity, *,
+                 max_connections: int = 256) -> None:  # fmt: skip
+        self.handlers = dict(handlers)
+        self.security = security
+        self.max_connections = max_connections
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._server = await asyncio.start_server(self._accept, host, port,
+                                                  family=socket.AF_INET)  # fmt: skip
+
+    @property
+    def address(self) -> str:
+        assert self._server is not None, "start() first"
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return f"<{host}:{port}?addrs={host}-{port}&noUDP>"
+
+    async def wait_idle(self) -> None:
+        """Until every connection accepted so far has been served or dropped."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host, port = writer.get_extra_info("peername")[:2]
+        if len(self._tasks) >= self.max_connections:
+            log.warning("wire_connection_refused", peer=f"{host}:{port}",
+                        reason=f"already serving {len(self._tasks)} connections")  # fmt: skip
+            writer.close()
+            return
+        channel = Channel(reader, writer, peer=f"{host}:{port}", timeout_s=self.security.timeout_s)
+        task = asyncio.get_running_loop().create_task(self._serve(channel))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, channel: Channel) -> None:
+        try:
+            await self._one_command(channel)
+        except (ProtocolError, OSError) as exc:
+            log.warning("wire_connection_dropped", peer=channel.peer, reason=str(exc))
+        finally:
+            await channel.close()
+
+    async def _one_command(self, channel: Channel) -> None:
+        dec = channel.decoder(await channel.recv())
+        first = dec.get_int("command")
+        if first != Command.DC_AUTHENTICATE:
+            raise RemoteProtocolError(f"unauthenticated command {first} refused")
+        ad = to_classad(decode_ad(dec, "client policy ad"))
+        dec.finish("DC_AUTHENTICATE message")
+        command = ad.get("Command")
+        if not isinstance(command, int):
+            raise RemoteProtocolError("client policy ad has no integer Command")
+        asked = ad.get("AuthCommand") if command == Command.DC_SEC_QUERY else command
+        if not isinstance(asked, int):
+            raise RemoteProtocolError("DC_SEC_QUERY without an integer AuthCommand")
+        if ad.get("UseSession") == "YES":
+            peer = await self._resume(channel, ad)
+            allowed = asked in self.handlers and self.security.authorize(asked, peer)
+        else:
+            peer, allowed = await self._new_session(channel, ad, asked)
+        log.info("wire_command", peer=channel.peer, user=peer.user, command=asked,
+                 authorized=allowed)  # fmt: skip
+        if command == Command.DC_SEC_QUERY:
+            enc = encode_ad(channel.encoder(), {"AuthorizationSucceeded": _s(allowed)})
+            await channel.send(enc.payload())
+            return
+        if not allowed:
+            raise RemoteProtocolError(f"{peer.user} is not authorized for command {asked}")
+        await self.handlers[asked](channel, asked, peer)
+
+    # ----- new session -------------------------------------------------------------
+    async def _new_session(self, channel: Channel, ad: Any, asked: int) -> tuple[Peer, bool]:
+        if ad.get("NewSession") != "YES":
+            raise RemoteProtocolError("client asked for neither a new nor a cached session")
+        theirs = {m.strip().upper() for m in str(ad.get("AuthMethods", "")).split(",")}
+        shared = [m for m in self.security.methods if m.upper() in theirs]
+        crypto = {m.strip().upper() for m in str(ad.get("CryptoMethods", "")).split(",")}
+        client_key = ad.get("ECDHPublicKey")
+        if not shared or "AES" not in crypto or not isinstance(client_key, str):
+            raise RemoteProtocolError(
+                f"client offers methods {sorted(theirs)} and crypto {sorted(crypto)}; execd "
+                f"requires one of {list(self.security.methods)}, AES and an ECDH key"
+            )
+        keypair = EcdhKeyPair()
+        reply: WireAd = from_values({
+            "Enact": "YES", "Integrity": "YES", "Encryption": "YES", "Authentication": "YES",
+            "AuthMethods": shared[0], "AuthMethodsList": ",".join(shared),
+            "TrustDomain": self.security.domain, "SessionLease": 3600,
+            "CryptoMethods": "AES", "CryptoMethodsList": "AES",
+            "ECDHPublicKey": keypair.public_b64(), "RemoteVersion": CONDOR_VERSION,
+            "SessionDuration": str(self.security.session_duration_s), "NegotiatedSession": True,
+        })  # fmt: skip
+        await channel.send(encode_ad(channel.encoder(), reply).payload())
+
+        user, method = await self._authenticate(channel, shared)
+        await channel.send(channel.encoder().put_int(0).payload())  # no wrapped key
+        key = keypair.session_key(client_key)
+        channel.enable_crypto(key)
+        sid = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}:{next(_sequence)}"
+        peer = Peer(user=user, method=method, sid=sid, address=channel.peer)
+        allowed = asked in self.handlers and self.security.authorize(asked, peer)
+        post = from_values({
+            "ReturnCode": "AUTHORIZED" if allowed else "DENIED", "Sid": sid, "User": user,
+            "ValidCommands": ",".join(str(c) for c in sorted(self.handlers)),
+            "TriedAuthentication": True,
+        })  # fmt: skip
+        await channel.send(encode_ad(channel.encoder(), post).payload())
+        if allowed:
+            expires = time.monotonic() + self.security.session_duration_s
+            self.security.sessions[sid] = _ServerSession(key, peer, expires)
+        return peer, allowed
+
+    async def _authenticate(self, channel: Channel, shared: list[str]) -> tuple[str, str]:
+        dec = channel.decoder(await channel.recv())
+        mask = dec.get_int("client method mask")
+        dec.finish("method mask message")
+        chosen = next((m for m in shared if mask & AUTH_METHOD_BITS[m.upper()]), None)
+        bit = AUTH_METHOD_BITS[chosen.upper()] if chosen else 0
+        await channel.send(channel.encoder().put_int(bit).payload())
+        if bit == AuthMethod.FS:
+            name = await serve_fs(channel)
+            return f"{name}@{self.security.domain}", "FS"
+        raise AuthenticationFailedError(
+            f"{channel.peer} offered method mask {mask}; execd accepts {shared}"
+        )
+
+    # ----- resumed session ----------------------------------------------------------
+    async def _resume(self, channel: Channel, ad: Any) -> Peer:
+        sid = ad.get("Sid")
+        session = self.security.sessions.get(sid) if isinstance(sid, str) else None
+        if session is not None and session.expires_at <= time.monotonic():
+            del self.security.sessions[session.peer.sid]
+            session = None
+        if session is None:
+            if ad.get("ResumeResponse") is True:
+                reply = from_values({"ReturnCode": "SID_NOT_FOUND"})
+                await channel.send(encode_ad(channel.encoder(), reply).payload())
+            raise RemoteProtocolError("resume of an unknown or expired session refused")
+        if ad.get("ResumeResponse") is True:
+            nonce = base64.b64encode(os.urandom(33)).decode("ascii")
+            reply = from_values({"ReturnCode": "AUTHORIZED", "RemoteVersion": CONDOR_VERSION,
+                                 "Nonce": nonce})  # fmt: skip
+            await channel.send(encode_ad(channel.encoder(), reply).payload())
+        channel.enable_crypto(session.key)
+        return session.peer

@@ -1,0 +1,24 @@
+"""Two connected Channels over a real socketpair (no network, no mocks)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from execd.wire.channel import Channel
+
+
+async def channel_pair(timeout_s: float = 5.0) -> tuple[Channel, Channel]:
+    a, b = socket.socketpair()
+    ra, wa = await asyncio.open_connection(sock=a)
+    rb, wb = await asyncio.open_connection(sock=b)
+    return (Channel(ra, wa, peer="a", timeout_s=timeout_s),
+            Channel(rb, wb, peer="b", timeout_s=timeout_s))  # fmt: skip
+
+
+async def raw_pair(timeout_s: float = 5.0) -> tuple[Channel, asyncio.StreamWriter]:
+    """A Channel and the raw writer of its peer: to feed it any bytes at all."""
+    a, b = socket.socketpair()
+    ra, wa = await asyncio.open_connection(sock=a)
+    _, wb = await asyncio.open_connection(sock=b)
+    return Channel(ra, wa, peer="raw peer", timeout_s=timeout_s), wb
