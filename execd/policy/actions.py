@@ -61,13 +61,13 @@ class NotifyClaimHolder:
 
 
 @dataclass(frozen=True)
-class StartBackfill:
-    slot: str
+class StartBackfillClient:
+    """Spawn the daemon's one backfill client (BACKFILL_SYSTEM); all backfill slots share it."""
 
 
 @dataclass(frozen=True)
-class KillBackfill:
-    slot: str
+class KillBackfillClient:
+    """Kill the backfill client and everything it started; the last backfill slot left."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,6 @@ class LogEvent:
 
 Action = (
     SpawnStarter | HoldJob | Suspend | Continue | SoftKill | HardKill | KillStarterFamily
-    | PublishAd | NotifyClaimHolder | StartBackfill | KillBackfill | CarveDynamicSlot
+    | PublishAd | NotifyClaimHolder | StartBackfillClient | KillBackfillClient | CarveDynamicSlot
     | DeleteDynamicSlot | LogEvent
 )

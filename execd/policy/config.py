@@ -33,6 +33,8 @@ EXPRESSION_DEFAULTS: dict[str, str] = {
     "WANT_HOLD": "False",
     "WANT_HOLD_REASON": "UNDEFINED",
     "WANT_HOLD_SUBCODE": "UNDEFINED",
+    # CpuBusy/CpuBusyTime in the ad follow it (seed 000 3.5.3); desktop policies set it
+    "CPUBusy": "False",
 }
 # Expressions with a _VANILLA variant used for vanilla-universe jobs when configured.
 VANILLA_VARIANTS = ("SUSPEND", "CONTINUE", "PREEMPT", "KILL", "WANT_SUSPEND", "WANT_VACATE")
@@ -94,6 +96,11 @@ class PolicyConfig:
 
     def number(self, name: str) -> float:
         return self.numbers[name]
+
+    def constant(self, name: str) -> bool | None:
+        """True/False when the expression is that literal (no need to evaluate it)."""
+        text = self.texts[name].strip().lower()
+        return {"true": True, "false": False}.get(text)
 
 
 def field_names() -> list[str]:

@@ -91,9 +91,8 @@ class PolicyMachine(RuleBasedStateMachine):
 
     @rule()
     def backfill_exited(self) -> None:
-        if self.d.slot.backfill_running:
-            self._run(lambda: self.d.engine.backfill_client_exited(
-                "slot1", self.d.clock.now()))
+        if self.d.engine.backfill_client != "stopped":
+            self._run(lambda: self.d.engine.backfill_client_exited(self.d.clock.now()))
 
     @rule()
     def alive(self) -> None:
