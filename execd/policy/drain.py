@@ -158,13 +158,19 @@ def check_scavenging(engine: PolicyEngine, now: Now, out: Actions) -> None:
             engine._evict(slot, now, out, "drain")
         else:
             engine._retire(slot, "drain", now, out)
+            out += engine._evaluate_slot(slot, now)  # zero retirement: vacate at once
 
 
 def cancel_drain(engine: PolicyEngine, now: Now) -> Actions:
-    """Drained -> Owner (34/35) -> Unclaimed at the next evaluation."""
+    """Drained -> Owner (34/35) -> Unclaimed; jobs still retiring for the drain unretire."""
     out: Actions = []
     finish_draining(engine, now)
     for slot in engine.slots.values():
         if slot.state == S.DRAINED:
             engine._move(slot, "drain_cancelled", now, out)
+        elif slot.state == S.CLAIMED and slot.retire_reason == "drain":
+            # a graceful drain's retirement is reversible, like a RANK one (19)
+            slot.retire_reason = None
+            if slot.activity == A.RETIRING:
+                engine._move(slot, "unretire", now, out)
     return out + engine.evaluate(now)

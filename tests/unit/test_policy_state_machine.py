@@ -54,8 +54,9 @@ class PolicyMachine(RuleBasedStateMachine):
             if isinstance(a, act.SpawnStarter):
                 slot = self.d.slot
                 my = self.d.engine.machine_ad(slot, self.d.clock.now())
+                # START as it applies now (a drain's start expression replaces it)
                 assert classads.is_true(classads.evaluate(
-                    self.d.engine.config.expr("START"), my, slot.job_ad))
+                    self.d.engine.start_expr(), my, slot.job_ad))
 
     @rule(seconds=st.sampled_from([0, 1, 5, 15, 40, 400]))
     def tick(self, seconds: int) -> None:
@@ -85,6 +86,17 @@ class PolicyMachine(RuleBasedStateMachine):
                                                  self.d.clock.now()))
 
     @rule()
+    def job_exited(self) -> None:
+        if self.d.slot.starter_running:
+            self._run(lambda: self.d.engine.job_exited("slot1", self.d.clock.now()))
+
+    @rule()
+    def preempting_claim_released(self) -> None:
+        pending = self.d.slot.preempting_claim
+        if pending is not None:
+            self._run(lambda: self.d.engine.release("slot1", self.d.clock.now(), pending.id))
+
+    @rule()
     def starter_exited(self) -> None:
         if self.d.slot.starter_running:
             self._run(lambda: self.d.engine.starter_exited("slot1", self.d.clock.now()))
@@ -106,9 +118,10 @@ class PolicyMachine(RuleBasedStateMachine):
     def vacate(self, fast: bool) -> None:
         self._run(lambda: self.d.engine.vacate("slot1", self.d.clock.now(), fast=fast))
 
-    @rule(mode=st.sampled_from(["graceful", "quick", "fast"]))
-    def drain(self, mode: str) -> None:
-        self._run(lambda: self.d.engine.drain(mode, self.d.clock.now()))
+    @rule(mode=st.sampled_from(["graceful", "quick", "fast"]),
+          start=st.sampled_from([None, None, 'TARGET.Owner == "alice"']))
+    def drain(self, mode: str, start: str | None) -> None:
+        self._run(lambda: self.d.engine.drain(mode, self.d.clock.now(), start=start))
 
     @rule()
     def cancel_drain(self) -> None:
@@ -128,6 +141,8 @@ class PolicyMachine(RuleBasedStateMachine):
             assert slot.claim is None and not slot.starter_running
         if slot.starter_running:
             assert slot.state in (State.CLAIMED, State.PREEMPTING)
+        if slot.state == State.BACKFILL and slot.activity.value == "Busy":
+            assert self.d.engine.backfill_client == "running"
 
 
 PolicyMachine.TestCase.settings = settings(
