@@ -54,6 +54,9 @@ class PolicyConfig:
     texts: dict[str, str] = field(default_factory=dict)  # name -> source text
     numbers: dict[str, float] = field(default_factory=dict)
     backfill_enabled: bool = False
+    # expressions that are a literal true/false: the engine need not evaluate them
+    constants: dict[str, bool] = field(default_factory=dict)
+    has_vanilla: bool = False  # any *_VANILLA variant configured
 
     @classmethod
     def from_strings(
@@ -80,7 +83,10 @@ class PolicyConfig:
             if name not in NUMBER_DEFAULTS:
                 raise ConfigError(f"unknown policy setting {name}")
             nums[name] = float(value)
-        return cls(parsed, texts, nums, backfill_enabled)
+        constants = {name: text.strip().lower() == "true" for name, text in texts.items()
+                     if text.strip().lower() in ("true", "false")}
+        has_vanilla = any(name.endswith("_VANILLA") for name in texts)
+        return cls(parsed, texts, nums, backfill_enabled, constants, has_vanilla)
 
     def expr(self, name: str, vanilla: bool = False) -> Any:
         if vanilla and name in VANILLA_VARIANTS:
@@ -99,8 +105,7 @@ class PolicyConfig:
 
     def constant(self, name: str) -> bool | None:
         """True/False when the expression is that literal (no need to evaluate it)."""
-        text = self.texts[name].strip().lower()
-        return {"true": True, "false": False}.get(text)
+        return self.constants.get(name)
 
 
 def field_names() -> list[str]:

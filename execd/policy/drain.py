@@ -51,7 +51,9 @@ def account_unclaimed(engine: PolicyEngine, slot: Slot, now: Now) -> None:
 def finish_draining(engine: PolicyEngine, now: Now) -> None:
     """Draining ends (cancelled or resumed on completion): close the unclaimed-time count."""
     engine.draining = engine.drain_resume = engine.scavenging = False
-    engine.start_override = None
+    if engine.start_override is not None:
+        engine.start_override = None
+        engine._index_references()
     for slot in engine.slots.values():
         if slot.drain_mark is not None:
             account_unclaimed(engine, slot, now)
@@ -109,13 +111,14 @@ def drain(engine: PolicyEngine, mode: str, now: Now, *, reason: str = "",
     start_expr = _parse_start(start, mode)
     if check is not None:  # all slots must pass the check before anything changes
         for slot in engine.slots.values():
-            value = classads.evaluate(check, engine.machine_ad(slot, now))
+            value = classads.evaluate(check, engine.machine_ad(slot, now, full=True))
             if not classads.is_true(value):
                 raise PolicyError(f"drain check {check!r} is not true on {slot.name}")
     engine.drain_reason, engine.drain_resume = reason, resume_on_completion
     engine.draining = True
     engine.scavenging = start_expr is not None
     engine.start_override = None if start_expr is None else (start_expr, start or "")
+    engine._index_references()
     out: Actions = []
     for slot in list(engine.slots.values()):
         if not slot.dynamic:
@@ -149,6 +152,7 @@ def check_scavenging(engine: PolicyEngine, now: Now, out: Actions) -> None:
         return
     engine.scavenging = False
     engine.start_override = (FALSE, "False")
+    engine._index_references()
     out.append(act.LogEvent("drain_scavenging_over", {"reason": engine.drain_reason}))
     for slot in list(engine.slots.values()):
         if slot.state != S.CLAIMED:

@@ -15,6 +15,7 @@ from execd.claims.ids import ClaimId
 from execd.errors import PolicyError
 from execd.policy import actions as act
 from execd.policy import backfill, claiming, drain
+from execd.policy.adcache import AdCache, references
 from execd.policy.config import PolicyConfig
 from execd.policy.evaluate import evaluate_slot
 from execd.policy.slot import Now, Slot, slot_policy_attributes
@@ -41,6 +42,18 @@ class PolicyEngine:
         self.scavenging = False  # draining under a start expression (drain.py)
         self.start_override: tuple[Any, str] | None = None  # (expression, text) for START
         self.backfill_client = backfill.STOPPED  # the daemon's one client: stopped/running/killing
+        self._refs: dict[str, frozenset[str]] = {}
+        self.adcache = AdCache(frozenset())
+        self._index_references()
+
+    def _index_references(self) -> None:
+        """What each policy expression reads (adcache.py); after a reconfig or drain."""
+        self._refs = {name: references(expr) for name, expr in self.config.expressions.items()}
+        if self.start_override is not None:
+            self._refs["START"] = references(self.start_override[0])
+        self.adcache = AdCache(frozenset().union(*self._refs.values()))
+        for slot in self.slots.values():
+            slot.ad = None  # rebuilt, fully, at its next evaluation
 
     # ---- slots -------------------------------------------------------------------
     def add_slot(self, name: str, facts: dict[str, Any], now: Now, *,
@@ -78,28 +91,27 @@ class PolicyEngine:
         return self.config.expr("START")
 
     # ---- evaluation helpers -------------------------------------------------------
-    def machine_ad(self, slot: Slot, now: Now) -> Any:
-        """The slot's ad: facts (built once per set_facts) updated with policy attributes."""
-        if slot.ad is None:
-            slot.ad, slot.ad_policy_values = classads.new_ad(slot.facts), {}
+    def machine_ad(self, slot: Slot, now: Now, *, full: bool = False) -> Any:
+        """The slot's ad: its facts and policy attributes. Only the attributes policy
+        expressions read are kept current unless ``full`` (see adcache.py)."""
         attrs = slot_policy_attributes(slot, now, self.start_expr())
         attrs["CurrentTime"] = attrs["MyCurrentTime"]
-        last = slot.ad_policy_values
-        for gone in last.keys() - attrs.keys():
-            del slot.ad[gone]
-        for key, value in attrs.items():
-            # Setting a ClassAd attribute costs; most are unchanged between passes.
-            if key not in last or (last[key] is not value and last[key] != value):
-                slot.ad[key] = value
-        slot.ad_policy_values = attrs
-        return slot.ad
+        return self.adcache.refresh(slot, attrs, full=full)
 
     def _eval(self, slot: Slot, name: str, my: Any, target: Any, out: Actions) -> Any:
-        vanilla = target is not None and target.get("JobUniverse") == 5
+        cfg = self.config
+        vanilla = False
+        if cfg.has_vanilla and target is not None:  # a lookup costs: only when it matters
+            vanilla = target.get("JobUniverse") == 5
         if name == "START" and self.start_override is not None:
             expr, text = self.start_override
         else:
-            expr, text = self.config.expr(name, vanilla), ""
+            if not vanilla and name in cfg.constants:
+                return cfg.constants[name]  # a literal True/False: nothing to evaluate
+            expr, text = cfg.expr(name, vanilla), ""
+        if target is not None and my is slot.ad and not vanilla \
+                and self.adcache.target_free(slot, name, self._refs[name]):
+            target = None  # the same value, at a tenth of the cost
         value = classads.evaluate(expr, my, target)
         bad = classads.is_error(value) or (
             name in _BOOL_EXPRS and not classads.is_undefined(value)
@@ -267,7 +279,7 @@ class PolicyEngine:
         if slot.job_ad is not None and "MaxJobRetirementTime" in slot.job_ad:
             job = classads.to_number(classads.evaluate(
                 slot.job_ad.lookup("MaxJobRetirementTime"), slot.job_ad,
-                self.machine_ad(slot, now)))
+                self.machine_ad(slot, now, full=True)))
             if job is not None:
                 return min(machine, job)
         return machine
@@ -328,6 +340,7 @@ class PolicyEngine:
     def reconfig(self, config: PolicyConfig, now: Now) -> Actions:
         """New policy: re-evaluate every slot at once (HTCONDOR_BEHAVIOUR.md)."""
         self.config = config
+        self._index_references()
         return self.evaluate(now)
 
     def shutdown(self, mode: str, now: Now) -> Actions:

@@ -63,7 +63,9 @@ class Slot:
     cpu_busy_since: float | None = None  # monotonic; None while CPUBusy is not true
     drain_mark: float | None = None  # monotonic; unclaimed time is counted up to here
     ad: Any = None  # the machine ad, rebuilt from facts when they change
-    ad_policy_values: dict[str, Any] = field(default_factory=dict)
+    ad_policy_values: dict[str, Any] = field(default_factory=dict)  # as written into ad
+    ad_keys: set[str] = field(default_factory=set)  # lower-cased attribute names in ad
+    target_free: dict[str, bool] = field(default_factory=dict)  # see adcache.py
     logged_errors: set[tuple[str, str]] = field(default_factory=set)
 
     def job_run_time(self, now: float) -> float:

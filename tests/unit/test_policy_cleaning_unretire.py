@@ -144,3 +144,25 @@ def test_bad_expression_logged_again_after_it_changes() -> None:
     errors = _events(d, "policy_expression_error")
     assert [e.fields["text"] for e in errors] == ['"not a bool"', '1 / "x"']
     assert d.pair == "Claimed/Busy"
+
+
+def test_unscoped_job_attribute_in_a_policy_expression_still_reads_the_job() -> None:
+    # Owner is not in the machine ad: the engine must evaluate with the job as TARGET
+    d = Driver({"WANT_SUSPEND": "True", "SUSPEND": 'Owner == "alice"', "CONTINUE": "False"})
+    d.busy({"Owner": "alice"})
+    d.tick(5)
+    assert d.pair == "Claimed/Suspended"
+    d2 = Driver({"WANT_SUSPEND": "True", "SUSPEND": 'Owner == "alice"'})
+    d2.busy({"Owner": "bob"})
+    d2.tick(5)
+    assert d2.pair == "Claimed/Busy"
+
+
+def test_drain_check_sees_attributes_no_policy_expression_reads() -> None:
+    d = Driver()
+    d.busy()
+    d.tick_with_alives(30)
+    with pytest.raises(PolicyError, match="drain check"):
+        d.do(d.engine.drain("quick", d.clock.now(), check="TotalClaimRunTime >= 60"))
+    d.do(d.engine.drain("quick", d.clock.now(), check="TotalClaimRunTime >= 30"))
+    assert d.pair == "Preempting/Vacating"
