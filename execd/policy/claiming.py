@@ -169,6 +169,18 @@ def withdraw_preempting_claim(engine: PolicyEngine, slot: Slot, now: Now,
     return out + evaluate_slot(engine, slot, now)
 
 
+def deactivate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool) -> Actions:
+    """Stop the job, keep the claim: the starter's exit then leaves Claimed/Idle (reuse);
+    unlike release or vacate, which end the claim through Preempting."""
+    if slot.state != S.CLAIMED or not slot.starter_running:
+        raise PolicyError(f"nothing to deactivate on {slot.name} in "
+                          f"{label(slot.state, slot.activity)}")
+    out: Actions = [act.LogEvent("claim_deactivated", {"slot": slot.name, "fast": fast})]
+    engine._resume(slot, now, out)  # a suspended job must run to take its signal
+    out.append(act.HardKill(slot.name) if fast else act.SoftKill(slot.name))
+    return out
+
+
 def vacate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool) -> Actions:
     """condor_vacate: gracefully (retirement skipped, soft kill) or fast (hard kill)."""
     out: Actions = []

@@ -77,7 +77,12 @@ class PolicyEngine:
         slot.facts, slot.ad = dict(facts), None
 
     def attributes(self, name: str, now: Now) -> dict[str, Any]:
-        attrs = slot_policy_attributes(self.slot(name), now, self.start_expr())
+        """The policy attributes the slot publishes (merged into its ad by the daemon)."""
+        slot = self.slot(name)
+        attrs = slot_policy_attributes(slot, now, self.start_expr())
+        if attrs["Requirements"] is not False and classads.evaluate(
+                self.start_expr(), self.machine_ad(slot, now, full=True)) is True:
+            attrs["Requirements"] = True  # START is true whatever the job (seed 000, 3.5.2)
         attrs["TotalMachineDrainingBadput"] = int(self.draining_badput)
         attrs["TotalMachineDrainingUnclaimedTime"] = int(self.draining_unclaimed)
         if self.draining:
@@ -200,6 +205,10 @@ class PolicyEngine:
     def withdraw_preempting_claim(self, name: str, now: Now) -> Actions:
         """The higher-RANK claim waiting for this slot went away: unretire (19)."""
         return claiming.withdraw_preempting_claim(self, self.slot(name), now)
+
+    def deactivate(self, name: str, now: Now, *, fast: bool = False) -> Actions:
+        """DEACTIVATE_CLAIM: stop the job (soft, or hard if ``fast``) but keep the claim."""
+        return claiming.deactivate(self, self.slot(name), now, fast)
 
     def vacate(self, name: str, now: Now, *, fast: bool = False) -> Actions:
         """condor_vacate: gracefully (retirement skipped, soft kill) or fast (hard kill)."""

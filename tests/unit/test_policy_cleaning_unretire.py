@@ -166,3 +166,37 @@ def test_drain_check_sees_attributes_no_policy_expression_reads() -> None:
         d.do(d.engine.drain("quick", d.clock.now(), check="TotalClaimRunTime >= 60"))
     d.do(d.engine.drain("quick", d.clock.now(), check="TotalClaimRunTime >= 30"))
     assert d.pair == "Preempting/Vacating"
+
+
+def test_deactivate_stops_the_job_but_keeps_the_claim() -> None:
+    d = Driver()
+    d.busy()
+    claim = d.slot.claim
+    d.do(d.engine.deactivate("slot1", d.clock.now()))
+    assert act.SoftKill("slot1") in d.actions and d.pair == "Claimed/Busy"
+    d.starter_exited()
+    assert d.pair == "Claimed/Idle" and d.slot.claim is claim
+    assert not d.of_type(act.NotifyClaimHolder)
+    with pytest.raises(PolicyError, match="nothing to deactivate"):
+        d.do(d.engine.deactivate("slot1", d.clock.now(), fast=True))
+    assert d.activate()
+
+
+def test_vanilla_variants_apply_to_vanilla_jobs_only() -> None:
+    policy = {"WANT_SUSPEND": "True", "SUSPEND": "False", "SUSPEND_VANILLA": "True",
+              "CONTINUE": "False"}
+    vanilla, other = Driver(policy), Driver(policy)
+    vanilla.busy({"Owner": "a", "JobUniverse": 5})
+    other.busy({"Owner": "a", "JobUniverse": 7})
+    vanilla.tick(5)
+    other.tick(5)
+    assert vanilla.pair == "Claimed/Suspended" and other.pair == "Claimed/Busy"
+
+
+def test_requirements_true_when_start_is_true_whatever_the_job() -> None:
+    d = Driver()
+    assert d.engine.attributes("slot1", d.clock.now())["Requirements"] is True
+    d2 = Driver({"START": 'TARGET.Owner == "bob"'})
+    attrs = d2.engine.attributes("slot1", d2.clock.now())
+    assert str(attrs["Requirements"]) == 'TARGET.Owner == "bob"'
+    assert str(attrs["Start"]) == 'TARGET.Owner == "bob"'
