@@ -71,6 +71,14 @@ class KillBackfillClient:
 
 
 @dataclass(frozen=True)
+class RunBenchmarks:
+    """RUNBENCHMARKS moved the slot to Unclaimed/Benchmarking (3): run them, then report
+    with PolicyEngine.benchmarks_done (4)."""
+
+    slot: str
+
+
+@dataclass(frozen=True)
 class CarveDynamicSlot:
     parent: str
     request: Any
@@ -92,6 +100,7 @@ class LogEvent:
 
 Action = (
     SpawnStarter | HoldJob | Suspend | Continue | SoftKill | HardKill | KillStarterFamily
-    | PublishAd | NotifyClaimHolder | StartBackfillClient | KillBackfillClient | CarveDynamicSlot
+    | PublishAd | NotifyClaimHolder | StartBackfillClient | KillBackfillClient | RunBenchmarks
+    | CarveDynamicSlot
     | DeleteDynamicSlot | LogEvent
 )

@@ -6,7 +6,7 @@ import pytest
 
 from execd.errors import PolicyError
 from execd.policy import actions as act
-from tests.unit.policy_helpers import Driver
+from tests.unit.policy_helpers import FACTS, Driver
 
 
 def test_1_owner_to_unclaimed_when_is_owner_false() -> None:
@@ -39,10 +39,14 @@ def test_start_false_without_desktop_policy_stays_unclaimed() -> None:
 
 
 def test_3_4_benchmarks() -> None:
-    d = Driver({"RUNBENCHMARKS": "True"})
+    d = Driver({"RUNBENCHMARKS": "LastBenchmark =?= 0"}, facts={**FACTS, "LastBenchmark": 0})
     assert d.pair == "Unclaimed/Benchmarking"
+    assert d.of_type(act.RunBenchmarks) == [act.RunBenchmarks("slot1")]  # the daemon runs them
+    d.set_facts(LastBenchmark=1_700_000_000)
     d.do(d.engine.benchmarks_done("slot1", d.clock.now()))
     assert d.transitions()[-1] == "4"
+    d.tick(5)
+    assert d.pair == "Unclaimed/Idle" and len(d.of_type(act.RunBenchmarks)) == 1
 
 
 def test_5_claim_from_unclaimed() -> None:
