@@ -43,6 +43,9 @@ def match(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
 def request_claim(engine: PolicyEngine, slot: Slot, claim_id: ClaimId, request_ad: Any,
                   now: Now, *, alive_interval: float | None) -> tuple[bool, Actions]:
     out: Actions = []
+    if engine.draining and not engine.scavenging:  # not even on a freshly carved d-slot
+        out.append(act.LogEvent("claim_refused", {"slot": slot.name, "why": "draining"}))
+        return False, out
     job = as_ad(request_ad)
     my = engine.machine_ad(slot, now)
     if not engine._true(slot, "START", my, job, out):

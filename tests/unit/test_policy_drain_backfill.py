@@ -166,3 +166,12 @@ def test_slot_waits_for_a_dying_client_before_respawning() -> None:
     d.do(d.engine.backfill_client_exited(d.clock.now()))
     assert d.of_type(act.StartBackfillClient) == [act.StartBackfillClient()] * 2
     assert d.pair == "Backfill/Busy"
+
+
+def test_no_claim_while_draining_even_on_a_new_dynamic_slot() -> None:
+    d = Driver()
+    d.do(d.engine.drain("graceful", d.clock.now()))
+    d.do(d.engine.add_slot("slot1_1", FACTS, d.clock.now(), dynamic=True, parent="slot1"))
+    assert not claim(d, "slot1_1", "alice")
+    refused = [a for a in d.actions if isinstance(a, act.LogEvent) and a.event == "claim_refused"]
+    assert refused[-1].fields["why"] == "draining"
