@@ -17,9 +17,15 @@ from __future__ import annotations
 from typing import Any
 
 from execd import classads
-from execd.policy.slot import Slot
+from execd.policy.slot import POLICY_ATTRIBUTES, Slot
 
 _MISSING = object()
+
+
+def own_facts(facts: dict[str, Any]) -> dict[str, Any]:
+    """The facts without what the engine itself publishes (State, MyCurrentTime, ...):
+    the engine's values win, and the daemon's copies would only force rewrites."""
+    return {k: v for k, v in facts.items() if k not in POLICY_ATTRIBUTES}
 
 
 def references(expr: Any) -> frozenset[str]:
@@ -71,6 +77,26 @@ class AdCache:
                 slot.ad_keys.add(key.lower())
                 slot.target_free.clear()
         return ad
+
+    def update_facts(self, slot: Slot, facts: dict[str, Any]) -> None:
+        """Write the facts that changed into the ad (the daemon sends all of them each poll);
+        a fact that went away rebuilds the ad."""
+        old, ad = slot.facts, slot.ad
+        facts = own_facts(facts)
+        slot.facts = facts
+        if ad is None:
+            return
+        if len(old) > len(facts) or any(k not in facts for k in old):
+            slot.ad = None
+            return
+        for key, value in facts.items():
+            before = old.get(key, _MISSING)
+            if before is value or before == value:
+                continue
+            ad[key] = value
+            if before is _MISSING:
+                slot.ad_keys.add(key.lower())
+                slot.target_free.clear()
 
     def target_free(self, slot: Slot, name: str, refs: frozenset[str]) -> bool:
         """Evaluating ``refs`` in the slot's ad alone gives the same value as with TARGET."""

@@ -15,7 +15,7 @@ from execd.claims.ids import ClaimId
 from execd.errors import PolicyError
 from execd.policy import actions as act
 from execd.policy import backfill, claiming, drain
-from execd.policy.adcache import AdCache, references
+from execd.policy.adcache import AdCache, own_facts, references
 from execd.policy.config import PolicyConfig
 from execd.policy.evaluate import evaluate_slot
 from execd.policy.slot import Now, Slot, slot_policy_attributes
@@ -60,7 +60,7 @@ class PolicyEngine:
                  dynamic: bool = False, parent: str | None = None) -> Actions:
         if name in self.slots:
             raise PolicyError(f"slot {name} exists already")
-        self.slots[name] = Slot(name, dict(facts), S.OWNER, A.IDLE, now.mono, now.mono,
+        self.slots[name] = Slot(name, own_facts(facts), S.OWNER, A.IDLE, now.mono, now.mono,
                                 now.wall, now.wall, dynamic=dynamic, parent=parent)
         if dynamic:
             return [act.PublishAd(name)]
@@ -73,8 +73,9 @@ class PolicyEngine:
             raise PolicyError(f"no slot named {name}") from None
 
     def set_facts(self, name: str, facts: dict[str, Any]) -> None:
+        """New resource facts (every poll): changed ones are written into the slot's ad."""
         slot = self.slot(name)
-        slot.facts, slot.ad = dict(facts), None
+        self.adcache.update_facts(slot, facts)
 
     def attributes(self, name: str, now: Now) -> dict[str, Any]:
         """The policy attributes the slot publishes (merged into its ad by the daemon)."""

@@ -78,6 +78,15 @@ class Slot:
         return max(0.0, now - self.job_start - suspended)
 
 
+# Every attribute slot_policy_attributes (and the engine) may write into a slot's ad.
+POLICY_ATTRIBUTES = frozenset({
+    "State", "Activity", "EnteredCurrentState", "EnteredCurrentActivity", "MyCurrentTime",
+    "CurrentTime", "ClockMin", "ClockDay", "TotalJobRunTime", "TotalJobSuspendTime",
+    "TotalClaimRunTime", "TotalClaimSuspendTime", "CpuBusy", "CpuBusyTime", "Start",
+    "Requirements", "JobStart", "RemoteRank", "ClaimLeaseDuration", "AcceptedWhileDraining",
+})
+
+
 def slot_policy_attributes(slot: Slot, now: Now, start_expr: Any = True) -> dict[str, Any]:
     """The timer/state attributes the engine owns, for the slot-ad builder to merge."""
     def wall(mono: float) -> int:

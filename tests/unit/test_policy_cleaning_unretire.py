@@ -200,3 +200,25 @@ def test_requirements_true_when_start_is_true_whatever_the_job() -> None:
     attrs = d2.engine.attributes("slot1", d2.clock.now())
     assert str(attrs["Requirements"]) == 'TARGET.Owner == "bob"'
     assert str(attrs["Start"]) == 'TARGET.Owner == "bob"'
+
+
+def test_facts_update_in_place_and_policy_attributes_win_over_facts() -> None:
+    from execd.policy.slot import POLICY_ATTRIBUTES
+
+    d = Driver({"WANT_SUSPEND": "True", "SUSPEND": "KeyboardIdle < 60", "CONTINUE": "False"})
+    d.busy()
+    d.tick(5)
+    ad = d.slot.ad
+    d.set_facts(KeyboardIdle=1)  # a changed fact is written into the same ad
+    assert d.slot.ad is ad and ad["KeyboardIdle"] == 1
+    d.tick(5)
+    assert d.pair == "Claimed/Suspended"
+    d.set_facts(Activity="Idle")  # a resource ad must not override the engine's Activity
+    assert d.slot.ad is ad
+    d.tick(5)
+    full = d.engine.machine_ad(d.slot, d.clock.now(), full=True)
+    assert full["Activity"] == "Suspended" and full["KeyboardIdle"] == 1
+    d.do(d.engine.drain("graceful", d.clock.now(), start="True"))
+    written = set(d.slot.ad_policy_values) | set(d.engine.attributes("slot1", d.clock.now()))
+    assert written - POLICY_ATTRIBUTES == {"TotalMachineDrainingBadput",
+                                           "TotalMachineDrainingUnclaimedTime", "DrainReason"}
