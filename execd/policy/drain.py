@@ -134,6 +134,8 @@ def drain(engine: PolicyEngine, mode: str, now: Now, *, reason: str = "",
         elif slot.state == S.BACKFILL:
             slot.backfill_leave_to = "owner"
             out += engine._leave_backfill(slot, now)
+    if mode == "graceful":
+        _coordinate_retirement(engine, now)
     check_scavenging(engine, now, out)
     if not engine.scavenging:
         for slot in list(engine.slots.values()):
@@ -141,6 +143,19 @@ def drain(engine: PolicyEngine, mode: str, now: Now, *, reason: str = "",
                     and slot.activity == A.IDLE:
                 engine._move(slot, "drain", now, out)
     return out + engine.evaluate(now)
+
+
+def _coordinate_retirement(engine: PolicyEngine, now: Now) -> None:
+    """condor_drain -graceful (HTCondor 25 manual): the machine is not drained before its
+    longest retirement ends, so every job retiring for the drain may run that long."""
+    retiring = [s for s in engine.slots.values() if s.state == S.CLAIMED
+                and s.retire_reason == "drain" and s.job_start is not None]
+    left = [engine.retirement_left(s, now) for s in retiring]
+    longest = max(left, default=0.0)
+    if longest <= 0 or math.isinf(longest):
+        return
+    for slot in retiring:
+        slot.retirement_override = slot.job_run_time(now.mono) + longest
 
 
 def check_scavenging(engine: PolicyEngine, now: Now, out: Actions) -> None:
@@ -174,7 +189,7 @@ def cancel_drain(engine: PolicyEngine, now: Now) -> Actions:
             engine._move(slot, "drain_cancelled", now, out)
         elif slot.state == S.CLAIMED and slot.retire_reason == "drain":
             # a graceful drain's retirement is reversible, like a RANK one (19)
-            slot.retire_reason = None
+            slot.retire_reason = slot.retirement_override = None
             if slot.activity == A.RETIRING:
                 engine._move(slot, "unretire", now, out)
     return out + engine.evaluate(now)

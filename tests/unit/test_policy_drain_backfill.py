@@ -175,3 +175,18 @@ def test_no_claim_while_draining_even_on_a_new_dynamic_slot() -> None:
     assert not claim(d, "slot1_1", "alice")
     refused = [a for a in d.actions if isinstance(a, act.LogEvent) and a.event == "claim_refused"]
     assert refused[-1].fields["why"] == "draining"
+
+
+def test_graceful_drain_lets_every_job_retire_as_long_as_the_longest() -> None:
+    d = two_slots({"MAXJOBRETIREMENTTIME": "2000", "MachineMaxVacateTime": "10"})
+    d.busy({"Owner": "a", "MaxJobRetirementTime": 100})
+    assert d.do(d.engine.request_claim("slot2", d.ids.new(), {"Owner": "b"}, d.clock.now()))
+    assert d.do(d.engine.activate("slot2", {"Owner": "b", "MaxJobRetirementTime": 1000},
+                                  d.clock.now()))
+    d.do(d.engine.drain("graceful", d.clock.now()))
+    d.tick_with_alives(500, step=10)  # slot1's own 100 s are long gone: it still runs
+    assert d.pair == pair(d, "slot2") == "Claimed/Retiring"
+    d.tick_with_alives(500, step=10)  # (slot2's lease, 1800 s, needs no alives here)
+    # both are soft-killed together, the vacate time before the longest retirement ends
+    assert d.pair == pair(d, "slot2") == "Preempting/Vacating"
+    assert d.engine.slot("slot1").entered_state == d.engine.slot("slot2").entered_state
