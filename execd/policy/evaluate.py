@@ -82,8 +82,12 @@ def _step(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
     if state == S.DRAINED and activity == A.RETIRING and drain_done(engine, slot):
         engine._move(slot, "drain_complete", now, out)
     elif state == S.DRAINED and activity == A.IDLE and engine.drain_resume:
-        finish_draining(engine, now)  # resume on completion: 34
-        engine._move(slot, "drain_finished", now, out)
+        finish_draining(engine, now)  # resume on completion: every drained slot (34)
+        for other in list(engine.slots.values()):
+            if other.state == S.DRAINED and other.activity == A.RETIRING:
+                engine._move(other, "drain_complete", now, out)
+            if other.state == S.DRAINED:
+                engine._move(other, "drain_finished", now, out)
 
 
 def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:

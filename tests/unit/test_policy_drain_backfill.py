@@ -190,3 +190,13 @@ def test_graceful_drain_lets_every_job_retire_as_long_as_the_longest() -> None:
     # both are soft-killed together, the vacate time before the longest retirement ends
     assert d.pair == pair(d, "slot2") == "Preempting/Vacating"
     assert d.engine.slot("slot1").entered_state == d.engine.slot("slot2").entered_state
+
+
+def test_resume_on_completion_resumes_every_slot() -> None:
+    d = two_slots()
+    d.busy()
+    d.do(d.engine.drain("quick", d.clock.now(), resume_on_completion=True))
+    d.starter_exited()
+    d.tick(5)
+    assert d.pair == pair(d, "slot2") == "Unclaimed/Idle"
+    assert not d.engine.draining
