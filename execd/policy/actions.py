@@ -79,12 +79,6 @@ class RunBenchmarks:
 
 
 @dataclass(frozen=True)
-class CarveDynamicSlot:
-    parent: str
-    request: Any
-
-
-@dataclass(frozen=True)
 class DeleteDynamicSlot:
     slot: str
 
@@ -101,6 +95,5 @@ class LogEvent:
 Action = (
     SpawnStarter | HoldJob | Suspend | Continue | SoftKill | HardKill | KillStarterFamily
     | PublishAd | NotifyClaimHolder | StartBackfillClient | KillBackfillClient | RunBenchmarks
-    | CarveDynamicSlot
     | DeleteDynamicSlot | LogEvent
 )
