@@ -92,6 +92,8 @@ class BackfillClient:
         self.proc: subprocess.Popen[bytes] | None = None
         self._pidfd: int | None = None
         self._pending = False  # asked for before the event loop ran
+        self._exit_owed = False  # killed before it ran: the engine still waits for an exit
+        self._retry: asyncio.TimerHandle | None = None
 
     @property
     def pid(self) -> int | None:
@@ -108,15 +110,16 @@ class BackfillClient:
         program = self.program
         if program is None:
             logger.error("backfill_client_failed", error="ENABLE_BACKFILL is off")
-            loop.call_later(RETRY_AFTER_S, self.on_exit)
+            self._retry = loop.call_later(RETRY_AFTER_S, self._retried)
             return
         try:
             self.proc = self._spawn(program)
         except OSError as exc:
+            # reported as an exit a while later, so the engine tries again then
             logger.error("backfill_client_failed", system=program.system,
                          executable=program.executable, error=str(exc),
                          retry_after_s=RETRY_AFTER_S)
-            loop.call_later(RETRY_AFTER_S, self.on_exit)
+            self._retry = loop.call_later(RETRY_AFTER_S, self._retried)
             return
         self._pidfd = os.pidfd_open(self.proc.pid)
         loop.add_reader(self._pidfd, self._reaped)
@@ -128,10 +131,25 @@ class BackfillClient:
         if self._pending:
             self._pending = False
             self.start()
+        if self._exit_owed:
+            self._exit_owed = False
+            asyncio.get_running_loop().call_soon(self.on_exit)
+
+    def _retried(self) -> None:
+        self._retry = None
+        self.on_exit()
 
     def kill(self) -> None:
         """SIGKILL the client and everything left in its process group."""
-        self._pending = False
+        if self._pending or self._retry is not None:  # nothing runs: it is gone at once
+            self._pending = False
+            if self._retry is not None:
+                self._retry.cancel()
+                self._retry = None
+            self._exit_owed = True
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop()
+                self.attach()
         if self.proc is not None:
             logger.info("backfill_client_killed", pid=self.proc.pid)
             with contextlib.suppress(ProcessLookupError, PermissionError):

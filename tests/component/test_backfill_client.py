@@ -179,3 +179,16 @@ def test_daemon_runs_one_client_and_kills_it_when_backfill_ends(
     assert again["pid"] != pid
     node.stop(signal.SIGTERM)
     assert gone(again["pid"])
+
+
+def test_a_client_that_cannot_start_is_retried_and_a_kill_ends_the_wait(shared: Path) -> None:
+    async def scenario() -> None:
+        exited = asyncio.Event()
+        broken = BackfillProgram("TESTBF", str(shared / "no-such-program"))
+        client = BackfillClient(broken, exited.set)
+        client.start()
+        assert client.pid is None and not exited.is_set()  # reported later, then retried
+        client.kill()  # the engine gives up on it: the exit it waits for comes at once
+        await asyncio.wait_for(exited.wait(), 5)  # not after RETRY_AFTER_S (60 s)
+
+    asyncio.run(scenario())
