@@ -108,7 +108,9 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
     job = slot.job_ad
     if slot.activity == A.IDLE:
         worklife = engine._number(slot, "CLAIM_WORKLIFE", my, claim.request_ad, out)
-        if engine._eval(slot, "START", my, None, out) is False:
+        # START "locally" false (seed 000, 10), read with the claim's own request as
+        # TARGET: a drain start expression like TARGET.X =?= True is false without a job
+        if engine._eval(slot, "START", my, claim.request_ad, out) is False:
             engine._evict(slot, now, out, "START is false")
         elif worklife is not None and worklife >= 0 and claim.jobs_run > 0 \
                 and now.mono - claim.created > worklife:

@@ -104,6 +104,7 @@ def test_drain_start_expression_lets_scavenging_jobs_run_until_old_jobs_end() ->
         root.chmod(0o755)
         node = RunningDaemon(root, "NUM_CPUS = 2\nMAXJOBRETIREMENTTIME = 600\n"
                                    "MachineMaxVacateTime = 5\n").start()
+        old = None
         try:
             old = start_job(node)
             refused = node.execd("drain", "-quick", "-start", "True")
@@ -121,3 +122,6 @@ def test_drain_start_expression_lets_scavenging_jobs_run_until_old_jobs_end() ->
             node.wait_for("slot_state_changed", slot="slot1", new="Drained/Idle", timeout=30)
         finally:
             node.stop(signal.SIGQUIT)
+            if old is not None and old.poll() is None:
+                old.kill()
+                old.communicate()

@@ -200,3 +200,13 @@ def test_resume_on_completion_resumes_every_slot() -> None:
     d.tick(5)
     assert d.pair == pair(d, "slot2") == "Unclaimed/Idle"
     assert not d.engine.draining
+
+
+def test_an_idle_scavenging_claim_is_kept_while_its_job_satisfies_the_start() -> None:
+    d = two_slots({"MAXJOBRETIREMENTTIME": "1000", "MachineMaxVacateTime": "30"})
+    d.busy({"Owner": "alice"})
+    d.do(d.engine.drain("graceful", d.clock.now(), start="TARGET.Scavenger =?= true"))
+    assert d.do(d.engine.request_claim("slot2", d.ids.new(), {"Scavenger": True},
+                                       d.clock.now()))
+    d.tick_with_alives(30, step=10)  # the claim waits, idle, for its job
+    assert pair(d, "slot2") == "Claimed/Idle"
