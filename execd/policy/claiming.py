@@ -153,6 +153,8 @@ def release(engine: PolicyEngine, slot: Slot, now: Now, claim_id: ClaimId | None
     pending = slot.preempting_claim
     if claim_id is not None and pending is not None and pending.id == claim_id:
         return withdraw_preempting_claim(engine, slot, now)
+    if claim_id is not None and (slot.claim is None or slot.claim.id != claim_id):
+        raise PolicyError(f"claim {claim_id} does not hold {slot.name}")
     if slot.state != S.CLAIMED:
         raise PolicyError(f"cannot release {slot.name} in {label(slot.state, slot.activity)}")
     out: Actions = []

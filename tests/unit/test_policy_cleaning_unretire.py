@@ -222,3 +222,15 @@ def test_facts_update_in_place_and_policy_attributes_win_over_facts() -> None:
     written = set(d.slot.ad_policy_values) | set(d.engine.attributes("slot1", d.clock.now()))
     assert written - POLICY_ATTRIBUTES == {"TotalMachineDrainingBadput",
                                            "TotalMachineDrainingUnclaimedTime", "DrainReason"}
+
+
+def test_release_names_the_claim_it_ends() -> None:
+    d, boss = _rank_retiring()
+    alice = d.slot.claim.id
+    with pytest.raises(PolicyError, match="does not hold"):
+        d.do(d.engine.release("slot1", d.clock.now(), d.ids.new()))
+    assert d.pair == "Claimed/Retiring"
+    d.do(d.engine.release("slot1", d.clock.now(), alice))  # the running job's own claim
+    assert d.pair == "Preempting/Killing"
+    d.starter_exited()
+    assert d.pair == "Claimed/Idle" and d.slot.claim.id == boss  # the waiting claim got it
