@@ -51,6 +51,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     drain.add_argument("-reason", "--reason", default="", help="why (shown as DrainReason)")
     drain.add_argument("-check", "--check", metavar="EXPR",
                        help="drain only if this is true for every slot")
+    drain.add_argument("-start", "--start", metavar="EXPR",
+                       help="START while draining (graceful only): jobs it accepts may still run")
     drain.add_argument("-resume-on-completion", "--resume-on-completion", action="store_true",
                        help="accept jobs again once drained")
     drain.add_argument("-cancel", "--cancel", action="store_true", help="stop draining")
@@ -80,6 +82,8 @@ def run_drain(args: argparse.Namespace) -> int:
                                "resume_on_completion": args.resume_on_completion}
     if args.check:
         payload["check"] = args.check
+    if args.start:
+        payload["start"] = args.start
     return call(args, "drain", payload)[0]
 
 

@@ -134,7 +134,9 @@ _group(
     ("WANT_VACATE_VANILLA", E, None, "WANT_VACATE for vanilla-universe jobs, if set."),
     ("RUNBENCHMARKS", E, "False", "When true in Unclaimed, run the Mips/KFlops benchmarks."),
     ("ENABLE_BACKFILL", B, "false", "Whether idle slots run backfill work."),
-    ("BACKFILL_SYSTEM", S, "", "The backfill client program to run (execd accepts any program)."),
+    ("BACKFILL_SYSTEM", S, "BOINC", "Names the one backfill client; <SYSTEM>_Executable, "
+     "_Arguments, _InitialDir, _Owner (required as root), _Output, _Error, _Environment "
+     "define it (any program)."),
     ("START_BACKFILL", E, "False", "When true in Unclaimed/Idle, enter Backfill."),
     ("EVICT_BACKFILL", E, "False", "When true in Backfill, kill the backfill client."),
     ("STARTER_EVICT", E, None, "Starter-enforced eviction expression (seed 002)."),

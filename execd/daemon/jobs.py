@@ -157,23 +157,23 @@ class JobManager:
         return {"job_id": job_id, "slot": slot}
 
     def release(self, claim_id: Any) -> dict[str, Any]:
-        slot, _claim = self.lookup(claim_id)
-        try:
-            self.daemon.execute(self.daemon.engine.release(slot, now()))
+        slot, claim = self.lookup(claim_id)
+        try:  # the claim named: a preempting claim's release undoes retirement (19)
+            self.daemon.execute(self.daemon.engine.release(slot, now(), claim))
         except ExecdError as exc:
             raise ControlError("refused", str(exc)) from None
         self.claims.pop(claim_id, None)
         return {"released": slot}
 
     def signal_job(self, claim_id: Any, verb: str) -> dict[str, Any]:
-        slot, _ = self.lookup(claim_id)
+        slot, claim = self.lookup(claim_id)
         engine = self.daemon.engine
         moment = now()
         try:
             if verb == "vacate":
                 actions = engine.vacate(slot, moment)
             elif verb == "alive":
-                actions = engine.alive(slot, moment)
+                actions = engine.alive(slot, moment, claim)
             else:
                 raise ControlError("bad_args", f"unknown job verb {verb}")
         except ExecdError as exc:

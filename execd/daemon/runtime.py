@@ -21,6 +21,7 @@ from execd.classads import ClassAdError, ad_to_json, parse_expr
 from execd.config.loader import Config, load_config
 from execd.config.log_setup import configure_logging
 from execd.config.settings import Settings, load_settings
+from execd.daemon.backfill import BackfillClient, backfill_program
 from execd.daemon.control import Authorizer, ControlError, ControlServer, Request, Role, Verb
 from execd.daemon.jobs import JobManager
 from execd.daemon.node import Node, Paths
@@ -53,6 +54,7 @@ class Daemon:
         self.engine: PolicyEngine
         self.jobs: JobManager
         self.cron: CronManager
+        self.backfill: BackfillClient
         self.paths: Paths
         self.node: Node
         self.control: ControlServer
@@ -71,6 +73,7 @@ class Daemon:
         self.node = Node.build(self.config, self.settings)
         self.node.refresh_load(time.time())
         self.engine = PolicyEngine(policy_config(self.settings))
+        self.backfill = BackfillClient(backfill_program(self.settings), self._backfill_exited)
         self.jobs = JobManager(self)
         self.jobs.setup_cgroups()
         self.cron = CronManager(
@@ -103,12 +106,14 @@ class Daemon:
         try:
             new_policy = policy_config(settings)
             new_cron = cron_settings(settings)
+            new_backfill = backfill_program(settings)
         except ExecdError as exc:
             logger.error("reconfig_rejected", error=str(exc), config=str(self.config_path))
             self.notifier.ready(f"reconfig rejected, old config kept: {exc}")
             return False
         self.config, self.settings = config, settings
         self.node.config, self.node.settings = config, settings
+        self.backfill.program = new_backfill  # used from the client's next start
         self.execute(self.engine.reconfig(new_policy, now()))
         self.cron.reconfigure(new_cron)
         configure_logging(settings, force_stderr=self.log_to_stderr)
@@ -162,11 +167,19 @@ class Daemon:
                     self.wake.set()
             elif isinstance(action, act.PublishAd):
                 continue  # ads are built on demand from live state
+            elif isinstance(action, act.StartBackfillClient):
+                self.backfill.start()
+            elif isinstance(action, act.KillBackfillClient):
+                self.backfill.kill()
             elif self.jobs.act(action):
                 continue
             else:
                 logger.warning("action_not_supported_yet", action=type(action).__name__,
                                slot=getattr(action, "slot", None))
+
+    def _backfill_exited(self) -> None:
+        self.execute(self.engine.backfill_client_exited(now()))
+        self.wake.set()
 
     def evaluate(self) -> None:
         moment = now()
@@ -256,14 +269,15 @@ class Daemon:
             how = request.args.get("how", "graceful")
             reason = request.args.get("reason", "")
             check = request.args.get("check")
+            start = request.args.get("start")
             resume = request.args.get("resume_on_completion", False)
             if how not in ("graceful", "quick", "fast") or not isinstance(reason, str) \
-                    or not (check is None or isinstance(check, str)):
+                    or not all(e is None or isinstance(e, str) for e in (check, start)):
                 raise ControlError("bad_args", "drain takes how (graceful, quick or fast), "
-                                   "reason (a string) and check (an expression)")
+                                   "reason (a string), check and start (expressions)")
             try:
                 actions = self.engine.drain(how, now(), reason=reason, check=check,
-                                            resume_on_completion=bool(resume))
+                                            start=start, resume_on_completion=bool(resume))
             except ExecdError as exc:
                 raise ControlError("refused", str(exc)) from None
             self.execute(actions)
@@ -373,6 +387,7 @@ class Daemon:
         schedulers = frozenset(self.settings.get_list("EXECD_SCHEDULER_USERS"))
         self.control = ControlServer(self.paths.socket, self.verbs(), Authorizer(admin, schedulers))
         await self.control.start()
+        self.backfill.attach()
         logger.info("execd_started", config=str(self.config_path), socket=str(self.paths.socket),
                     slots=[r.name for r in self.node.slots.resources()])
         self.notifier.ready(self.node.summary())
@@ -387,6 +402,7 @@ class Daemon:
                 for task in background:
                     task.cancel()
         finally:
+            self.backfill.close()
             await self.control.close()
             self.signals.uninstall(loop)
         logger.info("execd_stopped", how=self.stopping)

@@ -61,19 +61,21 @@ class NotifyClaimHolder:
 
 
 @dataclass(frozen=True)
-class StartBackfill:
-    slot: str
+class StartBackfillClient:
+    """Spawn the daemon's one backfill client (BACKFILL_SYSTEM); all backfill slots share it."""
 
 
 @dataclass(frozen=True)
-class KillBackfill:
-    slot: str
+class KillBackfillClient:
+    """Kill the backfill client and everything it started; the last backfill slot left."""
 
 
 @dataclass(frozen=True)
-class CarveDynamicSlot:
-    parent: str
-    request: Any
+class RunBenchmarks:
+    """RUNBENCHMARKS moved the slot to Unclaimed/Benchmarking (3): run them, then report
+    with PolicyEngine.benchmarks_done (4)."""
+
+    slot: str
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,6 @@ class LogEvent:
 
 Action = (
     SpawnStarter | HoldJob | Suspend | Continue | SoftKill | HardKill | KillStarterFamily
-    | PublishAd | NotifyClaimHolder | StartBackfill | KillBackfill | CarveDynamicSlot
+    | PublishAd | NotifyClaimHolder | StartBackfillClient | KillBackfillClient | RunBenchmarks
     | DeleteDynamicSlot | LogEvent
 )

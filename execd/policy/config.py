@@ -33,6 +33,8 @@ EXPRESSION_DEFAULTS: dict[str, str] = {
     "WANT_HOLD": "False",
     "WANT_HOLD_REASON": "UNDEFINED",
     "WANT_HOLD_SUBCODE": "UNDEFINED",
+    # CpuBusy/CpuBusyTime in the ad follow it (seed 000 3.5.3); desktop policies set it
+    "CPUBusy": "False",
 }
 # Expressions with a _VANILLA variant used for vanilla-universe jobs when configured.
 VANILLA_VARIANTS = ("SUSPEND", "CONTINUE", "PREEMPT", "KILL", "WANT_SUSPEND", "WANT_VACATE")
@@ -52,6 +54,9 @@ class PolicyConfig:
     texts: dict[str, str] = field(default_factory=dict)  # name -> source text
     numbers: dict[str, float] = field(default_factory=dict)
     backfill_enabled: bool = False
+    # expressions that are a literal true/false: the engine need not evaluate them
+    constants: dict[str, bool] = field(default_factory=dict)
+    has_vanilla: bool = False  # any *_VANILLA variant configured
 
     @classmethod
     def from_strings(
@@ -78,7 +83,10 @@ class PolicyConfig:
             if name not in NUMBER_DEFAULTS:
                 raise ConfigError(f"unknown policy setting {name}")
             nums[name] = float(value)
-        return cls(parsed, texts, nums, backfill_enabled)
+        constants = {name: text.strip().lower() == "true" for name, text in texts.items()
+                     if text.strip().lower() in ("true", "false")}
+        has_vanilla = any(name.endswith("_VANILLA") for name in texts)
+        return cls(parsed, texts, nums, backfill_enabled, constants, has_vanilla)
 
     def expr(self, name: str, vanilla: bool = False) -> Any:
         if vanilla and name in VANILLA_VARIANTS:
@@ -94,6 +102,10 @@ class PolicyConfig:
 
     def number(self, name: str) -> float:
         return self.numbers[name]
+
+    def constant(self, name: str) -> bool | None:
+        """True/False when the expression is that literal (no need to evaluate it)."""
+        return self.constants.get(name)
 
 
 def field_names() -> list[str]:

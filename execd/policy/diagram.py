@@ -22,6 +22,12 @@ def render() -> str:
         "Generated from `execd/policy/transitions.py` by `python -m execd.policy.diagram`;",
         "edge labels are the manual's transition numbers (seed 000, 3.5.7) and the trigger.",
         "",
+        "Moves of HTCondor 25 the manual does not number (HTCONDOR_BEHAVIOUR.md): `d1`, a",
+        "dynamic slot born in Owner and claimed at once; `c1`/`c2`, a job that ended normally",
+        "leaves Claimed/Cleaning when its starter exits (or is evicted from it). Transition 29",
+        "also covers a slot released from the daemon's one backfill client while other slots",
+        "still use it (`backfill_slot_released`); the last slot out kills the client.",
+        "",
         "```mermaid",
         "stateDiagram-v2",
     ]

@@ -12,13 +12,13 @@ from typing import Any
 
 from execd import classads
 from execd.claims.ids import ClaimId
-from execd.claims.lease import Lease, lease_duration
 from execd.errors import PolicyError
 from execd.policy import actions as act
-from execd.policy import drain
+from execd.policy import backfill, claiming, drain
+from execd.policy.adcache import AdCache, own_facts, references
 from execd.policy.config import PolicyConfig
-from execd.policy.evaluate import evaluate_slot, leave_backfill_idle
-from execd.policy.slot import Claim, Now, Slot, slot_policy_attributes
+from execd.policy.evaluate import evaluate_slot
+from execd.policy.slot import Now, Slot, slot_policy_attributes
 from execd.policy.states import VALID_PAIRS, Activity, State, label
 from execd.policy.transitions import lookup, state_edge
 
@@ -26,11 +26,7 @@ S, A = State, Activity
 Actions = list[act.Action]
 _BOOL_EXPRS = frozenset({"START", "IS_OWNER", "SUSPEND", "CONTINUE", "PREEMPT", "KILL",
                          "WANT_SUSPEND", "WANT_VACATE", "RUNBENCHMARKS", "START_BACKFILL",
-                         "EVICT_BACKFILL", "WANT_HOLD"})
-
-
-def _as_ad(ad: Any) -> Any:
-    return classads.new_ad(ad) if isinstance(ad, dict) else ad
+                         "EVICT_BACKFILL", "WANT_HOLD", "CPUBusy"})
 
 
 class PolicyEngine:
@@ -41,14 +37,30 @@ class PolicyEngine:
         self.draining = False
         self.drain_reason = ""
         self.drain_resume = False
-        self.draining_badput = 0.0  # TotalMachineDrainingBadput: job time thrown away
+        self.draining_badput = 0.0  # TotalMachineDrainingBadput (cpu-seconds)
+        self.draining_unclaimed = 0.0  # TotalMachineDrainingUnclaimedTime (cpu-seconds)
+        self.scavenging = False  # draining under a start expression (drain.py)
+        self.start_override: tuple[Any, str] | None = None  # (expression, text) for START
+        self.backfill_client = backfill.STOPPED  # the daemon's one client: stopped/running/killing
+        self._refs: dict[str, frozenset[str]] = {}
+        self.adcache = AdCache(frozenset())
+        self._index_references()
+
+    def _index_references(self) -> None:
+        """What each policy expression reads (adcache.py); after a reconfig or drain."""
+        self._refs = {name: references(expr) for name, expr in self.config.expressions.items()}
+        if self.start_override is not None:
+            self._refs["START"] = references(self.start_override[0])
+        self.adcache = AdCache(frozenset().union(*self._refs.values()))
+        for slot in self.slots.values():
+            slot.ad = None  # rebuilt, fully, at its next evaluation
 
     # ---- slots -------------------------------------------------------------------
     def add_slot(self, name: str, facts: dict[str, Any], now: Now, *,
                  dynamic: bool = False, parent: str | None = None) -> Actions:
         if name in self.slots:
             raise PolicyError(f"slot {name} exists already")
-        self.slots[name] = Slot(name, dict(facts), S.OWNER, A.IDLE, now.mono, now.mono,
+        self.slots[name] = Slot(name, own_facts(facts), S.OWNER, A.IDLE, now.mono, now.mono,
                                 now.wall, now.wall, dynamic=dynamic, parent=parent)
         if dynamic:
             return [act.PublishAd(name)]
@@ -61,41 +73,57 @@ class PolicyEngine:
             raise PolicyError(f"no slot named {name}") from None
 
     def set_facts(self, name: str, facts: dict[str, Any]) -> None:
+        """New resource facts (every poll): changed ones are written into the slot's ad."""
         slot = self.slot(name)
-        slot.facts, slot.ad = dict(facts), None
+        self.adcache.update_facts(slot, facts)
 
     def attributes(self, name: str, now: Now) -> dict[str, Any]:
-        attrs = slot_policy_attributes(self.slot(name), now, self.config.expr("START"))
+        """The policy attributes the slot publishes (merged into its ad by the daemon)."""
+        slot = self.slot(name)
+        attrs = slot_policy_attributes(slot, now, self.start_expr())
+        if attrs["Requirements"] is not False and classads.evaluate(
+                self.start_expr(), self.machine_ad(slot, now, full=True)) is True:
+            attrs["Requirements"] = True  # START is true whatever the job (seed 000, 3.5.2)
         attrs["TotalMachineDrainingBadput"] = int(self.draining_badput)
+        attrs["TotalMachineDrainingUnclaimedTime"] = int(self.draining_unclaimed)
         if self.draining:
             attrs["DrainReason"] = self.drain_reason
         return attrs
 
+    def start_expr(self) -> Any:
+        """START as it applies now: a drain's start expression replaces it while draining."""
+        if self.start_override is not None:
+            return self.start_override[0]
+        return self.config.expr("START")
+
     # ---- evaluation helpers -------------------------------------------------------
-    def machine_ad(self, slot: Slot, now: Now) -> Any:
-        """The slot's ad: facts (built once per set_facts) updated with policy attributes."""
-        if slot.ad is None:
-            slot.ad, slot.ad_policy_values = classads.new_ad(slot.facts), {}
-        attrs = slot_policy_attributes(slot, now, self.config.expr("START"))
+    def machine_ad(self, slot: Slot, now: Now, *, full: bool = False) -> Any:
+        """The slot's ad: its facts and policy attributes. Only the attributes policy
+        expressions read are kept current unless ``full`` (see adcache.py)."""
+        attrs = slot_policy_attributes(slot, now, self.start_expr())
         attrs["CurrentTime"] = attrs["MyCurrentTime"]
-        last = slot.ad_policy_values
-        for gone in last.keys() - attrs.keys():
-            del slot.ad[gone]
-        for key, value in attrs.items():
-            # Setting a ClassAd attribute costs; most are unchanged between passes.
-            if key not in last or (last[key] is not value and last[key] != value):
-                slot.ad[key] = value
-        slot.ad_policy_values = attrs
-        return slot.ad
+        return self.adcache.refresh(slot, attrs, full=full)
 
     def _eval(self, slot: Slot, name: str, my: Any, target: Any, out: Actions) -> Any:
-        vanilla = target is not None and target.get("JobUniverse") == 5
-        value = classads.evaluate(self.config.expr(name, vanilla), my, target)
+        cfg = self.config
+        vanilla = False
+        if cfg.has_vanilla and target is not None:  # a lookup costs: only when it matters
+            vanilla = target.get("JobUniverse") == 5
+        if name == "START" and self.start_override is not None:
+            expr, text = self.start_override
+        else:
+            if not vanilla and name in cfg.constants:
+                return cfg.constants[name]  # a literal True/False: nothing to evaluate
+            expr, text = cfg.expr(name, vanilla), ""
+        if target is not None and my is slot.ad and not vanilla \
+                and self.adcache.target_free(slot, name, self._refs[name]):
+            target = None  # the same value, at a tenth of the cost
+        value = classads.evaluate(expr, my, target)
         bad = classads.is_error(value) or (
             name in _BOOL_EXPRS and not classads.is_undefined(value)
             and not isinstance(value, bool | int | float))
         if bad:
-            key = (name, self.config.text(name, vanilla))
+            key = (name, text or self.config.text(name, vanilla))
             if key not in slot.logged_errors:  # once per slot per expression text
                 slot.logged_errors.add(key)
                 out.append(act.LogEvent("policy_expression_error", {
@@ -111,6 +139,8 @@ class PolicyEngine:
 
     def _move(self, slot: Slot, trigger: str, now: Now, out: Actions) -> None:
         t = lookup(slot.state, slot.activity, trigger)
+        if slot.drain_mark is not None:
+            drain.account_unclaimed(self, slot, now)  # the time up to now in the old state
         old = label(slot.state, slot.activity)
         new_state, new_activity = t.target
         assert (new_state, new_activity) in VALID_PAIRS
@@ -127,6 +157,7 @@ class PolicyEngine:
     def evaluate(self, now: Now) -> Actions:
         """One policy pass over every slot (the tick)."""
         out: Actions = []
+        self._check_scavenging(now, out)
         for slot in list(self.slots.values()):
             out += self._evaluate_slot(slot, now)
         return out
@@ -143,125 +174,46 @@ class PolicyEngine:
 
         return evaluate_slot(self, slot, now)
 
-    # ---- claims --------------------------------------------------------------------
+    # ---- claims (execd/policy/claiming.py) ----------------------------------------
     def match(self, name: str, now: Now) -> Actions:
-        slot = self.slot(name)
-        out: Actions = []
-        if slot.state == S.BACKFILL:
-            slot.backfill_leave_to = "matched"
-            out += self._leave_backfill(slot, now)
-        else:
-            self._move(slot, "match", now, out)
-        return out
+        return claiming.match(self, self.slot(name), now)
 
     def request_claim(self, name: str, claim_id: ClaimId, request_ad: Any, now: Now, *,
                       alive_interval: float | None = None) -> tuple[bool, Actions]:
         """A schedd claims the slot; returns (accepted, actions)."""
-        slot = self.slot(name)
-        out: Actions = []
-        job = _as_ad(request_ad)
-        my = self.machine_ad(slot, now)
-        if not self._true(slot, "START", my, job, out):
-            out.append(act.LogEvent("claim_refused", {"slot": name, "why": "START is not true"}))
-            return False, out
-        rank = self._number(slot, "RANK", my, job, out) or 0.0
-        alive = self.config.number("ALIVE_INTERVAL") if alive_interval is None else alive_interval
-        jld = classads.to_number(job.get("JobLeaseDuration"))
-        lease = Lease(lease_duration(jld, alive, self.config.number("MAX_CLAIM_ALIVES_MISSED")),
-                      now.mono)
-        claim = Claim(claim_id, job, rank, lease, now.mono)
-        if slot.state in (S.UNCLAIMED, S.MATCHED) or (slot.dynamic and slot.state == S.OWNER):
-            trigger = "dslot_claimed" if slot.state == S.OWNER else "claim"
-            slot.claim, slot.claimed_once = claim, True
-            self._move(slot, trigger, now, out)
-            return True, out
-        if slot.state == S.BACKFILL:
-            slot.preempting_claim = claim
-            slot.backfill_leave_to = "claimed"
-            return True, out + self._leave_backfill(slot, now)
-        if slot.state == S.CLAIMED and slot.claim is not None and rank > slot.claim.rank \
-                and slot.preempting_claim is None:
-            slot.preempting_claim = claim
-            out.append(act.LogEvent("preempting_claim", {
-                "slot": name, "why": "preempting claim based on machine rank"}))
-            if slot.activity == A.IDLE:
-                self._evict(slot, now, out, "rank")
-            elif slot.activity in (A.BUSY, A.SUSPENDED):
-                self._retire(slot, "rank", now, out)
-            out += evaluate_slot(self, slot, now)
-            return True, out
-        why = f"slot is {slot.state.value}"
-        out.append(act.LogEvent("claim_refused", {"slot": name, "why": why}))
-        return False, out
+        return claiming.request_claim(self, self.slot(name), claim_id, request_ad, now,
+                                      alive_interval=alive_interval)
 
-    def alive(self, name: str, now: Now) -> Actions:
-        slot = self.slot(name)
-        if slot.claim is not None:
-            slot.claim.lease.renew(now.mono)
+    def alive(self, name: str, now: Now, claim_id: ClaimId | None = None) -> Actions:
+        claiming.alive(self.slot(name), now, claim_id)
         return []
 
     def activate(self, name: str, job_ad: Any, now: Now) -> tuple[bool, Actions]:
-        slot = self.slot(name)
-        out: Actions = []
-        job = _as_ad(job_ad)
-        if slot.state != S.CLAIMED or slot.activity != A.IDLE or slot.claim is None:
-            raise PolicyError(f"cannot activate {name} in {label(slot.state, slot.activity)}")
-        worklife = self._number(slot, "CLAIM_WORKLIFE", self.machine_ad(slot, now), job, out)
-        if worklife is not None and worklife >= 0 and slot.claim.jobs_run > 0 \
-                and now.mono - slot.claim.created > worklife:
-            out.append(act.LogEvent("activation_refused", {"slot": name, "why": "CLAIM_WORKLIFE"}))
-            return False, out
-        if not self._true(slot, "START", self.machine_ad(slot, now), job, out):
-            why = "START is not true"
-            out.append(act.LogEvent("activation_refused", {"slot": name, "why": why}))
-            return False, out
-        slot.job_ad, slot.job_start, slot.job_start_wall = job, now.mono, now.wall
-        slot.job_suspend_total, slot.suspended_since = 0.0, None
-        slot.claim.jobs_run += 1
-        slot.starter_running = True
-        self._move(slot, "activate", now, out)
-        out.append(act.SpawnStarter(name, str(slot.claim.id)))
-        return True, out
+        return claiming.activate(self, self.slot(name), job_ad, now)
+
+    def job_exited(self, name: str, now: Now) -> Actions:
+        """The job ended; the starter cleans up (Claimed/Cleaning) until it exits."""
+        return claiming.job_exited(self, self.slot(name), now)
 
     def starter_exited(self, name: str, now: Now) -> Actions:
         """The starter is gone (job done, or evicted)."""
-        slot = self.slot(name)
-        out: Actions = []
-        slot.starter_running = False
-        self._end_job(slot, now)
-        if slot.state == S.CLAIMED:
-            if slot.activity == A.SUSPENDED:
-                slot.activity = A.BUSY  # a suspended job can only exit by being killed
-            self._move(slot, "starter_exited", now, out)
-            if slot.retire_reason is not None and slot.retire_reason != "rank":
-                self._evict(slot, now, out, slot.retire_reason)
-            elif slot.preempting_claim is not None:
-                self._evict(slot, now, out, "rank")
-        elif slot.state == S.PREEMPTING:
-            self._finish_preempting(slot, now, out)
-        else:
-            raise PolicyError(f"starter exited on {name} in {label(slot.state, slot.activity)}")
-        return out + evaluate_slot(self, slot, now)
+        return claiming.starter_exited(self, self.slot(name), now)
 
-    def release(self, name: str, now: Now) -> Actions:
-        """The claim holder releases the claim (RELEASE_CLAIM)."""
-        slot = self.slot(name)
-        out: Actions = []
-        if slot.state != S.CLAIMED:
-            raise PolicyError(f"cannot release {name} in {label(slot.state, slot.activity)}")
-        self._evict(slot, now, out, "released", kill=True)
-        return out
+    def release(self, name: str, now: Now, claim_id: ClaimId | None = None) -> Actions:
+        """The claim holder releases the claim (RELEASE_CLAIM), or a preempting one."""
+        return claiming.release(self, self.slot(name), now, claim_id)
+
+    def withdraw_preempting_claim(self, name: str, now: Now) -> Actions:
+        """The higher-RANK claim waiting for this slot went away: unretire (19)."""
+        return claiming.withdraw_preempting_claim(self, self.slot(name), now)
+
+    def deactivate(self, name: str, now: Now, *, fast: bool = False) -> Actions:
+        """DEACTIVATE_CLAIM: stop the job (soft, or hard if ``fast``) but keep the claim."""
+        return claiming.deactivate(self, self.slot(name), now, fast)
 
     def vacate(self, name: str, now: Now, *, fast: bool = False) -> Actions:
         """condor_vacate: gracefully (retirement skipped, soft kill) or fast (hard kill)."""
-        slot = self.slot(name)
-        out: Actions = []
-        if slot.state == S.CLAIMED:
-            self._evict(slot, now, out, "vacate", kill=fast)
-        elif slot.state == S.BACKFILL:
-            slot.backfill_leave_to = "owner"
-            out += self._leave_backfill(slot, now)
-        return out
+        return claiming.vacate(self, self.slot(name), now, fast)
 
     # ---- moves shared by events and evaluation -------------------------------------
     def _retire(self, slot: Slot, reason: str, now: Now, out: Actions) -> None:
@@ -284,8 +236,8 @@ class PolicyEngine:
     ) -> None:
         """Claimed/* -> Preempting/Vacating (WANT_VACATE) or Preempting/Killing."""
         slot.evict_reason = reason
-        if reason == "drain" and slot.job_start is not None:
-            self.draining_badput += slot.job_run_time(now.mono)
+        if reason == "drain":
+            drain.add_badput(self, slot, now)
         if slot.activity == A.BUSY:  # zero-length Retiring, as HTCondor 25 does
             slot.retire_reason = slot.retire_reason or reason
             self._move(slot, "retire", now, out)
@@ -294,7 +246,8 @@ class PolicyEngine:
         self._move(slot, "evict_kill" if kill else "evict_vacate", now, out)
         if slot.starter_running:
             self._resume(slot, now, out)
-            self._maybe_hold(slot, now, out)
+            if slot.job_ad is not None:  # not while Cleaning: that job ended on its own
+                self._maybe_hold(slot, now, out)
             if kill:
                 out.append(act.HardKill(slot.name))
             else:
@@ -336,7 +289,7 @@ class PolicyEngine:
         if slot.job_ad is not None and "MaxJobRetirementTime" in slot.job_ad:
             job = classads.to_number(classads.evaluate(
                 slot.job_ad.lookup("MaxJobRetirementTime"), slot.job_ad,
-                self.machine_ad(slot, now)))
+                self.machine_ad(slot, now, full=True)))
             if job is not None:
                 return min(machine, job)
         return machine
@@ -353,6 +306,8 @@ class PolicyEngine:
             out.append(act.NotifyClaimHolder(slot.name, str(old.id), slot.evict_reason or ""))
             slot.claim_run_total = slot.claim_suspend_total = 0.0
         slot.retire_reason = slot.evict_reason = slot.vacate_deadline = None
+        slot.retirement_override = None if self.shutting_down is None else \
+            slot.retirement_override
         slot.starter_family_killed = False
         if slot.preempting_claim is not None and self.shutting_down is None:
             slot.claim, slot.preempting_claim = slot.preempting_claim, None
@@ -372,13 +327,10 @@ class PolicyEngine:
         slot.job_suspend_total = 0.0
 
     def _leave_backfill(self, slot: Slot, now: Now) -> Actions:
-        out: Actions = []
-        if slot.activity == A.BUSY:
-            self._move(slot, "evict_backfill", now, out)
-            out.append(act.KillBackfill(slot.name))
-        elif slot.activity == A.IDLE:
-            leave_backfill_idle(self, slot, now, out)
-        return out
+        return backfill.leave_backfill(self, slot, now)
+
+    def _check_scavenging(self, now: Now, out: Actions) -> None:
+        drain.check_scavenging(self, now, out)
 
     # ---- daemon-wide events -------------------------------------------------------
     def benchmarks_done(self, name: str, now: Now) -> Actions:
@@ -386,17 +338,19 @@ class PolicyEngine:
         self._move(self.slot(name), "benchmarks_done", now, out)
         return out
 
-    def backfill_client_exited(self, name: str, now: Now) -> Actions:
-        """The backfill client exited: 27 (on its own, respawned) or 29 (we killed it)."""
-        slot = self.slot(name)
-        out: Actions = []
-        slot.backfill_running = False
-        self._move(slot, "backfill_client_exited", now, out)
-        return out + evaluate_slot(self, slot, now)
+    def backfill_client_exited(self, now: Now) -> Actions:
+        """The daemon's backfill client exited: 29 (we killed it) or 27 (on its own)."""
+        touched = [s for s in self.slots.values() if s.state == S.BACKFILL]
+        out = backfill.client_exited(self, now)
+        for slot in touched:
+            if slot.name in self.slots:
+                out += evaluate_slot(self, slot, now)
+        return out
 
     def reconfig(self, config: PolicyConfig, now: Now) -> Actions:
         """New policy: re-evaluate every slot at once (HTCONDOR_BEHAVIOUR.md)."""
         self.config = config
+        self._index_references()
         return self.evaluate(now)
 
     def shutdown(self, mode: str, now: Now) -> Actions:
@@ -404,9 +358,10 @@ class PolicyEngine:
         return drain.shutdown(self, mode, now)
 
     def drain(self, mode: str, now: Now, *, reason: str = "", check: str | None = None,
-              resume_on_completion: bool = False) -> Actions:
-        """Drain every slot: graceful (retirement honoured), quick (vacate), fast (kill)."""
-        return drain.drain(self, mode, now, reason=reason, check=check,
+              start: str | None = None, resume_on_completion: bool = False) -> Actions:
+        """Drain every slot: graceful (retirement honoured), quick (vacate), fast (kill);
+        ``start`` replaces START while draining (graceful only)."""
+        return drain.drain(self, mode, now, reason=reason, check=check, start=start,
                            resume_on_completion=resume_on_completion)
 
     def cancel_drain(self, now: Now) -> Actions:

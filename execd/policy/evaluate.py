@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from execd.policy import actions as act
-from execd.policy.drain import drain_done
+from execd.policy.backfill import evaluate_backfill
+from execd.policy.drain import account_unclaimed, drain_done, finish_draining
 from execd.policy.slot import Now, Slot
 from execd.policy.states import Activity, State
 
@@ -18,6 +19,9 @@ Actions = list[act.Action]
 
 def evaluate_slot(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
     out: Actions = []
+    if slot.drain_mark is not None:
+        account_unclaimed(engine, slot, now)
+    _cpu_busy(engine, slot, now, out)
     # A few moves chain in one pass (Owner -> Unclaimed -> Backfill); bound it.
     for _ in range(4):
         before = (slot.state, slot.activity)
@@ -31,8 +35,8 @@ def evaluate_slot(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
 def _step(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
     cfg = engine.config
     state, activity = slot.state, slot.activity
-    if engine.draining and not slot.dynamic and activity == A.IDLE \
-            and state in (S.OWNER, S.UNCLAIMED):
+    if engine.draining and not engine.scavenging and not slot.dynamic \
+            and activity == A.IDLE and state in (S.OWNER, S.UNCLAIMED):
         engine._move(slot, "drain", now, out)
         return
     if state == S.OWNER:
@@ -54,7 +58,9 @@ def _step(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
             engine._move(slot, "is_owner_true", now, out)
         elif engine._true(slot, "RUNBENCHMARKS", my, None, out):
             engine._move(slot, "run_benchmarks", now, out)
-        elif cfg.backfill_enabled and engine._true(slot, "START_BACKFILL", my, None, out):
+            out.append(act.RunBenchmarks(slot.name))
+        elif cfg.backfill_enabled and engine.shutting_down is None \
+                and engine._true(slot, "START_BACKFILL", my, None, out):
             engine._move(slot, "start_backfill", now, out)
         return
     if state == S.MATCHED:
@@ -71,13 +77,17 @@ def _step(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
         _preempting(engine, slot, now, out)
         return
     if state == S.BACKFILL:
-        _backfill(engine, slot, now, out)
+        evaluate_backfill(engine, slot, now, out)
         return
     if state == S.DRAINED and activity == A.RETIRING and drain_done(engine, slot):
         engine._move(slot, "drain_complete", now, out)
     elif state == S.DRAINED and activity == A.IDLE and engine.drain_resume:
-        engine.draining = engine.drain_resume = False  # resume on completion: 34
-        engine._move(slot, "drain_finished", now, out)
+        finish_draining(engine, now)  # resume on completion: every drained slot (34)
+        for other in list(engine.slots.values()):
+            if other.state == S.DRAINED and other.activity == A.RETIRING:
+                engine._move(other, "drain_complete", now, out)
+            if other.state == S.DRAINED:
+                engine._move(other, "drain_finished", now, out)
 
 
 def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
@@ -87,11 +97,20 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
         out.append(act.LogEvent("claim_lease_expired", {"slot": slot.name}))
         engine._evict(slot, now, out, "lease expired", kill=True)
         return
+    pending = slot.preempting_claim
+    if pending is not None and pending.lease.expired(now.mono):
+        slot.preempting_claim = None  # its schedd went away: retirement may be undone (19)
+        out.append(act.LogEvent("preempting_claim_withdrawn", {
+            "slot": slot.name, "why": "lease expired"}))
+    if slot.activity == A.CLEANING:
+        return  # the starter is cleaning up after the job; its exit moves the slot
     my = engine.machine_ad(slot, now)
     job = slot.job_ad
     if slot.activity == A.IDLE:
         worklife = engine._number(slot, "CLAIM_WORKLIFE", my, claim.request_ad, out)
-        if engine._eval(slot, "START", my, None, out) is False:
+        # START "locally" false (seed 000, 10), read with the claim's own request as
+        # TARGET: a drain start expression like TARGET.X =?= True is false without a job
+        if engine._eval(slot, "START", my, claim.request_ad, out) is False:
             engine._evict(slot, now, out, "START is false")
         elif worklife is not None and worklife >= 0 and claim.jobs_run > 0 \
                 and now.mono - claim.created > worklife:
@@ -152,33 +171,12 @@ def _preempting(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> Non
         out.append(act.KillStarterFamily(slot.name))
 
 
-def _backfill(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
-    if slot.activity == A.IDLE:
-        if slot.backfill_leave_to is not None:
-            leave_backfill_idle(engine, slot, now, out)
-            return
-        slot.backfill_running = True
-        engine._move(slot, "backfill_spawned", now, out)
-        out.append(act.StartBackfill(slot.name))
-        return
-    if slot.activity == A.BUSY:
-        my = engine.machine_ad(slot, now)
-        if engine._true(slot, "EVICT_BACKFILL", my, None, out) or \
-                engine._true(slot, "IS_OWNER", my, None, out):
-            slot.backfill_leave_to = "owner"
-            engine._move(slot, "evict_backfill", now, out)
-            out.append(act.KillBackfill(slot.name))
-
-
-def leave_backfill_idle(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
-    """Backfill/Idle after the client is gone: 30 (Owner), 31 (Claimed), 32 (Matched)."""
-    where = slot.backfill_leave_to
-    slot.backfill_leave_to = None
-    if where == "claimed" and slot.preempting_claim is not None:
-        slot.claim, slot.preempting_claim = slot.preempting_claim, None
-        engine._move(slot, "backfill_to_claimed", now, out)
-    elif where == "matched":
-        engine._move(slot, "backfill_to_matched", now, out)
-    elif where == "owner":
-        engine._move(slot, "backfill_to_owner", now, out)
-
+def _cpu_busy(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
+    """CpuBusyTime: seconds CPUBusy has been true, 0 otherwise (seed 000, 3.5.3)."""
+    busy = engine.config.constant("CPUBusy")
+    if busy is None:
+        busy = engine._true(slot, "CPUBusy", engine.machine_ad(slot, now), None, out)
+    if not busy:
+        slot.cpu_busy_since = None
+    elif slot.cpu_busy_since is None:
+        slot.cpu_busy_since = now.mono

@@ -27,6 +27,7 @@ class Claim:
     lease: Lease
     created: float  # monotonic
     jobs_run: int = 0
+    accepted_while_draining: bool = False  # scavenged under a drain start expression
 
 
 @dataclass
@@ -56,11 +57,15 @@ class Slot:
     vacate_deadline: float | None = None
     starter_running: bool = False
     starter_family_killed: bool = False
-    backfill_running: bool = False
+    backfill_running: bool = False  # this slot shares the daemon's backfill client
     backfill_leave_to: str | None = None  # "owner", "matched", "claimed"
     claimed_once: bool = False
+    cpu_busy_since: float | None = None  # monotonic; None while CPUBusy is not true
+    drain_mark: float | None = None  # monotonic; unclaimed time is counted up to here
     ad: Any = None  # the machine ad, rebuilt from facts when they change
-    ad_policy_values: dict[str, Any] = field(default_factory=dict)
+    ad_policy_values: dict[str, Any] = field(default_factory=dict)  # as written into ad
+    ad_keys: set[str] = field(default_factory=set)  # lower-cased attribute names in ad
+    target_free: dict[str, bool] = field(default_factory=dict)  # see adcache.py
     logged_errors: set[tuple[str, str]] = field(default_factory=set)
 
     def job_run_time(self, now: float) -> float:
@@ -71,6 +76,15 @@ class Slot:
         if self.suspended_since is not None:
             suspended += now - self.suspended_since
         return max(0.0, now - self.job_start - suspended)
+
+
+# Every attribute slot_policy_attributes (and the engine) may write into a slot's ad.
+POLICY_ATTRIBUTES = frozenset({
+    "State", "Activity", "EnteredCurrentState", "EnteredCurrentActivity", "MyCurrentTime",
+    "CurrentTime", "ClockMin", "ClockDay", "TotalJobRunTime", "TotalJobSuspendTime",
+    "TotalClaimRunTime", "TotalClaimSuspendTime", "CpuBusy", "CpuBusyTime", "Start",
+    "Requirements", "JobStart", "RemoteRank", "ClaimLeaseDuration", "AcceptedWhileDraining",
+})
 
 
 def slot_policy_attributes(slot: Slot, now: Now, start_expr: Any = True) -> dict[str, Any]:
@@ -95,6 +109,8 @@ def slot_policy_attributes(slot: Slot, now: Now, start_expr: Any = True) -> dict
         "TotalJobSuspendTime": int(job_suspend),
         "TotalClaimRunTime": int(slot.claim_run_total + job_run),
         "TotalClaimSuspendTime": int(slot.claim_suspend_total + job_suspend),
+        "CpuBusy": slot.cpu_busy_since is not None,
+        "CpuBusyTime": 0 if slot.cpu_busy_since is None else int(now.mono - slot.cpu_busy_since),
         # Requirements/Start are False while Matched, Preempting or Drained (seed 000).
         "Start": False if lies else start_expr,
         "Requirements": False if lies else start_expr,
@@ -105,4 +121,6 @@ def slot_policy_attributes(slot: Slot, now: Now, start_expr: Any = True) -> dict
         attrs["RemoteRank"] = slot.claim.rank
         if math.isfinite(slot.claim.lease.duration):
             attrs["ClaimLeaseDuration"] = int(slot.claim.lease.duration)
+        if slot.claim.accepted_while_draining:
+            attrs["AcceptedWhileDraining"] = True
     return attrs

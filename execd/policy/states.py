@@ -23,6 +23,7 @@ class Activity(StrEnum):
     RETIRING = "Retiring"
     VACATING = "Vacating"
     KILLING = "Killing"
+    CLEANING = "Cleaning"  # HTCondor 25: the starter cleans up after a job's normal end
 
 
 S, A = State, Activity
@@ -38,6 +39,7 @@ VALID_PAIRS: frozenset[tuple[State, Activity]] = frozenset(
         (S.CLAIMED, A.BUSY),
         (S.CLAIMED, A.SUSPENDED),
         (S.CLAIMED, A.RETIRING),
+        (S.CLAIMED, A.CLEANING),
         (S.PREEMPTING, A.VACATING),
         (S.PREEMPTING, A.KILLING),
         (S.BACKFILL, A.IDLE),

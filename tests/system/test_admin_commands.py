@@ -96,3 +96,32 @@ def test_commands_without_a_daemon_exit_4(tmp_path: Path) -> None:
         done = idle.execd(*args)
         assert done.returncode == 4, args
         assert "not running" in done.stderr
+
+
+def test_drain_start_expression_lets_scavenging_jobs_run_until_old_jobs_end() -> None:
+    with tempfile.TemporaryDirectory(prefix="execd-node-") as tmp:
+        root = Path(tmp)
+        root.chmod(0o755)
+        node = RunningDaemon(root, "NUM_CPUS = 2\nMAXJOBRETIREMENTTIME = 600\n"
+                                   "MachineMaxVacateTime = 5\n").start()
+        old = None
+        try:
+            old = start_job(node)
+            refused = node.execd("drain", "-quick", "-start", "True")
+            assert refused.returncode != 0 and "graceful" in refused.stderr
+            done = node.execd("drain", "-graceful", "-start", "TARGET.Scavenger =?= true")
+            assert done.returncode == 0, done.stderr
+            node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Retiring")
+            assert node.execd("job", "--", "true").returncode == 123  # START is the drain's
+            scavenger = node.execd("job", "--attr", "Scavenger=true", "--", "true")
+            assert scavenger.returncode == 0, scavenger.stderr
+            assert node.execd("vacate", "slot1_1").returncode == 0
+            out, _ = old.communicate(timeout=60)
+            assert "got TERM" in out
+            node.wait_for("drain_scavenging_over")
+            node.wait_for("slot_state_changed", slot="slot1", new="Drained/Idle", timeout=30)
+        finally:
+            node.stop(signal.SIGQUIT)
+            if old is not None and old.poll() is None:
+                old.kill()
+                old.communicate()

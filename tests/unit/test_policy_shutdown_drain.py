@@ -83,7 +83,7 @@ def test_backfill_left_on_shutdown() -> None:
     d = Driver({"START_BACKFILL": "True"}, backfill=True)
     assert d.pair == "Backfill/Busy"
     d.do(d.engine.shutdown("graceful", d.clock.now()))
-    assert d.pair == "Backfill/Killing" and d.of_type(act.KillBackfill)
+    assert d.pair == "Backfill/Killing" and d.of_type(act.KillBackfillClient)
 
 
 def test_want_hold_puts_evicted_job_on_hold_with_reason() -> None:

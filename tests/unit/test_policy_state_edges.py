@@ -82,7 +82,7 @@ def _j() -> Driver:
 def _backfill_then(event: Callable[[Driver], object]) -> Driver:
     d = _e()
     event(d)
-    d.do(d.engine.backfill_client_exited("slot1", d.clock.now()))
+    d.do(d.engine.backfill_client_exited(d.clock.now()))
     return d
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from execd.errors import PolicyError
 from execd.policy import actions as act
-from tests.unit.policy_helpers import Driver
+from tests.unit.policy_helpers import FACTS, Driver
 
 
 def test_1_owner_to_unclaimed_when_is_owner_false() -> None:
@@ -39,10 +39,14 @@ def test_start_false_without_desktop_policy_stays_unclaimed() -> None:
 
 
 def test_3_4_benchmarks() -> None:
-    d = Driver({"RUNBENCHMARKS": "True"})
+    d = Driver({"RUNBENCHMARKS": "LastBenchmark =?= 0"}, facts={**FACTS, "LastBenchmark": 0})
     assert d.pair == "Unclaimed/Benchmarking"
+    assert d.of_type(act.RunBenchmarks) == [act.RunBenchmarks("slot1")]  # the daemon runs them
+    d.set_facts(LastBenchmark=1_700_000_000)
     d.do(d.engine.benchmarks_done("slot1", d.clock.now()))
     assert d.transitions()[-1] == "4"
+    d.tick(5)
+    assert d.pair == "Unclaimed/Idle" and len(d.of_type(act.RunBenchmarks)) == 1
 
 
 def test_5_claim_from_unclaimed() -> None:
@@ -111,7 +115,8 @@ def test_11_12_activate_and_job_exit_keeps_claim() -> None:
     assert d.of_type(act.SpawnStarter)
     d.starter_exited()
     assert d.pair == "Claimed/Idle"
-    assert d.transitions()[-2:] == ["11", "12"]
+    # a normal end passes Claimed/Cleaning (HTCondor 25, HTCONDOR_BEHAVIOUR.md)
+    assert d.transitions()[-3:] == ["11", "12", "c1"]
     assert d.activate()  # claim reuse
 
 
@@ -289,7 +294,7 @@ def test_claim_worklife_zero_ends_claim_after_job() -> None:
     d.clock.advance(1)
     d.starter_exited()
     assert d.pair == "Unclaimed/Idle"
-    assert d.transitions()[-4:] == ["12", "10", "22", "1"]
+    assert d.transitions()[-5:] == ["12", "c1", "10", "22", "1"]
 
 
 def test_26_to_32_backfill() -> None:
@@ -297,12 +302,12 @@ def test_26_to_32_backfill() -> None:
                backfill=True)
     assert d.pair == "Backfill/Busy"
     assert d.transitions() == ["1", "7", "26"]
-    d.do(d.engine.backfill_client_exited("slot1", d.clock.now()))
+    d.do(d.engine.backfill_client_exited(d.clock.now()))
     assert d.transitions()[-2:] == ["27", "26"]
     d.set_facts(KeyboardIdle=1)
     d.tick(5)
-    assert d.pair == "Backfill/Killing" and d.of_type(act.KillBackfill)
-    d.do(d.engine.backfill_client_exited("slot1", d.clock.now()))
+    assert d.pair == "Backfill/Killing" and d.of_type(act.KillBackfillClient)
+    d.do(d.engine.backfill_client_exited(d.clock.now()))
     assert d.transitions()[-3:] == ["29", "30", "1"]
     assert d.pair == "Unclaimed/Idle"
 
@@ -315,7 +320,7 @@ def test_31_32_leaving_backfill(event: str, number: str) -> None:
     else:
         d.do(d.engine.match("slot1", d.clock.now()))
     assert d.pair == "Backfill/Killing"
-    d.do(d.engine.backfill_client_exited("slot1", d.clock.now()))
+    d.do(d.engine.backfill_client_exited(d.clock.now()))
     assert number in d.transitions()
 
 

@@ -1,0 +1,197 @@
+"""Claim events for one slot: match, claim, alive, activate, job/starter exit, release.
+
+Functions over a :class:`PolicyEngine` (sans-IO like it); the engine's methods of the
+same names delegate here. A claim's lifecycle (seed 000, 3.5.5): claimed (Claimed/Idle),
+activated (Busy), the job ends (Cleaning, then Idle again: the claim is reused), and the
+claim ends by release, eviction, lease expiry or CLAIM_WORKLIFE.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from execd import classads
+from execd.claims.ids import ClaimId
+from execd.claims.lease import Lease, lease_duration
+from execd.errors import PolicyError
+from execd.policy import actions as act
+from execd.policy.evaluate import evaluate_slot
+from execd.policy.slot import Claim, Now, Slot
+from execd.policy.states import Activity, State, label
+
+if TYPE_CHECKING:
+    from execd.policy.engine import PolicyEngine
+
+S, A = State, Activity
+Actions = list[act.Action]
+
+
+def as_ad(ad: Any) -> Any:
+    return classads.new_ad(ad) if isinstance(ad, dict) else ad
+
+
+def match(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
+    out: Actions = []
+    if slot.state == S.BACKFILL:
+        slot.backfill_leave_to = "matched"
+        out += engine._leave_backfill(slot, now)
+    else:
+        engine._move(slot, "match", now, out)
+    return out
+
+
+def request_claim(engine: PolicyEngine, slot: Slot, claim_id: ClaimId, request_ad: Any,
+                  now: Now, *, alive_interval: float | None) -> tuple[bool, Actions]:
+    out: Actions = []
+    if engine.draining and not engine.scavenging:  # not even on a freshly carved d-slot
+        out.append(act.LogEvent("claim_refused", {"slot": slot.name, "why": "draining"}))
+        return False, out
+    job = as_ad(request_ad)
+    my = engine.machine_ad(slot, now)
+    if not engine._true(slot, "START", my, job, out):
+        out.append(act.LogEvent("claim_refused", {"slot": slot.name, "why": "START is not true"}))
+        return False, out
+    rank = engine._number(slot, "RANK", my, job, out) or 0.0
+    cfg = engine.config
+    alive = cfg.number("ALIVE_INTERVAL") if alive_interval is None else alive_interval
+    jld = classads.to_number(job.get("JobLeaseDuration"))
+    lease = Lease(lease_duration(jld, alive, cfg.number("MAX_CLAIM_ALIVES_MISSED")), now.mono)
+    claim = Claim(claim_id, job, rank, lease, now.mono,
+                  accepted_while_draining=engine.draining)
+    if slot.state in (S.UNCLAIMED, S.MATCHED) or (slot.dynamic and slot.state == S.OWNER):
+        trigger = "dslot_claimed" if slot.state == S.OWNER else "claim"
+        slot.claim, slot.claimed_once = claim, True
+        engine._move(slot, trigger, now, out)
+        return True, out
+    if slot.state == S.BACKFILL:
+        slot.preempting_claim = claim
+        slot.backfill_leave_to = "claimed"
+        return True, out + engine._leave_backfill(slot, now)
+    if slot.state == S.CLAIMED and slot.claim is not None and rank > slot.claim.rank \
+            and slot.preempting_claim is None and not engine.draining \
+            and engine.shutting_down is None:
+        slot.preempting_claim = claim
+        out.append(act.LogEvent("preempting_claim", {
+            "slot": slot.name, "why": "preempting claim based on machine rank"}))
+        if slot.activity == A.IDLE:
+            engine._evict(slot, now, out, "rank")
+        elif slot.activity in (A.BUSY, A.SUSPENDED):
+            engine._retire(slot, "rank", now, out)
+        out += evaluate_slot(engine, slot, now)
+        return True, out
+    out.append(act.LogEvent("claim_refused", {"slot": slot.name,
+                                              "why": f"slot is {slot.state.value}"}))
+    return False, out
+
+
+def alive(slot: Slot, now: Now, claim_id: ClaimId | None) -> None:
+    """A keep-alive renews the claim it names (every claim on the slot when none is named)."""
+    for claim in (slot.claim, slot.preempting_claim):
+        if claim is not None and (claim_id is None or claim.id == claim_id):
+            claim.lease.renew(now.mono)
+
+
+def activate(engine: PolicyEngine, slot: Slot, job_ad: Any, now: Now) -> tuple[bool, Actions]:
+    out: Actions = []
+    job = as_ad(job_ad)
+    if slot.state != S.CLAIMED or slot.activity != A.IDLE or slot.claim is None:
+        raise PolicyError(f"cannot activate {slot.name} in {label(slot.state, slot.activity)}")
+    worklife = engine._number(slot, "CLAIM_WORKLIFE", engine.machine_ad(slot, now), job, out)
+    if worklife is not None and worklife >= 0 and slot.claim.jobs_run > 0 \
+            and now.mono - slot.claim.created > worklife:
+        out.append(act.LogEvent("activation_refused", {"slot": slot.name,
+                                                       "why": "CLAIM_WORKLIFE"}))
+        return False, out
+    if not engine._true(slot, "START", engine.machine_ad(slot, now), job, out):
+        out.append(act.LogEvent("activation_refused", {"slot": slot.name,
+                                                       "why": "START is not true"}))
+        return False, out
+    slot.job_ad, slot.job_start, slot.job_start_wall = job, now.mono, now.wall
+    slot.job_suspend_total, slot.suspended_since = 0.0, None
+    slot.claim.jobs_run += 1
+    slot.starter_running = True
+    engine._move(slot, "activate", now, out)
+    out.append(act.SpawnStarter(slot.name, str(slot.claim.id)))
+    return True, out
+
+
+def job_exited(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
+    """The job ended; its starter is still cleaning up: Busy/Retiring -> Claimed/Cleaning."""
+    out: Actions = []
+    if slot.state != S.CLAIMED or slot.activity not in (A.BUSY, A.RETIRING, A.SUSPENDED):
+        raise PolicyError(f"job exited on {slot.name} in {label(slot.state, slot.activity)}")
+    engine._end_job(slot, now)
+    if slot.activity == A.SUSPENDED:
+        slot.activity = A.BUSY  # a suspended job can only end by being killed
+    engine._move(slot, "job_exited", now, out)
+    return out
+
+
+def starter_exited(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
+    """The starter is gone: the job ended normally (through Cleaning) or was evicted."""
+    out: Actions = []
+    if slot.state == S.CLAIMED and slot.activity not in (A.CLEANING, A.IDLE):
+        out += job_exited(engine, slot, now)  # the job's end was not reported on its own
+    slot.starter_running = False
+    engine._end_job(slot, now)
+    if slot.state == S.CLAIMED and slot.activity == A.CLEANING:
+        engine._move(slot, "starter_exited", now, out)
+        if slot.retire_reason is not None and slot.retire_reason != "rank":
+            engine._evict(slot, now, out, slot.retire_reason)
+        elif slot.preempting_claim is not None:
+            engine._evict(slot, now, out, "rank")
+    elif slot.state == S.PREEMPTING:
+        engine._finish_preempting(slot, now, out)
+    else:
+        raise PolicyError(f"starter exited on {slot.name} in {label(slot.state, slot.activity)}")
+    engine._check_scavenging(now, out)
+    return out + evaluate_slot(engine, slot, now)
+
+
+def release(engine: PolicyEngine, slot: Slot, now: Now, claim_id: ClaimId | None) -> Actions:
+    """RELEASE_CLAIM: of the slot's claim, or of a preempting claim still waiting (19)."""
+    pending = slot.preempting_claim
+    if claim_id is not None and pending is not None and pending.id == claim_id:
+        return withdraw_preempting_claim(engine, slot, now)
+    if claim_id is not None and (slot.claim is None or slot.claim.id != claim_id):
+        raise PolicyError(f"claim {claim_id} does not hold {slot.name}")
+    if slot.state != S.CLAIMED:
+        raise PolicyError(f"cannot release {slot.name} in {label(slot.state, slot.activity)}")
+    out: Actions = []
+    engine._evict(slot, now, out, "released", kill=True)
+    return out
+
+
+def withdraw_preempting_claim(engine: PolicyEngine, slot: Slot, now: Now,
+                              why: str = "released") -> Actions:
+    """The higher-RANK claim went away before it got the slot: retirement is undone (19)."""
+    if slot.preempting_claim is None:
+        raise PolicyError(f"no preempting claim waits on {slot.name}")
+    slot.preempting_claim = None
+    out: Actions = [act.LogEvent("preempting_claim_withdrawn", {"slot": slot.name, "why": why})]
+    if slot.state == S.BACKFILL and slot.backfill_leave_to == "claimed":
+        slot.backfill_leave_to = "owner"
+    return out + evaluate_slot(engine, slot, now)
+
+
+def deactivate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool) -> Actions:
+    """Stop the job, keep the claim: the starter's exit then leaves Claimed/Idle (reuse);
+    unlike release or vacate, which end the claim through Preempting."""
+    if slot.state != S.CLAIMED or not slot.starter_running:
+        raise PolicyError(f"nothing to deactivate on {slot.name} in "
+                          f"{label(slot.state, slot.activity)}")
+    out: Actions = [act.LogEvent("claim_deactivated", {"slot": slot.name, "fast": fast})]
+    engine._resume(slot, now, out)  # a suspended job must run to take its signal
+    out.append(act.HardKill(slot.name) if fast else act.SoftKill(slot.name))
+    return out
+
+
+def vacate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool) -> Actions:
+    """condor_vacate: gracefully (retirement skipped, soft kill) or fast (hard kill)."""
+    out: Actions = []
+    if slot.state == S.CLAIMED:
+        engine._evict(slot, now, out, "vacate", kill=fast)
+    elif slot.state == S.BACKFILL:
+        slot.backfill_leave_to = "owner"
+        out += engine._leave_backfill(slot, now)
+    return out
