@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
 
 logger = log.get_logger("jobs")
+STARTER_SIGNALS = {signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGQUIT}
 
 
 @dataclass
@@ -155,6 +157,13 @@ class JobManager:
         timeout = engine.config.number("MATCH_TIMEOUT")
         self.matched[slot_name] = moment.mono + timeout
         return {"slot": slot_name, "state": "Matched", "match_timeout": timeout}
+
+    def next_match_timeout(self) -> float:
+        """When the policy must look at a Matched slot again (MATCH_TIMEOUT), or inf."""
+        slots = self.daemon.engine.slots
+        return min((deadline for name, deadline in self.matched.items()
+                    if name in slots and slots[name].state.value == "Matched"),
+                   default=float("inf"))
 
     def _check_match(self, slot: str, mono: float) -> None:
         """A claim for a slot whose match lapsed is refused, saying why."""
@@ -294,7 +303,14 @@ class JobManager:
         workdir = self.workdir(job.job_id)
         workdir.mkdir(parents=True, exist_ok=True)
         spec = self.spec(job, workdir)
-        handle = launch_starter(spec, str(workdir / "spec.json"), str(workdir / "starter.log"))
+        # The starter blocks its control signals once Python is up; until then their
+        # default action would kill it. Started with them blocked, it finds them pending.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STARTER_SIGNALS)
+        try:
+            handle = launch_starter(spec, str(workdir / "spec.json"),
+                                    str(workdir / "starter.log"))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         job.handle = handle
         job.starter_start = procwatch.start_time(handle.pid, zombies=True) or 0
         # Recorded before `activate` is acknowledged: a new daemon will find it.

@@ -403,7 +403,7 @@ class Daemon:
             except Exception as exc:  # a policy bug is logged, never fatal to the daemon
                 logger.exception("policy_pass_failed", error=str(exc))
             mono = time.monotonic()
-            due = self.engine.next_evaluation_due(mono)
+            due = min(self.engine.next_evaluation_due(mono), self.jobs.next_match_timeout())
             self.wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, due - mono))
