@@ -204,6 +204,8 @@ class JobManager:
         job_id = str(job_ad.get("GlobalJobId") or f"{claim.birthday}.{self.sequence}")
         if job_id in self.jobs:
             raise ControlError("refused", f"job {job_id!r} exists already")
+        if slot in self.running:
+            raise ControlError("refused", f"{slot} already runs job {self.running[slot].job_id}")
         job = Job(job_id, slot, claim, dict(job_ad))
         self.running[slot] = job
         self.jobs[job_id] = job

@@ -114,8 +114,11 @@ class Store:
             os.close(fd)
             self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
-            # FULL: a commit is on disk when it returns, power loss included.
-            self.db.execute("PRAGMA synchronous=FULL")
+            # NORMAL in WAL mode: a commit is in the WAL file (the OS has it) when it
+            # returns, so it survives any death of the daemon. Only a power loss can take
+            # the last commits — and a power loss ends every job on the node too. FULL
+            # would fsync each commit: 4 ms here against 0.2 ms, three commits per job.
+            self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA busy_timeout=5000")
             self.db.executescript(SCHEMA)
             self._check_version()
