@@ -60,6 +60,7 @@ class Job:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     started: float = field(default_factory=time.time)
     starter_start: int = 0  # /proc start time of the starter: with its pid, names it
+    suspended: str | None = None  # by "policy" or by a "command" (SUSPEND_CLAIM)
 
 
 class JobManager:
@@ -418,6 +419,8 @@ class JobManager:
                 act.KillStarterFamily: handle.kill_family,
             }[type(action)]()
             logger.info("starter_signalled", slot=action.slot, action=type(action).__name__)
+            if isinstance(action, act.Suspend | act.Continue) and job is not None:
+                self._record_suspension(job, isinstance(action, act.Suspend))
         elif isinstance(action, act.HoldJob):
             if job is not None:
                 job.hold_reason = action.reason
@@ -431,6 +434,15 @@ class JobManager:
         else:
             return False
         return True
+
+    def _record_suspension(self, job: Job, suspended: bool) -> None:
+        """A restarted daemon must find a frozen job Suspended, and know who froze it."""
+        slot = self.daemon.engine.slots.get(job.slot)
+        by = ("command" if slot is not None and slot.suspended_by_command else "policy") \
+            if suspended else None
+        if by != job.suspended:
+            job.suspended = by
+            self.store.set_suspended(job.job_id, by)
 
     def delete_dynamic(self, name: str) -> None:
         parent_id, _, sub = name.removeprefix("slot").partition("_")

@@ -55,7 +55,7 @@ def recover(jobs: JobManager) -> dict[str, int]:
         for record in by_claim.pop(claim.session_id, []):
             job = Job(record.job_id, record.slot, parse_claim_id(claim.claim_id), record.ad,
                       started=record.started, starter_start=record.starter_start,
-                      hold_reason=record.hold_reason)
+                      hold_reason=record.hold_reason, suspended=record.suspended)
             job.handle = StarterHandle(StarterSpec.from_dict(record.spec), None,
                                        pid=record.starter_pid)
             jobs.jobs[job.job_id] = job
@@ -122,7 +122,7 @@ def _restore_job(jobs: JobManager, job: Job, moment: Now) -> str:
     assert job.handle is not None
     daemon = jobs.daemon
     daemon.execute(commands.restore_job(daemon.engine, job.slot, job.ad, moment,
-                                        started_wall=job.started))
+                                        started_wall=job.started, suspended_by=job.suspended))
     jobs.running[job.slot] = job
     pid = job.handle.pid
     pidfd = procwatch.open_pidfd(pid, job.starter_start)
@@ -154,7 +154,9 @@ def remove_orphans(jobs: JobManager) -> int:
     tree = jobs.tree
     if tree is not None:
         for child in tree.fs.children(tree.base):
-            if child == DAEMON_LEAF or child.removesuffix(".slice") in running:
+            # only job cgroups (<slot>.slice): whatever else is there is not ours to judge
+            if child == DAEMON_LEAF or not child.endswith(".slice") \
+                    or child.removesuffix(".slice") in running:
                 continue
             cgroup = JobCgroup(tree.fs, tree.base / child, frozenset())
             try:

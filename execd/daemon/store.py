@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     started REAL NOT NULL,            -- wall time
     finished REAL,                    -- wall time; NULL while it runs
     report TEXT,                      -- JSON: the starter's report
-    hold_reason TEXT
+    hold_reason TEXT,
+    suspended TEXT                    -- NULL, or who suspended it: 'policy' or 'command'
 );
 CREATE TABLE IF NOT EXISTS drain (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -94,6 +95,7 @@ class JobRecord:
     finished: float | None = None
     report: dict[str, Any] | None = None
     hold_reason: str | None = None
+    suspended: str | None = None
 
 
 def _json(value: Any) -> str | None:
@@ -172,10 +174,14 @@ class Store:
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                 (sequence[0], str(sequence[1])))
             self.db.execute(
-                "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (job.job_id, job.slot, job.session_id, _json(job.ad), _json(job.spec),
                  job.starter_pid, job.starter_start, job.cgroup, job.sandbox, job.started,
-                 job.finished, _json(job.report), job.hold_reason))
+                 job.finished, _json(job.report), job.hold_reason, job.suspended))
+
+    def set_suspended(self, job_id: str, by: str | None) -> None:
+        with self._tx():
+            self.db.execute("UPDATE jobs SET suspended=? WHERE job_id=?", (by, job_id))
 
     def finish_job(self, job_id: str, finished: float, report: dict[str, Any],
                    hold_reason: str | None) -> None:
@@ -191,7 +197,7 @@ class Store:
     def jobs(self) -> list[JobRecord]:
         rows = self.db.execute("SELECT * FROM jobs ORDER BY started").fetchall()
         return [JobRecord(r[0], r[1], r[2], _load(r[3]), _load(r[4]), r[5], r[6], r[7], r[8],
-                          r[9], r[10], _load(r[11]), r[12]) for r in rows]
+                          r[9], r[10], _load(r[11]), r[12], r[13]) for r in rows]
 
     # -- drain ----------------------------------------------------------------------
     def set_drain(self, how: str, reason: str, resume: bool) -> None:

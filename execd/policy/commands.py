@@ -105,8 +105,9 @@ def restore_claim(engine: PolicyEngine, name: str, claim_id: ClaimId, request_ad
 
 
 def restore_job(engine: PolicyEngine, name: str, job_ad: Any, now: Now, *,
-                started_wall: float) -> Actions:
-    """Claimed/Busy with a starter running since ``started_wall``."""
+                started_wall: float, suspended_by: str | None = None) -> Actions:
+    """Claimed/Busy with a starter running since ``started_wall`` (Claimed/Suspended if
+    `suspended_by` the "policy" or a "command": a command's suspension outlives CONTINUE)."""
     slot = engine.slot(name)
     if slot.state != S.CLAIMED or slot.claim is None:
         raise PolicyError(f"cannot restore a job on {name} in {label(slot.state, slot.activity)}")
@@ -117,5 +118,8 @@ def restore_job(engine: PolicyEngine, name: str, job_ad: Any, now: Now, *,
     slot.job_suspend_total, slot.suspended_since = 0.0, None
     slot.claim.jobs_run += 1
     slot.starter_running = True
-    _restore_state(slot, S.CLAIMED, A.BUSY, now, out)
+    if suspended_by is not None:
+        slot.suspended_since = now.mono
+        slot.suspended_by_command = suspended_by == "command"
+    _restore_state(slot, S.CLAIMED, A.BUSY if suspended_by is None else A.SUSPENDED, now, out)
     return out

@@ -97,3 +97,26 @@ def test_execd_restart_without_a_daemon_says_so(tmp_path: Path) -> None:
     done = idle.execd("restart")
     assert done.returncode == 4
     assert "not running" in done.stderr
+
+
+def test_a_job_suspended_by_its_holder_is_still_suspended_after_a_restart(
+        node: RunningDaemon, fifo: Path) -> None:
+    ad = {"Cmd": "/bin/sh", "Args": ["-c", f"read code < {fifo}; exit $code"],
+          "RequestCpus": 1, "RequestMemory": 64, "Iwd": "/tmp"}
+    with ControlClient(socket_of(node)) as c:
+        claim = c.call("request_claim", {"job": ad})
+        job = c.call("activate", {"claim_id": claim["claim_id"], "job": ad})
+        c.call("suspend", {"claim_id": claim["claim_id"]})
+    node.send(signal.SIGUSR2)
+    node.wait_for("execd_stopped", how="restart")
+    node.wait_for("slot_restored", slot=claim["slot"], new="Claimed/Suspended")
+    node.wait_for("execd_started")
+    status = node.execd("status", "-af", "Name", "State", "Activity").stdout
+    assert any(line.split()[1:] == ["Claimed", "Suspended"] for line in status.splitlines())
+    with ControlClient(socket_of(node)) as c:
+        assert c.call("continue", {"claim_id": claim["claim_id"]})["state"] == "Claimed/Busy"
+        with open(fifo, "w") as f:  # only a thawed job can read it
+            f.write("4\n")
+        outcome = c.call("job_result", {"job_id": job["job_id"], "wait": True})
+        assert outcome["report"]["ExitCode"] == 4
+        c.call("release", {"claim_id": claim["claim_id"]})
