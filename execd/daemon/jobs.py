@@ -30,8 +30,8 @@ from execd.classads import new_ad
 from execd.daemon import procwatch
 from execd.daemon.control import ControlError
 from execd.daemon.policy_glue import now, slot_facts
-from execd.daemon.store import ClaimRecord, JobRecord, Store
-from execd.errors import CgroupError, ExecdError, ResourceError
+from execd.daemon.store import ClaimRecord, JobRecord, Store, StoreError
+from execd.errors import CgroupError, ConfigError, ExecdError, ResourceError
 from execd.policy import actions as act
 from execd.policy import commands
 from execd.policy.states import label
@@ -70,7 +70,10 @@ class JobManager:
         self.jobs: dict[str, Job] = {}
         self.running: dict[str, Job] = {}  # slot -> job
         self.ids = ClaimIdFactory(f"<{os.uname().nodename}>", int(time.time()))
-        self.store = Store(daemon.paths.spool / "state.db")
+        try:
+            self.store = Store(daemon.paths.spool / "state.db")
+        except StoreError as exc:  # execd cannot start without it: say what to fix
+            raise ConfigError(f"{exc} (it lives in SPOOL)") from None
         self.sequence = self.store.sequence("job")
         self.drain_recorded = self.store.drain() is not None
         self.matched: dict[str, float] = {}  # slot -> when its match times out (monotonic)
@@ -391,9 +394,12 @@ class JobManager:
                     hold=job.report.get("HoldReason"))
         if self.running.get(job.slot) is job:
             del self.running[job.slot]
-        self.store.finish_job(job.job_id, time.time(), job.report, job.hold_reason)
-        if job.claim.full() not in self.claims:
-            self.forget(job)  # its holder released the claim: nobody will ask
+        try:
+            self.store.finish_job(job.job_id, time.time(), job.report, job.hold_reason)
+            if job.claim.full() not in self.claims:
+                self.forget(job)  # its holder released the claim: nobody will ask
+        except StoreError as exc:  # the outcome is still served from memory
+            logger.error("job_outcome_not_stored", job=job.job_id, error=str(exc))
         job.done.set()
         self.daemon.wake.set()
         try:

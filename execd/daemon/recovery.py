@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
@@ -53,11 +54,16 @@ def recover(jobs: JobManager) -> dict[str, int]:
             continue
         counts["claims"] += 1
         for record in by_claim.pop(claim.session_id, []):
-            job = Job(record.job_id, record.slot, parse_claim_id(claim.claim_id), record.ad,
-                      started=record.started, starter_start=record.starter_start,
-                      hold_reason=record.hold_reason, suspended=record.suspended)
-            job.handle = StarterHandle(StarterSpec.from_dict(record.spec), None,
-                                       pid=record.starter_pid)
+            try:
+                job = Job(record.job_id, record.slot, parse_claim_id(claim.claim_id),
+                          record.ad, started=record.started, starter_start=record.starter_start,
+                          hold_reason=record.hold_reason, suspended=record.suspended)
+                job.handle = StarterHandle(StarterSpec.from_dict(record.spec), None,
+                                           pid=record.starter_pid)
+            except (ValueError, KeyError, TypeError) as exc:
+                logger.error("job_not_restored", job=record.job_id, error=str(exc))
+                _drop_claimless_job(jobs, record)
+                continue
             jobs.jobs[job.job_id] = job
             if record.finished is not None:  # ended before; its holder has not taken it
                 job.report = record.report
@@ -137,10 +143,10 @@ def _restore_job(jobs: JobManager, job: Job, moment: Now) -> str:
 
 
 def _drop_claimless_job(jobs: JobManager, record: JobRecord) -> None:
+    """A job nobody can ask for: its starter goes (its cgroup goes with the orphans)."""
     if record.finished is None and procwatch.start_time(record.starter_pid) == \
             record.starter_start:
-        spec = StarterSpec.from_dict(record.spec)
-        StarterHandle(spec, None, pid=record.starter_pid).kill_family()
+        os.kill(record.starter_pid, signal.SIGKILL)
         logger.warning("claimless_job_killed", slot=record.slot, job=record.job_id,
                        starter_pid=record.starter_pid)
     jobs.store.remove_job(record.job_id)

@@ -124,7 +124,7 @@ class Store:
             self.db.execute("PRAGMA busy_timeout=5000")
             self.db.executescript(SCHEMA)
             self._check_version()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the state store {path}: {exc}") from None
 
     def _check_version(self) -> None:
