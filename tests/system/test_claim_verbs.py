@@ -125,7 +125,7 @@ def test_deactivate_ends_the_job_and_keeps_the_claim_release_ends_both(
 
 
 def test_match_then_claim_and_match_timeout_and_start_false_refusals(tmp_path: Path) -> None:
-    node = start(tmp_path, "NUM_CPUS = 3\nMEMORY = 3072\nMATCH_TIMEOUT = 1\n"
+    node = start(tmp_path, "NUM_CPUS = 3\nMEMORY = 3072\nMATCH_TIMEOUT = 600\n"
                  "SLOT_TYPE_1 = cpus=1\nNUM_SLOTS_TYPE_1 = 3\nSLOT_TYPE_1_PARTITIONABLE = False\n",
                  partitionable=False)
     try:
@@ -136,11 +136,6 @@ def test_match_then_claim_and_match_timeout_and_start_false_refusals(tmp_path: P
             assert slot_state(node, "slot1") == "Claimed/Idle"
             assert "Claimed/Idle" in refused(c, "match", {"slot": "slot1"})
 
-            c.call("match", {"slot": "slot2"})
-            node.wait_for("slot_state_changed", slot="slot2", trigger="match_timeout")
-            why = refused(c, "request_claim", {"slot": "slot2", "job": SLEEPER})
-            assert "match timed out (MATCH_TIMEOUT = 1s)" in why
-
             c.call("match", {"slot": "slot3"})
             with node.config.open("a") as f:
                 f.write("START = False\n")
@@ -148,6 +143,14 @@ def test_match_then_claim_and_match_timeout_and_start_false_refusals(tmp_path: P
             node.wait_for("slot_state_changed", slot="slot3", trigger="start_false")
             why = refused(c, "request_claim", {"slot": "slot3", "job": SLEEPER})
             assert "START became false while Matched" in why
+
+            with node.config.open("a") as f:
+                f.write("START = True\nMATCH_TIMEOUT = 1\n")
+            assert node.execd("reconfig").returncode == 0
+            c.call("match", {"slot": "slot2"})
+            node.wait_for("slot_state_changed", slot="slot2", trigger="match_timeout")
+            why = refused(c, "request_claim", {"slot": "slot2", "job": SLEEPER})
+            assert "match timed out (MATCH_TIMEOUT = 1s)" in why
     finally:
         node.stop(signal.SIGQUIT)
 
