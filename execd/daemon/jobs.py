@@ -29,14 +29,14 @@ from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.classads import new_ad
 from execd.daemon import procwatch
 from execd.daemon.control import ControlError
+from execd.daemon.matching import Matches
 from execd.daemon.policy_glue import now, slot_facts
-from execd.daemon.store import ClaimRecord, JobRecord, Store, StoreError
+from execd.daemon.store import ClaimRecord, JobRecord, Store, StoreError, carved_json
 from execd.errors import CgroupError, ConfigError, ExecdError, ResourceError
 from execd.policy import actions as act
 from execd.policy import commands
 from execd.policy.states import label
 from execd.slots import from_config
-from execd.slots.partitionable import DynamicSlot
 from execd.slots.requests import RequestModifier
 from execd.starter.launcher import StarterHandle, launch_starter
 from execd.starter.spec import StarterSpec, parse_signal
@@ -76,7 +76,7 @@ class JobManager:
             raise ConfigError(f"{exc} (it lives in SPOOL)") from None
         self.sequence = self.store.sequence("job")
         self.drain_recorded = self.store.drain() is not None
-        self.matched: dict[str, float] = {}  # slot -> when its match times out (monotonic)
+        self.matches = Matches(daemon)
         self.tree: CgroupTree | None = None
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -105,7 +105,7 @@ class JobManager:
         if target not in engine.slots:
             raise ControlError("bad_args", f"no slot named {target!r}")
         moment = now()
-        self._check_match(target, moment.mono)
+        self.matches.check(target, moment.mono)
         ad = new_ad(job_ad)
         name = target
         carved = None
@@ -133,7 +133,7 @@ class JobManager:
             why = next((a.fields.get("why") for a in actions
                         if isinstance(a, act.LogEvent) and a.event == "claim_refused"), "refused")
             raise ControlError("refused", f"{name}: claim refused: {why}")
-        self.matched.pop(target, None)
+        self.matches.claimed(target)
         lease = engine.slots[name].claim
         self.store.add_claim(ClaimRecord(
             claim.session_id, claim.full(), name, parent=target if carved else None,
@@ -142,46 +142,6 @@ class JobManager:
         self.claims[claim.full()] = (name, claim)
         logger.info("claim_granted", slot=name, claim=str(claim))
         return {"slot": name, "claim_id": claim.full()}
-
-    def match(self, slot_name: Any) -> dict[str, Any]:
-        """Match notification: the slot waits in Matched for the claim, MATCH_TIMEOUT at most."""
-        engine = self.daemon.engine
-        if not isinstance(slot_name, str) or slot_name not in engine.slots:
-            raise ControlError("bad_args", f"no slot named {slot_name!r}")
-        slot_id = int(slot_name.removeprefix("slot").split("_")[0])
-        if "_" not in slot_name and slot_id in self.daemon.node.slots.partitionable:
-            raise ControlError("refused", f"{slot_name} is partitionable: claim it directly "
-                               "(request_claim carves a dynamic slot)")
-        moment = now()
-        try:
-            actions = engine.match(slot_name, moment)
-        except ExecdError as exc:
-            raise ControlError("refused", str(exc)) from None
-        self.daemon.execute(actions)
-        timeout = engine.config.number("MATCH_TIMEOUT")
-        self.matched[slot_name] = moment.mono + timeout
-        return {"slot": slot_name, "state": "Matched", "match_timeout": timeout}
-
-    def next_match_timeout(self) -> float:
-        """When the policy must look at a Matched slot again (MATCH_TIMEOUT), or inf."""
-        slots = self.daemon.engine.slots
-        return min((deadline for name, deadline in self.matched.items()
-                    if name in slots and slots[name].state.value == "Matched"),
-                   default=float("inf"))
-
-    def _check_match(self, slot: str, mono: float) -> None:
-        """A claim for a slot whose match lapsed is refused, saying why."""
-        deadline = self.matched.get(slot)
-        state = self.daemon.engine.slots[slot].state.value
-        if deadline is None or state == "Matched":
-            return
-        del self.matched[slot]
-        if mono >= deadline:
-            timeout = self.daemon.engine.config.number("MATCH_TIMEOUT")
-            raise ControlError("refused", f"{slot}: the match timed out (MATCH_TIMEOUT = "
-                               f"{timeout:g}s); the slot went back to {state}")
-        raise ControlError("refused", f"{slot}: START became false while Matched; "
-                           f"the slot went back to {state}")
 
     def _default_slot(self) -> str:
         for name, slot in self.daemon.engine.slots.items():
@@ -460,11 +420,3 @@ class JobManager:
             if slot == name:
                 self._claim_gone(claim)
         logger.info("dynamic_slot_deleted", slot=name)
-
-
-def carved_json(carved: DynamicSlot) -> dict[str, Any]:
-    """A d-slot's resources as the store keeps them (to carve the same slot again)."""
-    return {"parent_id": carved.parent_id, "sub_id": carved.sub_id, "cpus": carved.cpus,
-            "memory_mb": carved.memory_mb, "disk_kb": carved.disk_kb,
-            "custom": {n: [a.amount, list(a.ids)] for n, a in carved.custom.items()}}
-

@@ -16,19 +16,17 @@ import shutil
 import signal
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from execd import log
 from execd.cgroups.tree import DAEMON_LEAF, JobCgroup
 from execd.claims.ids import parse_claim_id
 from execd.daemon import procwatch
 from execd.daemon.policy_glue import now
-from execd.daemon.store import ClaimRecord, JobRecord
+from execd.daemon.store import ClaimRecord, JobRecord, dynamic_slot
 from execd.errors import CgroupError, ExecdError
 from execd.policy import commands
 from execd.policy.slot import Now
-from execd.slots.layout import Assigned
-from execd.slots.partitionable import DynamicSlot
 from execd.starter.launcher import StarterHandle
 from execd.starter.spec import StarterSpec
 
@@ -94,7 +92,7 @@ def _restore_claim(jobs: JobManager, claim: ClaimRecord, moment: Now) -> str | N
     try:
         claim_id = parse_claim_id(claim.claim_id)
         if claim.carved is not None:
-            carved = _dynamic_slot(claim.carved)
+            carved = dynamic_slot(claim.carved)
             pslot = daemon.node.slots.partitionable.get(carved.parent_id)
             if pslot is None:
                 raise ExecdError(f"no partitionable slot {carved.parent_id} any more")
@@ -115,12 +113,6 @@ def _restore_claim(jobs: JobManager, claim: ClaimRecord, moment: Now) -> str | N
     jobs.claims[claim_id.full()] = (name, claim_id)
     logger.info("claim_restored", slot=name, claim=claim.session_id)
     return name
-
-
-def _dynamic_slot(carved: dict[str, Any]) -> DynamicSlot:
-    custom = {n: Assigned(float(v[0]), tuple(v[1])) for n, v in carved.get("custom", {}).items()}
-    return DynamicSlot(int(carved["parent_id"]), int(carved["sub_id"]), float(carved["cpus"]),
-                       int(carved["memory_mb"]), int(carved["disk_kb"]), custom)
 
 
 def _restore_job(jobs: JobManager, job: Job, moment: Now) -> str:

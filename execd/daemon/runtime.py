@@ -267,7 +267,7 @@ class Daemon:
             return handler
 
         async def match(request: Request) -> Any:
-            return self.jobs.match(request.args.get("slot"))
+            return self.jobs.matches.match(request.args.get("slot"))
 
         async def restart(_request: Request) -> Any:
             self.begin_shutdown("restart")
@@ -403,7 +403,7 @@ class Daemon:
             except Exception as exc:  # a policy bug is logged, never fatal to the daemon
                 logger.exception("policy_pass_failed", error=str(exc))
             mono = time.monotonic()
-            due = min(self.engine.next_evaluation_due(mono), self.jobs.next_match_timeout())
+            due = min(self.engine.next_evaluation_due(mono), self.jobs.matches.next_timeout())
             self.wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, due - mono))

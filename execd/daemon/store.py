@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from execd.errors import ExecdError
+from execd.slots.layout import Assigned
+from execd.slots.partitionable import DynamicSlot
 
 SCHEMA_VERSION = 1
 SCHEMA = """
@@ -96,6 +98,20 @@ class JobRecord:
     report: dict[str, Any] | None = None
     hold_reason: str | None = None
     suspended: str | None = None
+
+
+def carved_json(carved: DynamicSlot) -> dict[str, Any]:
+    """A d-slot's resources as the store keeps them (to carve the same slot again)."""
+    return {"parent_id": carved.parent_id, "sub_id": carved.sub_id, "cpus": carved.cpus,
+            "memory_mb": carved.memory_mb, "disk_kb": carved.disk_kb,
+            "custom": {n: [a.amount, list(a.ids)] for n, a in carved.custom.items()}}
+
+
+def dynamic_slot(carved: dict[str, Any]) -> DynamicSlot:
+    """The inverse of carved_json."""
+    custom = {n: Assigned(float(v[0]), tuple(v[1])) for n, v in carved.get("custom", {}).items()}
+    return DynamicSlot(int(carved["parent_id"]), int(carved["sub_id"]), float(carved["cpus"]),
+                       int(carved["memory_mb"]), int(carved["disk_kb"]), custom)
 
 
 def _json(value: Any) -> str | None:
