@@ -52,6 +52,8 @@ def test_sigusr2_keeps_the_pid_and_execd_job_gets_its_exit_code(
          "sh", "-c", f"read code < {fifo}; echo got $code; exit $code"],
         env=node.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     spawned = node.wait_for("starter_spawned")
+    with ControlClient(socket_of(node)) as c:
+        fds_before = c.call("ping")["fds"]
     node.send(signal.SIGUSR2)
     node.wait_for("execd_stopped", how="restart")
     recovered = node.wait_for("recovery_done")
@@ -59,7 +61,9 @@ def test_sigusr2_keeps_the_pid_and_execd_job_gets_its_exit_code(
     assert recovered["orphans_removed"] == 0
     node.wait_for("execd_started")
     with ControlClient(socket_of(node)) as c:
-        assert c.call("ping")["pid"] == node.proc.pid  # the same process, a new image
+        ping = c.call("ping")
+        assert ping["pid"] == node.proc.pid  # the same process, a new image
+        assert ping["fds"] <= fds_before  # nothing leaked through exec
         (job,) = c.call("who")["jobs"]
         assert job["starter_pid"] == spawned["pid"]
     with open(fifo, "w") as f:  # waits for the job to be reading
