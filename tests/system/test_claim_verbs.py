@@ -98,12 +98,25 @@ def test_suspend_and_continue_freeze_and_thaw_the_job(node: RunningDaemon) -> No
         c.call("release", {"claim_id": cid})
 
 
+@pytest.fixture
+def fifos() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="execd-fifos-") as tmp:
+        Path(tmp).chmod(0o755)
+        yield Path(tmp)
+
+
 def test_deactivate_ends_the_job_and_keeps_the_claim_release_ends_both(
-        node: RunningDaemon) -> None:
+        node: RunningDaemon, fifos: Path) -> None:
+    ready = fifos / "ready"
+    os.mkfifo(ready)
+    ready.chmod(0o666)
+    trapper = {**SLEEPER, "Args": ["-c", f"trap 'exit 3' TERM; echo up > {ready}; "
+                                         "while :; do sleep 0.2; done"]}
     with client(node) as c:
         claim = c.call("request_claim", {"job": SLEEPER})
         cid, slot = claim["claim_id"], claim["slot"]
-        first = c.call("activate", {"claim_id": cid, "job": SLEEPER})
+        first = c.call("activate", {"claim_id": cid, "job": trapper})
+        assert ready.read_text() == "up\n"  # its trap is set (opening waits for the writer)
         c.call("suspend", {"claim_id": cid})  # deactivating a suspended job thaws it first
         c.call("deactivate", {"claim_id": cid})
         outcome = c.call("job_result", {"job_id": first["job_id"], "wait": True})

@@ -129,10 +129,15 @@ def start_jobs(node: RunningDaemon, fifos: Path) -> list[dict[str, Any]]:
     return started
 
 
+@pytest.fixture
+def fifos() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="execd-fifos-") as tmp:
+        Path(tmp).chmod(0o755)
+        yield Path(tmp)
+
+
 def test_kill_9_with_20_jobs_running_loses_no_outcome_and_leaks_nothing(
-        node: RunningDaemon) -> None:
-    fifos = Path(tempfile.mkdtemp(prefix="execd-fifos-"))
-    fifos.chmod(0o755)
+        node: RunningDaemon, fifos: Path) -> None:
     jobs = start_jobs(node, fifos)
     assert node.proc is not None
     # An orphan the new daemon must clean up: a job cgroup with a process and no starter,
