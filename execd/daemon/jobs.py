@@ -69,7 +69,8 @@ class JobManager:
         self.claims: dict[str, tuple[str, ClaimId]] = {}  # full claim id -> (slot, claim)
         self.jobs: dict[str, Job] = {}
         self.running: dict[str, Job] = {}  # slot -> job
-        self.ids = ClaimIdFactory(f"<{os.uname().nodename}>", int(time.time()))
+        self.birthday = int(time.time())
+        self.ids = self.claim_ids(self.birthday)
         try:
             self.store = Store(daemon.paths.spool / "state.db")
         except StoreError as exc:  # execd cannot start without it: say what to fix
@@ -142,6 +143,10 @@ class JobManager:
         self.claims[claim.full()] = (name, claim)
         logger.info("claim_granted", slot=name, claim=str(claim))
         return {"slot": name, "claim_id": claim.full()}
+
+    @staticmethod
+    def claim_ids(birthday: int) -> ClaimIdFactory:
+        return ClaimIdFactory(f"<{os.uname().nodename}>", birthday)
 
     def _default_slot(self) -> str:
         for name, slot in self.daemon.engine.slots.items():

@@ -72,6 +72,12 @@ def recover(jobs: JobManager) -> dict[str, int]:
         for record in records:
             _drop_claimless_job(jobs, record)
     counts["orphans_removed"] = remove_orphans(jobs)
+    # New claim ids must not repeat a restored one (a restart within the same second
+    # would give the same birthday and sequence): start after the newest birthday.
+    newest = max((claim.birthday for _slot, claim in jobs.claims.values()), default=0)
+    if newest >= jobs.birthday:
+        jobs.birthday = newest + 1
+        jobs.ids = jobs.claim_ids(jobs.birthday)
     drain = jobs.store.drain()
     if drain is not None:
         how, reason, resume = drain

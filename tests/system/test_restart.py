@@ -197,3 +197,20 @@ def test_kill_9_with_20_jobs_running_loses_no_outcome_and_leaks_nothing(
     assert not list((node.root / "state" / "spool" / "jobs").iterdir())
     assert store_rows(node, "jobs") == 0
     assert store_rows(node, "claims") == 0
+
+
+def test_drain_state_survives_kill_9_and_its_cancel_does_too(node: RunningDaemon) -> None:
+    assert node.execd("drain", "-graceful", "-reason", "kernel update").returncode == 0
+    node.wait_for("slot_state_changed", new="Drained/Idle")
+
+    def kill_and_restart() -> list[str]:
+        assert node.proc is not None
+        node.proc.send_signal(signal.SIGKILL)
+        node.proc.communicate(timeout=30)
+        node.start()
+        return node.execd("status", "-af", "State", "DrainReason").stdout.split("\n")[:1]
+
+    assert kill_and_restart() == ["Drained kernel update"]
+    assert last_event(node, "drain_restored")["reason"] == "kernel update"
+    assert node.execd("drain", "-cancel").returncode == 0
+    assert kill_and_restart()[0].split()[0] in ("Owner", "Unclaimed")

@@ -87,6 +87,11 @@ def test_execd_restart_then_off_fast_still_kills_the_adopted_job(
     assert node.proc.poll() is None
     with ControlClient(socket_of(node)) as c:
         assert [j["job_id"] for j in c.call("who")["jobs"]] == [job["job_id"]]
+        # a claim granted by the new image (within the same second, maybe) is another one
+        second = c.call("request_claim", {"job": ad})
+        assert second["claim_id"].split("#")[:3] != claim["claim_id"].split("#")[:3]
+        assert c.call("alive", {"claim_id": claim["claim_id"]})["slot"] == claim["slot"]
+        c.call("release", {"claim_id": second["claim_id"]})
     off = node.execd("off", "-fast")
     assert off.returncode == 0, off.stderr
     finished = node.wait_for("job_finished", job=job["job_id"])
