@@ -12,6 +12,8 @@ import os
 import select
 import signal
 import sqlite3
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +24,7 @@ import pytest
 from execd.cli.job import exit_status
 from execd.daemon.client import ControlClient
 from execd.daemon.control import ControlError
-from tests.component.daemon_harness import RunningDaemon
+from tests.component.daemon_harness import REPO, RunningDaemon
 
 JOBS = 20
 ENDED_MEANWHILE = range(0, 8)  # released while no daemon runs
@@ -140,6 +142,15 @@ def test_kill_9_with_20_jobs_running_loses_no_outcome_and_leaks_nothing(
         node: RunningDaemon, fifos: Path) -> None:
     jobs = start_jobs(node, fifos)
     assert node.proc is not None
+    # and one through `execd job`, which must wait through the outage for its exit code
+    cli_fifo = fifos / "cli"
+    os.mkfifo(cli_fifo, 0o666)
+    cli_fifo.chmod(0o666)
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "execd", "--config", str(node.config), "job", "--",
+         "sh", "-c", f"read code < {cli_fifo}; exit $code"],
+        env=node.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    node.wait_for("starter_spawned", slot=f"slot1_{JOBS + 1}")
     # An orphan the new daemon must clean up: a job cgroup with a process and no starter,
     # and a sandbox with no job.
     orphan = Path("/sys/fs/cgroup/unified") / node.base_cgroup / "slot7_77.slice"
@@ -161,8 +172,8 @@ def test_kill_9_with_20_jobs_running_loses_no_outcome_and_leaks_nothing(
 
     node.start()  # returns once the new daemon serves: recovery is done by then
     recovered = last_event(node, "recovery_done")
-    assert recovered["claims"] == JOBS
-    assert recovered["adopted"] == JOBS - len(ENDED_MEANWHILE)
+    assert recovered["claims"] == JOBS + 1
+    assert recovered["adopted"] == JOBS + 1 - len(ENDED_MEANWHILE)
     assert recovered["ended_meanwhile"] == len(ENDED_MEANWHILE)
     assert last_event(node, "orphan_cgroup_removed")["cgroup"] == str(orphan)
     assert last_event(node, "orphan_sandbox_removed")["sandbox"] == str(sandbox)
@@ -171,10 +182,17 @@ def test_kill_9_with_20_jobs_running_loses_no_outcome_and_leaks_nothing(
 
     with ControlClient(socket_path(node), timeout=60) as c:
         who = {j["job_id"]: j["starter_pid"] for j in c.call("who")["jobs"]}
-        assert who == {j["job_id"]: j["starter_pid"] for j in still_running}
+        assert {j: who[j] for j in who if j in {r["job_id"] for r in still_running}} == {
+            j["job_id"]: j["starter_pid"] for j in still_running}
+        assert len(who) == len(still_running) + 1  # and the `execd job` one
         status = node.execd("status", "-af", "Name", "State", "Activity").stdout.split("\n")
         busy = [line for line in status if "Claimed Busy" in line]
-        assert len(busy) == len(still_running)
+        assert len(busy) == len(still_running) + 1
+        with open(cli_fifo, "w") as f:
+            f.write("42\n")
+        _out, err = cli.communicate(timeout=120)
+        assert cli.returncode == 42, err
+        assert "execd went away" in err
         for job in still_running:
             release_job(fifos, job["index"])
         for job in jobs:
@@ -189,7 +207,7 @@ def test_kill_9_with_20_jobs_running_loses_no_outcome_and_leaks_nothing(
             raise AssertionError("a released claim id was accepted")
         except ControlError as exc:
             assert exc.code == "refused"
-    for _ in range(JOBS):
+    for _ in range(JOBS + 1):
         node.wait_for("dynamic_slot_deleted")
     assert not any(alive(j["starter_pid"]) for j in jobs)
     assert cgroup_children(node) == ["daemon"]
