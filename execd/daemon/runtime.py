@@ -274,12 +274,7 @@ class Daemon:
             return {"restarting": True, "pid": os.getpid()}
 
         async def who(_request: Request) -> Any:
-            out = []
-            for slot, job in self.jobs.running.items():
-                out.append({"slot": slot, "job_id": job.job_id, "owner": job.ad.get("Owner"),
-                            "starter_pid": job.handle.pid if job.handle else None,
-                            "started": job.started})
-            return {"jobs": out}
+            return {"jobs": self.jobs.who()}
 
         async def drain(request: Request) -> Any:
             how = request.args.get("how", "graceful")
