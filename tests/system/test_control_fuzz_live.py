@@ -89,7 +89,8 @@ def request_lines(draw: st.DrawFn, live: Live) -> bytes:
     if kind == "types":
         message = draw(st.sampled_from([
             {"verb": draw(json_values.filter(lambda v: not isinstance(v, str)))},
-            {"verb": "status", "args": draw(json_values.filter(lambda v: not isinstance(v, dict)))},
+            {"verb": "status", "args": draw(json_values.filter(
+                lambda v: v is not None and not isinstance(v, dict)))},
             {"verb": "status", "args": {"constraint": draw(json_values.filter(
                 lambda v: v is not None and not isinstance(v, str)))}},
             {"verb": "job_result", "args": {"job_id": draw(json_values)}},
