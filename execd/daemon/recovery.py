@@ -5,12 +5,13 @@ restart in place). A new daemon reads the store and, for each claim, carves its 
 again and puts the slot back in Claimed; for each job that was running, it adopts the
 starter if the process with that pid *and start time* still lives, or collects the
 durable report the starter wrote if it ended meanwhile. Then it removes what is truly
-orphaned — job cgroups with no starter, sandboxes and job directories with no job —
-and logs each thing it removed.
+orphaned — a starter launched but never recorded, job cgroups with no starter,
+sandboxes and job directories with no job — and logs each thing it removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -152,11 +153,21 @@ def _drop_claimless_job(jobs: JobManager, record: JobRecord) -> None:
 
 
 def remove_orphans(jobs: JobManager) -> int:
-    """Cgroups with no starter, sandboxes with no job, job directories with no record."""
+    """Starters with no record, cgroups with no starter, sandboxes with no job, job
+    directories with no record."""
     removed = 0
     running = {job.slot for job in jobs.running.values()}
+    starters = {job.handle.pid for job in jobs.running.values() if job.handle is not None}
     tree = jobs.tree
     if tree is not None:
+        # A starter launched just before the old daemon died, before it was recorded:
+        # it sits in the daemon's leaf with us, and nobody can ask for its job.
+        for pid in tree.fs.read(tree.base / DAEMON_LEAF / "cgroup.procs").split():
+            if int(pid) not in starters and int(pid) != os.getpid() and _is_starter(int(pid)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+                logger.warning("orphan_starter_killed", starter_pid=int(pid))
+                removed += 1
         for child in tree.fs.children(tree.base):
             # only job cgroups (<slot>.slice): whatever else is there is not ours to judge
             if child == DAEMON_LEAF or not child.endswith(".slice") \
@@ -171,7 +182,6 @@ def remove_orphans(jobs: JobManager) -> int:
                 continue
             logger.warning("orphan_cgroup_removed", cgroup=str(cgroup.slice), killed=processes)
             removed += 1
-    starters = {job.handle.pid for job in jobs.running.values() if job.handle is not None}
     execute = jobs.daemon.paths.execute
     for entry in _listdir(execute):
         pid = entry.removeprefix("dir_")
@@ -187,6 +197,14 @@ def remove_orphans(jobs: JobManager) -> int:
             logger.info("orphan_job_dir_removed", directory=str(spool_jobs / entry))
             removed += 1
     return removed
+
+
+def _is_starter(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"execd.starter" in f.read().split(b"\0")
+    except OSError:
+        return False
 
 
 def _listdir(path: os.PathLike[str]) -> list[str]:

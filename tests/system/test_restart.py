@@ -157,6 +157,11 @@ def test_kill_9_with_20_jobs_running_loses_no_outcome_and_leaks_nothing(
     (orphan / "job").mkdir(parents=True)
     sandbox = node.root / "state" / "execute" / "dir_999999"
     sandbox.mkdir()
+    # and a starter the old daemon launched but never recorded (it died in between)
+    unrecorded = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", "-m", "execd.starter"])
+    daemon_leaf = Path("/sys/fs/cgroup/unified") / node.base_cgroup / "daemon" / "cgroup.procs"
+    daemon_leaf.write_text(str(unrecorded.pid))
 
     node.proc.send_signal(signal.SIGKILL)
     node.proc.communicate(timeout=30)  # closes its pipes too
@@ -177,6 +182,8 @@ def test_kill_9_with_20_jobs_running_loses_no_outcome_and_leaks_nothing(
     assert recovered["ended_meanwhile"] == len(ENDED_MEANWHILE)
     assert last_event(node, "orphan_cgroup_removed")["cgroup"] == str(orphan)
     assert last_event(node, "orphan_sandbox_removed")["sandbox"] == str(sandbox)
+    assert last_event(node, "orphan_starter_killed")["starter_pid"] == unrecorded.pid
+    assert unrecorded.wait(timeout=30) == -signal.SIGKILL
     assert os.waitpid(stray, 0)[1] != 0  # killed with its cgroup
     assert not sandbox.exists()
 
