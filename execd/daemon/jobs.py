@@ -262,28 +262,6 @@ class JobManager:
             self.store.clear_drain()
             self.drain_recorded = False
 
-    def who(self) -> list[dict[str, Any]]:
-        """Running jobs: slot, job, owner, starter pid, cgroup and what it has used."""
-        out = []
-        for slot, job in self.running.items():
-            entry: dict[str, Any] = {
-                "slot": slot, "job_id": job.job_id, "owner": job.ad.get("Owner"),
-                "starter_pid": job.handle.pid if job.handle else None, "started": job.started,
-                "suspended": job.suspended is not None}
-            if self.tree is not None:
-                cgroup = self.tree.job(slot)
-                entry["cgroup"] = str(cgroup.slice)
-                try:
-                    used = cgroup.usage()
-                except CgroupError:
-                    used = None  # not made yet, or already gone
-                if used is not None:
-                    entry.update(cpu_user_s=used.user_usec / 1e6, cpu_sys_s=used.system_usec / 1e6,
-                                 memory_mb=round(used.memory_bytes / 2**20, 1),
-                                 processes=used.processes)
-            out.append(entry)
-        return out
-
     def workdir(self, job_id: str) -> Path:
         return self.daemon.paths.spool / "jobs" / job_id.replace("/", "_")
 

@@ -30,6 +30,7 @@ from execd.daemon.restart import reexec
 from execd.daemon.sdnotify import Notifier
 from execd.daemon.signals import Request as SignalRequest
 from execd.daemon.signals import SignalQueue
+from execd.daemon.who import running_jobs
 from execd.errors import ConfigError, ExecdError
 from execd.hooks.cron import CronManager, CronUpdate
 from execd.hooks.cron_config import cron_settings
@@ -274,7 +275,7 @@ class Daemon:
             return {"restarting": True, "pid": os.getpid()}
 
         async def who(_request: Request) -> Any:
-            return {"jobs": self.jobs.who()}
+            return {"jobs": running_jobs(self.jobs)}
 
         async def drain(request: Request) -> Any:
             how = request.args.get("how", "graceful")
