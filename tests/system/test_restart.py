@@ -222,6 +222,8 @@ def test_kill_9_with_20_jobs_running_loses_no_outcome_and_leaks_nothing(
     assert not list((node.root / "state" / "spool" / "jobs").iterdir())
     assert store_rows(node, "jobs") == 0
     assert store_rows(node, "claims") == 0
+    log_text = node.log.read_text()
+    assert not [j for j in jobs if j["claim_id"][-64:] in log_text]  # secrets never logged
 
 
 def test_drain_state_survives_kill_9_and_its_cancel_does_too(node: RunningDaemon) -> None:
