@@ -431,7 +431,11 @@ class Daemon:
         logger.info("execd_stopped", how=self.stopping)
         self.jobs.store.close()
         if self.stopping == "restart":
-            reexec()  # does not return: the same pid runs execd again and re-adopts
+            try:
+                reexec()  # does not return: the same pid runs execd again and re-adopts
+            except OSError as exc:  # jobs run on; a supervisor's restart re-adopts them
+                logger.error("restart_failed", error=str(exc))
+                return 1
         return 0
 
 
