@@ -104,7 +104,11 @@ def run_who(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result["jobs"], indent=1))
         return 0
-    print(f"{'SLOT':10} {'JOB':20} {'OWNER':12} {'STARTER':>8}")
+    print(f"{'SLOT':10} {'JOB':20} {'OWNER':12} {'STARTER':>8} {'CPU_S':>8} {'MEM_MB':>8} "
+          f"{'PROCS':>5} CGROUP")
     for job in result["jobs"]:
-        print(f"{job['slot']:10} {job['job_id']:20} {job['owner']!s:12} {job['starter_pid']!s:>8}")
+        cpu = job.get("cpu_user_s", 0.0) + job.get("cpu_sys_s", 0.0)
+        print(f"{job['slot']:10} {job['job_id']:20} {job['owner']!s:12} {job['starter_pid']!s:>8} "
+              f"{cpu:8.2f} {job.get('memory_mb', 0.0):8.1f} {job.get('processes', 0):5} "
+              f"{job.get('cgroup', '-')}")
     return 0

@@ -4,6 +4,10 @@ It claims a slot (carving a dynamic slot from a partitionable one), activates th
 with a job ad built from the options, streams the job's output while it runs, releases
 the claim, and exits with the job's exit code, or 128+signal. A held job exits 125 and
 an evicted one 124, each with a message on stderr.
+
+If execd goes away while the job runs (a restart in place, a crash and a restart by its
+supervisor), the job keeps running and this command waits for the new daemon, which
+re-adopts the job, and then takes the job's outcome from it.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from execd.cli.common import load
-from execd.daemon.client import ControlClient, DaemonUnavailableError
+from execd.daemon.client import ControlClient, DaemonUnavailableError, wait_for_daemon
 from execd.daemon.control import ControlError
 from execd.daemon.node import Paths
 from execd.errors import ConfigError
@@ -26,6 +30,7 @@ from execd.errors import ConfigError
 EXIT_HELD = 125
 EXIT_EVICTED = 124
 EXIT_REFUSED = 123
+RECONNECT_SECONDS = 120.0  # how long to wait for a restarting execd
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -126,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
                 started = client.call("activate", {"claim_id": claim["claim_id"], "job": ad})
                 for follower in followers:
                     follower.start()
-                outcome = client.call("job_result", {"job_id": started["job_id"], "wait": True})
+                outcome = await_outcome(client, socket_path, started["job_id"])
             finally:
                 # the claim may already be gone (evicted, d-slot deleted, execd stopping)
                 with contextlib.suppress(ControlError, OSError):
@@ -151,6 +156,24 @@ def run(args: argparse.Namespace) -> int:
                 follower.join()
         shutil.rmtree(iwd, ignore_errors=True)
     return exit_status(outcome)
+
+
+def await_outcome(client: ControlClient, socket_path: Path, job_id: str) -> dict[str, Any]:
+    """The job's outcome, waiting through a restart of the daemon."""
+    while True:
+        try:
+            outcome: dict[str, Any] = client.call("job_result", {"job_id": job_id, "wait": True})
+            return outcome
+        except ControlError as exc:
+            if exc.code != "closed":
+                raise
+        except OSError:
+            pass
+        print("execd job: execd went away; waiting for it to come back (the job runs on)",
+              file=sys.stderr)
+        client.close()
+        wait_for_daemon(socket_path, RECONNECT_SECONDS)
+        client.connect()
 
 
 def exit_status(outcome: dict[str, Any]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,25 @@ class ControlClient:
         line, self._buffer = self._buffer.split(b"\n", 1)
         reply: dict[str, Any] = json.loads(line)
         return reply
+
+
+def wait_for_daemon(path: Path, timeout: float, *, not_started_at: float | None = None) -> Any:
+    """Ping until a daemon answers (one started after `not_started_at`, if given).
+
+    For clients that outlive a daemon restart: the socket is gone (or refuses) while the
+    new daemon starts, and no event tells a client when it is back, so this retries.
+    Raises DaemonUnavailableError when none answers within `timeout` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with ControlClient(path, timeout=5.0) as client:
+                ping = client.call("ping")
+            if not_started_at is None or ping.get("started") != not_started_at:
+                return ping
+        except (ControlError, OSError):
+            pass
+        if time.monotonic() >= deadline:
+            raise DaemonUnavailableError(
+                "no_daemon", f"execd did not come back on {path} within {timeout:g}s")
+        time.sleep(0.1)

@@ -4,12 +4,18 @@ The policy engine decides; this module carries its decisions out: it carves a dy
 slot for a claim on a partitionable slot, launches a starter for SpawnStarter, signals
 it for Suspend/Continue/SoftKill/HardKill/KillStarterFamily, waits for it off the event
 loop, reads its durable report and tells the engine the starter exited.
+
+Every claim and job is written to the state store (execd.daemon.store) before the
+command that made it is acknowledged; execd.daemon.recovery rebuilds this manager from
+the store after a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +28,15 @@ from execd.cgroups.fs import CgroupFS
 from execd.cgroups.tree import CgroupTree
 from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.classads import new_ad
+from execd.daemon import procwatch
 from execd.daemon.control import ControlError
+from execd.daemon.matching import Matches
 from execd.daemon.policy_glue import now, slot_facts
-from execd.errors import CgroupError, ExecdError, ResourceError
+from execd.daemon.store import ClaimRecord, JobRecord, Store, StoreError, carved_json
+from execd.errors import CgroupError, ConfigError, ExecdError, ResourceError
 from execd.policy import actions as act
+from execd.policy import commands
+from execd.policy.states import label
 from execd.slots import from_config
 from execd.slots.requests import RequestModifier
 from execd.starter.follow import follow_starter
@@ -36,6 +47,7 @@ if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
 
 logger = log.get_logger("jobs")
+STARTER_SIGNALS = {signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGQUIT}
 
 
 @dataclass
@@ -49,6 +61,8 @@ class Job:
     hold_reason: str | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     started: float = field(default_factory=time.time)
+    starter_start: int = 0  # /proc start time of the starter: with its pid, names it
+    suspended: str | None = None  # by "policy" or by a "command" (SUSPEND_CLAIM)
 
 
 class JobManager:
@@ -57,8 +71,15 @@ class JobManager:
         self.claims: dict[str, tuple[str, ClaimId]] = {}  # full claim id -> (slot, claim)
         self.jobs: dict[str, Job] = {}
         self.running: dict[str, Job] = {}  # slot -> job
-        self.ids = ClaimIdFactory(f"<{os.uname().nodename}>", int(time.time()))
-        self.sequence = 0
+        self.birthday = int(time.time())
+        self.ids = self.claim_ids(self.birthday)
+        try:
+            self.store = Store(daemon.paths.spool / "state.db")
+        except StoreError as exc:  # execd cannot start without it: say what to fix
+            raise ConfigError(f"{exc} (it lives in SPOOL)") from None
+        self.sequence = self.store.sequence("job")
+        self.drain_recorded = self.store.drain() is not None
+        self.matches = Matches(daemon)
         self.tree: CgroupTree | None = None
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -88,6 +109,7 @@ class JobManager:
         if target not in engine.slots:
             raise ControlError("bad_args", f"no slot named {target!r}")
         moment = now()
+        self.matches.check(target, moment.mono)
         ad = new_ad(job_ad)
         name = target
         carved = None
@@ -115,9 +137,19 @@ class JobManager:
             why = next((a.fields.get("why") for a in actions
                         if isinstance(a, act.LogEvent) and a.event == "claim_refused"), "refused")
             raise ControlError("refused", f"{name}: claim refused: {why}")
+        self.matches.claimed(target)
+        lease = engine.slots[name].claim
+        self.store.add_claim(ClaimRecord(
+            claim.session_id, claim.full(), name, parent=target if carved else None,
+            carved=None if carved is None else carved_json(carved), request_ad=job_ad,
+            lease_duration=lease.lease.duration if lease else 0.0, granted=moment.wall))
         self.claims[claim.full()] = (name, claim)
         logger.info("claim_granted", slot=name, claim=str(claim))
         return {"slot": name, "claim_id": claim.full()}
+
+    @staticmethod
+    def claim_ids(birthday: int) -> ClaimIdFactory:
+        return ClaimIdFactory(f"<{os.uname().nodename}>", birthday)
 
     def _default_slot(self) -> str:
         for name, slot in self.daemon.engine.slots.items():
@@ -142,6 +174,10 @@ class JobManager:
             raise ControlError("refused", "jobs cannot run: execd has no cgroup v2 tree")
         self.sequence += 1
         job_id = str(job_ad.get("GlobalJobId") or f"{claim.birthday}.{self.sequence}")
+        if job_id in self.jobs:
+            raise ControlError("refused", f"job {job_id!r} exists already")
+        if slot in self.running:
+            raise ControlError("refused", f"{slot} already runs job {self.running[slot].job_id}")
         job = Job(job_id, slot, claim, dict(job_ad))
         self.running[slot] = job
         self.jobs[job_id] = job
@@ -162,10 +198,11 @@ class JobManager:
             self.daemon.execute(self.daemon.engine.release(slot, now(), claim))
         except ExecdError as exc:
             raise ControlError("refused", str(exc)) from None
-        self.claims.pop(claim_id, None)
+        self._claim_gone(claim)
         return {"released": slot}
 
     def signal_job(self, claim_id: Any, verb: str) -> dict[str, Any]:
+        """vacate, alive, suspend, continue, deactivate, deactivate_forcefully."""
         slot, claim = self.lookup(claim_id)
         engine = self.daemon.engine
         moment = now()
@@ -174,21 +211,62 @@ class JobManager:
                 actions = engine.vacate(slot, moment)
             elif verb == "alive":
                 actions = engine.alive(slot, moment, claim)
+            elif verb == "suspend":
+                actions = commands.suspend_claim(engine, slot, moment)
+            elif verb == "continue":
+                actions = commands.continue_claim(engine, slot, moment)
+            elif verb in ("deactivate", "deactivate_forcefully"):
+                actions = commands.deactivate(engine, slot, moment,
+                                              forceful=verb == "deactivate_forcefully")
             else:
                 raise ControlError("bad_args", f"unknown job verb {verb}")
         except ExecdError as exc:
             raise ControlError("refused", str(exc)) from None
         self.daemon.execute(actions)
-        return {"slot": slot}
+        state = engine.slots.get(slot)
+        return {"slot": slot,
+                "state": label(state.state, state.activity) if state else "deleted"}
 
-    async def result(self, job_id: Any, wait: bool) -> dict[str, Any]:
+    async def result(self, job_id: Any, wait: bool, ack: bool = False) -> dict[str, Any]:
+        """A job's outcome; `ack` tells execd the holder has it (the record may go)."""
         job = self.jobs.get(job_id) if isinstance(job_id, str) else None
         if job is None:
-            raise ControlError("bad_args", f"no job {job_id!r}")
+            raise ControlError("bad_args", f"no job {job_id!r} (unknown, or its outcome "
+                               "was already taken)")
         if wait:
             await job.done.wait()
-        return {"job_id": job.job_id, "slot": job.slot, "done": job.done.is_set(),
+        done = job.done.is_set()
+        if ack and done:
+            self.forget(job)
+        return {"job_id": job.job_id, "slot": job.slot, "done": done,
                 "report": job.report, "hold_reason": job.hold_reason}
+
+    def forget(self, job: Job) -> None:
+        """The holder has the outcome (or gave up the claim): drop record and workdir."""
+        self.store.remove_job(job.job_id)
+        self.jobs.pop(job.job_id, None)
+        shutil.rmtree(self.workdir(job.job_id), ignore_errors=True)
+
+    def _claim_gone(self, claim: ClaimId) -> None:
+        """The claim ended: its record goes, with the outcomes its holder did not take."""
+        if self.claims.pop(claim.full(), None) is None:
+            return
+        self.store.remove_claim(claim.session_id)
+        for job in list(self.jobs.values()):
+            if job.claim == claim and job.done.is_set():
+                self.forget(job)
+
+    def record_drain(self, how: str, reason: str, resume: bool) -> None:
+        self.store.set_drain(how, reason, resume)
+        self.drain_recorded = True
+
+    def forget_drain(self) -> None:
+        if self.drain_recorded:
+            self.store.clear_drain()
+            self.drain_recorded = False
+
+    def workdir(self, job_id: str) -> Path:
+        return self.daemon.paths.spool / "jobs" / job_id.replace("/", "_")
 
     # -- actions ------------------------------------------------------------------------
     def spawn(self, slot: str) -> None:
@@ -196,19 +274,37 @@ class JobManager:
         if job is None or self.tree is None:
             logger.error("spawn_without_job", slot=slot)
             return
-        paths = self.daemon.paths
-        workdir = paths.spool / "jobs" / job.job_id.replace("/", "_")
+        workdir = self.workdir(job.job_id)
         workdir.mkdir(parents=True, exist_ok=True)
         spec = self.spec(job, workdir)
-        handle = launch_starter(spec, str(workdir / "spec.json"), str(workdir / "starter.log"))
+        # The starter blocks its control signals once Python is up; until then their
+        # default action would kill it. Started with them blocked, it finds them pending.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STARTER_SIGNALS)
+        try:
+            handle = launch_starter(spec, str(workdir / "spec.json"),
+                                    str(workdir / "starter.log"))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         job.handle = handle
+        job.starter_start = procwatch.start_time(handle.pid, zombies=True) or 0
+        # Recorded before `activate` is acknowledged: a new daemon will find it.
+        self.store.add_job(JobRecord(
+            job.job_id, slot, job.claim.session_id, job.ad, spec._asdict(), handle.pid,
+            job.starter_start, str(self.tree.job(slot).slice),
+            os.path.join(spec.execute_dir, f"dir_{handle.pid}"), job.started),
+            sequence=("job", self.sequence))
         logger.info("starter_spawned", slot=slot, job=job.job_id, pid=handle.pid)
-        task = asyncio.get_running_loop().create_task(self._watch(job))
+        self.watch(job, os.pidfd_open(handle.pid))
+
+    def watch(self, job: Job, pidfd: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._watch(job, pidfd))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-        # seed 002's STARTER_* policy each poll; a broken slot when the starter is gone
-        follow_starter(self.tasks, job, handle, spec, settings=self.daemon.settings,
-                       mark_broken=self.daemon.node.mark_broken)
+        # seed 002's STARTER_* policy each poll; a broken slot when the starter is gone.
+        # Adopted starters (after a restart) are followed as well.
+        assert job.handle is not None
+        follow_starter(self.tasks, job, job.handle, job.handle.spec,
+                       settings=self.daemon.settings, mark_broken=self.daemon.node.mark_broken)
 
     def spec(self, job: Job, workdir: Path) -> StarterSpec:
         settings = self.daemon.settings
@@ -256,18 +352,34 @@ class JobManager:
             thread_env_vars=settings.get_list("STARTER_NUM_THREADS_ENV_VARS"),
         )
 
-    async def _watch(self, job: Job) -> None:
+    async def _watch(self, job: Job, pidfd: int) -> None:
+        """Await the starter's exit on its pidfd: no thread per job, adopted ones too."""
         assert job.handle is not None
-        handle = job.handle
-        await asyncio.get_running_loop().run_in_executor(None, handle.wait)
+        await procwatch.wait_exit(pidfd)
+        if job.handle.proc is not None:
+            job.handle.proc.wait()  # our child: reap it
+        else:
+            procwatch.reap(job.handle.pid)  # our child only after a restart in place
+        self.finish(job)
+
+    def finish(self, job: Job) -> None:
+        """The starter is gone: take its durable report, record it, tell the engine."""
+        assert job.handle is not None
         try:
-            job.report = handle.report()
+            job.report = job.handle.report()
         except (OSError, ValueError) as exc:
             job.report = {"ExitReason": "no_report", "Error": str(exc)}
         logger.info("job_finished", slot=job.slot, job=job.job_id,
                     exit_code=job.report.get("ExitCode"), reason=job.report.get("ExitReason"),
                     hold=job.report.get("HoldReason"))
-        self.running.pop(job.slot, None)
+        if self.running.get(job.slot) is job:
+            del self.running[job.slot]
+        try:
+            self.store.finish_job(job.job_id, time.time(), job.report, job.hold_reason)
+            if job.claim.full() not in self.claims:
+                self.forget(job)  # its holder released the claim: nobody will ask
+        except StoreError as exc:  # the outcome is still served from memory
+            logger.error("job_outcome_not_stored", job=job.job_id, error=str(exc))
         job.done.set()
         self.daemon.wake.set()
         try:
@@ -293,6 +405,8 @@ class JobManager:
                 act.KillStarterFamily: handle.kill_family,
             }[type(action)]()
             logger.info("starter_signalled", slot=action.slot, action=type(action).__name__)
+            if isinstance(action, act.Suspend | act.Continue) and job is not None:
+                self._record_suspension(job, isinstance(action, act.Suspend))
         elif isinstance(action, act.HoldJob):
             if job is not None:
                 job.hold_reason = action.reason
@@ -300,12 +414,21 @@ class JobManager:
             self.delete_dynamic(action.slot)
         elif isinstance(action, act.NotifyClaimHolder):
             logger.info("claim_holder_notified", slot=action.slot, reason=action.reason)
-            for key, (slot, _claim) in list(self.claims.items()):
-                if slot == action.slot and action.reason in ("released", "lease_expired"):
-                    del self.claims[key]
+            for slot, claim in list(self.claims.values()):
+                if slot == action.slot and claim.session_id == action.claim:
+                    self._claim_gone(claim)
         else:
             return False
         return True
+
+    def _record_suspension(self, job: Job, suspended: bool) -> None:
+        """A restarted daemon must find a frozen job Suspended, and know who froze it."""
+        slot = self.daemon.engine.slots.get(job.slot)
+        by = ("command" if slot is not None and slot.suspended_by_command else "policy") \
+            if suspended else None
+        if by != job.suspended:
+            job.suspended = by
+            self.store.set_suspended(job.job_id, by)
 
     def delete_dynamic(self, name: str) -> None:
         parent_id, _, sub = name.removeprefix("slot").partition("_")
@@ -313,8 +436,7 @@ class JobManager:
         if pslot is not None and sub.isdigit():
             pslot.release(int(sub))
         self.daemon.engine.slots.pop(name, None)
-        for key, (slot, _claim) in list(self.claims.items()):
+        for slot, claim in list(self.claims.values()):
             if slot == name:
-                del self.claims[key]
+                self._claim_gone(claim)
         logger.info("dynamic_slot_deleted", slot=name)
-

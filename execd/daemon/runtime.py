@@ -26,9 +26,12 @@ from execd.daemon.control import Authorizer, ControlError, ControlServer, Reques
 from execd.daemon.jobs import JobManager
 from execd.daemon.node import Node, Paths
 from execd.daemon.policy_glue import log_action, now, policy_config, slot_facts
+from execd.daemon.recovery import recover
+from execd.daemon.restart import reexec
 from execd.daemon.sdnotify import Notifier
 from execd.daemon.signals import Request as SignalRequest
 from execd.daemon.signals import SignalQueue
+from execd.daemon.who import running_jobs
 from execd.errors import ConfigError, ExecdError
 from execd.hooks.cron import CronManager, CronUpdate
 from execd.hooks.cron_config import cron_settings
@@ -48,6 +51,7 @@ class Daemon:
         self.stopping: str | None = None
         self.started = time.time()
         self.reloads = 0
+        self.recovered: dict[str, int] = {}
         # set by start()
         self.config: Config
         self.settings: Settings
@@ -188,6 +192,8 @@ class Daemon:
             if name in self.engine.slots:
                 self.engine.set_facts(name, slot_facts(ad))
         self.execute(self.engine.evaluate(moment))
+        if not self.engine.draining:
+            self.jobs.forget_drain()  # a drain that resumed on completion is over
 
     # -- control socket verbs ---------------------------------------------------------
     def verbs(self) -> dict[str, Verb]:
@@ -208,6 +214,8 @@ class Daemon:
         async def ping(_request: Request) -> Any:
             return {
                 "pid": os.getpid(),
+                "started": self.started,
+                "recovered": self.recovered,
                 "uptime": time.time() - self.started,
                 "reloads": self.reloads,
                 "config": str(self.config_path),
@@ -255,15 +263,23 @@ class Daemon:
 
         async def job_result(request: Request) -> Any:
             return await self.jobs.result(request.args.get("job_id"),
-                                          bool(request.args.get("wait", False)))
+                                          bool(request.args.get("wait", False)),
+                                          bool(request.args.get("ack", False)))
+
+        def claim_verb(verb: str) -> Any:
+            async def handler(request: Request) -> Any:
+                return self.jobs.signal_job(request.args.get("claim_id"), verb)
+            return handler
+
+        async def match(request: Request) -> Any:
+            return self.jobs.matches.match(request.args.get("slot"))
+
+        async def restart(_request: Request) -> Any:
+            self.begin_shutdown("restart")
+            return {"restarting": True, "pid": os.getpid()}
 
         async def who(_request: Request) -> Any:
-            out = []
-            for slot, job in self.jobs.running.items():
-                out.append({"slot": slot, "job_id": job.job_id, "owner": job.ad.get("Owner"),
-                            "starter_pid": job.handle.pid if job.handle else None,
-                            "started": job.started})
-            return {"jobs": out}
+            return {"jobs": running_jobs(self.jobs)}
 
         async def drain(request: Request) -> Any:
             how = request.args.get("how", "graceful")
@@ -281,6 +297,7 @@ class Daemon:
             except ExecdError as exc:
                 raise ControlError("refused", str(exc)) from None
             self.execute(actions)
+            self.jobs.record_drain(how, reason, bool(resume))
             return {"draining": how, "reason": reason}
 
         async def cancel_drain(_request: Request) -> Any:
@@ -288,6 +305,7 @@ class Daemon:
                 self.execute(self.engine.cancel_drain(now()))
             except ExecdError as exc:
                 raise ControlError("refused", str(exc)) from None
+            self.jobs.forget_drain()
             return {"draining": False}
 
         async def vacate(request: Request) -> Any:
@@ -310,6 +328,7 @@ class Daemon:
             "drain": Verb(drain, Role.ADMIN, "drain the node: graceful, quick or fast"),
             "cancel_drain": Verb(cancel_drain, Role.ADMIN, "stop draining"),
             "vacate": Verb(vacate, Role.ADMIN, "vacate one slot's job, or every claimed slot's"),
+            "restart": Verb(restart, Role.ADMIN, "restart in place; running jobs are re-adopted"),
         }
         claims = {
             "request_claim": Verb(request_claim, Role.SCHEDULER, "claim a slot (carves a d-slot)"),
@@ -317,6 +336,13 @@ class Daemon:
             "release": Verb(release, Role.SCHEDULER, "release a claim"),
             "vacate_claim": Verb(vacate_claim, Role.SCHEDULER, "vacate the job on a claim"),
             "alive": Verb(alive, Role.SCHEDULER, "keep a claim alive"),
+            "match": Verb(match, Role.SCHEDULER, "match notification: the slot waits in Matched"),
+            "suspend": Verb(claim_verb("suspend"), Role.SCHEDULER, "suspend the claim's job"),
+            "continue": Verb(claim_verb("continue"), Role.SCHEDULER, "continue a suspended job"),
+            "deactivate": Verb(claim_verb("deactivate"), Role.SCHEDULER,
+                               "end the job (soft kill), keep the claim"),
+            "deactivate_forcefully": Verb(claim_verb("deactivate_forcefully"), Role.SCHEDULER,
+                                          "end the job (hard kill), keep the claim"),
             "job_result": Verb(job_result, Role.READ, "a job's outcome (wait: true blocks)"),
             "who": Verb(who, Role.READ, "running jobs"),
         }
@@ -337,7 +363,10 @@ class Daemon:
             return
         self.stopping = how
         logger.info("shutdown_requested", how=how)
-        self.notifier.stopping(f"shutting down ({how})")
+        if how == "restart":
+            self.notifier.reloading()  # same pid, new image: READY=1 comes from it
+        else:
+            self.notifier.stopping(f"shutting down ({how})")
         if how != "restart":
             mode = "fast" if how == "fast" else how
             self.execute(self.engine.shutdown(mode, now()))
@@ -375,7 +404,7 @@ class Daemon:
             except Exception as exc:  # a policy bug is logged, never fatal to the daemon
                 logger.exception("policy_pass_failed", error=str(exc))
             mono = time.monotonic()
-            due = self.engine.next_evaluation_due(mono)
+            due = min(self.engine.next_evaluation_due(mono), self.jobs.matches.next_timeout())
             self.wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, due - mono))
@@ -383,6 +412,7 @@ class Daemon:
     async def serve(self) -> int:
         loop = asyncio.get_running_loop()
         self.signals.install(loop)
+        self.recovered = recover(self.jobs)  # before any command can change the state
         admin = self.settings.get_str("EXECD_ADMIN_GROUP")
         schedulers = frozenset(self.settings.get_list("EXECD_SCHEDULER_USERS"))
         self.control = ControlServer(self.paths.socket, self.verbs(), Authorizer(admin, schedulers))
@@ -406,6 +436,13 @@ class Daemon:
             await self.control.close()
             self.signals.uninstall(loop)
         logger.info("execd_stopped", how=self.stopping)
+        self.jobs.store.close()
+        if self.stopping == "restart":
+            try:
+                reexec()  # does not return: the same pid runs execd again and re-adopts
+            except OSError as exc:  # jobs run on; a supervisor's restart re-adopts them
+                logger.error("restart_failed", error=str(exc))
+                return 1
         return 0
 
 

@@ -11,7 +11,7 @@ code re-entrantly.
 | SIGINT  | SHUTDOWN_GRACEFUL| as SIGTERM (Ctrl-C in the foreground)                       |
 | SIGQUIT | SHUTDOWN_FAST    | kill every job now, then exit                               |
 | SIGUSR1 | REOPEN_LOGS      | reopen log files (after logrotate moved them)               |
-| SIGUSR2 | RESTART_IN_PLACE | exec a new daemon, leaving running jobs to be re-adopted    |
+| SIGUSR2 | RESTART_IN_PLACE | re-exec itself (same pid); the new image re-adopts the jobs |
 """
 
 from __future__ import annotations

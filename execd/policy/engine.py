@@ -226,6 +226,7 @@ class PolicyEngine:
             self._resume(slot, now, out)
 
     def _resume(self, slot: Slot, now: Now, out: Actions) -> None:
+        slot.suspended_by_command = False
         if slot.suspended_since is not None:
             slot.job_suspend_total += now.mono - slot.suspended_since
             slot.suspended_since = None

@@ -128,6 +128,35 @@ class PartitionableSlot:
         self.dynamic[slot.sub_id] = slot
         return slot
 
+    def restore(self, dynamic: DynamicSlot) -> DynamicSlot:
+        """Take again exactly what an earlier daemon carved for ``dynamic`` (after a restart)."""
+        if dynamic.parent_id != self.slot_id or dynamic.sub_id in self.dynamic:
+            raise ResourceError(f"{self.name}: cannot restore {dynamic.name}: it exists already")
+        self._check("Cpus", dynamic.cpus, self.free_cpus)
+        self._check("Memory (MB)", dynamic.memory_mb, self.free_memory_mb)
+        self._check("Disk (KB)", dynamic.disk_kb, self.free_disk_kb)
+        for name, got in dynamic.custom.items():
+            self._check(name, got.amount, self.free_amounts.get(name, 0.0))
+            if any(i not in self.free_ids.get(name, []) for i in got.ids):
+                raise ResourceError(f"{self.name}: cannot restore {dynamic.name}: "
+                                    f"{name} {', '.join(got.ids)} not all free")
+        self.free_cpus -= dynamic.cpus
+        self.free_memory_mb -= dynamic.memory_mb
+        self.free_disk_kb -= dynamic.disk_kb
+        for name, got in dynamic.custom.items():
+            self.free_amounts[name] -= got.amount
+            for i in got.ids:
+                self.free_ids[name].remove(i)
+        if dynamic.sub_id in self._freed_sub_ids:
+            self._freed_sub_ids.remove(dynamic.sub_id)
+            heapq.heapify(self._freed_sub_ids)
+        elif dynamic.sub_id >= self._next_new_sub_id:
+            for skipped in range(self._next_new_sub_id, dynamic.sub_id):
+                heapq.heappush(self._freed_sub_ids, skipped)
+            self._next_new_sub_id = dynamic.sub_id + 1
+        self.dynamic[dynamic.sub_id] = dynamic
+        return dynamic
+
     def release(self, sub_id: int) -> DynamicSlot:
         """Delete a dynamic slot; its resources return to this slot."""
         slot = self.dynamic.pop(sub_id, None)

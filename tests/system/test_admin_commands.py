@@ -46,11 +46,15 @@ def test_who_lists_the_running_job(node: RunningDaemon) -> None:
     done = node.execd("who")
     assert done.returncode == 0, done.stderr
     rows = done.stdout.splitlines()
-    assert rows[0].split() == ["SLOT", "JOB", "OWNER", "STARTER"]
-    slot, _job_id, owner, pid = rows[1].split()
+    assert rows[0].split() == ["SLOT", "JOB", "OWNER", "STARTER", "CPU_S", "MEM_MB", "PROCS",
+                               "CGROUP"]
+    slot, _job_id, owner, pid, cpu, memory, procs, cgroup = rows[1].split()
     assert slot == "slot1_1"
     assert owner == "root"
     assert int(pid) > 0
+    assert float(cpu) >= 0 and float(memory) > 0
+    assert int(procs) >= 1  # the shell, and maybe its sleep
+    assert cgroup == f"/sys/fs/cgroup/unified/{node.base_cgroup}/slot1_1.slice"
     node.execd("vacate", "-fast")
     job.communicate(timeout=60)
 

@@ -1,0 +1,81 @@
+"""The state store: what a new daemon reads back, and what it must never show."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from execd.daemon.store import ClaimRecord, JobRecord, Store, StoreError
+
+SECRET = "ab" * 32
+
+
+def claim(session: str = "<n>#1#1") -> ClaimRecord:
+    return ClaimRecord(session, f"{session}#[]{SECRET}", "slot1_1", parent="slot1",
+                       carved={"sub_id": 1, "cpus": 1.0}, request_ad={"RequestCpus": 1},
+                       lease_duration=1200.0, granted=1.0)
+
+
+def job(job_id: str, session: str = "<n>#1#1") -> JobRecord:
+    return JobRecord(job_id, "slot1_1", session, {"Cmd": "/bin/true"}, {"report_path": "/r"},
+                     4242, 99, "/sys/fs/cgroup/x/slot1_1.slice", "/execute/dir_4242", 5.0)
+
+
+def test_what_is_written_is_read_back_by_a_new_store(tmp_path: Path) -> None:
+    store = Store(tmp_path / "state.db")
+    store.add_claim(claim())
+    store.add_job(job("1.1"), sequence=("job", 7))
+    store.set_drain("graceful", "maintenance", True)
+    store.set_suspended("1.1", "command")
+    store.db.close()  # no clean shutdown: as after kill -9
+
+    again = Store(tmp_path / "state.db")
+    assert again.claims() == [claim()]
+    (record,) = again.jobs()
+    assert (record.starter_pid, record.starter_start, record.suspended) == (4242, 99, "command")
+    assert record.finished is None
+    assert again.sequence("job") == 7
+    assert again.drain() == ("graceful", "maintenance", True)
+
+
+def test_the_file_is_private_and_a_claim_record_does_not_show_its_secret(tmp_path: Path) -> None:
+    Store(tmp_path / "state.db")
+    assert stat.S_IMODE((tmp_path / "state.db").stat().st_mode) == 0o600
+    assert SECRET not in repr(claim())
+    assert SECRET not in str(claim())
+
+
+def test_removing_a_claim_drops_its_finished_jobs_not_its_running_ones(tmp_path: Path) -> None:
+    store = Store(tmp_path / "state.db")
+    store.add_claim(claim())
+    store.add_job(job("1.1"))
+    store.add_job(job("1.2"))
+    store.finish_job("1.1", 9.0, {"ExitCode": 0}, None)
+    store.remove_claim("<n>#1#1")
+    assert store.claims() == []
+    assert [j.job_id for j in store.jobs()] == ["1.2"]
+    store.finish_job("1.2", 9.0, {"ExitCode": 3}, "held")
+    (done,) = store.jobs()
+    assert (done.report, done.hold_reason) == ({"ExitCode": 3}, "held")
+    store.remove_job("1.2")
+    store.clear_drain()
+    assert store.jobs() == [] and store.drain() is None
+
+
+def test_a_store_from_another_schema_is_refused_naming_both(tmp_path: Path) -> None:
+    Store(tmp_path / "state.db").close()
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.execute("UPDATE meta SET value='99' WHERE key='schema'")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="schema 99, execd knows 1"):
+        Store(tmp_path / "state.db")
+
+
+def test_an_unwritable_store_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "state.db").mkdir()
+    with pytest.raises(StoreError, match="cannot open the state store"):
+        Store(tmp_path / "state.db")
