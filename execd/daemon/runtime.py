@@ -29,6 +29,7 @@ from execd.daemon.sdnotify import Notifier
 from execd.daemon.signals import Request as SignalRequest
 from execd.daemon.signals import SignalQueue
 from execd.errors import ConfigError, ExecdError
+from execd.hooks.benchmarks import BenchmarkResult, BenchmarkRunner, runs_at_startup
 from execd.hooks.cron import CronManager, CronUpdate
 from execd.hooks.cron_config import cron_settings
 from execd.policy import actions as act
@@ -62,6 +63,7 @@ class Daemon:
         self.engine: PolicyEngine
         self.jobs: JobManager
         self.cron: CronManager
+        self.benchmarks: BenchmarkRunner
         self.paths: Paths
         self.node: Node
         self.control: ControlServer
@@ -87,6 +89,9 @@ class Daemon:
             slot_ads=lambda: {str(ad["Name"]).split("@")[0]: ad for ad in self.resource_ads()},
             on_update=self._cron_updated,
         )
+        self.benchmarks = BenchmarkRunner(self._benchmarks_done)
+        if runs_at_startup(self.settings.text("RUNBENCHMARKS")):
+            self.benchmarks.request("startup")
         moment = now()
         for ad in self.node.ads():
             name = str(ad["Name"]).split("@")[0]
@@ -130,6 +135,10 @@ class Daemon:
     def resource_ads(self) -> list[Any]:
         """Slot ads from the node's resources plus what startd cron jobs publish."""
         ads = self.node.ads()
+        benchmarks = getattr(self, "benchmarks", None)
+        if benchmarks is not None:
+            for ad in ads:
+                ad.update(benchmarks.result.ad_attributes())
         cron = getattr(self, "cron", None)  # absent while the cron manager is being built
         if cron is None:
             return ads
@@ -148,6 +157,13 @@ class Daemon:
     def _cron_updated(self, update: CronUpdate) -> None:
         # new cron values reach the policy at once, not at the next UPDATE_INTERVAL
         logger.debug("cron_update", job=update.job, slots=sorted(update.changed_slots))
+        self.wake.set()
+
+    def _benchmarks_done(self, _result: BenchmarkResult) -> None:
+        moment = now()
+        for name, slot in list(self.engine.slots.items()):
+            if slot.activity.value == "Benchmarking":  # 4: back to Unclaimed/Idle
+                self.execute(self.engine.benchmarks_done(name, moment))
         self.wake.set()
 
     def ads(self) -> list[Any]:
@@ -171,6 +187,8 @@ class Daemon:
                     self.wake.set()
             elif isinstance(action, act.PublishAd):
                 continue  # ads are built on demand from live state
+            elif isinstance(action, act.RunBenchmarks):
+                self.benchmarks.request(f"RUNBENCHMARKS on {action.slot}")
             elif self.jobs.act(action):
                 continue
             else:
@@ -388,7 +406,8 @@ class Daemon:
         try:
             async with asyncio.TaskGroup() as tasks:
                 background = [tasks.create_task(self._signal_loop()),
-                              tasks.create_task(self.cron.run())]
+                              tasks.create_task(self.cron.run()),
+                              tasks.create_task(self.benchmarks.run())]
                 interval = self.notifier.watchdog_interval()
                 if interval:
                     background.append(tasks.create_task(self._watchdog_loop(interval)))

@@ -71,6 +71,13 @@ class KillBackfill:
 
 
 @dataclass(frozen=True)
+class RunBenchmarks:
+    """RUNBENCHMARKS moved the slot to Unclaimed/Benchmarking (3); benchmarks_done ends it (4)."""
+
+    slot: str
+
+
+@dataclass(frozen=True)
 class CarveDynamicSlot:
     parent: str
     request: Any
@@ -92,6 +99,6 @@ class LogEvent:
 
 Action = (
     SpawnStarter | HoldJob | Suspend | Continue | SoftKill | HardKill | KillStarterFamily
-    | PublishAd | NotifyClaimHolder | StartBackfill | KillBackfill | CarveDynamicSlot
-    | DeleteDynamicSlot | LogEvent
+    | PublishAd | NotifyClaimHolder | StartBackfill | KillBackfill | RunBenchmarks
+    | CarveDynamicSlot | DeleteDynamicSlot | LogEvent
 )

@@ -54,6 +54,7 @@ def _step(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
             engine._move(slot, "is_owner_true", now, out)
         elif engine._true(slot, "RUNBENCHMARKS", my, None, out):
             engine._move(slot, "run_benchmarks", now, out)
+            out.append(act.RunBenchmarks(slot.name))
         elif cfg.backfill_enabled and engine._true(slot, "START_BACKFILL", my, None, out):
             engine._move(slot, "start_backfill", now, out)
         return

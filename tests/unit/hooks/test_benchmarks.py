@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from execd.hooks.benchmarks import Benchmarks, measure_kflops, measure_mips
+from execd.hooks.benchmarks import Benchmarks, measure_kflops, measure_mips, runs_at_startup
 
 
 def test_measurements_are_positive() -> None:
@@ -14,7 +14,8 @@ def test_measurements_are_positive() -> None:
 
 def test_weighted_average_and_last_benchmark() -> None:
     b = Benchmarks(weight=0.25)
-    assert b.result.ad_attributes() == {"Mips": 0, "KFlops": 0, "LastBenchmark": 0}
+    # before any run only LastBenchmark = 0 (seed 000); no made-up Mips/KFlops
+    assert b.result.ad_attributes() == {"LastBenchmark": 0}
     first = b.record(100.0, 1000.0, now=1_700_000_000.7)
     assert first.ad_attributes() == {"Mips": 100, "KFlops": 1000, "LastBenchmark": 1_700_000_000}
     second = b.record(200.0, 2000.0, now=1_700_000_100)
@@ -25,3 +26,11 @@ def test_weighted_average_and_last_benchmark() -> None:
 def test_weight_must_be_a_fraction() -> None:
     with pytest.raises(ValueError, match="weight"):
         Benchmarks(weight=0)
+
+
+def test_startup_run_when_runbenchmarks_is_defined_and_not_false() -> None:
+    assert runs_at_startup("(time() - LastBenchmark) >= 3600")
+    assert runs_at_startup("True")
+    assert not runs_at_startup(None)  # not defined
+    assert not runs_at_startup("False")
+    assert not runs_at_startup(" FALSE ")
