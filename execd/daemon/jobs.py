@@ -24,6 +24,7 @@ from execd.classads import new_ad
 from execd.daemon.control import ControlError
 from execd.daemon.policy_glue import now, slot_facts
 from execd.errors import CgroupError, ExecdError, ResourceError
+from execd.hooks import job_hook_runs
 from execd.policy import actions as act
 from execd.slots import from_config
 from execd.slots.requests import RequestModifier
@@ -47,6 +48,7 @@ class Job:
     hold_reason: str | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     started: float = field(default_factory=time.time)
+    killed_before_start: bool = False  # a kill came while a PREPARE_JOB hook ran
 
 
 class JobManager:
@@ -196,13 +198,49 @@ class JobManager:
         paths = self.daemon.paths
         workdir = paths.spool / "jobs" / job.job_id.replace("/", "_")
         workdir.mkdir(parents=True, exist_ok=True)
+        hooks = job_hook_runs.job_hooks_for(self.daemon.settings, job.ad, self.spec(job, workdir))
+        if hooks is not None and "PREPARE_JOB" in hooks.config.paths:
+            self._track(self._prepare_then_launch(job, workdir, hooks))
+            return
+        self._launch(job, workdir, hooks)
+
+    def _track(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _launch(self, job: Job, workdir: Path, hooks: job_hook_runs.JobHooks | None) -> None:
         spec = self.spec(job, workdir)
         handle = launch_starter(spec, str(workdir / "spec.json"), str(workdir / "starter.log"))
         job.handle = handle
-        logger.info("starter_spawned", slot=slot, job=job.job_id, pid=handle.pid)
-        task = asyncio.get_running_loop().create_task(self._watch(job))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        logger.info("starter_spawned", slot=job.slot, job=job.job_id, pid=handle.pid)
+        self._track(self._watch(job, hooks, spec.status_path))
+
+    async def _prepare_then_launch(self, job: Job, workdir: Path,
+                                   hooks: job_hook_runs.JobHooks) -> None:
+        """PREPARE_JOB first (seed 003): run the edited ad, or hold it, or send it back."""
+        outcome = await hooks.prepare(job.ad)
+        if outcome is not None and outcome.action != "run":
+            if outcome.action == "hold":
+                job.hold_reason = outcome.message
+                job.report = {"ExitReason": "held", "HoldReason": outcome.message,
+                              "HoldReasonCode": job_hook_runs.HOLD_PREPARE_JOB_FAILED,
+                              "HoldReasonSubCode": outcome.code}
+            else:  # 300 and up: back to idle, to be run again elsewhere or later
+                job.report = {"ExitReason": "returned_to_idle", "HookStatusCode": outcome.code,
+                              "HookStatusMessage": outcome.message}
+            self._finished(job)
+            return
+        if job.killed_before_start:  # vacated while the hook ran: never start it
+            job.report = {"ExitReason": "evicted_before_start"}
+            self._finished(job)
+            return
+        try:
+            self._launch(job, workdir, hooks)
+        except (ExecdError, OSError) as exc:
+            logger.error("starter_spawn_failed", slot=job.slot, job=job.job_id, error=str(exc))
+            job.report = {"ExitReason": "spawn_failed", "Error": str(exc)}
+            self._finished(job)
 
     def spec(self, job: Job, workdir: Path) -> StarterSpec:
         settings = self.daemon.settings
@@ -241,16 +279,33 @@ class JobManager:
             disable_swap=settings.get_bool("DISABLE_SWAP_FOR_JOB", True),
             pids_max=settings.get_int("EXECD_PIDS_MAX") or None,
             always_hold_on_oom=settings.get_bool("STARTER_ALWAYS_HOLD_ON_OOM", True),
+            status_path=str(workdir / "status.json"),
         )
 
-    async def _watch(self, job: Job) -> None:
+    async def _watch(self, job: Job, hooks: job_hook_runs.JobHooks | None = None,
+                     status_path: str | None = None) -> None:
         assert job.handle is not None
         handle = job.handle
+        updates = None
+        if hooks is not None:
+            updates = asyncio.ensure_future(hooks.update_loop(
+                lambda: {**job.ad, **job_hook_runs.status_attributes(status_path, job.started)}))
         await asyncio.get_running_loop().run_in_executor(None, handle.wait)
+        if updates is not None:
+            updates.cancel()
+            await asyncio.gather(updates, return_exceptions=True)
         try:
             job.report = handle.report()
         except (OSError, ValueError) as exc:
             job.report = {"ExitReason": "no_report", "Error": str(exc)}
+        if hooks is not None:  # JOB_EXIT is awaited before anything else happens
+            await hooks.job_exit({**job.ad, **job_hook_runs.status_attributes(
+                status_path, job.started), **job_hook_runs.exit_attributes(
+                job.report, time.time() - job.started)}, job.report)
+        self._finished(job)
+
+    def _finished(self, job: Job) -> None:
+        assert job.report is not None
         logger.info("job_finished", slot=job.slot, job=job.job_id,
                     exit_code=job.report.get("ExitCode"), reason=job.report.get("ExitReason"),
                     hold=job.report.get("HoldReason"))
@@ -271,6 +326,8 @@ class JobManager:
         elif isinstance(action, act.Suspend | act.Continue | act.SoftKill | act.HardKill
                         | act.KillStarterFamily):
             if handle is None:
+                if job is not None and not isinstance(action, act.Suspend | act.Continue):
+                    job.killed_before_start = True
                 return True
             {
                 act.Suspend: handle.suspend,

@@ -15,6 +15,7 @@ import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["HookResult", "run_hook"]
 
@@ -50,6 +51,16 @@ async def _read_bounded(stream: asyncio.StreamReader) -> bytes:
     return bytes(kept)
 
 
+async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
+    """Write DATA and close; a hook that exits without reading its input is fine."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stream.write(data)
+        await stream.drain()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stream.close()
+        await stream.wait_closed()
+
+
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -63,21 +74,29 @@ async def run_hook(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     on_start: Callable[[int], None] | None = None,
+    stdin: bytes | None = None,
+    user: tuple[int, int] | None = None,
 ) -> HookResult:
     """Run ARGV, calling ON_LINE for each stdout line; kill it after TIMEOUT seconds.
 
-    ON_START gets the pid once it runs (to signal it on reconfig). Cancelling the
-    calling task kills the hook's process group too.
+    ON_START gets the pid once it runs (to signal it on reconfig). STDIN, when given,
+    is written to the hook's standard input (an ad), then closed. USER is (uid, gid) to
+    run it as, with no supplementary groups. Cancelling the calling task kills the
+    hook's process group too.
     """
+    as_user: dict[str, Any] = {}
+    if user is not None:
+        as_user = {"user": user[0], "group": user[1], "extra_groups": []}
     spawn = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *argv,
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,  # its own process group, so a kill reaches its children
+            **as_user,
         )
     )
     try:
@@ -97,6 +116,9 @@ async def run_hook(
     if on_start is not None:
         on_start(proc.pid)
     stderr_task = asyncio.ensure_future(_read_bounded(proc.stderr))
+    stdin_task = None
+    if stdin is not None and proc.stdin is not None:
+        stdin_task = asyncio.ensure_future(_feed(proc.stdin, stdin))
     timed_out = False
 
     def on_timeout() -> None:
@@ -115,11 +137,15 @@ async def run_hook(
     except asyncio.CancelledError:
         _kill_group(proc)
         stderr_task.cancel()
+        if stdin_task is not None:
+            stdin_task.cancel()
         await proc.wait()
         raise
     finally:
         if timer is not None:
             timer.cancel()
+    if stdin_task is not None:
+        await stdin_task
     # a grandchild that inherited stderr could keep it open: don't wait for it forever
     _kill_group(proc)
     stderr = await stderr_task
