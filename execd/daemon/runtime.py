@@ -22,6 +22,7 @@ from execd.config.loader import Config, load_config
 from execd.config.log_setup import configure_logging
 from execd.config.settings import Settings, load_settings
 from execd.daemon.control import Authorizer, ControlError, ControlServer, Request, Role, Verb
+from execd.daemon.fetch_work import FetchWorker
 from execd.daemon.jobs import JobManager
 from execd.daemon.node import Node, Paths
 from execd.daemon.policy_glue import log_action, now, policy_config, slot_facts
@@ -64,6 +65,7 @@ class Daemon:
         self.jobs: JobManager
         self.cron: CronManager
         self.benchmarks: BenchmarkRunner
+        self.fetch: FetchWorker
         self.paths: Paths
         self.node: Node
         self.control: ControlServer
@@ -90,6 +92,7 @@ class Daemon:
             on_update=self._cron_updated,
         )
         self.benchmarks = BenchmarkRunner(self._benchmarks_done)
+        self.fetch = FetchWorker(self)
         if runs_at_startup(self.settings.text("RUNBENCHMARKS")):
             self.benchmarks.request("startup")
         moment = now()
@@ -407,7 +410,8 @@ class Daemon:
             async with asyncio.TaskGroup() as tasks:
                 background = [tasks.create_task(self._signal_loop()),
                               tasks.create_task(self.cron.run()),
-                              tasks.create_task(self.benchmarks.run())]
+                              tasks.create_task(self.benchmarks.run()),
+                              tasks.create_task(self.fetch.run())]
                 interval = self.notifier.watchdog_interval()
                 if interval:
                     background.append(tasks.create_task(self._watchdog_loop(interval)))

@@ -1,0 +1,189 @@
+"""Fetch-work hooks through a real daemon, modelled on HTCondor's fetch_work tests.
+
+A FETCH_WORK hook hands out one /bin/cat job, then nothing; the job runs on a static
+slot and on a d-slot carved from a partitionable one, its output matches its input, and
+FETCH_WORK, REPLY_FETCH, UPDATE_JOB_INFO, JOB_EXIT, FETCH_WORK again and EVICT_CLAIM
+are invoked in that order (each hook appends a line to a trail file).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.component.daemon_harness import RunningDaemon
+
+KEYWORD = "FETCHTEST"
+
+
+@pytest.fixture
+def hookdir() -> Iterator[Path]:
+    # pytest's tmp_path is inside a root-only directory: nobody could not reach it
+    path = Path(tempfile.mkdtemp(prefix="execd-test-fetch-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+def hook(hookdir: Path, name: str, body: str) -> Path:
+    path = hookdir / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def setup_hooks(hookdir: Path, job_ad: str) -> tuple[Path, str]:
+    trail = hookdir / "trail"
+    trail.touch()
+    trail.chmod(0o666)  # UPDATE_JOB_INFO and JOB_EXIT run as the job's user
+    (hookdir / "job.ad").write_text(job_ad)
+    fetch = hook(hookdir, "fetch", f"""
+cat > {hookdir}/slot_ad.$$
+if [ ! -e {hookdir}/fetched ]; then
+  touch {hookdir}/fetched
+  echo "fetch job" >> {trail}
+  cat {hookdir}/job.ad
+else
+  echo "fetch none" >> {trail}
+fi
+""")
+    reply = hook(hookdir, "reply", f"""
+ads=$(cat)
+case "$ads" in
+  *'HookKeyword = "{KEYWORD}"'*-----*'Name = "slot'*) shape=ok ;;
+  *) shape=bad ;;
+esac
+echo "reply $1 $shape" >> {trail}
+""")
+    evict = hook(hookdir, "evict", f'cat >/dev/null; echo "evict" >> {trail}\n')
+    update = hook(hookdir, "update", f'cat >/dev/null; echo "update" >> {trail}\n')
+    job_exit = hook(hookdir, "exit", f'cat >/dev/null; echo "exit $1" >> {trail}\n')
+    config = (
+        f"STARTD_JOB_HOOK_KEYWORD = {KEYWORD}\n"
+        f"{KEYWORD}_HOOK_FETCH_WORK = {fetch}\n{KEYWORD}_HOOK_REPLY_FETCH = {reply}\n"
+        f"{KEYWORD}_HOOK_EVICT_CLAIM = {evict}\n{KEYWORD}_HOOK_UPDATE_JOB_INFO = {update}\n"
+        f"{KEYWORD}_HOOK_JOB_EXIT = {job_exit}\n"
+        'FetchWorkDelay = ifThenElse(State == "Claimed" && Activity == "Idle", 0, 300)\n'
+        "STARTER_INITIAL_UPDATE_INTERVAL = 0\nSTARTER_UPDATE_INTERVAL = 1\n"
+        "NUM_CPUS = 2\nMEMORY = 2048\nMAXJOBRETIREMENTTIME = 0\nMachineMaxVacateTime = 5\n"
+    )
+    return trail, config
+
+
+def cat_job(iwd: Path, extra: str = "") -> str:
+    return (f'Cmd = "/bin/cat"\nOwner = "nobody"\nIwd = "{iwd}"\nIn = "input"\n'
+            f'Out = "output"\nErr = "error"\nJobUniverse = 5\n{extra}')
+
+
+def feed_when_updated(fifo: Path, trail: Path, text: str) -> threading.Thread:
+    """Write TEXT into the job's stdin FIFO once cat opens it, close it after an
+    UPDATE_JOB_INFO run: cat then ends, with the hook surely seen during the job."""
+    done = threading.Event()
+
+    def feed() -> None:
+        with fifo.open("w") as pipe:  # blocks until cat opens its end
+            pipe.write(text)
+            pipe.flush()
+            while "update" not in trail.read_text() and not done.wait(0.05):
+                pass
+
+    thread = threading.Thread(target=feed, daemon=True)
+    thread.start()
+    return thread
+
+
+def run_fetched_cat(hookdir: Path, slot_config: str, job_extra: str) -> tuple[RunningDaemon, Path]:
+    iwd = hookdir / "iwd"
+    iwd.mkdir()
+    iwd.chmod(0o777)
+    fifo = iwd / "input"
+    os.mkfifo(fifo, 0o666)
+    trail, config = setup_hooks(hookdir, cat_job(iwd, job_extra))
+    root = hookdir / "node"
+    root.mkdir()
+    feeder = feed_when_updated(fifo, trail, "hello from a fetched job\n")
+    daemon = RunningDaemon(root, config + slot_config).start()
+    daemon.wait_for("fetch_hook_ran", hook="EVICT_CLAIM", timeout=90)
+    feeder.join(timeout=30)
+    assert (iwd / "output").read_text() == "hello from a fetched job\n"
+    return daemon, trail
+
+
+def first(daemon: RunningDaemon, event: str) -> dict[str, object]:
+    return next(e for e in daemon.events() if e["event"] == event)
+
+
+def check_trail(trail: Path) -> None:
+    got = trail.read_text().splitlines()
+    assert got[0] == "fetch job"
+    assert got[1:3] in (["reply accept ok", "update"], ["update", "reply accept ok"])
+    assert all(line == "update" for line in got[3:-3])
+    assert got[-3:] == ["exit exit", "fetch none", "evict"]
+
+
+def test_fetched_cat_job_on_a_static_slot(hookdir: Path) -> None:
+    daemon, trail = run_fetched_cat(hookdir, "SLOT_TYPE_1_PARTITIONABLE = False\n", "")
+    try:
+        check_trail(trail)
+        started = first(daemon, "fetched_job_started")
+        assert started["slot"] == "slot1" and started["keyword"] == KEYWORD
+        # the fetch hook had the slot ad on stdin
+        slot_ads = [p.read_text() for p in hookdir.glob("slot_ad.*")]
+        assert slot_ads and all('Name = "slot1@' in text for text in slot_ads)
+        # the claim was released: the slot went back to Unclaimed
+        status = daemon.execd("status", "-af", "Name", "State")
+        assert status.stdout.split()[1:] == ["Unclaimed"]
+    finally:
+        daemon.stop(signal.SIGQUIT)
+
+
+def test_fetched_cat_job_on_a_partitionable_slot(hookdir: Path) -> None:
+    requests = "RequestCpus = 1\nRequestMemory = 64\nRequestDisk = 1024\n"
+    daemon, trail = run_fetched_cat(hookdir, "", requests)
+    try:
+        check_trail(trail)
+        started = first(daemon, "fetched_job_started")
+        assert started["slot"] == "slot1_1"  # a d-slot carved with the fetched request
+        assert first(daemon, "dynamic_slot_deleted")["slot"] == "slot1_1"
+        status = daemon.execd("status", "-af", "Name", "Cpus")
+        assert status.stdout.split()[1:] == ["2"]
+    finally:
+        daemon.stop(signal.SIGQUIT)
+
+
+@pytest.mark.parametrize(("job", "problem"), [
+    ('Owner = "nobody"\nRequestCpus = 1\nRequestMemory = 64\nRequestDisk = 1024\n',
+     "Cmd is required"),
+    ('Cmd = "/bin/true"\nRequestCpus = 1\nRequestMemory = 64\nRequestDisk = 1024\n',
+     "Owner is required"),
+    ('Cmd = "/bin/true"\nOwner = "nobody"\nRequestMemory = 64\nRequestDisk = 1024\n',
+     "RequestCpus is required on a partitionable slot"),
+    ('Cmd = "/bin/true"\nOwner = "nobody"\nRequestCpus = 1\nRequestMemory = 64\n'
+     'RequestDisk = 1024\nJobUniverse = 10\n', "JobUniverse 10 (java) is not supported"),
+    ('Cmd = "/bin/true"\nOwner = "nobody"\nRequestCpus = 1\nRequestMemory = 64\n'
+     'RequestDisk = 1024\nArgs = 7\n', "Args must be a string"),
+])
+def test_an_invalid_fetched_job_is_rejected_and_the_slot_stays_free(
+        hookdir: Path, job: str, problem: str) -> None:
+    trail, config = setup_hooks(hookdir, job)
+    root = hookdir / "node"
+    root.mkdir()
+    daemon = RunningDaemon(root, config).start()
+    try:
+        rejected = daemon.wait_for("fetched_job_rejected", timeout=60)
+        assert problem in rejected["error"]
+        daemon.wait_for("fetch_hook_ran", hook="REPLY_FETCH", args=["reject"])
+        assert trail.read_text().splitlines() == ["fetch job", "reply reject bad"]
+        status = daemon.execd("status", "-af", "Name", "State")
+        assert status.stdout.split()[1:] == ["Unclaimed"]
+    finally:
+        daemon.stop(signal.SIGQUIT)
