@@ -187,3 +187,78 @@ def test_an_invalid_fetched_job_is_rejected_and_the_slot_stays_free(
         assert status.stdout.split()[1:] == ["Unclaimed"]
     finally:
         daemon.stop(signal.SIGQUIT)
+
+
+def counting_fetch(hookdir: Path, trail: Path, jobs: list[str]) -> Path:
+    """A FETCH_WORK hook handing out JOBS one per call, then nothing."""
+    for number, text in enumerate(jobs, start=1):
+        (hookdir / f"job{number}.ad").write_text(text)
+    return hook(hookdir, "fetch", f"""
+cat >/dev/null
+n=$(cat {hookdir}/count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > {hookdir}/count
+if [ -e {hookdir}/job$n.ad ]; then echo "fetch job$n" >> {trail}; cat {hookdir}/job$n.ad
+else echo "fetch none" >> {trail}; fi
+""")
+
+
+def test_the_claim_is_reused_for_the_next_fetched_job(hookdir: Path) -> None:
+    trail, config = setup_hooks(hookdir, "")
+    iwd = hookdir / "iwd"
+    iwd.mkdir()
+    iwd.chmod(0o777)
+    writer = hook(hookdir, "writer", f'echo "$1" > {iwd}/out$1\n')
+    jobs = [f'Cmd = "{writer}"\nArgs = "{n}"\nOwner = "nobody"\n' for n in (1, 2)]
+    counting_fetch(hookdir, trail, jobs)
+    root = hookdir / "node"
+    root.mkdir()
+    daemon = RunningDaemon(root, config + "SLOT_TYPE_1_PARTITIONABLE = False\n").start()
+    try:
+        daemon.wait_for("fetch_hook_ran", hook="EVICT_CLAIM", timeout=90)
+        got = [line for line in trail.read_text().splitlines() if line != "update"]
+        assert got == ["fetch job1", "reply accept ok", "exit exit",
+                       "fetch job2", "reply accept ok", "exit exit", "fetch none", "evict"]
+        assert (iwd / "out1").read_text() == "1\n" and (iwd / "out2").read_text() == "2\n"
+        events = daemon.events()
+        assert [e["event"] for e in events].count("claim_granted") == 1  # one claim, reused
+        started = [e["slot"] for e in events if e["event"] == "fetched_job_started"]
+        assert started == ["slot1", "slot1"]
+    finally:
+        daemon.stop(signal.SIGQUIT)
+
+
+def test_start_false_rejects_fetched_work(hookdir: Path) -> None:
+    trail, config = setup_hooks(hookdir, cat_job(hookdir))
+    root = hookdir / "node"
+    root.mkdir()
+    static = "SLOT_TYPE_1_PARTITIONABLE = False\n"
+    daemon = RunningDaemon(root, config + "START = False\n" + static).start()
+    try:
+        refused = daemon.wait_for("fetched_job_refused", timeout=60)
+        assert "START is not true" in refused["why"]
+        daemon.wait_for("fetch_hook_ran", hook="REPLY_FETCH", args=["reject"])
+        assert trail.read_text().splitlines() == ["fetch job", "reply reject ok"]
+    finally:
+        daemon.stop(signal.SIGQUIT)
+
+
+def test_a_hanging_or_failing_fetch_hook_leaves_the_slot_usable(hookdir: Path) -> None:
+    hang = hook(hookdir, "hang", "echo 'fetch is stuck' >&2; sleep 600\n")
+    root = hookdir / "node"
+    root.mkdir()
+    daemon = RunningDaemon(root, f"STARTD_JOB_HOOK_KEYWORD = H\nH_HOOK_FETCH_WORK = {hang}\n"
+                           "H_HOOK_FETCH_WORK_TIMEOUT = 2\nFetchWorkDelay = 1\n").start()
+    try:
+        # while the hook hangs, the daemon answers and runs ordinary jobs
+        assert daemon.execd("status", "-af", "Name").returncode == 0
+        failed = daemon.wait_for("fetch_hook_failed", timeout=60)
+        assert failed["why"] == "timed out" and "fetch is stuck" in failed["stderr"]
+        done = daemon.execd("job", "--", "sh", "-c", "exit 4", timeout=60)
+        assert done.returncode == 4, done.stderr
+        # a hook that prints garbage and fails: logged, nothing claimed
+        (hookdir / "hang").write_text("#!/bin/sh\necho '%% not an ad'\nexit 1\n")
+        rejected = daemon.wait_for("fetched_job_rejected", timeout=60)
+        assert "Cmd is required" in rejected["error"]
+        status = daemon.execd("status", "-af", "State", "Cpus")
+        assert status.stdout.split() == ["Unclaimed", "2"]
+    finally:
+        daemon.stop(signal.SIGQUIT)
