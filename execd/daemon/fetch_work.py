@@ -204,6 +204,7 @@ class FetchWorker:
             self._reply(hooks, True, job, name)  # the idle fetched claim is reused
             self._activate(claim, job)
             return
+        was_claimed = slot.state.value == "Claimed"
         try:
             granted = self.daemon.jobs.request_claim(name, job)
         except ControlError as exc:
@@ -211,11 +212,16 @@ class FetchWorker:
             self._reply(hooks, False, job, name)
             return
         new = FetchedClaim(granted["slot"], granted["claim_id"], hooks)
+        old = self.claims.get(new.slot)
         self.claims[new.slot] = new
+        if old is not None:  # a fetched claim preempted by RANK: its hook is told
+            logger.info("fetched_claim_evicted", slot=new.slot, keyword=old.hooks.keyword)
+            self._advisory(old.hooks, "EVICT_CLAIM", job_text=ad_text(old.last_job or {}),
+                           slot_ad=self.slot_ad(new.slot))
         self.last_fetch[new.slot] = time.monotonic()  # a carved d-slot: this fetch counts
         self._reply(hooks, True, job, new.slot)
         logger.info("fetched_job_accepted", slot=new.slot, keyword=hooks.keyword)
-        if slot.state.value == "Claimed" and new.slot == name:  # preempting by RANK
+        if was_claimed and new.slot == name:  # preempting by RANK
             await self._wait_for_idle_claim(new)
             if self.claims.get(new.slot) is not new:
                 return

@@ -262,3 +262,44 @@ def test_a_hanging_or_failing_fetch_hook_leaves_the_slot_usable(hookdir: Path) -
         assert status.stdout.split() == ["Unclaimed", "2"]
     finally:
         daemon.stop(signal.SIGQUIT)
+
+
+def test_a_higher_ranked_fetched_job_preempts_the_running_one(hookdir: Path) -> None:
+    trail, config = setup_hooks(hookdir, "")
+    iwd = hookdir / "iwd"
+    iwd.mkdir()
+    iwd.chmod(0o777)
+    looper = hook(hookdir, "looper", f"trap 'exit 0' TERM; touch {iwd}/running\n"
+                  "while :; do sleep 0.1; done\n")
+    writer = hook(hookdir, "writer", f'echo ranked > {iwd}/out\n')
+    # FETCH_WORK hands out the low-ranked job, then nothing until it runs, then the
+    # higher-ranked one, then nothing
+    fetch = hook(hookdir, "fetch", f"""
+cat >/dev/null
+if [ ! -e {hookdir}/gave1 ]; then touch {hookdir}/gave1; echo 'Cmd = "{looper}"'
+  echo 'Owner = "nobody"'; echo 'Prio = 1'
+elif [ -e {iwd}/running ] && [ ! -e {hookdir}/gave2 ]; then touch {hookdir}/gave2
+  echo 'Cmd = "{writer}"'; echo 'Owner = "nobody"'; echo 'Prio = 10'
+fi
+""")
+    config += (f"{KEYWORD}_HOOK_FETCH_WORK = {fetch}\nRANK = TARGET.Prio\n"
+               'FetchWorkDelay = ifThenElse(Activity == "Busy", 1, '
+               'ifThenElse(State == "Claimed", 0, 300))\n'
+               "SLOT_TYPE_1_PARTITIONABLE = False\n")
+    root = hookdir / "node"
+    root.mkdir()
+    daemon = RunningDaemon(root, config).start()
+    try:
+        daemon.wait_for("preempting_claim", timeout=60)
+        daemon.wait_for("job_hook_ran", hook="JOB_EXIT", args=["evict"], timeout=60)
+        daemon.wait_for("job_hook_ran", hook="JOB_EXIT", args=["exit"], timeout=60)
+        assert (iwd / "out").read_text() == "ranked\n"
+        daemon.wait_for("fetched_claim_released", timeout=60)
+        events = daemon.events()
+        started = [e["slot"] for e in events if e["event"] == "fetched_job_started"]
+        assert started == ["slot1", "slot1"]
+        evicted = [e for e in events if e["event"] == "fetched_claim_evicted"]
+        assert len(evicted) == 1  # the preempted claim's EVICT_CLAIM
+        assert "exit evict" in trail.read_text().splitlines()
+    finally:
+        daemon.stop(signal.SIGQUIT)
