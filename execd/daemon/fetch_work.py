@@ -76,11 +76,11 @@ class FetchWorker:
                 out[name] = hooks
         return out
 
+    def _ads_by_name(self) -> dict[str, Any]:
+        return {str(ad["Name"]).split("@")[0]: ad for ad in self.daemon.ads()}
+
     def slot_ad(self, name: str) -> Any:
-        for ad in self.daemon.ads():
-            if str(ad["Name"]).split("@")[0] == name:
-                return ad
-        return None
+        return self._ads_by_name().get(name)
 
     def delay(self, name: str, slot_ad: Any) -> float:
         claim = self.claims.get(name)
@@ -101,10 +101,12 @@ class FetchWorker:
                 self._forget_lost_claims()
                 now = time.monotonic()
                 next_due = now + IDLE_RECHECK
-                for name, hooks in self.sources().items():
+                sources = self.sources()
+                ads = self._ads_by_name() if sources else {}  # built once a pass
+                for name, hooks in sources.items():
                     if name in self.fetching or self.daemon.stopping is not None:
                         continue
-                    ad = self.slot_ad(name)
+                    ad = ads.get(name)
                     if ad is None:
                         continue
                     due = self.last_fetch.get(name, float("-inf")) + self.delay(name, ad)

@@ -128,6 +128,7 @@ class Daemon:
         self.node.config, self.node.settings = config, settings
         self.execute(self.engine.reconfig(new_policy, now()))
         self.cron.reconfigure(new_cron)
+        self.fetch.poke()  # keywords and hooks are read afresh on its next pass
         configure_logging(settings, force_stderr=self.log_to_stderr)
         self.reloads += 1
         logger.info("reconfig_applied", changed=changed[:50], count=len(changed))

@@ -303,3 +303,19 @@ fi
         assert "exit evict" in trail.read_text().splitlines()
     finally:
         daemon.stop(signal.SIGQUIT)
+
+
+def test_reconfig_turns_fetching_on(hookdir: Path) -> None:
+    trail, config = setup_hooks(hookdir, "")
+    root = hookdir / "node"
+    root.mkdir()
+    daemon = RunningDaemon(root, "").start()
+    try:
+        with daemon.config.open("a") as f:
+            f.write(config)
+        assert daemon.execd("reconfig").returncode == 0
+        ran = daemon.wait_for("fetch_hook_ran", hook="FETCH_WORK", timeout=60)
+        assert ran["slot"] == "slot1" and ran["keyword"] == KEYWORD
+        assert trail.read_text().splitlines()[0] == "fetch job"
+    finally:
+        daemon.stop(signal.SIGQUIT)
