@@ -319,3 +319,25 @@ def test_reconfig_turns_fetching_on(hookdir: Path) -> None:
         assert trail.read_text().splitlines()[0] == "fetch job"
     finally:
         daemon.stop(signal.SIGQUIT)
+
+
+def test_vacating_a_fetched_job_tells_job_exit_and_evict_claim(hookdir: Path) -> None:
+    iwd = hookdir / "iwd"
+    iwd.mkdir()
+    iwd.chmod(0o777)
+    looper = hook(hookdir, "looper", f"trap 'exit 0' TERM; touch {iwd}/running\n"
+                  "while :; do sleep 0.1; done\n")
+    trail, config = setup_hooks(hookdir, f'Cmd = "{looper}"\nOwner = "nobody"\n')
+    root = hookdir / "node"
+    root.mkdir()
+    daemon = RunningDaemon(root, config + "SLOT_TYPE_1_PARTITIONABLE = False\n").start()
+    try:
+        daemon.wait_for("fetched_job_started", timeout=60)
+        assert daemon.execd("vacate", "slot1").returncode == 0
+        daemon.wait_for("fetch_hook_ran", hook="EVICT_CLAIM", timeout=60)
+        got = [line for line in trail.read_text().splitlines() if line != "update"]
+        assert got[0] == "fetch job" and "reply accept ok" in got
+        assert got[-2:] == ["exit evict", "evict"]
+        assert first(daemon, "fetched_claim_evicted")["slot"] == "slot1"
+    finally:
+        daemon.stop(signal.SIGQUIT)
