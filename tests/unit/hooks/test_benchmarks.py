@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from execd.hooks.benchmarks import Benchmarks, measure_kflops, measure_mips, runs_at_startup
+from execd.policy import actions as act
+from tests.unit.policy_helpers import Driver
 
 
 def test_measurements_are_positive() -> None:
@@ -34,3 +36,11 @@ def test_startup_run_when_runbenchmarks_is_defined_and_not_false() -> None:
     assert not runs_at_startup(None)  # not defined
     assert not runs_at_startup("False")
     assert not runs_at_startup(" FALSE ")
+
+
+def test_runbenchmarks_true_asks_the_daemon_to_run_them() -> None:
+    d = Driver({"RUNBENCHMARKS": "True"})
+    assert d.pair == "Unclaimed/Benchmarking"
+    assert act.RunBenchmarks("slot1") in d.actions
+    quiet = Driver({"RUNBENCHMARKS": "False"})
+    assert not any(isinstance(a, act.RunBenchmarks) for a in quiet.actions)
