@@ -218,6 +218,7 @@ class Starter:
             )
             event("job_over_memory_limit", job=self.spec.job_id, limit_mb=limit, usage_mb=used_mb)
             self.hard_kill("held")
+        self.publish_status()  # every polling interval: UPDATE_JOB_INFO and seed 002 read it
 
     def reap(self) -> None:
         if self.status is not None:

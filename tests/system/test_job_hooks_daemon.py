@@ -68,8 +68,10 @@ echo 'Args = "edited-by-hook"'
 echo 'PreparedBy = "hook"'
 """)
     update = hook(hookdir, "update", f"""
-state=$(sed -n 's/^JobState = "\\(.*\\)"/\\1/p')
-echo "update $state" >> {trail}
+ad=$(cat)
+state=$(echo "$ad" | sed -n 's/^JobState = "\\(.*\\)"/\\1/p')
+pid=$(echo "$ad" | sed -n 's/^JobPid = //p')
+echo "update $state pid=$pid" >> {trail}
 """)
     job_exit = hook(hookdir, "exit", f"""
 code=$(sed -n 's/^ExitCode = //p')
@@ -77,10 +79,12 @@ echo "exit $1 code=$code uid=$(id -u)" >> {trail}
 """)
     daemon = node(hookdir, f"TEST_HOOK_PREPARE_JOB = {prepare}\n"
                   f"TEST_HOOK_UPDATE_JOB_INFO = {update}\nTEST_HOOK_JOB_EXIT = {job_exit}\n"
-                  "STARTER_INITIAL_UPDATE_INTERVAL = 0\nSTARTER_UPDATE_INTERVAL = 1\n")
+                  "STARTER_INITIAL_UPDATE_INTERVAL = 0\nSTARTER_UPDATE_INTERVAL = 1\n"
+                  "CGROUP_POLLING_INTERVAL = 1\n")
     try:
-        # the job waits for an UPDATE_JOB_INFO run, then prints its (edited) argument
-        wait = f"until grep -q '^update' {trail}; do sleep 0.1; done"
+        # the job waits until an UPDATE_JOB_INFO run saw its pid (from the starter's
+        # measurements), then prints its (edited) argument
+        wait = f"until grep -q \"^update Running pid=$$\\$\" {trail}; do sleep 0.1; done"
         program = hook(hookdir, "program", f'{wait}; echo "$1"; exit 3\n')
         done = daemon.execd("job", "--attr", "HookKeyword=TEST", "--", str(program), "original",
                             timeout=90)
@@ -88,7 +92,7 @@ echo "exit $1 code=$code uid=$(id -u)" >> {trail}
         assert done.stdout.strip() == "edited-by-hook"
         got = lines(trail)
         assert got[0] == f"prepare uid={NOBODY}"
-        assert got[1] == "update Running"
+        assert got[1].startswith("update Running pid=")
         assert got[-1] == f"exit exit code=3 uid={NOBODY}"
         assert all(line.startswith("update") for line in got[1:-1])
         prepared = daemon.wait_for("job_prepared")
