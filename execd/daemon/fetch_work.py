@@ -151,6 +151,8 @@ class FetchWorker:
             text = await self._fetch_work(name, hooks, ad)
             if text is not None:
                 await self._place(name, hooks, text)
+        except Exception as exc:  # a bug here is logged; the daemon and the slot go on
+            logger.exception("fetch_failed", slot=name, keyword=hooks.keyword, error=str(exc))
         finally:
             self.last_fetch[name] = time.monotonic()
             self.fetching.discard(name)
