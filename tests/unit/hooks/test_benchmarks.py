@@ -44,3 +44,11 @@ def test_runbenchmarks_true_asks_the_daemon_to_run_them() -> None:
     assert act.RunBenchmarks("slot1") in d.actions
     quiet = Driver({"RUNBENCHMARKS": "False"})
     assert not any(isinstance(a, act.RunBenchmarks) for a in quiet.actions)
+
+
+def test_a_claim_during_benchmarking_is_taken() -> None:
+    d = Driver({"RUNBENCHMARKS": "True"})
+    assert d.pair == "Unclaimed/Benchmarking"
+    assert d.claim()
+    assert d.pair == "Claimed/Idle"
+    assert d.transitions()[-1] == "5"
