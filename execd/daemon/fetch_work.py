@@ -41,6 +41,7 @@ logger = log.get_logger("fetch_work")
 ADVISORY_TIMEOUT = 60.0  # REPLY_FETCH and EVICT_CLAIM: nobody waits, but none lingers
 IDLE_RECHECK = 60.0  # seconds between passes when nothing else wakes the worker
 PREEMPT_WAIT = 600.0  # how long a RANK-preempting fetched claim waits for Claimed/Idle
+SHUTDOWN_ADVISORY_WAIT = 2.0  # seconds the advisory hooks get when the daemon stops
 
 
 @dataclass
@@ -63,6 +64,7 @@ class FetchWorker:
         self.claims: dict[str, FetchedClaim] = {}  # slot -> its fetched claim
         self.wake = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
+        self.advisory: set[asyncio.Task[None]] = set()  # REPLY_FETCH, EVICT_CLAIM runs
 
     # -- which slots fetch, and when --------------------------------------------------
     def sources(self) -> dict[str, FetchHooks]:
@@ -118,9 +120,24 @@ class FetchWorker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), max(0.0, next_due - now))
         finally:
-            for task in list(self.tasks):
-                task.cancel()
-            await asyncio.gather(*self.tasks, return_exceptions=True)
+            await self._shut_down()
+
+    async def _shut_down(self) -> None:
+        """The daemon is stopping: fetches end; fetched claims that are left are evicted
+        and their EVICT_CLAIM hooks get a moment (SHUTDOWN_ADVISORY_WAIT) to run."""
+        for task in list(self.tasks - self.advisory):
+            task.cancel()
+        for name, claim in list(self.claims.items()):
+            del self.claims[name]
+            logger.info("fetched_claim_evicted", slot=name, keyword=claim.hooks.keyword,
+                        why="shutdown")
+            self._advisory(claim.hooks, "EVICT_CLAIM", job_text=ad_text(claim.last_job or {}),
+                           slot_ad=self.slot_ad(name))
+        if self.advisory:
+            await asyncio.wait(list(self.advisory), timeout=SHUTDOWN_ADVISORY_WAIT)
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -275,7 +292,12 @@ class FetchWorker:
         if path is None:
             return
         stdin = two_ads(job_text, ad_text_of(slot_ad) if slot_ad is not None else "")
-        self._spawn(self._run_advisory(hooks, hook, path, stdin, args))
+        task = asyncio.get_running_loop().create_task(
+            self._run_advisory(hooks, hook, path, stdin, args))
+        self.tasks.add(task)
+        self.advisory.add(task)
+        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self.advisory.discard)
 
     async def _run_advisory(self, hooks: FetchHooks, hook: str, path: str, stdin: bytes,
                             args: tuple[str, ...]) -> None:

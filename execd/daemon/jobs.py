@@ -48,7 +48,7 @@ class Job:
     hold_reason: str | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     started: float = field(default_factory=time.time)
-    killed_before_start: bool = False  # a kill came while a PREPARE_JOB hook ran
+    evicted: bool = False  # the daemon killed it (JOB_EXIT says evict; before start: never run)
 
 
 class JobManager:
@@ -231,7 +231,7 @@ class JobManager:
                               "HookStatusMessage": outcome.message}
             self._finished(job)
             return
-        if job.killed_before_start:  # vacated while the hook ran: never start it
+        if job.evicted:  # vacated while the hook ran: never start it
             job.report = {"ExitReason": "evicted_before_start"}
             self._finished(job)
             return
@@ -301,7 +301,7 @@ class JobManager:
         if hooks is not None:  # JOB_EXIT is awaited before anything else happens
             await hooks.job_exit({**job.ad, **job_hook_runs.status_attributes(
                 status_path, job.started), **job_hook_runs.exit_attributes(
-                job.report, time.time() - job.started)}, job.report)
+                job.report, time.time() - job.started)}, job.report, evicted=job.evicted)
         self._finished(job)
 
     def _finished(self, job: Job) -> None:
@@ -325,9 +325,9 @@ class JobManager:
             self.spawn(action.slot)
         elif isinstance(action, act.Suspend | act.Continue | act.SoftKill | act.HardKill
                         | act.KillStarterFamily):
+            if job is not None and not isinstance(action, act.Suspend | act.Continue):
+                job.evicted = True
             if handle is None:
-                if job is not None and not isinstance(action, act.Suspend | act.Continue):
-                    job.killed_before_start = True
                 return True
             {
                 act.Suspend: handle.suspend,

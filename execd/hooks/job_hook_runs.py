@@ -98,13 +98,14 @@ def ad_text(ad: dict[str, Any]) -> str:
     return str(new_ad(ad).printOld())
 
 
-def exit_argument(report: dict[str, Any]) -> str:
-    """JOB_EXIT's argument: hold, evict (the daemon ended it), or exit (on its own).
-    `remove` needs a schedd's condor_rm, which a lone execd never receives."""
+def exit_argument(report: dict[str, Any], *, evicted: bool = False) -> str:
+    """JOB_EXIT's argument: hold, evict (the daemon ended it: EVICTED, or the starter's
+    report says so), or exit (on its own). `remove` needs a schedd's condor_rm, which a
+    lone execd never receives."""
     reason = report.get("ExitReason")
     if reason == "held" or "HoldReasonCode" in report:
         return "hold"
-    if reason in ("soft_killed", "hard_killed", "vacated", "evicted"):
+    if evicted or reason in ("soft_killed", "hard_killed", "vacated", "evicted"):
         return "evict"
     return "exit"
 
@@ -208,9 +209,10 @@ class JobHooks:
                 running.cancel()
                 await asyncio.gather(running, return_exceptions=True)
 
-    async def job_exit(self, ad: dict[str, Any], report: dict[str, Any]) -> None:
+    async def job_exit(self, ad: dict[str, Any], report: dict[str, Any], *,
+                       evicted: bool = False) -> None:
         """JOB_EXIT, awaited before the daemon goes on (as HTCondor's starter does)."""
-        await self.run("JOB_EXIT", ad, (exit_argument(report),))
+        await self.run("JOB_EXIT", ad, (exit_argument(report, evicted=evicted),))
 
 
 def status_attributes(status_path: str | None, started_wall: float) -> dict[str, Any]:

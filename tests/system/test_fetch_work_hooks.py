@@ -341,3 +341,15 @@ def test_vacating_a_fetched_job_tells_job_exit_and_evict_claim(hookdir: Path) ->
         assert first(daemon, "fetched_claim_evicted")["slot"] == "slot1"
     finally:
         daemon.stop(signal.SIGQUIT)
+
+
+def test_shutdown_evicts_the_fetched_claim_and_tells_evict_claim(hookdir: Path) -> None:
+    looper = hook(hookdir, "looper", "trap 'exit 0' TERM; while :; do sleep 0.1; done\n")
+    trail, config = setup_hooks(hookdir, f'Cmd = "{looper}"\nOwner = "nobody"\n')
+    root = hookdir / "node"
+    root.mkdir()
+    daemon = RunningDaemon(root, config + "SLOT_TYPE_1_PARTITIONABLE = False\n").start()
+    daemon.wait_for("fetched_job_started", timeout=60)
+    assert daemon.stop(signal.SIGTERM) == 0  # graceful: the job is vacated, then exit
+    got = [line for line in trail.read_text().splitlines() if line != "update"]
+    assert got[-2:] == ["exit evict", "evict"]
