@@ -218,7 +218,6 @@ class Starter:
             )
             event("job_over_memory_limit", job=self.spec.job_id, limit_mb=limit, usage_mb=used_mb)
             self.hard_kill("held")
-        self.publish_status()  # every polling interval: UPDATE_JOB_INFO and seed 002 read it
 
     def reap(self) -> None:
         if self.status is not None:
@@ -233,6 +232,7 @@ class Starter:
             now = time.monotonic()
             if now >= next_poll:
                 self.measure()
+                self.publish_status()
                 next_poll = now + self.spec.polling_interval
             if self.hard_kill_at is not None and now >= self.hard_kill_at:
                 self.hard_kill_at = None
