@@ -72,7 +72,8 @@ class KillBackfill:
 
 @dataclass(frozen=True)
 class RunBenchmarks:
-    """RUNBENCHMARKS moved the slot to Unclaimed/Benchmarking (3); benchmarks_done ends it (4)."""
+    """RUNBENCHMARKS moved the slot to Unclaimed/Benchmarking (3): run them, then report
+    with PolicyEngine.benchmarks_done (4)."""
 
     slot: str
 
