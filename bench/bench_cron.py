@@ -4,7 +4,10 @@ Runs the CronManager for DURATION seconds with real /bin/sh hooks (each prints a
 machine-wide attribute and one targeted at a SlotId). Reports the daemon's own CPU time
 (RUSAGE_SELF: spawning, reading, parsing, merging) against the hooks' CPU time
 (RUSAGE_CHILDREN), per hook run, and the event loop's lag behind a 10 ms ticker (also
-measured idle first, for scale: on a busy shared host the idle loop lags too).
+measured idle first, for scale: on a busy shared host the idle loop lags too). The
+ticker is an instrument, not the daemon: its own CPU rate, taken while idle (about 1% of
+a core for 100 wake-ups a second), is subtracted in the "without the lag ticker" line,
+which is the figure the 2% goal is about.
 
 Run: PYTHONPATH=$PWD /work/venv/bin/python bench/bench_cron.py [seconds]
 """
@@ -61,11 +64,14 @@ async def main() -> None:
         manager = CronManager(cron, slot_ads=lambda: slot_ads, on_update=updates.append,
                               on_exit=runs.append)
         idle_lags: list[float] = []  # the same ticker with nothing else running, for scale
+        idle_cpu0, idle_wall0 = cpu(resource.RUSAGE_SELF), time.time()
         idle = asyncio.create_task(ticker(idle_lags))
         await asyncio.sleep(3)
         idle.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await idle
+        # the ticker's own CPU rate, taken out of the daemon's figure below
+        ticker_rate = (cpu(resource.RUSAGE_SELF) - idle_cpu0) / (time.time() - idle_wall0)
         lags: list[float] = []
         self0, child0, wall0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN), time.time()
         tasks = [asyncio.create_task(manager.run()), asyncio.create_task(ticker(lags))]
@@ -85,6 +91,9 @@ async def main() -> None:
           f"ad updates={len(updates)}, attributes per slot={attrs_per_slot:.1f}")
     print(f"daemon CPU={own:.2f}s ({100 * own / wall:.1f}% of one core), "
           f"{1000 * own / max(len(runs), 1):.2f} ms per hook run")
+    net = max(own - ticker_rate * wall, 0.0)
+    print(f"daemon CPU without the lag ticker={net:.2f}s ({100 * net / wall:.1f}% of one core, "
+          f"goal 2%), {1000 * net / max(len(runs), 1):.2f} ms per hook run")
     print(f"hooks' own CPU={hooks:.2f}s ({1000 * hooks / max(len(runs), 1):.2f} ms per run)")
     for label, series in (("idle loop", idle_lags), ("with cron", lags)):
         series.sort()

@@ -34,6 +34,7 @@ from execd.daemon.matching import Matches
 from execd.daemon.policy_glue import now, slot_facts
 from execd.daemon.store import ClaimRecord, JobRecord, Store, StoreError, carved_json
 from execd.errors import CgroupError, ConfigError, ExecdError, ResourceError
+from execd.hooks import job_hook_runs
 from execd.policy import actions as act
 from execd.policy import commands
 from execd.policy.states import label
@@ -63,6 +64,8 @@ class Job:
     started: float = field(default_factory=time.time)
     starter_start: int = 0  # /proc start time of the starter: with its pid, names it
     suspended: str | None = None  # by "policy" or by a "command" (SUSPEND_CLAIM)
+    evicted: bool = False  # the daemon killed it (JOB_EXIT says evict; before start: never run)
+    hooks: job_hook_runs.JobHooks | None = None  # its UPDATE_JOB_INFO/JOB_EXIT hooks
 
 
 class JobManager:
@@ -276,6 +279,20 @@ class JobManager:
             return
         workdir = self.workdir(job.job_id)
         workdir.mkdir(parents=True, exist_ok=True)
+        hooks = job_hook_runs.job_hooks_for(self.daemon.settings, job.ad, self.spec(job, workdir))
+        if hooks is not None and "PREPARE_JOB" in hooks.config.paths:
+            self._track(self._prepare_then_launch(job, workdir, hooks))
+            return
+        self._launch(job, workdir, hooks)
+
+    def _track(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _launch(self, job: Job, workdir: Path, hooks: job_hook_runs.JobHooks | None) -> None:
+        assert self.tree is not None
+        slot = job.slot
         spec = self.spec(job, workdir)
         # The starter blocks its control signals once Python is up; until then their
         # default action would kill it. Started with them blocked, it finds them pending.
@@ -285,7 +302,7 @@ class JobManager:
                                     str(workdir / "starter.log"))
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        job.handle = handle
+        job.handle, job.hooks = handle, hooks
         job.starter_start = procwatch.start_time(handle.pid, zombies=True) or 0
         # Recorded before `activate` is acknowledged: a new daemon will find it.
         self.store.add_job(JobRecord(
@@ -296,10 +313,34 @@ class JobManager:
         logger.info("starter_spawned", slot=slot, job=job.job_id, pid=handle.pid)
         self.watch(job, os.pidfd_open(handle.pid))
 
+    async def _prepare_then_launch(self, job: Job, workdir: Path,
+                                   hooks: job_hook_runs.JobHooks) -> None:
+        """PREPARE_JOB first (seed 003): run the edited ad, or hold it, or send it back."""
+        outcome = await hooks.prepare(job.ad)
+        if outcome is not None and outcome.action != "run":
+            if outcome.action == "hold":
+                job.hold_reason = outcome.message
+                job.report = {"ExitReason": "held", "HoldReason": outcome.message,
+                              "HoldReasonCode": job_hook_runs.HOLD_PREPARE_JOB_FAILED,
+                              "HoldReasonSubCode": outcome.code}
+            else:  # 300 and up: back to idle, to be run again elsewhere or later
+                job.report = {"ExitReason": "returned_to_idle", "HookStatusCode": outcome.code,
+                              "HookStatusMessage": outcome.message}
+            self._finished(job)
+            return
+        if job.evicted:  # vacated while the hook ran: never start it
+            job.report = {"ExitReason": "evicted_before_start"}
+            self._finished(job)
+            return
+        try:
+            self._launch(job, workdir, hooks)
+        except (ExecdError, OSError) as exc:
+            logger.error("starter_spawn_failed", slot=job.slot, job=job.job_id, error=str(exc))
+            job.report = {"ExitReason": "spawn_failed", "Error": str(exc)}
+            self._finished(job)
+
     def watch(self, job: Job, pidfd: int) -> None:
-        task = asyncio.get_running_loop().create_task(self._watch(job, pidfd))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._track(self._watch(job, pidfd))
         # seed 002's STARTER_* policy each poll; a broken slot when the starter is gone.
         # Adopted starters (after a restart) are followed as well.
         assert job.handle is not None
@@ -353,22 +394,46 @@ class JobManager:
         )
 
     async def _watch(self, job: Job, pidfd: int) -> None:
-        """Await the starter's exit on its pidfd: no thread per job, adopted ones too."""
+        """Await the starter's exit on its pidfd: no thread per job, adopted ones too.
+        UPDATE_JOB_INFO runs meanwhile and JOB_EXIT is awaited before the outcome counts."""
         assert job.handle is not None
+        hooks, status_path = job.hooks, job.handle.spec.status_path
+        updates = None
+        if hooks is not None:
+            updates = asyncio.ensure_future(hooks.update_loop(
+                lambda: {**job.ad, **job_hook_runs.status_attributes(status_path, job.started)}))
         await procwatch.wait_exit(pidfd)
         if job.handle.proc is not None:
             job.handle.proc.wait()  # our child: reap it
         else:
             procwatch.reap(job.handle.pid)  # our child only after a restart in place
-        self.finish(job)
+        if updates is not None:
+            updates.cancel()
+            await asyncio.gather(updates, return_exceptions=True)
+        self._read_report(job)
+        if hooks is not None:
+            assert job.report is not None
+            await hooks.job_exit({**job.ad, **job_hook_runs.status_attributes(
+                status_path, job.started), **job_hook_runs.exit_attributes(
+                job.report, time.time() - job.started)}, job.report, evicted=job.evicted)
+        self._finished(job)
 
     def finish(self, job: Job) -> None:
         """The starter is gone: take its durable report, record it, tell the engine."""
+        self._read_report(job)
+        self._finished(job)
+
+    @staticmethod
+    def _read_report(job: Job) -> None:
         assert job.handle is not None
         try:
             job.report = job.handle.report()
         except (OSError, ValueError) as exc:
             job.report = {"ExitReason": "no_report", "Error": str(exc)}
+
+    def _finished(self, job: Job) -> None:
+        """Record the outcome (memory and store) and tell the engine the starter is gone."""
+        assert job.report is not None
         logger.info("job_finished", slot=job.slot, job=job.job_id,
                     exit_code=job.report.get("ExitCode"), reason=job.report.get("ExitReason"),
                     hold=job.report.get("HoldReason"))
@@ -395,6 +460,8 @@ class JobManager:
             self.spawn(action.slot)
         elif isinstance(action, act.Suspend | act.Continue | act.SoftKill | act.HardKill
                         | act.KillStarterFamily):
+            if job is not None and not isinstance(action, act.Suspend | act.Continue):
+                job.evicted = True
             if handle is None:
                 return True
             {

@@ -23,6 +23,7 @@ from execd.config.log_setup import configure_logging
 from execd.config.settings import Settings, load_settings
 from execd.daemon.backfill import BackfillClient, backfill_program
 from execd.daemon.control import Authorizer, ControlError, ControlServer, Request, Role, Verb
+from execd.daemon.fetch_work import FetchWorker
 from execd.daemon.jobs import JobManager
 from execd.daemon.node import Node, Paths
 from execd.daemon.policy_glue import log_action, now, policy_config, slot_facts
@@ -33,6 +34,7 @@ from execd.daemon.signals import Request as SignalRequest
 from execd.daemon.signals import SignalQueue
 from execd.daemon.who import running_jobs
 from execd.errors import ConfigError, ExecdError
+from execd.hooks.benchmarks import BenchmarkResult, BenchmarkRunner, runs_at_startup
 from execd.hooks.cron import CronManager, CronUpdate
 from execd.hooks.cron_config import cron_settings
 from execd.policy import actions as act
@@ -59,6 +61,8 @@ class Daemon:
         self.jobs: JobManager
         self.cron: CronManager
         self.backfill: BackfillClient
+        self.benchmarks: BenchmarkRunner
+        self.fetch: FetchWorker
         self.paths: Paths
         self.node: Node
         self.control: ControlServer
@@ -85,6 +89,10 @@ class Daemon:
             slot_ads=lambda: {str(ad["Name"]).split("@")[0]: ad for ad in self.resource_ads()},
             on_update=self._cron_updated,
         )
+        self.benchmarks = BenchmarkRunner(self._benchmarks_done)
+        self.fetch = FetchWorker(self)
+        if runs_at_startup(self.settings.text("RUNBENCHMARKS")):
+            self.benchmarks.request("startup")
         moment = now()
         for ad in self.node.ads():
             name = str(ad["Name"]).split("@")[0]
@@ -120,6 +128,7 @@ class Daemon:
         self.backfill.program = new_backfill  # used from the client's next start
         self.execute(self.engine.reconfig(new_policy, now()))
         self.cron.reconfigure(new_cron)
+        self.fetch.poke()  # keywords and hooks are read afresh on its next pass
         configure_logging(settings, force_stderr=self.log_to_stderr)
         self.reloads += 1
         logger.info("reconfig_applied", changed=changed[:50], count=len(changed))
@@ -130,6 +139,10 @@ class Daemon:
     def resource_ads(self) -> list[Any]:
         """Slot ads from the node's resources plus what startd cron jobs publish."""
         ads = self.node.ads()
+        benchmarks = getattr(self, "benchmarks", None)
+        if benchmarks is not None:
+            for ad in ads:
+                ad.update(benchmarks.result.ad_attributes())
         cron = getattr(self, "cron", None)  # absent while the cron manager is being built
         if cron is None:
             return ads
@@ -148,6 +161,13 @@ class Daemon:
     def _cron_updated(self, update: CronUpdate) -> None:
         # new cron values reach the policy at once, not at the next UPDATE_INTERVAL
         logger.debug("cron_update", job=update.job, slots=sorted(update.changed_slots))
+        self.wake.set()
+
+    def _benchmarks_done(self, _result: BenchmarkResult) -> None:
+        moment = now()
+        for name, slot in list(self.engine.slots.items()):
+            if slot.activity.value == "Benchmarking":  # 4: back to Unclaimed/Idle
+                self.execute(self.engine.benchmarks_done(name, moment))
         self.wake.set()
 
     def ads(self) -> list[Any]:
@@ -175,6 +195,8 @@ class Daemon:
                 self.backfill.start()
             elif isinstance(action, act.KillBackfillClient):
                 self.backfill.kill()
+            elif isinstance(action, act.RunBenchmarks):
+                self.benchmarks.request(f"RUNBENCHMARKS on {action.slot}")
             elif self.jobs.act(action):
                 continue
             else:
@@ -424,7 +446,9 @@ class Daemon:
         try:
             async with asyncio.TaskGroup() as tasks:
                 background = [tasks.create_task(self._signal_loop()),
-                              tasks.create_task(self.cron.run())]
+                              tasks.create_task(self.cron.run()),
+                              tasks.create_task(self.benchmarks.run()),
+                              tasks.create_task(self.fetch.run())]
                 interval = self.notifier.watchdog_interval()
                 if interval:
                     background.append(tasks.create_task(self._watchdog_loop(interval)))

@@ -15,9 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-__all__ = ["BenchmarkResult", "Benchmarks", "measure_kflops", "measure_mips", "run_benchmarks"]
+from execd import log
+
+__all__ = [
+    "BenchmarkResult", "BenchmarkRunner", "Benchmarks", "measure_kflops", "measure_mips",
+    "run_benchmarks", "runs_at_startup",
+]
+
+logger = log.get_logger("benchmarks")
 
 BENCHMARK_WEIGHT = 0.25  # the newest run's share of the average (the first run counts fully)
 _MIPS_LOOPS = 400_000
@@ -55,7 +63,10 @@ class BenchmarkResult:
     runs: int = 0
 
     def ad_attributes(self) -> dict[str, int]:
-        """The slot-ad attributes: Mips, KFlops and LastBenchmark."""
+        """The slot-ad attributes: LastBenchmark (0 before any run), Mips and KFlops once
+        measured."""
+        if self.runs == 0:
+            return {"LastBenchmark": 0}
         return {"Mips": self.mips, "KFlops": self.kflops, "LastBenchmark": self.last_benchmark}
 
 
@@ -96,3 +107,51 @@ async def run_benchmarks(benchmarks: Benchmarks, *, now: float | None = None) ->
     """Measure in a worker thread (the event loop keeps running) and record the run."""
     mips, kflops = await asyncio.to_thread(_measure_both)
     return benchmarks.record(mips, kflops, time.time() if now is None else now)
+
+
+def runs_at_startup(runbenchmarks_text: str | None) -> bool:
+    """Seed 000: one run at startup when RUNBENCHMARKS is defined and not FALSE."""
+    if runbenchmarks_text is None:
+        return False
+    return runbenchmarks_text.strip().lower() not in ("", "false", "0")
+
+
+class BenchmarkRunner:
+    """Runs the benchmarks when asked, one run at a time, in a task the daemon owns.
+
+    Requests that arrive while a run is going are folded into it: every slot that
+    entered Unclaimed/Benchmarking before the run ends is done when it ends.
+    ON_DONE gets each run's result, on the event loop.
+    """
+
+    def __init__(self, on_done: Callable[[BenchmarkResult], None],
+                 benchmarks: Benchmarks | None = None) -> None:
+        self.benchmarks = benchmarks or Benchmarks()
+        self.on_done = on_done
+        self.running = False
+        self._wanted = asyncio.Event()
+
+    @property
+    def result(self) -> BenchmarkResult:
+        return self.benchmarks.result
+
+    def request(self, reason: str) -> None:
+        if not self.running and not self._wanted.is_set():
+            logger.info("benchmarks_requested", reason=reason)
+        self._wanted.set()
+
+    async def run(self) -> None:
+        """The loop the daemon's TaskGroup owns: wait for a request, measure, report."""
+        while True:
+            await self._wanted.wait()
+            self._wanted.clear()
+            self.running = True
+            started = time.monotonic()
+            try:
+                result = await run_benchmarks(self.benchmarks)
+            finally:
+                self.running = False
+            self._wanted.clear()  # requests made during the run are answered by it
+            logger.info("benchmarks_finished", mips=result.mips, kflops=result.kflops,
+                        runs=result.runs, seconds=round(time.monotonic() - started, 3))
+            self.on_done(result)

