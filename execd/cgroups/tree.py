@@ -216,6 +216,10 @@ class JobCgroup:
             processes=len(pids),
         )
 
+    def cpu_usage_usec(self) -> int:
+        """CPU time the job used so far (cpu.stat's usage_usec: there without controllers)."""
+        return parse_flat_keyed(self.fs.read(self.slice / "cpu.stat")).get("usage_usec", 0)
+
     def memory_peak(self) -> int | None:
         peak = self.slice / "memory.peak"
         if "memory" in self.controllers and self.fs.exists(peak):
