@@ -56,6 +56,7 @@ class Daemon:
         self.stopping: str | None = None
         self.started = time.time()
         self.reloads = 0
+        self.last_status = ""
         # set by start()
         self.config: Config
         self.settings: Settings
@@ -123,7 +124,8 @@ class Daemon:
         configure_logging(settings, force_stderr=self.log_to_stderr)
         self.reloads += 1
         logger.info("reconfig_applied", changed=changed[:50], count=len(changed))
-        self.notifier.ready(self.node.summary())
+        self.last_status = self.status_line()
+        self.notifier.ready(self.last_status)
         self.wake.set()
         return True
 
@@ -176,6 +178,34 @@ class Daemon:
             else:
                 logger.warning("action_not_supported_yet", action=type(action).__name__,
                                slot=getattr(action, "slot", None))
+
+    def job_cpu_usage(self) -> dict[str, int]:
+        """Slot -> CPU microseconds its running job's cgroup used so far."""
+        tree = self.jobs.tree
+        usage: dict[str, int] = {}
+        if tree is None:
+            return usage
+        for slot in self.jobs.running:
+            with contextlib.suppress(ExecdError):  # not started yet, or just gone
+                usage[slot] = tree.job(slot).cpu_usage_usec()
+        return usage
+
+    def status_line(self) -> str:
+        """systemd's STATUS=: "4 slots, 2 claimed, draining"."""
+        states = [slot.state.value for slot in self.engine.slots.values()]
+        count = len(states)
+        parts = [f"{count} slot{'' if count == 1 else 's'}", f"{states.count('Claimed')} claimed"]
+        if self.engine.draining:
+            parts.append("draining")
+        if self.stopping is not None:
+            parts.append(f"shutting down ({self.stopping})")
+        return ", ".join(parts)
+
+    def publish_status(self) -> None:
+        line = self.status_line()
+        if line != self.last_status:
+            self.last_status = line
+            self.notifier.status(line)
 
     def evaluate(self) -> None:
         moment = now()
@@ -333,6 +363,7 @@ class Daemon:
         self.stopping = how
         logger.info("shutdown_requested", how=how)
         self.notifier.stopping(f"shutting down ({how})")
+        self.last_status = f"shutting down ({how})"
         if how != "restart":
             mode = "fast" if how == "fast" else how
             self.execute(self.engine.shutdown(mode, now()))
@@ -364,11 +395,12 @@ class Daemon:
         After a shutdown request it goes on until no job is left (the engine retires,
         vacates or kills them as the shutdown mode says), unless restarting in place."""
         while self.stopping is None or (self.jobs.running and self.stopping != "restart"):
-            self.node.refresh_load(time.time())
+            self.node.refresh_load(time.time(), self.job_cpu_usage())
             try:
                 self.evaluate()
             except Exception as exc:  # a policy bug is logged, never fatal to the daemon
                 logger.exception("policy_pass_failed", error=str(exc))
+            self.publish_status()
             mono = time.monotonic()
             due = self.engine.next_evaluation_due(mono)
             self.wake.clear()
@@ -384,7 +416,8 @@ class Daemon:
         await self.control.start()
         logger.info("execd_started", config=str(self.config_path), socket=str(self.paths.socket),
                     slots=[r.name for r in self.node.slots.resources()])
-        self.notifier.ready(self.node.summary())
+        self.last_status = self.status_line()
+        self.notifier.ready(self.last_status)  # slots are published: `status` answers
         try:
             async with asyncio.TaskGroup() as tasks:
                 background = [tasks.create_task(self._signal_loop()),
