@@ -88,6 +88,16 @@ class CgroupTree:
             raise CgroupError(f"slot name {slot_name!r} cannot name a cgroup")
         return JobCgroup(self.fs, self.base / f"{slot_name}.slice", self.controllers)
 
+    def cpu_usage_usec(self, slots: list[str]) -> dict[str, int]:
+        """Slot -> CPU microseconds its job used so far; slots without a cgroup left out."""
+        usage: dict[str, int] = {}
+        for slot in slots:
+            try:
+                usage[slot] = self.job(slot).cpu_usage_usec()
+            except CgroupError:  # not created yet, or just removed
+                continue
+        return usage
+
     def remove(self) -> None:
         """Remove the whole subtree (tests; uninstall). Kills what is still inside."""
         for name in self.fs.children(self.base):

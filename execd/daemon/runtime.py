@@ -25,7 +25,7 @@ from execd.daemon.control import Authorizer, ControlError, ControlServer, Reques
 from execd.daemon.jobs import JobManager
 from execd.daemon.node import Node, Paths
 from execd.daemon.policy_glue import log_action, now, policy_config, slot_facts
-from execd.daemon.sdnotify import Notifier
+from execd.daemon.sdnotify import Notifier, status_text
 from execd.daemon.signals import Request as SignalRequest
 from execd.daemon.signals import SignalQueue
 from execd.errors import ConfigError, ExecdError
@@ -182,24 +182,12 @@ class Daemon:
     def job_cpu_usage(self) -> dict[str, int]:
         """Slot -> CPU microseconds its running job's cgroup used so far."""
         tree = self.jobs.tree
-        usage: dict[str, int] = {}
-        if tree is None:
-            return usage
-        for slot in self.jobs.running:
-            with contextlib.suppress(ExecdError):  # not started yet, or just gone
-                usage[slot] = tree.job(slot).cpu_usage_usec()
-        return usage
+        return tree.cpu_usage_usec(list(self.jobs.running)) if tree is not None else {}
 
     def status_line(self) -> str:
         """systemd's STATUS=: "4 slots, 2 claimed, draining"."""
         states = [slot.state.value for slot in self.engine.slots.values()]
-        count = len(states)
-        parts = [f"{count} slot{'' if count == 1 else 's'}", f"{states.count('Claimed')} claimed"]
-        if self.engine.draining:
-            parts.append("draining")
-        if self.stopping is not None:
-            parts.append(f"shutting down ({self.stopping})")
-        return ", ".join(parts)
+        return status_text(states, draining=self.engine.draining, stopping=self.stopping)
 
     def publish_status(self) -> None:
         line = self.status_line()
