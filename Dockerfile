@@ -2,7 +2,8 @@
 # container's private cgroup namespace (jobs get <slot>.slice below it).
 #
 # Build:   docker build -t execd .
-#          (no Docker engine? `buildah bud --isolation chroot -t execd .` builds it too)
+#          (no Docker engine or registry: README.md, "As a service", has the buildah
+#          commands, base image included)
 # Run:     docker run -d --name execd \
 #            --cgroupns=private --privileged \
 #            --tmpfs /run --tmpfs /tmp \
@@ -12,7 +13,7 @@
 #                      own cgroup, so it can create job cgroups without seeing the host's;
 #  --privileged        lets it write cgroup files (Docker mounts /sys/fs/cgroup read-only
 #                      otherwise) and switch to the job users;
-#  the volume          keeps execd's SQLite state, so jobs survive a container restart.
+#  the volume          keeps execd's state (EXECUTE, SPOOL) across container restarts.
 # Stop:    docker stop -t 900 execd   (SIGTERM = graceful: retire, then vacate jobs)
 FROM debian:bookworm-slim
 
@@ -23,6 +24,10 @@ RUN apt-get update \
 COPY pyproject.toml README.md /opt/execd/src/
 COPY execd /opt/execd/src/execd
 COPY etc/execd /etc/execd
+# In a container execd logs to stderr, for `docker logs`.
+RUN mkdir -p /etc/execd/config.d \
+    && printf '# The image logs to stderr (docker logs).\nEXECD_LOG = -\n' \
+        > /etc/execd/config.d/00-container
 RUN python3 -m venv /opt/execd \
     && /opt/execd/bin/pip install --no-cache-dir /opt/execd/src \
     && rm -rf /opt/execd/src

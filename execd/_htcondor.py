@@ -1,8 +1,10 @@
 """Import htcondor2 without letting it change the process environment.
 
-On import, htcondor2 sets CONDOR_CONFIG=/dev/null when it finds no HTCondor config.
-execd reads CONDOR_CONFIG itself (to find *its* config), and passes the environment
-on to jobs, so the variable is put back exactly as it was.
+On import, htcondor2 reads the HTCondor config named by CONDOR_CONFIG with its own
+parser, which exits the process (status 1, its own message) on a line it rejects, and
+sets CONDOR_CONFIG=/dev/null when it finds none. execd reads CONDOR_CONFIG itself (to
+find *its* config, which htcondor2 must not judge), and passes the environment on to
+jobs: htcondor2 is shown /dev/null, and the variable is put back exactly as it was.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 
 _before = os.environ.get("CONDOR_CONFIG")
+os.environ["CONDOR_CONFIG"] = os.devnull
 
 import classad2  # noqa: E402
 import htcondor2  # noqa: E402

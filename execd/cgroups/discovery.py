@@ -7,13 +7,14 @@ freezing and killing; only the first gives kernel-enforced limits.
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
 from execd.cgroups.fs import CgroupFS
 from execd.errors import CgroupError
 
 MOUNTS = Path("/proc/self/mounts")
+PROC_SELF_CGROUP = Path("/proc/self/cgroup")
 
 
 class Hierarchy(NamedTuple):
@@ -56,3 +57,37 @@ def own_cgroup(proc_self_cgroup: str) -> str:
         if line.startswith("0::"):
             return line[3:]
     raise CgroupError("/proc/self/cgroup has no cgroup v2 (0::) line")
+
+
+# systemd marks a cgroup it delegates with this extended attribute (value "1").
+DELEGATION_XATTRS = ("trusted.delegate", "user.delegate")
+
+
+def is_delegated(cgroup_dir: Path) -> bool:
+    """Whether systemd delegated this cgroup (Delegate=yes) to the process inside."""
+    import os  # noqa: PLC0415
+
+    for name in DELEGATION_XATTRS:
+        try:
+            if os.getxattr(cgroup_dir, name) == b"1":
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def delegated_unit_cgroup(hierarchy: Hierarchy, proc_self_cgroup: str,
+                          daemon_leaf: str = "daemon") -> str | None:
+    """The delegated systemd unit cgroup this process runs in, relative to the mount.
+
+    Under `Delegate=yes` the unit's cgroup is ours: systemd >= 254 starts the daemon in
+    its `DelegateSubgroup=daemon` leaf, older systemd (which ignores that setting) in the
+    unit's cgroup itself. None when this process is not in a delegated cgroup.
+    """
+    own = PurePosixPath(own_cgroup(proc_self_cgroup))
+    candidates = [own.parent, own] if own.name == daemon_leaf else [own]
+    for candidate in candidates:
+        relative = str(candidate).lstrip("/")
+        if relative and is_delegated(hierarchy.mount / relative):
+            return relative
+    return None

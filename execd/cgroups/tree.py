@@ -88,6 +88,16 @@ class CgroupTree:
             raise CgroupError(f"slot name {slot_name!r} cannot name a cgroup")
         return JobCgroup(self.fs, self.base / f"{slot_name}.slice", self.controllers)
 
+    def cpu_usage_usec(self, slots: list[str]) -> dict[str, int]:
+        """Slot -> CPU microseconds its job used so far; slots without a cgroup left out."""
+        usage: dict[str, int] = {}
+        for slot in slots:
+            try:
+                usage[slot] = self.job(slot).cpu_usage_usec()
+            except CgroupError:  # not created yet, or just removed
+                continue
+        return usage
+
     def remove(self) -> None:
         """Remove the whole subtree (tests; uninstall). Kills what is still inside."""
         for name in self.fs.children(self.base):
@@ -218,6 +228,10 @@ class JobCgroup:
             memory_bytes=memory,
             processes=len(pids),
         )
+
+    def cpu_usage_usec(self) -> int:
+        """CPU time the job used so far (cpu.stat's usage_usec: there without controllers)."""
+        return parse_flat_keyed(self.fs.read(self.slice / "cpu.stat")).get("usage_usec", 0)
 
     def memory_peak(self) -> int | None:
         peak = self.slice / "memory.peak"

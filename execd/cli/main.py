@@ -17,6 +17,7 @@ from execd import log
 # Subcommand modules under execd.cli, in the order `execd --help` lists them.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "run", "status", "job", "admin", "restart", "config_val", "config_check",
+    "service_stopped",
 )
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execd import log
-from execd.cgroups.discovery import discover
+from execd.cgroups.discovery import PROC_SELF_CGROUP, delegated_unit_cgroup, discover
 from execd.cgroups.enforcement import announce_enforcement
 from execd.cgroups.fs import CgroupFS
 from execd.cgroups.tree import CgroupTree
@@ -93,7 +93,10 @@ class JobManager:
         base = settings.get_str("BASE_CGROUP") or "htcondor"
         try:
             fs = CgroupFS()
-            tree = CgroupTree(fs, discover(fs), base)
+            hierarchy = discover(fs)
+            # under systemd's Delegate=yes the unit's own cgroup is the base (DESIGN.md)
+            base = delegated_unit_cgroup(hierarchy, fs.read(PROC_SELF_CGROUP)) or base
+            tree = CgroupTree(fs, hierarchy, base)
             tree.setup(daemon_pid=os.getpid())
         except (CgroupError, OSError) as exc:
             logger.warning("cgroups_unavailable", error=str(exc),

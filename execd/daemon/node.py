@@ -7,7 +7,7 @@ and refreshed on every update: load, idle times and the policy facts of each slo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from execd.errors import ConfigError
 from execd.machine.detect import detect_machine
 from execd.machine.facts import MachineLoad
 from execd.machine.idle import detect_idle
-from execd.machine.load import SlotLoadInput, read_total_load_avg, split_load
+from execd.machine.load import JobLoadMeter, SlotLoadInput, read_total_load_avg, split_load
 from execd.machine.reader import HostReader, LiveHostReader
 from execd.slots import from_config
 from execd.slots.ads import PolicyFacts
@@ -86,6 +86,7 @@ class Node:
     node_attrs: dict[str, Any] = field(default_factory=dict)
     # Slots whose job cgroup could not be emptied -> SlotBrokenReason.
     broken: dict[str, str] = field(default_factory=dict)
+    job_load: JobLoadMeter = field(default_factory=JobLoadMeter)
 
     @staticmethod
     def build(config: Config, settings: Settings, reader: HostReader | None = None) -> Node:
@@ -96,10 +97,13 @@ class Node:
         slots = NodeSlots(facts, build_layout(slot_types, facts))
         return Node(config, settings, slots, slot_types, reader)
 
-    def refresh_load(self, now: float) -> None:
+    def refresh_load(self, now: float, job_cpu_usec: Mapping[str, int] | None = None) -> None:
+        """Sample the machine's load and idle times, and each running job's CPU use."""
         idle = detect_idle(self.reader, since=now)
+        self.job_load.sample(time.monotonic(), job_cpu_usec or {})
         self.load = MachineLoad(
             total_load_avg=read_total_load_avg(self.reader),
+            total_condor_load_avg=round(sum(self.job_load.loads().values()), 3),
             keyboard_idle=idle.keyboard_idle,
             console_idle=idle.console_idle,
         )
@@ -120,11 +124,14 @@ class Node:
             def policy_for(name: str) -> PolicyFacts:
                 return idle[name.split("_", maxsplit=1)[0]]
 
-        loads = [SlotLoadInput(res.name, 0.0) for res in self.slots.resources()]
+        condor = self.job_load.loads()
+        loads = [SlotLoadInput(res.name, condor.get(res.name, 0.0))
+                 for res in self.slots.resources()]
         ads = self.slots.build_ads(
             now=now,
             machine_load=self.load,
             load_for=split_load(self.load.total_load_avg, loads),
+            condor_load_for=condor,
             policy_for=policy_for,
             startd_attrs_for=lambda slot_id: from_config.startd_attrs(self.config, slot_id),
             slot_attrs=from_config.startd_slot_attrs(self.config),
@@ -135,9 +142,3 @@ class Node:
             if reason:
                 ad["SlotBrokenReason"] = reason
         return ads
-
-    def summary(self) -> str:
-        """For systemd's STATUS= line."""
-        resources = self.slots.resources()
-        dynamic = sum(1 for r in resources if r.slot_type == "Dynamic")
-        return f"{len(resources)} slots, {dynamic} dynamic"

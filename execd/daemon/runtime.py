@@ -29,7 +29,7 @@ from execd.daemon.node import Node, Paths
 from execd.daemon.policy_glue import log_action, now, policy_config, slot_facts
 from execd.daemon.recovery import recover
 from execd.daemon.restart import reexec
-from execd.daemon.sdnotify import Notifier
+from execd.daemon.sdnotify import Notifier, status_text
 from execd.daemon.signals import Request as SignalRequest
 from execd.daemon.signals import SignalQueue
 from execd.daemon.who import running_jobs
@@ -54,6 +54,7 @@ class Daemon:
         self.started = time.time()
         self.reloads = 0
         self.recovered: dict[str, int] = {}
+        self.last_status = ""
         # set by start()
         self.config: Config
         self.settings: Settings
@@ -132,7 +133,8 @@ class Daemon:
         configure_logging(settings, force_stderr=self.log_to_stderr)
         self.reloads += 1
         logger.info("reconfig_applied", changed=changed[:50], count=len(changed))
-        self.notifier.ready(self.node.summary())
+        self.last_status = self.status_line()
+        self.notifier.ready(self.last_status)
         self.wake.set()
         return True
 
@@ -206,6 +208,22 @@ class Daemon:
     def _backfill_exited(self) -> None:
         self.execute(self.engine.backfill_client_exited(now()))
         self.wake.set()
+
+    def job_cpu_usage(self) -> dict[str, int]:
+        """Slot -> CPU microseconds its running job's cgroup used so far."""
+        tree = self.jobs.tree
+        return tree.cpu_usage_usec(list(self.jobs.running)) if tree is not None else {}
+
+    def status_line(self) -> str:
+        """systemd's STATUS=: "4 slots, 2 claimed, draining"."""
+        states = [slot.state.value for slot in self.engine.slots.values()]
+        return status_text(states, draining=self.engine.draining, stopping=self.stopping)
+
+    def publish_status(self) -> None:
+        line = self.status_line()
+        if line != self.last_status:
+            self.last_status = line
+            self.notifier.status(line)
 
     def evaluate(self) -> None:
         moment = now()
@@ -389,6 +407,7 @@ class Daemon:
             self.notifier.reloading()  # same pid, new image: READY=1 comes from it
         else:
             self.notifier.stopping(f"shutting down ({how})")
+        self.last_status = f"shutting down ({how})"
         if how != "restart":
             mode = "fast" if how == "fast" else how
             self.execute(self.engine.shutdown(mode, now()))
@@ -420,11 +439,12 @@ class Daemon:
         After a shutdown request it goes on until no job is left (the engine retires,
         vacates or kills them as the shutdown mode says), unless restarting in place."""
         while self.stopping is None or (self.jobs.running and self.stopping != "restart"):
-            self.node.refresh_load(time.time())
+            self.node.refresh_load(time.time(), self.job_cpu_usage())
             try:
                 self.evaluate()
             except Exception as exc:  # a policy bug is logged, never fatal to the daemon
                 logger.exception("policy_pass_failed", error=str(exc))
+            self.publish_status()
             mono = time.monotonic()
             due = min(self.engine.next_evaluation_due(mono), self.jobs.matches.next_timeout())
             self.wake.clear()
@@ -442,7 +462,8 @@ class Daemon:
         self.backfill.attach()
         logger.info("execd_started", config=str(self.config_path), socket=str(self.paths.socket),
                     slots=[r.name for r in self.node.slots.resources()])
-        self.notifier.ready(self.node.summary())
+        self.last_status = self.status_line()
+        self.notifier.ready(self.last_status)  # slots are published: `status` answers
         try:
             async with asyncio.TaskGroup() as tasks:
                 background = [tasks.create_task(self._signal_loop()),

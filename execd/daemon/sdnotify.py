@@ -62,3 +62,14 @@ class Notifier:
 
     def watchdog(self) -> bool:
         return self.send(watchdog=1)
+
+
+def status_text(states: list[str], *, draining: bool, stopping: str | None) -> str:
+    """The STATUS= line from the slots' states: "4 slots, 2 claimed, draining"."""
+    count = len(states)
+    parts = [f"{count} slot{'' if count == 1 else 's'}", f"{states.count('Claimed')} claimed"]
+    if draining:
+        parts.append("draining")
+    if stopping is not None:
+        parts.append(f"shutting down ({stopping})")
+    return ", ".join(parts)

@@ -1,6 +1,7 @@
 """Load averages: the machine's total and its split over slots (seed 000, 3.5.10).
 
-Each slot first gets the load its own jobs generate (CondorLoadAvg). What is left of the
+Each slot first gets the load its own jobs generate (CondorLoadAvg: the CPU its job's
+cgroup used per wall second over the last minute, JobLoadMeter). What is left of the
 total is owner load: handed out at most 1.0 per slot, to slots in the Owner state first,
 then to the others in order; if slots run out first, the remainder goes round in
 whole units, so a slot's LoadAvg can exceed 1.0 only then.
@@ -8,7 +9,8 @@ whole units, so a slot's LoadAvg can exceed 1.0 only then.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from execd.machine.reader import HostReader
@@ -48,3 +50,38 @@ def split_load(total_load: float, slots: Sequence[SlotLoadInput]) -> dict[str, f
         remaining -= give
         i += 1
     return {name: round(value, 6) for name, value in loads.items()}
+
+
+# HTCondor averages a slot's job CPU usage over the last minute (its "CondorLoadAvg").
+CONDOR_LOAD_WINDOW_S = 60.0
+
+
+class JobLoadMeter:
+    """Each slot's job load: CPU seconds its job cgroup used per wall second, averaged
+    over the last CONDOR_LOAD_WINDOW_S (from cpu.stat's usage_usec, which a cgroup v2
+    has even without controllers). A slot without a running job has load 0."""
+
+    def __init__(self, window_s: float = CONDOR_LOAD_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._samples: dict[str, deque[tuple[float, int]]] = {}
+
+    def sample(self, now: float, usage_usec: Mapping[str, int]) -> None:
+        """Record each running job's cumulative CPU use; forget slots without a job."""
+        for slot in list(self._samples):
+            if slot not in usage_usec:
+                del self._samples[slot]
+        for slot, usec in usage_usec.items():
+            samples = self._samples.setdefault(slot, deque())
+            if samples and (usec < samples[-1][1] or now <= samples[-1][0]):
+                samples.clear()  # a new job (counter restarted) or a clock step
+            samples.append((now, usec))
+            while len(samples) > 2 and now - samples[1][0] >= self.window_s:
+                samples.popleft()
+
+    def loads(self) -> dict[str, float]:
+        """Slot name -> CondorLoadAvg (0.0 until a job has two samples)."""
+        out: dict[str, float] = {}
+        for slot, samples in self._samples.items():
+            (t0, u0), (t1, u1) = samples[0], samples[-1]
+            out[slot] = round((u1 - u0) / 1e6 / (t1 - t0), 3) if t1 > t0 else 0.0
+        return out

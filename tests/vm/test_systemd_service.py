@@ -1,16 +1,20 @@
-"""systemd as PID 1 in the VM, driving a Type=notify service under execd.service's settings.
+"""systemd as PID 1 in the VM, running the real `execd run` under systemd/execd.service.
 
-One boot per session (systemd_harness.boot_and_drive); each test judges one part of what
-the guest recorded. The service is a stand-in for `execd run` (systemd_guest/
-standin_service.py) under the project's real unit file with only ExecStart replaced.
+One boot per session (systemd_harness.boot_and_drive); the guest's driver
+(systemd_guest/drive_service.py) starts, reloads, stops and hangs the daemon and records
+what it saw; each test judges one part of it.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import pytest
 import systemd_harness as harness
+
+UNIT = harness.TEST_UNIT
 
 
 @pytest.fixture(scope="session")
@@ -27,16 +31,34 @@ def seen(run: harness.SystemdRun) -> dict[str, Any]:
     return run.observed
 
 
-def events(seen: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [e for e in seen.get("events", []) if e["event"] == name]
-
-
 def ok(step: dict[str, Any]) -> bool:
     return step.get("rc") == 0 and not step.get("timed_out")
 
 
-def test_generated_unit_keeps_execd_service_directives() -> None:
-    text = harness.test_unit_text("/bin/true")
+def journal_events(seen: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """execd's JSON log lines (EXECD_LOG = -: stderr, i.e. the journal) named NAME."""
+    found = []
+    for line in str(seen.get("journal", "")).splitlines():
+        start = line.find("{")
+        if start < 0:
+            continue
+        try:
+            event = json.loads(line[start:])
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == name:
+            found.append(event)
+    return found
+
+
+def systemd_version(seen: dict[str, Any]) -> int:
+    """From `systemctl --version`'s first line: `systemd 252 (252.39-1~deb12u2)`."""
+    return int(str(seen["systemd_version"]).split()[1])
+
+
+def test_installed_unit_runs_the_checkouts_execd() -> None:
+    text = harness.test_unit_text("/venv/bin/execd")
+    lines = text.splitlines()
     for directive in (
         "Type=notify",
         "Delegate=yes",
@@ -44,10 +66,11 @@ def test_generated_unit_keeps_execd_service_directives() -> None:
         "KillMode=process",
         "Restart=on-failure",
         "ExecReload=/bin/kill -HUP $MAINPID",
-        "ExecStart=/bin/true",
+        "ExecStart=/venv/bin/execd run",
+        "ExecStopPost=-/venv/bin/execd service-stopped",
     ):
-        assert directive in text.splitlines()
-    assert "/usr/bin/execd run" not in text
+        assert directive in lines
+    assert "/usr/bin/execd" not in text
 
 
 def test_systemd_is_pid_1_and_drove_every_step(run: harness.SystemdRun) -> None:
@@ -56,84 +79,103 @@ def test_systemd_is_pid_1_and_drove_every_step(run: harness.SystemdRun) -> None:
     assert seen.get("completed") is True, run.diagnosis()
 
 
-def test_start_returns_only_after_ready(seen: dict[str, Any]) -> None:
+def test_start_returns_once_slots_are_published(seen: dict[str, Any]) -> None:
     assert ok(seen["start"]), seen["start"]
     assert seen["after_start"]["ActiveState"] == "active"
     assert seen["after_start"]["SubState"] == "running"
-    first_start = events(seen, "started")[0]
-    ready = events(seen, "ready_sent")[0]
-    assert ready["pid"] == first_start["pid"] == int(seen["after_start"]["MainPID"])
-    # `systemctl start` of a Type=notify unit blocks until READY=1 arrived.
-    assert seen["start"]["ended"] >= ready["mono"]
+    # READY=1 only once the slots are published: the first `execd status` after
+    # `systemctl start` returned already lists the partitionable slot.
+    status = seen["status_right_after_start"]
+    assert ok(status), status
+    assert re.fullmatch(r"slot1@\S+ 1", status["out"].strip()), status["out"]
+    started = journal_events(seen, "execd_started")
+    assert started and started[0]["slots"] == ["slot1"]
 
 
-def test_reload_returns_and_applies_config(seen: dict[str, Any]) -> None:
+def test_systemctl_status_shows_the_status_line(seen: dict[str, Any]) -> None:
+    assert seen["after_start"]["StatusText"] == "1 slot, 0 claimed"
+    assert 'Status: "1 slot, 0 claimed"' in seen["systemctl_status"]["out"]
+
+
+def test_reload_applies_a_good_config(seen: dict[str, Any]) -> None:
     assert ok(seen["reload_good"]), seen["reload_good"]
-    assert events(seen, "sighup"), "the service never saw SIGHUP"
-    assert events(seen, "reloaded")[0]["config"] == "version-2"
+    # `systemctl reload` waits for READY=1 after RELOADING=1; it came back in time
+    assert seen["reload_good"]["ended"] - seen["reload_good"]["began"] < 60
+    assert seen["status_after_reload_good"]["out"].strip() == "2"
     after = seen["after_reload_good"]
     assert after["ActiveState"] == "active"
     assert after["MainPID"] == seen["after_start"]["MainPID"]
-    assert "version-2" in after["StatusText"]
+    assert journal_events(seen, "reconfig_applied")
 
 
-def test_rejected_reload_keeps_service_running_on_old_config(seen: dict[str, Any]) -> None:
+def test_bad_reload_keeps_the_old_config_and_names_file_and_line(seen: dict[str, Any]) -> None:
     assert ok(seen["reload_bad"]), seen["reload_bad"]
-    assert events(seen, "reload_rejected")[0]["config"] == "version-2"
+    assert seen["status_after_reload_bad"]["out"].strip() == "2"  # not 3: nothing applied
     after = seen["after_reload_bad"]
     assert after["ActiveState"] == "active"
     assert after["MainPID"] == seen["after_start"]["MainPID"]
-    assert "rejected" in after["StatusText"]
+    assert after["StatusText"].startswith("reconfig rejected, old config kept")
+    (rejected,) = journal_events(seen, "reconfig_rejected")
+    where = f"{harness.RESULTS_DIR / 'execd_config'}:{11}:"
+    assert rejected["error"].startswith(where), rejected
 
 
-def systemd_version(seen: dict[str, Any]) -> int:
-    """From `systemctl --version`'s first line: `systemd 252 (252.39-1~deb12u2)`."""
-    return int(str(seen["systemd_version"]).split()[1])
+def test_job_cgroup_is_under_the_services_delegated_tree(seen: dict[str, Any]) -> None:
+    unit_cgroup = seen["after_start"]["ControlGroup"]
+    assert unit_cgroup.endswith(f"/{UNIT}")
+    assert seen["after_start"]["Delegate"] == "yes"
+    # the daemon lives in its leaf (moved there itself on systemd < 254)
+    assert seen["main_pid_cgroup"] == f"0::{unit_cgroup}/daemon"
+    job = seen["job"]
+    assert ok(job), job
+    cgroup, user, controllers = job["out"].splitlines()
+    assert cgroup == f"{unit_cgroup}/slot1_1.slice/job"
+    assert user == "nobody"
+    assert set(controllers.split()) >= {"memory", "cpu", "pids"}
 
 
-def test_watchdog_kills_hung_service(seen: dict[str, Any]) -> None:
-    assert ok(seen["start_again"]), seen["start_again"]
-    assert events(seen, "hanging"), "the stand-in never stopped pinging"
-    hung = events(seen, "hanging")[0]["pid"]
-    assert "execd-standin.service: Watchdog timeout" in seen["journal"]
-    assert f"Killing process {hung} " in seen["journal"]
-
-
-def test_watchdog_restart_brings_service_back(seen: dict[str, Any]) -> None:
-    if systemd_version(seen) < 254:
-        # Measured on Debian 12 (systemd 252): DelegateSubgroup= is ignored, so the new
-        # main process goes to the unit's own cgroup, where the daemon had enabled
-        # controllers for its jobs: exec fails with 219/CGROUP until Restart= gives up.
-        # Once the guest's systemd honours DelegateSubgroup=, the assertions below apply.
-        assert "status=219/CGROUP" in seen["journal"]
-        pytest.xfail("systemd < 254 ignores DelegateSubgroup=: a restart fails 219/CGROUP")
-    assert seen["restarted"] is True, seen["after_restart"]
-    after = seen["after_restart"]
-    assert int(after["NRestarts"]) >= 1
-    assert after["MainPID"] != seen["after_start_again"]["MainPID"]
-    assert len(events(seen, "ready_sent")) >= 3
-
-
-def test_stop_signals_main_process_only(seen: dict[str, Any]) -> None:
+def test_stop_ends_the_jobs_and_the_unit(seen: dict[str, Any]) -> None:
+    assert seen["long_job_started"] is True, seen["long_job_pids"]
+    assert seen["status_with_job"]["StatusText"] == "2 slots, 1 claimed"  # slot1, slot1_1
     assert ok(seen["stop"]), seen["stop"]
     assert seen["after_stop"]["ActiveState"] == "inactive"
-    assert events(seen, "sigterm"), "the service never saw SIGTERM"
-    # KillMode=process: the jobs the daemon started are its to end, not systemd's.
-    assert seen["job_pids_alive_after_stop"]
-    assert all(seen["job_pids_alive_after_stop"].values())
+    assert seen["long_job_pids"]
+    assert not any(seen["long_job_pids_alive_after_stop"].values())
+    assert seen["job_slice_exists_after_stop"] is False
+    assert journal_events(seen, "shutdown_requested")[0]["how"] == "graceful"
+    assert seen["long_job_client"]["rc"] not in (None, 0), seen["long_job_client"]
 
 
-def test_service_runs_in_delegated_daemon_leaf_with_job_cgroup_beside(
+def test_watchdog_restarts_a_hung_daemon(seen: dict[str, Any]) -> None:
+    assert ok(seen["start_again"]), seen["start_again"]
+    assert ok(seen["hang"]), seen["hang"]
+    hung = seen["after_start_again"]["MainPID"]
+    assert f"{UNIT}: Watchdog timeout" in seen["journal"]
+    assert seen["restarted"] is True, (seen["after_restart"], seen["journal"][-3000:])
+    after = seen["after_restart"]
+    assert int(after["NRestarts"]) >= 1
+    assert after["MainPID"] != hung
+    assert seen["first_pid_gone"] is True
+    # the new daemon serves, with the config on disk
+    assert re.fullmatch(r"slot1@\S+ 2", seen["status_after_restart"]["out"].strip())
+    if systemd_version(seen) < 254:
+        # ExecStopPost= cleared the controllers, or the restart fails 219/CGROUP
+        assert "status=219/CGROUP" not in seen["journal"]
+
+
+def test_final_stop_leaves_the_unit_inactive(seen: dict[str, Any]) -> None:
+    assert ok(seen["final_stop"]), seen["final_stop"]
+    assert seen["after_final_stop"]["ActiveState"] == "inactive"
+
+
+def test_bad_config_at_startup_fails_the_start_and_the_journal_says_why(
     seen: dict[str, Any],
 ) -> None:
-    unit_cgroup = seen["after_start"]["ControlGroup"]
-    assert seen["after_start"]["Delegate"] == "yes"
-    assert unit_cgroup.endswith(f"/{harness.TEST_UNIT}")
-    assert seen["main_pid_cgroup"] == f"0::{unit_cgroup}/daemon"
-    cgroups = events(seen, "cgroups")[0]
-    if systemd_version(seen) >= 254:  # DelegateSubgroup=daemon put it there itself
-        assert cgroups["started_in"].endswith(f"{unit_cgroup}/daemon")
-    assert cgroups["daemon"].endswith(f"{unit_cgroup}/daemon")
-    assert cgroups["job"].startswith(f"/sys/fs/cgroup{unit_cgroup}/job-")
-    assert set(cgroups["job_controllers"]) >= {"memory", "cpu", "pids"}
-    assert cgroups["job_procs"] == [str(cgroups["job_pid"])]
+    assert seen["start_bad"]["rc"] not in (None, 0), seen["start_bad"]
+    after = seen["after_start_bad"]
+    assert after["ActiveState"] == "failed"
+    assert after["ExecMainStatus"] == "2"
+    # RestartPreventExitStatus=2: no restart loop (an explicit start may reset the count)
+    assert int(after["NRestarts"]) <= int(seen["after_final_stop"]["NRestarts"])
+    where = f"{harness.RESULTS_DIR / 'execd_config'}:11: expected 'NAME = value'"
+    assert where in seen["status_after_start_bad"]["out"]
