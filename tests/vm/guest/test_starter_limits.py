@@ -3,11 +3,13 @@ kernel, the OOM hold, memory.peak in the report, and the job's leaf."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import secrets
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,3 +102,60 @@ def test_job_sees_its_leaf_and_is_alone_in_it(tree: CgroupTree, workdir: Path) -
     lines = (workdir / "iwd" / "out.txt").read_text().split()
     assert lines[0].endswith("/slot1_1.slice/job")
     assert len(lines[1:]) == 1  # exactly one pid: cat itself
+
+
+def test_the_jobs_slice_carries_its_limits(tree: CgroupTree, workdir: Path) -> None:
+    """What the job's own slice says: swap off, cpu.weight = 100 x Cpus, the memory
+    limit, the pids limit, and the whole group killed together on OOM."""
+    script = (
+        "s=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)/..; "
+        "cat $s/memory.swap.max $s/cpu.weight $s/memory.max $s/pids.max $s/memory.oom.group"
+    )
+    report = run_job(tree, workdir, script, cpus=3.0, memory_mb=100, pids_max=50,
+                     disable_swap=True)
+    assert report["ExitCode"] == 0, (workdir / "iwd" / "err.txt").read_text()
+    swap, weight, memory, pids, group = (workdir / "iwd" / "out.txt").read_text().split()
+    assert swap == "0"
+    assert weight == "300"
+    assert memory == str(100 * 1024 * 1024)
+    assert pids == "50"
+    assert group == "1"
+
+
+def _cpu_usec(tree: CgroupTree, slot: str) -> int:
+    stat = (tree.base / f"{slot}.slice" / "cpu.stat").read_text()
+    return int(dict(line.split() for line in stat.splitlines())["usage_usec"])
+
+
+def test_cpu_weight_shares_a_contended_cpu_by_cpus(tree: CgroupTree, workdir: Path) -> None:
+    """Two busy jobs pinned to one CPU, one with Cpus = 1 and one with Cpus = 3: the
+    kernel gives the second about three times the CPU time of the first."""
+    handles = {}
+    for slot, cpus in (("slot1_1", 1.0), ("slot1_2", 3.0)):
+        spec = StarterSpec(
+            job_id=f"{slot}.0", slot_name=slot, cmd="/usr/bin/taskset",
+            args=["-c", "0", "/bin/sh", "-c", "while :; do :; done"], env={},
+            owner="nobody", execute_dir=str(workdir / "execute"),
+            report_path=str(workdir / f"{slot}.json"), cgroup_mount=str(tree.hierarchy.mount),
+            base_cgroup=str(tree.base.relative_to(tree.hierarchy.mount)),
+            iwd=str(workdir / "iwd"), stdout=f"{slot}.out", stderr=f"{slot}.err",
+            polling_interval=0.5, cpus=cpus)
+        handles[slot] = launch_starter(spec, str(workdir / f"{slot}.spec.json"),
+                                       str(workdir / f"{slot}.log"))
+    try:
+        # Wait (on the kernel's own counters) until the pair has used 3 s of CPU together.
+        deadline = time.monotonic() + 120
+        while True:
+            light = heavy = 0
+            with contextlib.suppress(FileNotFoundError, KeyError):
+                light, heavy = _cpu_usec(tree, "slot1_1"), _cpu_usec(tree, "slot1_2")
+            if light + heavy >= 3_000_000 and light > 0:
+                break
+            assert time.monotonic() < deadline, f"only {light + heavy} us of CPU in 120 s"
+            time.sleep(0.2)
+        assert 2.0 < heavy / light < 4.5, (light, heavy)
+    finally:
+        for handle in handles.values():
+            handle.hard_kill()
+        for handle in handles.values():
+            handle.wait(timeout=60)
