@@ -310,7 +310,8 @@ class JobManager:
         settings = self.daemon.settings
         assert self.tree is not None
         ad = job.ad
-        facts = self._facts(job.slot)
+        known = self.daemon.engine.slots.get(job.slot)  # the facts of its last policy pass:
+        facts = known.facts if known is not None else self._facts(job.slot)  # no ad rebuild
         args = ad.get("Args", ad.get("Arguments", []))
         if isinstance(args, str):
             args = args.split()

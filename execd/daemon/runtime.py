@@ -397,8 +397,11 @@ class Daemon:
 
         After a shutdown request it goes on until no job is left (the engine retires,
         vacates or kills them as the shutdown mode says), unless restarting in place."""
+        sample_due = 0.0
         while self.stopping is None or (self.jobs.running and self.stopping != "restart"):
-            self.node.refresh_load(time.time())
+            if time.monotonic() >= sample_due:  # load and idle times: sampled once a poll,
+                self.node.refresh_load(time.time())  # not on every event (a /dev scan)
+                sample_due = time.monotonic() + self.engine.config.number("POLLING_INTERVAL")
             try:
                 self.evaluate()
             except Exception as exc:  # a policy bug is logged, never fatal to the daemon
