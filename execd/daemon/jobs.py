@@ -116,6 +116,10 @@ class JobManager:
         slot_id = int(target.removeprefix("slot").split("_")[0])
         pslot = slots.partitionable.get(slot_id) if "_" not in target else None
         if pslot is not None:
+            why, actions = engine.carve_refusal(target, ad, moment)
+            self.daemon.execute(actions)
+            if why is not None:
+                raise ControlError("refused", f"claim refused: {why}")
             config = self.daemon.config
             modifier = RequestModifier(from_config.modify_request_exprs(config))
             try:
