@@ -13,6 +13,7 @@ the store after a restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -36,7 +37,7 @@ from execd.daemon.store import ClaimRecord, JobRecord, Store, StoreError, carved
 from execd.errors import CgroupError, ConfigError, ExecdError, ResourceError
 from execd.policy import actions as act
 from execd.policy import commands
-from execd.policy.states import label
+from execd.policy.states import Activity, State, label
 from execd.slots import from_config
 from execd.slots.requests import RequestModifier
 from execd.starter.follow import follow_starter
@@ -63,6 +64,8 @@ class Job:
     started: float = field(default_factory=time.time)
     starter_start: int = 0  # /proc start time of the starter: with its pid, names it
     suspended: str | None = None  # by "policy" or by a "command" (SUSPEND_CLAIM)
+    exit_fifo: int | None = None  # read end of the starter's job-exit FIFO, while open
+    evicting: str | None = None  # "vacating" or "killing" once a kill signal went out
 
 
 class JobManager:
@@ -281,6 +284,10 @@ class JobManager:
         workdir = self.workdir(job.job_id)
         workdir.mkdir(parents=True, exist_ok=True)
         spec = self.spec(job, workdir)
+        if spec.exit_fifo is not None:  # open before the starter can write to it
+            with contextlib.suppress(FileExistsError):
+                os.mkfifo(spec.exit_fifo, 0o600)
+            self._listen_for_job_exit(job, spec.exit_fifo)
         # The starter blocks its control signals once Python is up; until then their
         # default action would kill it. Started with them blocked, it finds them pending.
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, STARTER_SIGNALS)
@@ -307,6 +314,8 @@ class JobManager:
         # seed 002's STARTER_* policy each poll; a broken slot when the starter is gone.
         # Adopted starters (after a restart) are followed as well.
         assert job.handle is not None
+        if job.exit_fifo is None and job.handle.spec.exit_fifo is not None:  # adopted
+            self._listen_for_job_exit(job, job.handle.spec.exit_fifo)
         follow_starter(self.tasks, job, job.handle, job.handle.spec,
                        settings=self.daemon.settings, mark_broken=self.daemon.node.mark_broken)
 
@@ -331,6 +340,7 @@ class JobManager:
             owner=str(ad.get("Owner", "nobody")),
             execute_dir=str(self.daemon.paths.execute),
             report_path=str(workdir / "report.json"),
+            exit_fifo=str(workdir / "job_exited"),
             cgroup_mount=str(self.tree.hierarchy.mount),
             base_cgroup=str(self.tree.base.relative_to(self.tree.hierarchy.mount)),
             cpus=float(facts.get("Cpus", 1)),
@@ -367,9 +377,46 @@ class JobManager:
             procwatch.reap(job.handle.pid)  # our child only after a restart in place
         self.finish(job)
 
+    def _listen_for_job_exit(self, job: Job, path: str) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return  # the starter's exit will say it
+        job.exit_fifo = fd
+        asyncio.get_running_loop().add_reader(fd, self._job_exit_readable, job)
+
+    def _job_exit_readable(self, job: Job) -> None:
+        if job.exit_fifo is None:
+            return
+        try:
+            said = os.read(job.exit_fifo, 64)
+        except BlockingIOError:
+            return
+        except OSError:
+            said = b""
+        asyncio.get_running_loop().remove_reader(job.exit_fifo)
+        os.close(job.exit_fifo)
+        job.exit_fifo = None
+        if said.startswith(b"job_exited"):
+            self.job_exited(job)
+
+    def job_exited(self, job: Job) -> None:
+        """The starter says the job has exited and it is cleaning up: Busy -> Cleaning."""
+        slot = self.daemon.engine.slots.get(job.slot)
+        if self.running.get(job.slot) is not job or slot is None \
+                or slot.state is not State.CLAIMED \
+                or slot.activity not in (Activity.BUSY, Activity.RETIRING, Activity.SUSPENDED):
+            return  # being vacated or killed: the starter's exit ends it
+        logger.info("job_exited", slot=job.slot, job=job.job_id)
+        try:
+            self.daemon.execute(self.daemon.engine.job_exited(job.slot, now()))
+        except ExecdError as exc:
+            logger.error("job_exit_not_applied", slot=job.slot, error=str(exc))
+
     def finish(self, job: Job) -> None:
         """The starter is gone: take its durable report, record it, tell the engine."""
         assert job.handle is not None
+        self._job_exit_readable(job)  # said just before it went: that comes first
         try:
             job.report = job.handle.report()
         except (OSError, ValueError) as exc:
@@ -410,6 +457,10 @@ class JobManager:
                 act.KillStarterFamily: handle.kill_family,
             }[type(action)]()
             logger.info("starter_signalled", slot=action.slot, action=type(action).__name__)
+            if isinstance(action, act.SoftKill | act.HardKill | act.KillStarterFamily) \
+                    and job is not None:
+                self._record_eviction(job, "vacating" if isinstance(action, act.SoftKill)
+                                      else "killing")
             if isinstance(action, act.Suspend | act.Continue) and job is not None:
                 self._record_suspension(job, isinstance(action, act.Suspend))
         elif isinstance(action, act.HoldJob):
@@ -425,6 +476,18 @@ class JobManager:
         else:
             return False
         return True
+
+    def _record_eviction(self, job: Job, how: str) -> None:
+        """A restarted daemon must go on evicting it (Preempting), not find it Busy."""
+        slot = self.daemon.engine.slots.get(job.slot)
+        if slot is None or slot.state is not State.PREEMPTING \
+                or job.evicting in (how, "killing"):
+            return
+        job.evicting = how
+        try:
+            self.store.set_evicting(job.job_id, how)
+        except StoreError as exc:
+            logger.error("eviction_not_stored", job=job.job_id, error=str(exc))
 
     def _record_suspension(self, job: Job, suspended: bool) -> None:
         """A restarted daemon must find a frozen job Suspended, and know who froze it."""

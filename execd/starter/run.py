@@ -295,6 +295,24 @@ class Starter:
             self.hard_kill()
 
     # -- the end -------------------------------------------------------------
+    def announce_exit(self) -> None:
+        """Tell the daemon the job has exited before cleaning up (its slot goes Cleaning).
+
+        Best effort: with no daemon reading (restarting), the starter's exit says it.
+        """
+        if self.spec.exit_fifo is None:
+            return
+        try:
+            fd = os.open(self.spec.exit_fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            os.write(fd, b"job_exited\n")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
     def finish(self) -> None:
         spec = self.spec
         wall = time.monotonic() - self.started
@@ -375,6 +393,7 @@ def main(argv: list[str]) -> int:
         starter.start()
         if starter.exit_reason != "spawn_failed":
             starter.watch()
+        starter.announce_exit()
         starter.finish()
     except (ExecdError, OSError) as exc:
         event("starter_failed", job=spec.job_id, error=repr(str(exc)))
