@@ -421,6 +421,8 @@ class JobManager:
             job.report = job.handle.report()
         except (OSError, ValueError) as exc:
             job.report = {"ExitReason": "no_report", "Error": str(exc)}
+        if job.report.get("SlotBrokenReason"):  # before the engine may delete the d-slot
+            self.daemon.node.mark_broken(job.slot, str(job.report["SlotBrokenReason"]))
         logger.info("job_finished", slot=job.slot, job=job.job_id,
                     exit_code=job.report.get("ExitCode"), reason=job.report.get("ExitReason"),
                     hold=job.report.get("HoldReason"))
@@ -501,7 +503,12 @@ class JobManager:
     def delete_dynamic(self, name: str) -> None:
         parent_id, _, sub = name.removeprefix("slot").partition("_")
         pslot = self.daemon.node.slots.partitionable.get(int(parent_id))
-        if pslot is not None and sub.isdigit():
+        broken = self.daemon.node.broken.get(name)
+        if broken is not None:
+            # As HTCondor's CONTINUE_TO_ADVERTISE_BROKEN_DYNAMIC_SLOTS: its resources stay
+            # out of the p-slot (a process there could not be killed) and its ad is kept.
+            logger.warning("broken_dynamic_slot_kept", slot=name, reason=broken)
+        elif pslot is not None and sub.isdigit():
             pslot.release(int(sub))
         self.daemon.engine.slots.pop(name, None)
         for slot, claim in list(self.claims.values()):

@@ -158,6 +158,8 @@ class Daemon:
             name = str(ad["Name"]).split("@")[0]
             if name in self.engine.slots:
                 ad.update(self.engine.attributes(name, moment))
+            elif "SlotBrokenReason" in ad:  # a broken d-slot kept out of use
+                ad.update(State="Owner", Activity="Idle", Start=False, Requirements=False)
         return ads
 
     def execute(self, actions: list[Any]) -> None:
