@@ -29,10 +29,11 @@ from execd.cgroups.fs import CgroupFS
 from execd.cgroups.tree import CgroupTree
 from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.classads import new_ad
-from execd.daemon import procwatch
+from execd.daemon import job_exit, procwatch
 from execd.daemon.control import ControlError
 from execd.daemon.matching import Matches
 from execd.daemon.policy_glue import now, slot_facts
+from execd.daemon.starter_spec import starter_spec
 from execd.daemon.store import ClaimRecord, JobRecord, Store, StoreError, carved_json
 from execd.errors import CgroupError, ConfigError, ExecdError, ResourceError
 from execd.policy import actions as act
@@ -42,7 +43,7 @@ from execd.slots import from_config
 from execd.slots.requests import RequestModifier
 from execd.starter.follow import follow_starter
 from execd.starter.launcher import StarterHandle, launch_starter
-from execd.starter.spec import StarterSpec, parse_signal
+from execd.starter.spec import StarterSpec
 
 if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
@@ -287,7 +288,7 @@ class JobManager:
         if spec.exit_fifo is not None:  # open before the starter can write to it
             with contextlib.suppress(FileExistsError):
                 os.mkfifo(spec.exit_fifo, 0o600)
-            self._listen_for_job_exit(job, spec.exit_fifo)
+            job_exit.listen(job, spec.exit_fifo, self.job_exited)
         # The starter blocks its control signals once Python is up; until then their
         # default action would kill it. Started with them blocked, it finds them pending.
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, STARTER_SIGNALS)
@@ -315,57 +316,17 @@ class JobManager:
         # Adopted starters (after a restart) are followed as well.
         assert job.handle is not None
         if job.exit_fifo is None and job.handle.spec.exit_fifo is not None:  # adopted
-            self._listen_for_job_exit(job, job.handle.spec.exit_fifo)
+            job_exit.listen(job, job.handle.spec.exit_fifo, self.job_exited)
         follow_starter(self.tasks, job, job.handle, job.handle.spec,
                        settings=self.daemon.settings, mark_broken=self.daemon.node.mark_broken)
 
     def spec(self, job: Job, workdir: Path) -> StarterSpec:
-        settings = self.daemon.settings
         assert self.tree is not None
-        ad = job.ad
         known = self.daemon.engine.slots.get(job.slot)  # the facts of its last policy pass:
         facts = known.facts if known is not None else self._facts(job.slot)  # no ad rebuild
-        args = ad.get("Args", ad.get("Arguments", []))
-        if isinstance(args, str):
-            args = args.split()
-        env = ad.get("Env", {})
-        if isinstance(env, str):
-            env = dict(p.split("=", 1) for p in env.split(";") if "=" in p)
-        return StarterSpec(
-            job_id=job.job_id,
-            slot_name=job.slot,
-            cmd=str(ad.get("Cmd", "")),
-            args=[str(a) for a in args],
-            env={str(k): str(v) for k, v in env.items()},
-            owner=str(ad.get("Owner", "nobody")),
-            execute_dir=str(self.daemon.paths.execute),
-            report_path=str(workdir / "report.json"),
-            exit_fifo=str(workdir / "job_exited"),
-            cgroup_mount=str(self.tree.hierarchy.mount),
-            base_cgroup=str(self.tree.base.relative_to(self.tree.hierarchy.mount)),
-            cpus=float(facts.get("Cpus", 1)),
-            memory_mb=int(facts.get("Memory", 0)),
-            # The d-slot's own GPUs (AssignedGPUs), and only those, are the job's.
-            gpus=[g for g in str(facts.get("AssignedGPUs", "")).replace(" ", "").split(",")
-                  if g],
-            stdin=ad.get("In"),
-            stdout=ad.get("Out"),
-            stderr=ad.get("Err"),
-            iwd=ad.get("Iwd"),
-            kill_sig=parse_signal(ad.get("KillSig", "SIGTERM")),
-            vacate_seconds=float(settings.get_int("MachineMaxVacateTime") or 600),
-            polling_interval=float(settings.get_int("CGROUP_POLLING_INTERVAL") or 5),
-            allow_runas_owner=settings.get_bool("STARTER_ALLOW_RUNAS_OWNER", True),
-            slot_user=settings.get_str("SLOT_USER", slot=int(job.slot[4:].split("_")[0])),
-            memory_policy=settings.get_str("CGROUP_MEMORY_LIMIT_POLICY") or "hard",
-            disable_swap=settings.get_bool("DISABLE_SWAP_FOR_JOB", True),
-            pids_max=settings.get_int("EXECD_PIDS_MAX") or None,
-            always_hold_on_oom=settings.get_bool("STARTER_ALWAYS_HOLD_ON_OOM", True),
-            status_path=str(workdir / "status.json"),
-            pid_namespace=settings.get_bool("USE_PID_NAMESPACES"),
-            network_namespace=settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
-            thread_env_vars=settings.get_list("STARTER_NUM_THREADS_ENV_VARS"),
-        )
+        return starter_spec(job.job_id, job.slot, job.ad, facts,
+                            settings=self.daemon.settings, execute=self.daemon.paths.execute,
+                            tree=self.tree, workdir=workdir)
 
     async def _watch(self, job: Job, pidfd: int) -> None:
         """Await the starter's exit on its pidfd: no thread per job, adopted ones too."""
@@ -376,29 +337,6 @@ class JobManager:
         else:
             procwatch.reap(job.handle.pid)  # our child only after a restart in place
         self.finish(job)
-
-    def _listen_for_job_exit(self, job: Job, path: str) -> None:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return  # the starter's exit will say it
-        job.exit_fifo = fd
-        asyncio.get_running_loop().add_reader(fd, self._job_exit_readable, job)
-
-    def _job_exit_readable(self, job: Job) -> None:
-        if job.exit_fifo is None:
-            return
-        try:
-            said = os.read(job.exit_fifo, 64)
-        except BlockingIOError:
-            return
-        except OSError:
-            said = b""
-        asyncio.get_running_loop().remove_reader(job.exit_fifo)
-        os.close(job.exit_fifo)
-        job.exit_fifo = None
-        if said.startswith(b"job_exited"):
-            self.job_exited(job)
 
     def job_exited(self, job: Job) -> None:
         """The starter says the job has exited and it is cleaning up: Busy -> Cleaning."""
@@ -416,7 +354,7 @@ class JobManager:
     def finish(self, job: Job) -> None:
         """The starter is gone: take its durable report, record it, tell the engine."""
         assert job.handle is not None
-        self._job_exit_readable(job)  # said just before it went: that comes first
+        job_exit.take(job, self.job_exited)  # said just before it went: that comes first
         try:
             job.report = job.handle.report()
         except (OSError, ValueError) as exc:
