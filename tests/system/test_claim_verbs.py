@@ -69,6 +69,11 @@ def frozen(node: RunningDaemon, slot: str) -> str:
     return dict(line.split() for line in events.splitlines())["frozen"]
 
 
+def stale(claim_id: str) -> str:
+    """The same claim id but its last secret digit (changed whatever that digit is)."""
+    return claim_id[:-1] + ("1" if claim_id.endswith("0") else "0")
+
+
 def until(predicate: Any, timeout: float = 15) -> None:
     """Poll a kernel file (cgroup.events) for the freezer's answer: nothing to await."""
     deadline = time.monotonic() + timeout
@@ -94,7 +99,7 @@ def test_suspend_and_continue_freeze_and_thaw_the_job(node: RunningDaemon) -> No
         assert slot_state(node, slot) == "Claimed/Suspended"  # but the holder suspended it
         assert c.call("continue", {"claim_id": cid})["state"] == "Claimed/Busy"
         until(lambda: frozen(node, slot) == "0")
-        assert "stale claim id" in refused(c, "suspend", {"claim_id": cid[:-1] + "0"})
+        assert "stale claim id" in refused(c, "suspend", {"claim_id": stale(cid)})
         c.call("release", {"claim_id": cid})
 
 
