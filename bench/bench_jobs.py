@@ -58,6 +58,24 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return (fields[0] + fields[1]) / tick, (fields[2] + fields[3]) / tick
 
 
+def starters_cpu(daemon_pid: int) -> float:
+    """CPU of the reaped starters and jobs: the daemon's children (cold starters) and
+    the starter zygote's (forked starters), with the zygote's own."""
+    total = cpu_seconds(daemon_pid)[1]
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or b"--zygote" not in (entry / "cmdline").read_bytes():
+                continue
+            with open(entry / "stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != daemon_pid:
+                    continue
+            own, children = cpu_seconds(int(entry.name))
+        except (OSError, ValueError):
+            continue
+        total += own + children
+    return total
+
+
 def throughput(sock: Path, clients: int, jobs: int) -> float:
     failures: list[Any] = []
     per = jobs // clients
@@ -154,9 +172,10 @@ def main() -> None:
             print(f"bare fork+exec of /bin/true: {rate_bare:.0f} /s")
             assert node.proc is not None
             for clients in (1, 2, 4, 8):
-                own, children = cpu_seconds(node.proc.pid)
+                own, children = cpu_seconds(node.proc.pid)[0], starters_cpu(node.proc.pid)
                 rate = throughput(sock, clients, args.jobs)
-                own_after, children_after = cpu_seconds(node.proc.pid)
+                own_after = cpu_seconds(node.proc.pid)[0]
+                children_after = starters_cpu(node.proc.pid)
                 daemon_ms = (own_after - own) / args.jobs * 1000
                 starter_ms = (children_after - children) / args.jobs * 1000
                 print(f"/bin/true through one p-slot, {clients} reused claim(s): "

@@ -59,7 +59,9 @@ class CgroupFS:
 
     def children(self, path: Path) -> list[str]:
         try:
-            return sorted(p.name for p in path.iterdir() if p.is_dir())
+            # scandir's d_type says which entries are directories: no stat per file
+            with os.scandir(path) as entries:
+                return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
         except FileNotFoundError:
             return []
         except OSError as exc:

@@ -76,8 +76,15 @@ class Expander:
     ) -> None:
         self.resolve = resolve
         self.env = env
-        # $RANDOM_* spread load across nodes; they are not secrets.
-        self.rng = rng or random.Random()  # noqa: S311
+        # $RANDOM_* spread load across nodes; they are not secrets. Seeding a Random
+        # reads 2.5 KB from the kernel: done when a $RANDOM_ macro needs it, not per lookup.
+        self._rng = rng
+
+    @property
+    def rng(self) -> random.Random:
+        if self._rng is None:
+            self._rng = random.Random()  # noqa: S311
+        return self._rng
 
     def expand(self, text: str, origin: str = "value") -> str:
         budget = _Budget(origin=origin)

@@ -13,6 +13,7 @@ the store after a restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -28,21 +29,22 @@ from execd.cgroups.fs import CgroupFS
 from execd.cgroups.tree import CgroupTree
 from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.classads import new_ad
-from execd.daemon import procwatch
+from execd.daemon import job_exit, procwatch
 from execd.daemon.control import ControlError
 from execd.daemon.matching import Matches
 from execd.daemon.policy_glue import now, slot_facts
+from execd.daemon.starter_spec import starter_spec
 from execd.daemon.store import ClaimRecord, JobRecord, Store, StoreError, carved_json
 from execd.errors import CgroupError, ConfigError, ExecdError, ResourceError
 from execd.hooks import job_hook_runs
 from execd.policy import actions as act
 from execd.policy import commands
-from execd.policy.states import label
+from execd.policy.states import Activity, State, label
 from execd.slots import from_config
 from execd.slots.requests import RequestModifier
 from execd.starter.follow import follow_starter
 from execd.starter.launcher import StarterHandle, launch_starter
-from execd.starter.spec import StarterSpec, parse_signal
+from execd.starter.spec import StarterSpec
 
 if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
@@ -66,6 +68,8 @@ class Job:
     suspended: str | None = None  # by "policy" or by a "command" (SUSPEND_CLAIM)
     evicted: bool = False  # the daemon killed it (JOB_EXIT says evict; before start: never run)
     hooks: job_hook_runs.JobHooks | None = None  # its UPDATE_JOB_INFO/JOB_EXIT hooks
+    exit_fifo: int | None = None  # read end of the starter's job-exit FIFO, while open
+    evicting: str | None = None  # "vacating" or "killing" once a kill signal went out
 
 
 class JobManager:
@@ -122,6 +126,10 @@ class JobManager:
         slot_id = int(target.removeprefix("slot").split("_")[0])
         pslot = slots.partitionable.get(slot_id) if "_" not in target else None
         if pslot is not None:
+            why, actions = engine.carve_refusal(target, ad, moment)
+            self.daemon.execute(actions)
+            if why is not None:
+                raise ControlError("refused", f"claim refused: {why}")
             config = self.daemon.config
             modifier = RequestModifier(from_config.modify_request_exprs(config))
             try:
@@ -297,6 +305,10 @@ class JobManager:
         assert self.tree is not None
         slot = job.slot
         spec = self.spec(job, workdir)
+        if spec.exit_fifo is not None:  # open before the starter can write to it
+            with contextlib.suppress(FileExistsError):
+                os.mkfifo(spec.exit_fifo, 0o600)
+            job_exit.listen(job, spec.exit_fifo, self.job_exited)
         # The starter blocks its control signals once Python is up; until then their
         # default action would kill it. Started with them blocked, it finds them pending.
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, STARTER_SIGNALS)
@@ -347,54 +359,18 @@ class JobManager:
         # seed 002's STARTER_* policy each poll; a broken slot when the starter is gone.
         # Adopted starters (after a restart) are followed as well.
         assert job.handle is not None
+        if job.exit_fifo is None and job.handle.spec.exit_fifo is not None:  # adopted
+            job_exit.listen(job, job.handle.spec.exit_fifo, self.job_exited)
         follow_starter(self.tasks, job, job.handle, job.handle.spec,
                        settings=self.daemon.settings, mark_broken=self.daemon.node.mark_broken)
 
     def spec(self, job: Job, workdir: Path) -> StarterSpec:
-        settings = self.daemon.settings
         assert self.tree is not None
-        ad = job.ad
-        facts = self._facts(job.slot)
-        args = ad.get("Args", ad.get("Arguments", []))
-        if isinstance(args, str):
-            args = args.split()
-        env = ad.get("Env", {})
-        if isinstance(env, str):
-            env = dict(p.split("=", 1) for p in env.split(";") if "=" in p)
-        return StarterSpec(
-            job_id=job.job_id,
-            slot_name=job.slot,
-            cmd=str(ad.get("Cmd", "")),
-            args=[str(a) for a in args],
-            env={str(k): str(v) for k, v in env.items()},
-            owner=str(ad.get("Owner", "nobody")),
-            execute_dir=str(self.daemon.paths.execute),
-            report_path=str(workdir / "report.json"),
-            cgroup_mount=str(self.tree.hierarchy.mount),
-            base_cgroup=str(self.tree.base.relative_to(self.tree.hierarchy.mount)),
-            cpus=float(facts.get("Cpus", 1)),
-            memory_mb=int(facts.get("Memory", 0)),
-            # The d-slot's own GPUs (AssignedGPUs), and only those, are the job's.
-            gpus=[g for g in str(facts.get("AssignedGPUs", "")).replace(" ", "").split(",")
-                  if g],
-            stdin=ad.get("In"),
-            stdout=ad.get("Out"),
-            stderr=ad.get("Err"),
-            iwd=ad.get("Iwd"),
-            kill_sig=parse_signal(ad.get("KillSig", "SIGTERM")),
-            vacate_seconds=float(settings.get_int("MachineMaxVacateTime") or 600),
-            polling_interval=float(settings.get_int("CGROUP_POLLING_INTERVAL") or 5),
-            allow_runas_owner=settings.get_bool("STARTER_ALLOW_RUNAS_OWNER", True),
-            slot_user=settings.get_str("SLOT_USER", slot=int(job.slot[4:].split("_")[0])),
-            memory_policy=settings.get_str("CGROUP_MEMORY_LIMIT_POLICY") or "hard",
-            disable_swap=settings.get_bool("DISABLE_SWAP_FOR_JOB", True),
-            pids_max=settings.get_int("EXECD_PIDS_MAX") or None,
-            always_hold_on_oom=settings.get_bool("STARTER_ALWAYS_HOLD_ON_OOM", True),
-            status_path=str(workdir / "status.json"),
-            pid_namespace=settings.get_bool("USE_PID_NAMESPACES"),
-            network_namespace=settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
-            thread_env_vars=settings.get_list("STARTER_NUM_THREADS_ENV_VARS"),
-        )
+        known = self.daemon.engine.slots.get(job.slot)  # the facts of its last policy pass:
+        facts = known.facts if known is not None else self._facts(job.slot)  # no ad rebuild
+        return starter_spec(job.job_id, job.slot, job.ad, facts,
+                            settings=self.daemon.settings, execute=self.daemon.paths.execute,
+                            tree=self.tree, workdir=workdir)
 
     async def _watch(self, job: Job, pidfd: int) -> None:
         """Await the starter's exit on its pidfd: no thread per job, adopted ones too.
@@ -421,18 +397,33 @@ class JobManager:
                 job.report, time.time() - job.started)}, job.report, evicted=job.evicted)
         self._finished(job)
 
+    def job_exited(self, job: Job) -> None:
+        """The starter says the job has exited and it is cleaning up: Busy -> Cleaning."""
+        slot = self.daemon.engine.slots.get(job.slot)
+        if self.running.get(job.slot) is not job or slot is None \
+                or slot.state is not State.CLAIMED \
+                or slot.activity not in (Activity.BUSY, Activity.RETIRING, Activity.SUSPENDED):
+            return  # being vacated or killed: the starter's exit ends it
+        logger.info("job_exited", slot=job.slot, job=job.job_id)
+        try:
+            self.daemon.execute(self.daemon.engine.job_exited(job.slot, now()))
+        except ExecdError as exc:
+            logger.error("job_exit_not_applied", slot=job.slot, error=str(exc))
+
     def finish(self, job: Job) -> None:
         """The starter is gone: take its durable report, record it, tell the engine."""
         self._read_report(job)
         self._finished(job)
 
-    @staticmethod
-    def _read_report(job: Job) -> None:
+    def _read_report(self, job: Job) -> None:
         assert job.handle is not None
+        job_exit.take(job, self.job_exited)  # said just before it went: that comes first
         try:
             job.report = job.handle.report()
         except (OSError, ValueError) as exc:
             job.report = {"ExitReason": "no_report", "Error": str(exc)}
+        if job.report.get("SlotBrokenReason"):  # before the engine may delete the d-slot
+            self.daemon.node.mark_broken(job.slot, str(job.report["SlotBrokenReason"]))
 
     def _finished(self, job: Job) -> None:
         """Record the outcome (memory and store) and tell the engine the starter is gone."""
@@ -475,6 +466,10 @@ class JobManager:
                 act.KillStarterFamily: handle.kill_family,
             }[type(action)]()
             logger.info("starter_signalled", slot=action.slot, action=type(action).__name__)
+            if isinstance(action, act.SoftKill | act.HardKill | act.KillStarterFamily) \
+                    and job is not None:
+                self._record_eviction(job, "vacating" if isinstance(action, act.SoftKill)
+                                      else "killing")
             if isinstance(action, act.Suspend | act.Continue) and job is not None:
                 self._record_suspension(job, isinstance(action, act.Suspend))
         elif isinstance(action, act.HoldJob):
@@ -491,6 +486,18 @@ class JobManager:
             return False
         return True
 
+    def _record_eviction(self, job: Job, how: str) -> None:
+        """A restarted daemon must go on evicting it (Preempting), not find it Busy."""
+        slot = self.daemon.engine.slots.get(job.slot)
+        if slot is None or slot.state is not State.PREEMPTING \
+                or job.evicting in (how, "killing"):
+            return
+        job.evicting = how
+        try:
+            self.store.set_evicting(job.job_id, how)
+        except StoreError as exc:
+            logger.error("eviction_not_stored", job=job.job_id, error=str(exc))
+
     def _record_suspension(self, job: Job, suspended: bool) -> None:
         """A restarted daemon must find a frozen job Suspended, and know who froze it."""
         slot = self.daemon.engine.slots.get(job.slot)
@@ -503,7 +510,12 @@ class JobManager:
     def delete_dynamic(self, name: str) -> None:
         parent_id, _, sub = name.removeprefix("slot").partition("_")
         pslot = self.daemon.node.slots.partitionable.get(int(parent_id))
-        if pslot is not None and sub.isdigit():
+        broken = self.daemon.node.broken.get(name)
+        if broken is not None:
+            # As HTCondor's CONTINUE_TO_ADVERTISE_BROKEN_DYNAMIC_SLOTS: its resources stay
+            # out of the p-slot (a process there could not be killed) and its ad is kept.
+            logger.warning("broken_dynamic_slot_kept", slot=name, reason=broken)
+        elif pslot is not None and sub.isdigit():
             pslot.release(int(sub))
         self.daemon.engine.slots.pop(name, None)
         for slot, claim in list(self.claims.values()):

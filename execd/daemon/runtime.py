@@ -180,6 +180,8 @@ class Daemon:
             name = str(ad["Name"]).split("@")[0]
             if name in self.engine.slots:
                 ad.update(self.engine.attributes(name, moment))
+            elif "SlotBrokenReason" in ad:  # a broken d-slot kept out of use
+                ad.update(State="Owner", Activity="Idle", Start=False, Requirements=False)
         return ads
 
     def execute(self, actions: list[Any]) -> None:
@@ -438,8 +440,11 @@ class Daemon:
 
         After a shutdown request it goes on until no job is left (the engine retires,
         vacates or kills them as the shutdown mode says), unless restarting in place."""
+        sample_due = 0.0
         while self.stopping is None or (self.jobs.running and self.stopping != "restart"):
-            self.node.refresh_load(time.time(), self.job_cpu_usage())
+            if time.monotonic() >= sample_due:  # load and idle times: sampled once a poll,
+                self.node.refresh_load(time.time(), self.job_cpu_usage())  # not on every event
+                sample_due = time.monotonic() + self.engine.config.number("POLLING_INTERVAL")
             try:
                 self.evaluate()
             except Exception as exc:  # a policy bug is logged, never fatal to the daemon

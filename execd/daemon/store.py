@@ -25,7 +25,7 @@ from execd.errors import ExecdError
 from execd.slots.layout import Assigned
 from execd.slots.partitionable import DynamicSlot
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: jobs.evicting
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS claims (
@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished REAL,                    -- wall time; NULL while it runs
     report TEXT,                      -- JSON: the starter's report
     hold_reason TEXT,
-    suspended TEXT                    -- NULL, or who suspended it: 'policy' or 'command'
+    suspended TEXT,                   -- NULL, or who suspended it: 'policy' or 'command'
+    evicting TEXT                     -- NULL, or 'vacating' / 'killing': being evicted
 );
 CREATE TABLE IF NOT EXISTS drain (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -98,6 +99,7 @@ class JobRecord:
     report: dict[str, Any] | None = None
     hold_reason: str | None = None
     suspended: str | None = None
+    evicting: str | None = None  # 'vacating' or 'killing': a restart goes on evicting it
 
 
 def carved_json(carved: DynamicSlot) -> dict[str, Any]:
@@ -147,6 +149,11 @@ class Store:
         row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         if row is None:
             self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) == 1:  # execd before jobs.evicting: add it (NULL: not evicting)
+            with self._tx():
+                self.db.execute("ALTER TABLE jobs ADD COLUMN evicting TEXT")
+                self.db.execute("UPDATE meta SET value=? WHERE key='schema'",
+                                (str(SCHEMA_VERSION),))
         elif int(row[0]) != SCHEMA_VERSION:
             raise StoreError(f"state store {self.path} has schema {row[0]}, "
                              f"execd knows {SCHEMA_VERSION}")
@@ -190,14 +197,19 @@ class Store:
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                 (sequence[0], str(sequence[1])))
             self.db.execute(
-                "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (job.job_id, job.slot, job.session_id, _json(job.ad), _json(job.spec),
                  job.starter_pid, job.starter_start, job.cgroup, job.sandbox, job.started,
-                 job.finished, _json(job.report), job.hold_reason, job.suspended))
+                 job.finished, _json(job.report), job.hold_reason, job.suspended,
+                 job.evicting))
 
     def set_suspended(self, job_id: str, by: str | None) -> None:
         with self._tx():
             self.db.execute("UPDATE jobs SET suspended=? WHERE job_id=?", (by, job_id))
+
+    def set_evicting(self, job_id: str, how: str) -> None:
+        with self._tx():
+            self.db.execute("UPDATE jobs SET evicting=? WHERE job_id=?", (how, job_id))
 
     def finish_job(self, job_id: str, finished: float, report: dict[str, Any],
                    hold_reason: str | None) -> None:
@@ -213,7 +225,7 @@ class Store:
     def jobs(self) -> list[JobRecord]:
         rows = self.db.execute("SELECT * FROM jobs ORDER BY started").fetchall()
         return [JobRecord(r[0], r[1], r[2], _load(r[3]), _load(r[4]), r[5], r[6], r[7], r[8],
-                          r[9], r[10], _load(r[11]), r[12], r[13]) for r in rows]
+                          r[9], r[10], _load(r[11]), r[12], r[13], r[14]) for r in rows]
 
     # -- drain ----------------------------------------------------------------------
     def set_drain(self, how: str, reason: str, resume: bool) -> None:

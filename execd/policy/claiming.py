@@ -84,6 +84,23 @@ def request_claim(engine: PolicyEngine, slot: Slot, claim_id: ClaimId, request_a
     return False, out
 
 
+def carve_refusal(engine: PolicyEngine, pslot: Slot, request_ad: Any, now: Now
+                  ) -> tuple[str | None, Actions]:
+    """Why a claim may not carve a d-slot from partitionable slot ``pslot`` (None: it may).
+
+    The p-slot is what was matched: it must be accepting claims (Unclaimed, or Matched
+    to this request) and its START true for the request. A p-slot in Owner, Backfill,
+    Drained or Preempting carves nothing.
+    """
+    out: Actions = []
+    if pslot.state not in (S.UNCLAIMED, S.MATCHED):
+        return f"{pslot.name} is {label(pslot.state, pslot.activity)}", out
+    my = engine.machine_ad(pslot, now)
+    if not engine._true(pslot, "START", my, as_ad(request_ad), out):
+        return f"{pslot.name}: START is not true", out
+    return None, out
+
+
 def alive(slot: Slot, now: Now, claim_id: ClaimId | None) -> None:
     """A keep-alive renews the claim it names (every claim on the slot when none is named)."""
     for claim in (slot.claim, slot.preempting_claim):

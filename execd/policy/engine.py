@@ -184,6 +184,10 @@ class PolicyEngine:
         return claiming.request_claim(self, self.slot(name), claim_id, request_ad, now,
                                       alive_interval=alive_interval)
 
+    def carve_refusal(self, name: str, request_ad: Any, now: Now) -> tuple[str | None, Actions]:
+        """Why a claim may not carve a d-slot from partitionable slot NAME (None: it may)."""
+        return claiming.carve_refusal(self, self.slot(name), request_ad, now)
+
     def alive(self, name: str, now: Now, claim_id: ClaimId | None = None) -> Actions:
         claiming.alive(self.slot(name), now, claim_id)
         return []

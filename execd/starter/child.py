@@ -116,7 +116,7 @@ def _be_pid_namespace_init(
 
 def become_job(
     *,
-    procs_file: str,
+    procs_file: str | None,
     user: JobUser,
     iwd: str,
     stdio: tuple[str | None, str | None, str | None],
@@ -130,10 +130,12 @@ def become_job(
     """Never returns: execs the job, or reports the failure on error_fd and exits 127.
 
     `status_fd` set: this process is pid 1 of a new PID namespace (see module doc).
+    `procs_file` None: it was born in the job's cgroup (execd/starter/clone.py).
     """
     try:
-        with open(procs_file, "w") as f:
-            f.write(str(os.getpid()))
+        if procs_file is not None:
+            with open(procs_file, "w") as f:
+                f.write(str(os.getpid()))
         os.setsid()
         job = JobExec(user, iwd, stdio, argv, env, network_namespace)
         if status_fd is not None:

@@ -24,6 +24,7 @@ from execd.cgroups.tree import CgroupTree, JobCgroup, Usage
 from execd.errors import CgroupError, ExecdError
 from execd.starter import report as rpt
 from execd.starter.child import become_job
+from execd.starter.clone import fork_into_cgroup
 from execd.starter.sandbox import (
     disk_usage_kb,
     job_environment,
@@ -103,12 +104,17 @@ class Starter:
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
         init_status_w = self.enter_pid_namespace()
         self.started = time.monotonic()
-        pid = os.fork()
+        # Born in its cgroup where the kernel can (not with a PID namespace: unshare made
+        # the next fork() its init); else forked, and it moves itself there.
+        pid = None if init_status_w is not None else fork_into_cgroup(str(self.cgroup.leaf))
+        in_cgroup = pid is not None
+        if pid is None:
+            pid = os.fork()
         if pid == 0:
             os.close(read_fd)
             signal.pthread_sigmask(signal.SIG_SETMASK, set())
             become_job(
-                procs_file=str(self.cgroup.procs_file),
+                procs_file=None if in_cgroup else str(self.cgroup.procs_file),
                 user=user,
                 iwd=iwd,
                 stdio=(spec.stdin, spec.stdout, spec.stderr),
@@ -295,6 +301,24 @@ class Starter:
             self.hard_kill()
 
     # -- the end -------------------------------------------------------------
+    def announce_exit(self) -> None:
+        """Tell the daemon the job has exited before cleaning up (its slot goes Cleaning).
+
+        Best effort: with no daemon reading (restarting), the starter's exit says it.
+        """
+        if self.spec.exit_fifo is None:
+            return
+        try:
+            fd = os.open(self.spec.exit_fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            os.write(fd, b"job_exited\n")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
     def finish(self) -> None:
         spec = self.spec
         wall = time.monotonic() - self.started
@@ -375,6 +399,7 @@ def main(argv: list[str]) -> int:
         starter.start()
         if starter.exit_reason != "spawn_failed":
             starter.watch()
+        starter.announce_exit()
         starter.finish()
     except (ExecdError, OSError) as exc:
         event("starter_failed", job=spec.job_id, error=repr(str(exc)))

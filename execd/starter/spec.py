@@ -81,6 +81,9 @@ class StarterSpec(NamedTuple):
     # Where the starter leaves its latest measurements every polling interval, for the
     # daemon's starter policy (seed 002) and the UPDATE_JOB_INFO hook. None: not written.
     status_path: str | None = None
+    # A FIFO the daemon reads: one line the moment the job has exited, while the starter
+    # still cleans up (the slot's Busy -> Cleaning). None: the starter's exit says it.
+    exit_fifo: str | None = None
     pid_namespace: bool = False  # USE_PID_NAMESPACES
     network_namespace: bool = False  # EXECD_JOB_NETWORK_NAMESPACE: loopback only
     thread_env_vars: list[str] = THREAD_ENV_VARS
@@ -130,6 +133,7 @@ class StarterSpec(NamedTuple):
             cpu_max_cpus=_opt(d, "cpu_max_cpus", float, None),
             always_hold_on_oom=_opt(d, "always_hold_on_oom", bool, True),
             status_path=_opt(d, "status_path", str, None),
+            exit_fifo=_opt(d, "exit_fifo", str, None),
             pid_namespace=_opt(d, "pid_namespace", bool, False),
             network_namespace=_opt(d, "network_namespace", bool, False),
             thread_env_vars=_opt(d, "thread_env_vars", list, THREAD_ENV_VARS),

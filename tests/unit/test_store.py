@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import stat
 from pathlib import Path
 
 import pytest
 
-from execd.daemon.store import ClaimRecord, JobRecord, Store, StoreError
+from execd.daemon.store import SCHEMA, ClaimRecord, JobRecord, Store, StoreError
 
 SECRET = "ab" * 32
 
@@ -71,8 +72,29 @@ def test_a_store_from_another_schema_is_refused_naming_both(tmp_path: Path) -> N
     db.execute("UPDATE meta SET value='99' WHERE key='schema'")
     db.commit()
     db.close()
-    with pytest.raises(StoreError, match="schema 99, execd knows 1"):
+    with pytest.raises(StoreError, match="schema 99, execd knows 2"):
         Store(tmp_path / "state.db")
+
+
+def test_a_store_of_schema_1_gains_the_eviction_column_and_keeps_its_jobs(
+        tmp_path: Path) -> None:
+    # the tables as execd with schema 1 made them: no jobs.evicting
+    v1 = re.sub(r"TEXT,(\s+-- NULL, or who suspended[^\n]*)\n\s+evicting TEXT[^\n]*\n",
+                r"TEXT\1\n", SCHEMA)
+    assert "evicting" not in v1
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.executescript(v1)
+    db.execute("INSERT INTO meta VALUES ('schema', '1')")
+    db.execute("INSERT INTO jobs VALUES ('1.1','slot1_1','s','{}','{}',1,2,'c','d',5.0,"
+               "NULL,NULL,NULL,NULL)")
+    db.commit()
+    db.close()
+    again = Store(tmp_path / "state.db")
+    (record,) = again.jobs()
+    assert (record.job_id, record.evicting) == ("1.1", None)
+    again.set_evicting("1.1", "vacating")
+    again.close()
+    assert Store(tmp_path / "state.db").jobs()[0].evicting == "vacating"
 
 
 def test_an_unwritable_store_is_a_clear_error(tmp_path: Path) -> None:

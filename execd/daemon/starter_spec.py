@@ -1,0 +1,62 @@
+"""The starter's spec for one job: what the job ad, its slot and the config ask for.
+
+The contract between the daemon and a starter (execd/starter/spec.py): the job's command,
+user, files and environment from its ad; its resources from its slot (the d-slot's own
+GPUs, and only those); limits and policies from the config; where the starter writes its
+report, status and job-exit notice (the job's directory in SPOOL).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from execd.cgroups.tree import CgroupTree
+from execd.config.settings import Settings
+from execd.starter.spec import StarterSpec, parse_signal
+
+
+def starter_spec(job_id: str, slot: str, ad: dict[str, Any], facts: dict[str, Any], *,
+                 settings: Settings, execute: Path, tree: CgroupTree, workdir: Path
+                 ) -> StarterSpec:
+    args = ad.get("Args", ad.get("Arguments", []))
+    if isinstance(args, str):
+        args = args.split()
+    env = ad.get("Env", {})
+    if isinstance(env, str):
+        env = dict(p.split("=", 1) for p in env.split(";") if "=" in p)
+    return StarterSpec(
+        job_id=job_id,
+        slot_name=slot,
+        cmd=str(ad.get("Cmd", "")),
+        args=[str(a) for a in args],
+        env={str(k): str(v) for k, v in env.items()},
+        owner=str(ad.get("Owner", "nobody")),
+        execute_dir=str(execute),
+        report_path=str(workdir / "report.json"),
+        exit_fifo=str(workdir / "job_exited"),
+        cgroup_mount=str(tree.hierarchy.mount),
+        base_cgroup=str(tree.base.relative_to(tree.hierarchy.mount)),
+        cpus=float(facts.get("Cpus", 1)),
+        memory_mb=int(facts.get("Memory", 0)),
+        # The d-slot's own GPUs (AssignedGPUs), and only those, are the job's.
+        gpus=[g for g in str(facts.get("AssignedGPUs", "")).replace(" ", "").split(",")
+              if g],
+        stdin=ad.get("In"),
+        stdout=ad.get("Out"),
+        stderr=ad.get("Err"),
+        iwd=ad.get("Iwd"),
+        kill_sig=parse_signal(ad.get("KillSig", "SIGTERM")),
+        vacate_seconds=float(settings.get_int("MachineMaxVacateTime") or 600),
+        polling_interval=float(settings.get_int("CGROUP_POLLING_INTERVAL") or 5),
+        allow_runas_owner=settings.get_bool("STARTER_ALLOW_RUNAS_OWNER", True),
+        slot_user=settings.get_str("SLOT_USER", slot=int(slot[4:].partition("_")[0])),
+        memory_policy=settings.get_str("CGROUP_MEMORY_LIMIT_POLICY") or "hard",
+        disable_swap=settings.get_bool("DISABLE_SWAP_FOR_JOB", True),
+        pids_max=settings.get_int("EXECD_PIDS_MAX") or None,
+        always_hold_on_oom=settings.get_bool("STARTER_ALWAYS_HOLD_ON_OOM", True),
+        status_path=str(workdir / "status.json"),
+        pid_namespace=settings.get_bool("USE_PID_NAMESPACES"),
+        network_namespace=settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
+        thread_env_vars=settings.get_list("STARTER_NUM_THREADS_ENV_VARS"),
+    )

@@ -1,0 +1,79 @@
+"""A d-slot whose job left processes that could not be killed (SlotBrokenReason) keeps
+its resources out of the partitionable slot and is still advertised, as HTCondor 25 does
+with CONTINUE_TO_ADVERTISE_BROKEN_DYNAMIC_SLOTS; a healthy d-slot gives them back.
+
+The daemon is built as `execd run` builds it, without its cgroup tree (no job runs here:
+the broken reason is what a starter's report carries)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from execd.daemon.backfill import BackfillClient
+from execd.daemon.control import ControlError
+from execd.daemon.jobs import JobManager
+from execd.daemon.node import Node, Paths
+from execd.daemon.policy_glue import now, policy_config, slot_facts
+from execd.daemon.runtime import Daemon
+from execd.policy.engine import PolicyEngine
+
+JOB = {"Cmd": "/bin/true", "RequestCpus": 1, "RequestMemory": 256}
+
+
+def daemon_without_cgroups(tmp_path: Path) -> Daemon:
+    config = tmp_path / "execd_config"
+    config.write_text(f"LOCAL_DIR = {tmp_path}/state\nEXECD_LOG = {tmp_path}/log\n"
+                      "NUM_CPUS = 4\nMEMORY = 1024\nuse FEATURE : PartitionableSlot\n")
+    daemon = Daemon(config)
+    daemon.config, daemon.settings = daemon._read_config()
+    daemon.paths = Paths.from_settings(daemon.settings)
+    daemon.paths.create()
+    daemon.node = Node.build(daemon.config, daemon.settings)
+    daemon.engine = PolicyEngine(policy_config(daemon.settings))
+    daemon.backfill = BackfillClient(None, lambda: None)
+    daemon.jobs = JobManager(daemon)
+    moment = now()
+    for ad in daemon.node.ads():
+        daemon.execute(daemon.engine.add_slot(str(ad["Name"]).split("@")[0], slot_facts(ad),
+                                              moment))
+    daemon.evaluate()  # Owner -> Unclaimed
+    return daemon
+
+
+def ads(daemon: Daemon) -> dict[str, Any]:
+    return {str(ad["Name"]).split("@")[0]: ad for ad in daemon.ads()}
+
+
+def claim_then_release(daemon: Daemon, broken: str | None) -> str:
+    granted = daemon.jobs.request_claim("slot1", JOB)
+    if broken is not None:
+        daemon.node.mark_broken(granted["slot"], broken)
+    daemon.jobs.release(granted["claim_id"])
+    for _ in range(3):  # Preempting -> Owner -> Unclaimed -> deleted, a pass at a time
+        daemon.evaluate()
+    return str(granted["slot"])
+
+
+def test_a_broken_dslot_keeps_its_resources_out_of_use_and_is_advertised(
+        tmp_path: Path) -> None:
+    async def scenario() -> None:
+        daemon = daemon_without_cgroups(tmp_path)
+        healthy = claim_then_release(daemon, None)
+        assert healthy not in ads(daemon) and ads(daemon)["slot1"]["Cpus"] == 4
+        broken = claim_then_release(daemon, "1 process could not be killed")
+        assert broken not in daemon.engine.slots  # no policy runs on it any more
+        seen = ads(daemon)
+        assert seen[broken]["SlotBrokenReason"] == "1 process could not be killed"
+        assert (seen[broken]["State"], seen[broken]["Cpus"], seen[broken]["Start"]) == \
+            ("Owner", 1, False)
+        assert seen["slot1"]["Cpus"] == 3  # its CPU is not offered again
+        with pytest.raises(ControlError, match="3 Cpus are left"):
+            daemon.jobs.request_claim("slot1", {**JOB, "RequestCpus": 4})
+        assert daemon.jobs.request_claim("slot1", {**JOB, "RequestCpus": 3})["slot"] != broken
+        daemon.jobs.store.close()
+
+    asyncio.run(scenario())  # the daemon's parts expect a running loop
