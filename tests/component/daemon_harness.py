@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +104,32 @@ class RunningDaemon:
             self.proc.communicate()
         self.remove_cgroup()
         return self.proc.returncode
+
+
+@contextlib.contextmanager
+def public_dir(prefix: str) -> Iterator[Path]:
+    """A fresh directory others may enter: jobs and hooks run as `nobody`, and pytest's
+    tmp_path lies inside a directory only root may enter."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        path = Path(tmp)
+        path.chmod(0o755)
+        yield path
+
+
+@contextlib.contextmanager
+def running_daemon(extra_config: str, prefix: str = "execd-node-") -> Iterator[RunningDaemon]:
+    """A started daemon in its own public directory; stopped fast (SIGQUIT) afterwards."""
+    with public_dir(prefix) as root:
+        daemon = RunningDaemon(root, extra_config).start()
+        try:
+            yield daemon
+        finally:
+            daemon.stop(signal.SIGQUIT)
+
+
+def write_script(directory: Path, name: str, body: str) -> Path:
+    """An executable /bin/sh script (a hook, a job) in `directory`."""
+    path = directory / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path

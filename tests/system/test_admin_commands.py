@@ -11,23 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.component.daemon_harness import REPO, RunningDaemon
+from tests.component.daemon_harness import REPO, RunningDaemon, running_daemon
 
 LONG_JOB = "trap 'echo got TERM; exit 3' TERM; echo started; while :; do sleep 0.1; done"
 
 
 @pytest.fixture
 def node() -> Iterator[RunningDaemon]:
-    with tempfile.TemporaryDirectory(prefix="execd-node-") as tmp:
-        root = Path(tmp)
-        root.chmod(0o755)
-        daemon = RunningDaemon(
-            root, "NUM_CPUS = 2\nMAXJOBRETIREMENTTIME = 0\nMachineMaxVacateTime = 5\n"
-        ).start()
-        try:
-            yield daemon
-        finally:
-            daemon.stop(signal.SIGQUIT)
+    with running_daemon(
+        "NUM_CPUS = 2\nMAXJOBRETIREMENTTIME = 0\nMachineMaxVacateTime = 5\n",
+        prefix="execd-node-",
+    ) as daemon:
+        yield daemon
 
 
 def start_job(node: RunningDaemon) -> subprocess.Popen[str]:

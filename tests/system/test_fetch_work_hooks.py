@@ -9,9 +9,7 @@ are invoked in that order (each hook appends a line to a trail file).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -19,27 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.component.daemon_harness import RunningDaemon
+from tests.component.daemon_harness import RunningDaemon, public_dir, write_script
 
 KEYWORD = "FETCHTEST"
 
 
 @pytest.fixture
 def hookdir() -> Iterator[Path]:
-    # pytest's tmp_path is inside a root-only directory: nobody could not reach it
-    path = Path(tempfile.mkdtemp(prefix="execd-test-fetch-"))
-    path.chmod(0o755)
-    try:
+    with public_dir("execd-test-fetch-") as path:
         yield path
-    finally:
-        shutil.rmtree(path)
 
 
 def hook(hookdir: Path, name: str, body: str) -> Path:
-    path = hookdir / name
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(0o755)
-    return path
+    return write_script(hookdir, name, body)
 
 
 def setup_hooks(hookdir: Path, job_ad: str) -> tuple[Path, str]:

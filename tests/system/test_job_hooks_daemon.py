@@ -6,37 +6,27 @@ to a file, so the order and the arguments are what the test reads back.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.component.daemon_harness import REPO, RunningDaemon
+from tests.component.daemon_harness import REPO, RunningDaemon, public_dir, write_script
 
 NOBODY = 65534
 
 
 @pytest.fixture
 def hookdir() -> Iterator[Path]:
-    # pytest's tmp_path is inside a root-only directory: nobody could not exec the hooks
-    path = Path(tempfile.mkdtemp(prefix="execd-test-hooks-"))
-    path.chmod(0o755)
-    try:
+    with public_dir("execd-test-hooks-") as path:
         yield path
-    finally:
-        shutil.rmtree(path)
 
 
 def hook(hookdir: Path, name: str, body: str) -> Path:
-    path = hookdir / name
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(0o755)
-    return path
+    return write_script(hookdir, name, body)
 
 
 def record(hookdir: Path) -> Path:

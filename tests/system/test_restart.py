@@ -24,7 +24,7 @@ import pytest
 from execd.cli.job import exit_status
 from execd.daemon.client import ControlClient
 from execd.daemon.control import ControlError
-from tests.component.daemon_harness import REPO, RunningDaemon
+from tests.component.daemon_harness import REPO, RunningDaemon, running_daemon
 
 JOBS = 20
 ENDED_MEANWHILE = range(0, 8)  # released while no daemon runs
@@ -33,17 +33,11 @@ KILLED_BY_SIGNAL = (5, 15)  # these end by SIGKILL from within, not by exit
 
 @pytest.fixture
 def node() -> Iterator[RunningDaemon]:
-    with tempfile.TemporaryDirectory(prefix="execd-restart-") as tmp:
-        root = Path(tmp)
-        root.chmod(0o755)
-        daemon = RunningDaemon(
-            root,
-            "NUM_CPUS = 24\nMEMORY = 4096\nMAXJOBRETIREMENTTIME = 0\nMachineMaxVacateTime = 5\n",
-        ).start()
-        try:
-            yield daemon
-        finally:
-            daemon.stop(signal.SIGQUIT)
+    with running_daemon(
+        "NUM_CPUS = 24\nMEMORY = 4096\nMAXJOBRETIREMENTTIME = 0\nMachineMaxVacateTime = 5\n",
+        prefix="execd-restart-",
+    ) as daemon:
+        yield daemon
 
 
 def socket_path(node: RunningDaemon) -> Path:

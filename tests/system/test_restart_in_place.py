@@ -13,21 +13,16 @@ from pathlib import Path
 import pytest
 
 from execd.daemon.client import ControlClient
-from tests.component.daemon_harness import REPO, RunningDaemon
+from tests.component.daemon_harness import REPO, RunningDaemon, running_daemon
 
 
 @pytest.fixture
 def node() -> Iterator[RunningDaemon]:
-    with tempfile.TemporaryDirectory(prefix="execd-usr2-") as tmp:
-        root = Path(tmp)
-        root.chmod(0o755)
-        daemon = RunningDaemon(
-            root, "NUM_CPUS = 2\nMEMORY = 2048\nMAXJOBRETIREMENTTIME = 0\n"
-            "MachineMaxVacateTime = 5\n").start()
-        try:
-            yield daemon
-        finally:
-            daemon.stop(signal.SIGQUIT)
+    with running_daemon(
+        "NUM_CPUS = 2\nMEMORY = 2048\nMAXJOBRETIREMENTTIME = 0\nMachineMaxVacateTime = 5\n",
+        prefix="execd-usr2-",
+    ) as daemon:
+        yield daemon
 
 
 @pytest.fixture

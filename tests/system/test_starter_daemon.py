@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import signal
 import subprocess
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.component.daemon_harness import RunningDaemon
+from tests.component.daemon_harness import RunningDaemon, running_daemon
 
 LOOPBACK_CHECK = (
     "import os, socket\n"
@@ -25,21 +22,15 @@ LOOPBACK_CHECK = (
 
 @pytest.fixture
 def node() -> Iterator[RunningDaemon]:
-    with tempfile.TemporaryDirectory(prefix="execd-node-") as tmp:
-        root = Path(tmp)
-        root.chmod(0o755)
-        daemon = RunningDaemon(
-            root,
-            "NUM_CPUS = 2\nMEMORY = 2048\nMAXJOBRETIREMENTTIME = 0\nMachineMaxVacateTime = 5\n"
-            "MACHINE_RESOURCE_GPUs = GPU-aa11, GPU-bb22\n"
-            "USE_PID_NAMESPACES = true\nEXECD_JOB_NETWORK_NAMESPACE = true\n"
-            "CGROUP_POLLING_INTERVAL = 1\n"
-            "STARTER_EVICT = NumProcesses > 5 && JobState == \"Running\"\n",
-        ).start()
-        try:
-            yield daemon
-        finally:
-            daemon.stop(signal.SIGQUIT)
+    with running_daemon(
+        "NUM_CPUS = 2\nMEMORY = 2048\nMAXJOBRETIREMENTTIME = 0\nMachineMaxVacateTime = 5\n"
+        "MACHINE_RESOURCE_GPUs = GPU-aa11, GPU-bb22\n"
+        "USE_PID_NAMESPACES = true\nEXECD_JOB_NETWORK_NAMESPACE = true\n"
+        "CGROUP_POLLING_INTERVAL = 1\n"
+        "STARTER_EVICT = NumProcesses > 5 && JobState == \"Running\"\n",
+        prefix="execd-node-",
+    ) as daemon:
+        yield daemon
 
 
 def job(node: RunningDaemon, *args: str) -> subprocess.CompletedProcess[str]:
