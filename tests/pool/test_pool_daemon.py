@@ -41,19 +41,29 @@ class PoolNode(RunningDaemon):
         assert done.returncode == 0, done.stderr
         return {ad["Name"]: ad for ad in json.loads(done.stdout)}
 
+    joined: dict[str, Any]
+
     def address(self) -> str:
-        return str(self.wait_for("pool_joined")["address"])
+        return str(self.joined["address"])
 
     def port(self) -> int:
         return int(self.address().split(":")[1].split("?")[0].rstrip(">"))
 
 
+def pool_knob(pool: harness.Pool, name: str) -> str:
+    return pool.tool("condor_config_val", name).check().stdout.strip()
+
+
 def start_node(pool: harness.Pool, root: Path, extra: str = "") -> PoolNode:
+    """execd joined to the pool; it shares the pool's domains (one host, one passwd)."""
     root.chmod(0o755)
-    node = PoolNode(root, f"COLLECTOR_HOST = {pool.collector}\nUPDATE_INTERVAL = 2\n"
+    domains = "".join(f"{knob} = {pool_knob(pool, knob)}\n"
+                      for knob in ("UID_DOMAIN", "FILESYSTEM_DOMAIN"))
+    node = PoolNode(root, f"COLLECTOR_HOST = {pool.collector}\nUPDATE_INTERVAL = 2\n" + domains +
                           "NUM_CPUS = 2\nMEMORY = 1024\nEXECD_COMMAND_ADDRESS = 127.0.0.1:0\n"
                           + extra)  # fmt: skip
     node.start()
+    node.joined = node.wait_for("pool_joined")
     return node
 
 
@@ -74,7 +84,6 @@ def pool_slots(pool: harness.Pool) -> dict[str, dict[str, Any]]:
 
 def test_condor_status_lists_execds_slots_as_execd_shows_them(pool: harness.Pool,
                                                               node: PoolNode) -> None:
-    node.wait_for("pool_joined")
     listed = harness.wait_for("execd's slot in condor_status", lambda: pool_slots(pool), WAIT_S)
     mine = node.slots()
     assert set(listed) == set(mine)
@@ -105,11 +114,12 @@ def test_garbage_on_the_command_port_is_dropped_and_logged(pool: harness.Pool,
                                                            node: PoolNode) -> None:
     port = node.port()
     with socket.create_connection(("127.0.0.1", port)) as bad:
-        bad.sendall(b"\x00\x00\x00\x00\x10GET / HTTP/1.0\r\n\r\n")
+        bad.sendall(b"GET / HTTP/1.0\r\n\r\n")  # 'G' is no packet's end flag
         bad.shutdown(socket.SHUT_WR)
         assert bad.recv(100) == b""  # execd closed it
     dropped = node.wait_for("wire_connection_dropped")
-    assert dropped["peer"].startswith("127.0.0.1:") and dropped["reason"]
+    assert dropped["peer"].startswith("127.0.0.1:")
+    assert "end flag" in dropped["reason"], dropped
     # the daemon goes on: the pool's own client is served on the same port
     ping = pool.tool("condor_ping", "-addr", node.address(), "-table", "READ")
     assert "READ" in ping.stdout + ping.stderr
