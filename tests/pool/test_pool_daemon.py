@@ -124,3 +124,102 @@ def test_garbage_on_the_command_port_is_dropped_and_logged(pool: harness.Pool,
     ping = pool.tool("condor_ping", "-addr", node.address(), "-table", "READ")
     assert "READ" in ping.stdout + ping.stderr
     assert node.proc is not None and node.proc.poll() is None
+
+
+def wait_pool(pool: harness.Pool, what: str, probe: Any) -> Any:
+    return harness.wait_for(what, lambda: probe(pool_slots(pool)), WAIT_S, 0.2)
+
+
+def test_real_negotiator_claims_a_dynamic_slot(pool: harness.Pool, node: PoolNode) -> None:
+    wait_pool(pool, "execd's slot", lambda s: s)
+    job = pool.submit(SLEEP_JOB)
+    try:
+        claimed = node.wait_for("pool_claimed", timeout=WAIT_S)
+        assert claimed["slot"] == "slot1_1" and "sock=schedd" in claimed["schedd"]
+        assert claimed["claim"] == "<redacted>"  # claim ids never reach the log
+        node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Idle")
+        # the schedd activates the claim; execd starts it through the policy engine
+        node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Busy", timeout=WAIT_S)
+        node.wait_for("pool_activated", slot="slot1_1")
+        # the reply's leftover: the partitionable slot kept what the d-slot did not take
+        slots = wait_pool(pool, "the d-slot in condor_status", lambda s: len(s) == 2 and s)
+        (dslot,) = [ad for ad in slots.values() if ad["SlotType"] == "Dynamic"]
+        (pslot,) = [ad for ad in slots.values() if ad["SlotType"] == "Partitionable"]
+        assert dslot["Name"].startswith("slot1_1@") and dslot["Cpus"] == 1
+        assert pslot["Cpus"] == 1
+        log = pool.daemon_log("SchedLog")
+        assert "slot1_1@" in log
+    finally:
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER).check()
+    # the schedd releases the claim; the d-slot goes, in execd and in the collector
+    node.wait_for("dynamic_slot_deleted", slot="slot1_1", timeout=WAIT_S)
+    wait_pool(pool, "the d-slot gone", lambda s: len(s) == 1)
+    assert not [e for e in node.events() if e["event"] == "pool_claim_refused"]
+
+
+def chroot_condor_identity(pool: harness.Pool) -> str:
+    """The name this host's passwd gives the chroot's condor uid (its tools' FS identity)."""
+    import pwd  # noqa: PLC0415
+
+    uid = int(pool.tool("id", "-u", "condor").check().stdout)
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+@pytest.fixture
+def admin_node(pool: harness.Pool) -> Iterator[PoolNode]:
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        admins = f"EXECD_POOL_ADMINISTRATORS = {chroot_condor_identity(pool)}@*\n"
+        started = start_node(pool, Path(tmp), admins)
+        try:
+            yield started
+        finally:
+            started.stop(signal.SIGQUIT)
+            harness.wait_for("execd's slots gone", lambda: not pool.status("-slots"), 30, 0.2)
+
+
+def test_condor_drain_and_cancel_from_an_administrator_only(pool: harness.Pool,
+                                                            admin_node: PoolNode) -> None:
+    (name,) = wait_pool(pool, "execd's slot", lambda s: s)
+    refused = pool.tool("condor_drain", name, user=harness.SUBMITTER)
+    assert refused.returncode != 0
+    denied = admin_node.wait_for("pool_command_refused", command=512)
+    assert denied["why"] == "not an administrator"
+    assert admin_node.slots()[name]["State"] == "Unclaimed"
+
+    pool.tool("condor_drain", "-reason", "kernel update", name).check()
+    admin_node.wait_for("pool_drain", how="graceful", reason="kernel update")
+    assert admin_node.slots()[name]["State"] == "Drained"
+    wait_pool(pool, "Drained in condor_status", lambda s: s[name]["State"] == "Drained")
+
+    pool.tool("condor_drain", "-cancel", name).check()
+    admin_node.wait_for("pool_drain_cancelled")
+    wait_pool(pool, "Unclaimed again", lambda s: s[name]["State"] == "Unclaimed")
+
+
+def local_claim(node: PoolNode) -> str:
+    from execd.daemon.client import ControlClient  # noqa: PLC0415
+
+    with ControlClient(node.root / "state" / "log" / "execd.sock") as client:
+        claim = client.call("request_claim", {"job": {"RequestCpus": 1, "RequestMemory": 64}})
+    return str(claim["slot"])
+
+
+def test_condor_vacate_evicts_a_claim_by_name_and_all_fast(pool: harness.Pool,
+                                                           admin_node: PoolNode) -> None:
+    wait_pool(pool, "execd's slot", lambda s: s)
+    first, second = local_claim(admin_node), local_claim(admin_node)
+    slots = wait_pool(pool, "two claimed d-slots", lambda s: sum(
+        ad["State"] == "Claimed" for ad in s.values()) == 2 and s)
+    (full,) = [n for n in slots if n.startswith(f"{first}@")]
+    pool.tool("condor_vacate", full).check()
+    admin_node.wait_for("pool_vacated", slots=[first], fast=False)
+    admin_node.wait_for("dynamic_slot_deleted", slot=first)
+    assert admin_node.slots()[full.replace(first, second)]["State"] == "Claimed"
+
+    pool.tool("condor_vacate", "-fast", "-addr", admin_node.address()).check()
+    admin_node.wait_for("pool_vacated", slots=[second], fast=True)
+    admin_node.wait_for("dynamic_slot_deleted", slot=second)
+    wait_pool(pool, "only the partitionable slot", lambda s: len(s) == 1)
