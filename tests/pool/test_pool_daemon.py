@@ -9,6 +9,7 @@ negotiator and schedd claim its slot, condor_drain and condor_vacate reach it.
 from __future__ import annotations
 
 import json
+import pwd
 import signal
 import socket
 import tempfile
@@ -19,6 +20,7 @@ from typing import Any
 import pool_harness as harness
 import pytest
 
+from execd.daemon.client import ControlClient
 from tests.component.daemon_harness import RunningDaemon
 
 WAIT_S = 60
@@ -159,8 +161,6 @@ def test_real_negotiator_claims_a_dynamic_slot(pool: harness.Pool, node: PoolNod
 
 def chroot_condor_identity(pool: harness.Pool) -> str:
     """The name this host's passwd gives the chroot's condor uid (its tools' FS identity)."""
-    import pwd  # noqa: PLC0415
-
     uid = int(pool.tool("id", "-u", "condor").check().stdout)
     try:
         return pwd.getpwuid(uid).pw_name
@@ -200,8 +200,6 @@ def test_condor_drain_and_cancel_from_an_administrator_only(pool: harness.Pool,
 
 
 def local_claim(node: PoolNode) -> str:
-    from execd.daemon.client import ControlClient  # noqa: PLC0415
-
     with ControlClient(node.root / "state" / "log" / "execd.sock") as client:
         claim = client.call("request_claim", {"job": {"RequestCpus": 1, "RequestMemory": 64}})
     return str(claim["slot"])
