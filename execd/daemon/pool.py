@@ -18,7 +18,6 @@ claim id's security session is known to the server exactly while the id is live.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import time
 from dataclasses import dataclass, field
@@ -29,14 +28,14 @@ from execd import log
 from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.daemon.control import ControlError
 from execd.errors import ConfigError, ExecdError, ProtocolError
-from execd.wire.advertiser import Advertiser
+from execd.wire.advertiser import Advertiser, wait_event
 from execd.wire.auth_token import IdToken, parse_token
 from execd.wire.channel import Channel
 from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.collector import CollectorClient
 from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive
-from execd.wire.security import CONDOR_VERSION, ClientSecurity
+from execd.wire.security import CONDOR_VERSION, ClientSecurity, SessionNotFoundError
 from execd.wire.server import CommandServer, ServerSecurity
 from execd.wire.sinful import Sinful, collector_address, parse_sinful
 from execd.wire.startd_ads import advertised_pair
@@ -58,6 +57,17 @@ async def serve_shadow(channel: Channel, claim: ClaimId, job_ad: dict[str, Any])
     here, which the shadow sees as a lost starter."""
     logger.warning("shadow_protocol_unavailable", claim=str(claim), peer=channel.peer,
                    job=str(job_ad.get("GlobalJobId", "")))
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel until every task is done. Python 3.11's wait_for() (under every channel
+    deadline) can swallow a cancellation that arrives as its operation completes, so a
+    single cancel() may be lost; the daemon's shutdown must not wait on that."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=1.0)
 
 
 @dataclass(frozen=True)
@@ -153,11 +163,14 @@ class PoolMember:
         self.address = self.server.address
         self.ids = ClaimIdFactory(self.address, int(time.time()))
         logger.info("pool_joined", collector=str(self.config.collector), address=self.address)
+        loops = [asyncio.create_task(self.advertiser.run()),
+                 asyncio.create_task(self._alive_loop())]
         try:
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(self.advertiser.run())
-                tasks.create_task(self._alive_loop())
+            done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # a loop that crashed takes the daemon down, as in a TaskGroup
         finally:
+            await cancel_all(loops)
             await self.server.close()
             try:
                 await asyncio.wait_for(self.advertiser.stop(), STOP_TIMEOUT_S)
@@ -258,12 +271,13 @@ class PoolMember:
                     await self._alive(key, held)
             due = min((c.next_alive for c in self.claims.values()), default=mono + 3600)
             self._alive_wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._alive_wake.wait(), max(0.0, due - time.monotonic()))
+            await wait_event(self._alive_wake, max(0.0, due - time.monotonic()))
 
     async def _alive(self, key: str, held: PoolClaim) -> None:
         try:
             answer = await send_alive(parse_sinful(held.schedd), key, self.client)
+        except SessionNotFoundError:
+            answer = UNKNOWN_CLAIM  # the schedd never had this claim's session
         except (ProtocolError, ExecdError, OSError) as exc:
             logger.warning("alive_failed", slot=held.slot, claim=str(held.claim),
                            schedd=held.schedd, reason=str(exc))  # fmt: skip

@@ -1,0 +1,124 @@
+"""Claim ids on execd's command port, as a schedd would use them, with execd's own wire
+client against a real `execd run` in the real pool: the claim id comes from execd's
+private ad in the real collector (where only the negotiator and the pool's daemons may
+read it). An offer claims once; a replay, a wrong secret, a forged session and an
+unauthenticated command are refused and logged without any claim id's secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import struct
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pool_harness as harness
+import pytest
+from test_pool_daemon import WAIT_S, PoolNode, pool_slots, start_node
+
+from execd.claims.ids import parse_claim_id
+from execd.errors import ProtocolError
+from execd.wire.claim_messages import (
+    RequestClaim,
+    RequestClaimReply,
+    decode_request_claim_reply,
+    encode_request_claim,
+)
+from execd.wire.claim_session import claim_session
+from execd.wire.classad_codec import from_values, to_classad
+from execd.wire.collector import CollectorClient
+from execd.wire.commands import Command, Reply
+from execd.wire.security import (
+    ClientSecurity,
+    SessionNotFoundError,
+    claim_client_session,
+    connect,
+    start_command,
+)
+from execd.wire.sinful import parse_sinful
+
+JOB = from_values({"MyType": "Job", "Owner": "nobody", "RequestCpus": 1, "RequestMemory": 64,
+                   "Requirements": True})  # fmt: skip
+
+
+@pytest.fixture
+def node(pool: harness.Pool) -> Iterator[PoolNode]:
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        started = start_node(pool, Path(tmp))
+        try:
+            yield started
+        finally:
+            # a claim held at shutdown must not keep execd from stopping
+            assert started.stop(signal.SIGQUIT) == 0
+            assert started.events()[-1]["event"] == "execd_stopped"
+            harness.wait_for("execd's slots gone", lambda: not pool.status("-slots"), 30, 0.2)
+
+
+async def offered_claim(pool: harness.Pool) -> str:
+    """The claim id execd's partitionable slot offers, from the collector's private ad."""
+    client = CollectorClient(parse_sinful(pool.collector), ClientSecurity(timeout_s=10))
+    try:
+        (private,) = await client.query(Command.QUERY_STARTD_PVT_ADS, "Machine")
+    finally:
+        await client.close()
+    return str(to_classad(private)["ClaimId"])
+
+
+async def request_claim(address: str, claim_id: str) -> RequestClaimReply:
+    execd = parse_sinful(address)
+    session = claim_client_session(claim_session(claim_id), execd)
+    channel = await connect(execd, timeout_s=10)
+    try:
+        await start_command(channel, execd, Command.REQUEST_CLAIM, ClientSecurity(timeout_s=10),
+                            session=session)  # fmt: skip
+        request = RequestClaim(claim_id, list(JOB.items()), "<127.0.0.1:9>", 300)
+        await channel.send(encode_request_claim(channel.encoder(), request).payload())
+        return decode_request_claim_reply(channel.decoder(await channel.recv()))
+    finally:
+        await channel.close()
+
+
+def test_an_offer_claims_once_and_secrets_stay_out_of_the_log(pool: harness.Pool,
+                                                              node: PoolNode) -> None:
+    harness.wait_for("execd's slot", lambda: pool_slots(pool), WAIT_S)
+    offer = asyncio.run(offered_claim(pool))
+    secrets = [parse_claim_id(offer).secret]
+    assert 'ShortVersion="' in offer  # the schedd knows which version it talks to
+
+    # a wrong secret on the offer's session: the first encrypted packet fails
+    forged = offer[:-64] + ("0" if offer[-64] != "0" else "1") + offer[-63:]
+    with pytest.raises(ProtocolError):
+        asyncio.run(request_claim(node.address(), forged))
+    node.wait_for("wire_connection_dropped")
+
+    reply = asyncio.run(request_claim(node.address(), offer))
+    assert reply.status == Reply.OK
+    (dslot,) = reply.claimed
+    assert dict(dslot.ad)["Name"].startswith('"slot1_1@')
+    assert reply.leftover is not None and reply.leftover.claim_id != offer
+    assert int(dict(reply.leftover.ad)["Cpus"]) == 1
+    secrets += [parse_claim_id(dslot.claim_id).secret,
+                parse_claim_id(reply.leftover.claim_id).secret]
+    node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Idle")
+
+    # the same message again: the offer's session is gone, nothing more is carved
+    with pytest.raises(SessionNotFoundError):
+        asyncio.run(request_claim(node.address(), offer))
+    # a claim id execd never made
+    with pytest.raises(SessionNotFoundError):
+        asyncio.run(request_claim(node.address(), forged.replace("#1#", "#999#")))
+
+    # a raw REQUEST_CLAIM without the security handshake
+    with socket.create_connection(("127.0.0.1", node.port())) as raw:
+        payload = struct.pack(">q", Command.REQUEST_CLAIM)
+        raw.sendall(b"\x01" + struct.pack(">i", len(payload)) + payload)
+        assert raw.recv(100) == b""
+    dropped = node.wait_for("wire_connection_dropped", reason="unauthenticated command 442 refused")
+    assert dropped["peer"].startswith("127.0.0.1:")
+
+    assert len(node.slots()) == 2  # one d-slot: the refusals carved nothing
+    log = node.log.read_text()
+    assert not [s for s in secrets if s in log]
