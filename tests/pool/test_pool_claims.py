@@ -67,14 +67,15 @@ async def offered_claim(pool: harness.Pool) -> str:
     return str(to_classad(private)["ClaimId"])
 
 
-async def request_claim(address: str, claim_id: str) -> RequestClaimReply:
+async def request_claim(address: str, claim_id: str, schedd: str = "<127.0.0.1:9>",
+                        alive_interval: int = 300) -> RequestClaimReply:  # fmt: skip
     execd = parse_sinful(address)
     session = claim_client_session(claim_session(claim_id), execd)
     channel = await connect(execd, timeout_s=10)
     try:
         await start_command(channel, execd, Command.REQUEST_CLAIM, ClientSecurity(timeout_s=10),
                             session=session)  # fmt: skip
-        request = RequestClaim(claim_id, list(JOB.items()), "<127.0.0.1:9>", 300)
+        request = RequestClaim(claim_id, list(JOB.items()), schedd, alive_interval)
         await channel.send(encode_request_claim(channel.encoder(), request).payload())
         return decode_request_claim_reply(channel.decoder(await channel.recv()))
     finally:
@@ -122,3 +123,19 @@ def test_an_offer_claims_once_and_secrets_stay_out_of_the_log(pool: harness.Pool
     assert len(node.slots()) == 2  # one d-slot: the refusals carved nothing
     log = node.log.read_text()
     assert not [s for s in secrets if s in log]
+
+
+def test_alive_to_a_schedd_that_does_not_know_the_claim_releases_it(pool: harness.Pool,
+                                                                    node: PoolNode) -> None:
+    harness.wait_for("execd's slot", lambda: pool_slots(pool), WAIT_S)
+    schedd = (pool.local_dir / "spool" / ".schedd_address").read_text().splitlines()[0]
+    offer = asyncio.run(offered_claim(pool))
+    # claimed in the real schedd's name, which never heard of this claim; alive every 1 s
+    reply = asyncio.run(request_claim(node.address(), offer, schedd=schedd, alive_interval=3))
+    assert reply.status == Reply.OK
+    node.wait_for("pool_claimed", slot="slot1_1", schedd=schedd)
+    # execd's ALIVE reaches the real schedd, which answers SID_NOT_FOUND: claim released
+    node.wait_for("alive_claim_unknown", slot="slot1_1", timeout=WAIT_S)
+    node.wait_for("dynamic_slot_deleted", slot="slot1_1")
+    harness.wait_for("the d-slot gone from the pool", lambda: len(pool_slots(pool)) == 1,
+                     WAIT_S, 0.2)  # fmt: skip
