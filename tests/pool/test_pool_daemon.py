@@ -221,3 +221,26 @@ def test_condor_vacate_evicts_a_claim_by_name_and_all_fast(pool: harness.Pool,
     admin_node.wait_for("pool_vacated", slots=[second], fast=True)
     admin_node.wait_for("dynamic_slot_deleted", slot=second)
     wait_pool(pool, "only the partitionable slot", lambda s: len(s) == 1)
+
+
+def test_real_negotiator_claims_a_static_slot(pool: harness.Pool) -> None:
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = start_node(pool, Path(tmp), "SLOT_TYPE_1_PARTITIONABLE = False\n")
+        try:
+            (name,) = wait_pool(pool, "execd's static slot", lambda s: s)
+            assert pool_slots(pool)[name]["SlotType"] == "Static"
+            job = pool.submit(SLEEP_JOB)
+            try:
+                # the advertised offer becomes the claim: no d-slot, no leftover
+                node.wait_for("pool_claimed", slot="slot1", timeout=WAIT_S)
+                node.wait_for("slot_state_changed", slot="slot1", new="Claimed/Idle")
+                node.wait_for("slot_state_changed", slot="slot1", new="Claimed/Busy",
+                              timeout=WAIT_S)  # fmt: skip
+                assert list(node.slots()) == [name]
+            finally:
+                pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER).check()
+            node.wait_for("pool_claim_ended", slot="slot1", timeout=WAIT_S)
+            wait_pool(pool, "the slot free again", lambda s: s[name]["State"] != "Claimed")
+        finally:
+            assert node.stop(signal.SIGQUIT) == 0
+        harness.wait_for("execd's slots gone", lambda: not pool.status("-slots"), 30, 0.2)
