@@ -142,8 +142,9 @@ class PoolMember:
 
         self.daemon = daemon
         self.config = config
+        # A configured token is the operator's choice (a multi-host pool): IDTOKENS only.
         self.client = ClientSecurity(token=config.token,
-                                     methods=("FS", "IDTOKENS") if config.token else ("FS",))
+                                     methods=("IDTOKENS",) if config.token else ("FS",))
         self.commands = PoolCommands(self)
         self.security = ServerSecurity(domain=config.domain, timeout_s=20,
                                        authorize=self.commands.authorize)  # fmt: skip

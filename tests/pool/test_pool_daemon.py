@@ -244,3 +244,21 @@ def test_real_negotiator_claims_a_static_slot(pool: harness.Pool) -> None:
         finally:
             assert node.stop(signal.SIGQUIT) == 0
         harness.wait_for("execd's slots gone", lambda: not pool.status("-slots"), 30, 0.2)
+
+
+def test_daemon_authenticates_with_a_token_file(pool: harness.Pool) -> None:
+    domain = pool_knob(pool, "UID_DOMAIN")
+    token = pool.tool("condor_token_create", "-identity", f"condor@{domain}").check().stdout
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        token_file = Path(tmp) / "pool.token"
+        token_file.write_text(token)
+        token_file.chmod(0o600)
+        node = start_node(pool, Path(tmp), f"EXECD_POOL_TOKEN_FILE = {token_file}\n")
+        try:
+            (ad,) = wait_pool(pool, "execd's slot", lambda s: s).values()
+            assert ad["AuthenticationMethod"] == "IDTOKENS"
+            assert ad["AuthenticatedIdentity"] == f"condor@{domain}"
+            assert token.strip() not in node.log.read_text()
+        finally:
+            assert node.stop(signal.SIGTERM) == 0
+        assert pool.status("-slots") == []
