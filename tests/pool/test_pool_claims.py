@@ -139,3 +139,29 @@ def test_alive_to_a_schedd_that_does_not_know_the_claim_releases_it(pool: harnes
     node.wait_for("dynamic_slot_deleted", slot="slot1_1")
     harness.wait_for("the d-slot gone from the pool", lambda: len(pool_slots(pool)) == 1,
                      WAIT_S, 0.2)  # fmt: skip
+
+
+def test_an_authenticated_peer_that_is_no_scheduler_may_not_claim(pool: harness.Pool,
+                                                                  node: PoolNode) -> None:
+    harness.wait_for("execd's slot", lambda: pool_slots(pool), WAIT_S)
+    offer = asyncio.run(offered_claim(pool))
+
+    async def claim_with_fs() -> None:
+        execd = parse_sinful(node.address())
+        channel = await connect(execd, timeout_s=10)
+        try:  # a new FS-authenticated session, not the claim's: root is no pool scheduler
+            await start_command(channel, execd, Command.REQUEST_CLAIM,
+                                ClientSecurity(timeout_s=10))  # fmt: skip
+            request = RequestClaim(offer, list(JOB.items()), "<127.0.0.1:9>", 300)
+            await channel.send(encode_request_claim(channel.encoder(), request).payload())
+            await channel.recv()
+        finally:
+            await channel.close()
+
+    with pytest.raises(ProtocolError, match="DENIED"):
+        asyncio.run(claim_with_fs())
+    refused = node.wait_for("pool_command_refused", command=Command.REQUEST_CLAIM)
+    assert refused["user"].startswith("root@") and refused["method"] == "FS"
+    assert refused["why"] == "not a claim holder or pool scheduler"
+    assert offer[-64:] not in node.log.read_text()
+    assert len(node.slots()) == 1  # nothing claimed
