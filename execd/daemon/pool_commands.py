@@ -20,7 +20,10 @@ from execd import log
 from execd.daemon.control import ControlError, Role
 from execd.daemon.control import Peer as LocalPeer
 from execd.daemon.control import Request as LocalRequest
+from execd.daemon.policy_glue import now
+from execd.errors import PolicyError
 from execd.policy import actions as act
+from execd.policy.claim_suspend import continue_claim, suspend_claim
 from execd.wire.channel import Channel
 from execd.wire.claim_messages import (
     RequestClaimReply,
@@ -44,7 +47,7 @@ logger = log.get_logger("pool")
 CLAIM_COMMANDS = frozenset({
     Command.REQUEST_CLAIM, Command.ACTIVATE_CLAIM, Command.DEACTIVATE_CLAIM,
     Command.DEACTIVATE_CLAIM_FORCIBLY, Command.DEACTIVATE_CLAIM_JOB_DONE,
-    Command.RELEASE_CLAIM,
+    Command.RELEASE_CLAIM, Command.SUSPEND_CLAIM, Command.CONTINUE_CLAIM,
 })  # fmt: skip
 ADMIN_COMMANDS = frozenset({
     Command.VACATE_CLAIM, Command.VACATE_CLAIM_FAST, Command.VACATE_ALL_CLAIMS,
@@ -81,6 +84,8 @@ class PoolCommands:
             Command.DEACTIVATE_CLAIM_FORCIBLY: deactivate,
             Command.DEACTIVATE_CLAIM_JOB_DONE: deactivate,
             Command.RELEASE_CLAIM: self.release_claim,
+            Command.SUSPEND_CLAIM: self.suspend_or_continue,
+            Command.CONTINUE_CLAIM: self.suspend_or_continue,
             Command.VACATE_CLAIM: self.vacate_claim,
             Command.VACATE_CLAIM_FAST: self.vacate_claim,
             Command.VACATE_ALL_CLAIMS: self.vacate_all,
@@ -196,6 +201,22 @@ class PoolCommands:
                            why=exc.message)  # fmt: skip
             return
         logger.info("pool_released", slot=result["released"])
+        self.member.changed()
+
+    async def suspend_or_continue(self, channel: Channel, command: int, peer: Peer) -> None:
+        """SUSPEND_CLAIM / CONTINUE_CLAIM: the engine's claim-holder suspension."""
+        what = Command(command).name
+        claim_id = decode_claim_only(channel.decoder(await channel.recv()), what)
+        step = suspend_claim if command == Command.SUSPEND_CLAIM else continue_claim
+        try:
+            slot, claim = self.daemon.jobs.lookup(claim_id)
+            self.daemon.execute(step(self.daemon.engine, slot, now()))
+        except (ControlError, PolicyError) as exc:
+            logger.warning("pool_command_not_applied", peer=peer.address, session=peer.sid,
+                           command=what, why=getattr(exc, "message", str(exc)))  # fmt: skip
+            return
+        logger.info("pool_claim_" + ("suspended" if step is suspend_claim else "continued"),
+                    slot=slot, claim=str(claim))  # fmt: skip
         self.member.changed()
 
     # -- administrators ----------------------------------------------------------------

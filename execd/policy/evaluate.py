@@ -112,7 +112,7 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
     if slot.activity == A.SUSPENDED:
         if slot.retire_reason is not None and _retirement_over(engine, slot, now):
             engine._evict(slot, now, out, slot.retire_reason)
-        elif engine._true(slot, "CONTINUE", my, job, out):
+        elif not slot.suspended_by_command and engine._true(slot, "CONTINUE", my, job, out):
             trigger = "continue" if slot.retire_reason is None else "continue_retiring"
             engine._move(slot, trigger, now, out)
             engine._resume(slot, now, out)

@@ -47,6 +47,7 @@ class Slot:
     job_start: float | None = None  # monotonic
     job_start_wall: float | None = None
     suspended_since: float | None = None
+    suspended_by_command: bool = False  # SUSPEND_CLAIM: only CONTINUE_CLAIM resumes it
     job_suspend_total: float = 0.0
     claim_run_total: float = 0.0
     claim_suspend_total: float = 0.0

@@ -8,6 +8,7 @@ unauthenticated command are refused and logged without any claim id's secret.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import socket
 import struct
@@ -22,9 +23,11 @@ from test_pool_daemon import WAIT_S, PoolNode, pool_slots, start_node
 from execd.claims.ids import parse_claim_id
 from execd.errors import ProtocolError
 from execd.wire.claim_messages import (
+    ActivateClaim,
     RequestClaim,
     RequestClaimReply,
     decode_request_claim_reply,
+    encode_activate_claim,
     encode_request_claim,
 )
 from execd.wire.claim_session import claim_session
@@ -165,3 +168,60 @@ def test_an_authenticated_peer_that_is_no_scheduler_may_not_claim(pool: harness.
     assert refused["why"] == "not a claim holder or pool scheduler"
     assert offer[-64:] not in node.log.read_text()
     assert len(node.slots()) == 1  # nothing claimed
+
+
+async def claim_command(address: str, claim_id: str, command: int,
+                        activate: dict[str, object] | None = None) -> int | None:  # fmt: skip
+    """A claim-only command (or ACTIVATE_CLAIM with a job ad) on the claim's session;
+    the reply int for ACTIVATE_CLAIM."""
+    execd = parse_sinful(address)
+    session = claim_client_session(claim_session(claim_id), execd)
+    channel = await connect(execd, timeout_s=10)
+    try:
+        await start_command(channel, execd, command, ClientSecurity(timeout_s=10),
+                            session=session)  # fmt: skip
+        if activate is None:
+            await channel.send(channel.encoder().put_string(claim_id).payload())
+            return None
+        job = list(from_values(activate).items())
+        enc = encode_activate_claim(channel.encoder(), ActivateClaim(claim_id, 2, job))
+        await channel.send(enc.payload())
+        dec = channel.decoder(await channel.recv())
+        return dec.get_int("ACTIVATE_CLAIM reply")
+    finally:
+        await channel.close()
+
+
+def test_suspend_and_continue_claim_stop_and_resume_the_job(pool: harness.Pool,
+                                                            node: PoolNode) -> None:
+    harness.wait_for("execd's slot", lambda: pool_slots(pool), WAIT_S)
+    reply = asyncio.run(request_claim(node.address(), asyncio.run(offered_claim(pool))))
+    (dslot,) = reply.claimed
+    job = {"Cmd": "/bin/sleep", "Args": "60", "Owner": "nobody", "GlobalJobId": "t#1.0#1"}
+    status = asyncio.run(claim_command(node.address(), dslot.claim_id, Command.ACTIVATE_CLAIM,
+                                       activate=job))  # fmt: skip
+    assert status == Reply.OK
+    node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Busy")
+    spawned = node.wait_for("starter_spawned", slot="slot1_1")
+    # the starter publishes its job's state once the job runs (a starter signalled before
+    # it has set up its handlers would die of SIGUSR1: that is not what is tested here)
+    status = node.root / "state" / "spool" / "jobs" / job["GlobalJobId"] / "status.json"
+    harness.wait_for("the job running", lambda: status.exists() and
+                     json.loads(status.read_text()).get("JobState") == "Running", WAIT_S, 0.1)
+
+    asyncio.run(claim_command(node.address(), dslot.claim_id, Command.SUSPEND_CLAIM))
+    node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Suspended")
+    node.wait_for("starter_signalled", slot="slot1_1", action="Suspend")
+    harness.wait_for("Suspended in condor_status", lambda: any(
+        ad["Activity"] == "Suspended" for ad in pool_slots(pool).values()), WAIT_S, 0.2)
+    assert spawned["pid"] > 0
+
+    asyncio.run(claim_command(node.address(), dslot.claim_id, Command.CONTINUE_CLAIM))
+    node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Busy")
+    node.wait_for("starter_signalled", slot="slot1_1", action="Continue")
+    # a second CONTINUE_CLAIM has nothing to resume: refused, logged, nothing moves
+    asyncio.run(claim_command(node.address(), dslot.claim_id, Command.CONTINUE_CLAIM))
+    refused = node.wait_for("pool_command_not_applied", command="CONTINUE_CLAIM")
+    assert "not suspended by SUSPEND_CLAIM" in refused["why"]
+    assert node.slots()[next(n for n in node.slots() if n.startswith("slot1_1@"))][
+        "Activity"] == "Busy"
