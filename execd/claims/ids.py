@@ -10,7 +10,13 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-SESSION_ATTRS = '[Integrity="YES";Encryption="YES";CryptoMethods="AES";]'
+# The session policy a claim id carries, as HTCondor's startd writes it. ShortVersion
+# tells the schedd which protocol this execute point speaks (without it the schedd
+# treats execd as an unknown, old version); CryptoMethodsList what it can encrypt with.
+# The version is the one execd announces in every handshake (execd.wire.security).
+SHORT_VERSION = "25.0.0"
+SESSION_ATTRS = (f'[Integrity="YES";Encryption="YES";ShortVersion="{SHORT_VERSION}";'
+                 'CryptoMethods="AES";CryptoMethodsList="AES";]')
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,10 @@ class JobManager:
         announce_enforcement(self.daemon.node, tree.controllers, settings)
 
     # -- claims -----------------------------------------------------------------------
-    def request_claim(self, slot_name: str | None, job_ad: dict[str, Any]) -> dict[str, Any]:
+    def request_claim(self, slot_name: str | None, job_ad: dict[str, Any],
+                      claim: ClaimId | None = None) -> dict[str, Any]:
+        """Claim a slot (carving a d-slot from a partitionable one); `claim` is the id to
+        give it (pool mode: the one the schedd already holds), else a new one."""
         engine = self.daemon.engine
         slots = self.daemon.node.slots
         target = slot_name or self._default_slot()
@@ -141,7 +144,7 @@ class JobManager:
             facts = {**self._facts(name), "Cpus": carved.cpus, "Memory": carved.memory_mb,
                      "Disk": carved.disk_kb}
             self.daemon.execute(engine.add_slot(name, facts, moment, dynamic=True, parent=target))
-        claim = self.ids.new()
+        claim = claim or self.ids.new()
         accepted, actions = engine.request_claim(name, claim, ad, moment)
         self.daemon.execute(actions)
         if not accepted:

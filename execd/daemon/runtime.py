@@ -27,6 +27,7 @@ from execd.daemon.fetch_work import FetchWorker
 from execd.daemon.jobs import JobManager
 from execd.daemon.node import Node, Paths
 from execd.daemon.policy_glue import log_action, now, policy_config, slot_facts
+from execd.daemon.pool import PoolMember, pool_member
 from execd.daemon.recovery import recover
 from execd.daemon.restart import reexec
 from execd.daemon.sdnotify import Notifier, status_text
@@ -67,6 +68,7 @@ class Daemon:
         self.paths: Paths
         self.node: Node
         self.control: ControlServer
+        self.pool: PoolMember | None = None  # pool mode (execd.daemon.pool)
 
     # -- configuration --------------------------------------------------------------
     def _read_config(self) -> tuple[Config, Settings]:
@@ -98,6 +100,7 @@ class Daemon:
         for ad in self.node.ads():
             name = str(ad["Name"]).split("@")[0]
             self.execute(self.engine.add_slot(name, slot_facts(ad), moment))
+        self.pool = pool_member(self)
 
     def reload(self) -> bool:
         """Parse and validate the new config in full; apply it only if it is good."""
@@ -190,6 +193,8 @@ class Daemon:
             if isinstance(action, act.LogEvent):
                 log_action(action)
                 if action.event == "slot_state_changed":
+                    if self.pool is not None:
+                        self.pool.changed()  # advertise the new state now
                     # every event is followed by an evaluation (seed 000): a slot that
                     # just moved may move on (Owner -> Unclaimed -> d-slot deleted)
                     self.wake.set()
@@ -478,6 +483,8 @@ class Daemon:
                 interval = self.notifier.watchdog_interval()
                 if interval:
                     background.append(tasks.create_task(self._watchdog_loop(interval)))
+                if self.pool is not None:
+                    background.append(tasks.create_task(self.pool.run()))
                 await tasks.create_task(self._update_loop())
                 for task in background:
                     task.cancel()

@@ -12,7 +12,6 @@ round; it never stops the daemon.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Sequence
 
 from execd.errors import ProtocolError
@@ -28,6 +27,17 @@ AdPairs = Sequence[tuple[WireAd, WireAd]]
 def slot_name(public: WireAd) -> str:
     name = to_classad({"Name": public["Name"]})["Name"]
     return str(name)
+
+
+async def wait_event(event: asyncio.Event, timeout_s: float) -> None:
+    """Until `event` is set or `timeout_s` passed. Unlike wait_for() on Python 3.11, a
+    cancellation that arrives as the event is set is never lost (a loop that lost it
+    would keep its TaskGroup, and the daemon's shutdown, waiting forever)."""
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiter}, timeout=timeout_s)
+    finally:
+        waiter.cancel()
 
 
 class Advertiser:
@@ -52,8 +62,7 @@ class Advertiser:
         while True:
             self._wake.clear()
             await self._round()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+            await wait_event(self._wake, self.interval_s)
 
     async def wait_rounds(self, count: int) -> None:
         """Until `count` rounds (successful or not) have finished since start."""

@@ -1,0 +1,299 @@
+"""Pool mode: execd as an execute point of an HTCondor pool.
+
+When COLLECTOR_HOST (or CONDOR_HOST) is set, the daemon owns one PoolMember (a task in
+its TaskGroup). It listens for the startd commands on its own TCP port
+(EXECD_COMMAND_ADDRESS) with execd.wire's server, advertises every slot (public +
+private ad) every UPDATE_INTERVAL and at once on every state change, sends ALIVE to
+the schedd of every claim made through the pool, and invalidates its ads when it
+stops. The commands themselves (execd.daemon.pool_commands) drive the same
+JobManager and policy-engine paths as the control socket's verbs.
+
+Claim ids: every slot that is not claimed advertises an *offer*, a claim id the
+negotiator hands to the schedd it matches; a REQUEST_CLAIM must carry it. A static
+slot's offer becomes the claim's id; a partitionable slot's gives the new dynamic slot
+a fresh id and is then replaced (so a replayed REQUEST_CLAIM finds no session). Every
+claim id's security session is known to the server exactly while the id is live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from execd import log
+from execd.claims.ids import ClaimId, ClaimIdFactory
+from execd.daemon.control import ControlError
+from execd.errors import ConfigError, ExecdError, ProtocolError
+from execd.wire.advertiser import Advertiser, wait_event
+from execd.wire.auth_token import IdToken, parse_token
+from execd.wire.channel import Channel
+from execd.wire.claim_session import claim_session
+from execd.wire.classad_codec import WireAd, from_values
+from execd.wire.collector import CollectorClient
+from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive
+from execd.wire.security import CONDOR_VERSION, ClientSecurity, SessionNotFoundError
+from execd.wire.server import CommandServer, ServerSecurity
+from execd.wire.sinful import Sinful, collector_address, parse_sinful
+from execd.wire.startd_ads import advertised_pair
+
+if TYPE_CHECKING:
+    from execd.daemon.runtime import Daemon
+
+logger = log.get_logger("pool")
+
+STOP_TIMEOUT_S = 20.0  # invalidating ads on shutdown never holds the daemon longer
+
+
+async def serve_shadow(channel: Channel, claim: ClaimId, job_ad: dict[str, Any]) -> None:
+    """The starter side of an activated claim: speak to the shadow on `channel`.
+
+    Called after ACTIVATE_CLAIM was accepted (the slot is Claimed/Busy and the policy
+    engine has started the job). The starter <-> shadow protocol (remote system calls,
+    file transfer) is issue 9's second half; until it lands the connection is closed
+    here, which the shadow sees as a lost starter."""
+    logger.warning("shadow_protocol_unavailable", claim=str(claim), peer=channel.peer,
+                   job=str(job_ad.get("GlobalJobId", "")))
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel until every task is done. Python 3.11's wait_for() (under every channel
+    deadline) can swallow a cancellation that arrives as its operation completes, so a
+    single cancel() may be lost; the daemon's shutdown must not wait on that."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=1.0)
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    collector: Sinful
+    listen_host: str
+    listen_port: int
+    domain: str
+    filesystem_domain: str
+    interval_s: float
+    administrators: tuple[str, ...]
+    schedulers: tuple[str, ...]
+    token: IdToken | None = field(default=None, repr=False)
+
+
+def _token(settings: Any) -> IdToken | None:
+    path = settings.get_str("EXECD_POOL_TOKEN_FILE") or ""
+    if not path:
+        directory = settings.get_str("SEC_TOKEN_DIRECTORY") or ""
+        if directory and Path(directory).is_dir():
+            files = sorted(p for p in Path(directory).iterdir() if p.is_file())
+            path = str(files[0]) if files else ""
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"EXECD_POOL_TOKEN_FILE {path}: {exc.strerror}") from None
+    return parse_token(text, where=f"token file {path}")
+
+
+def pool_settings(settings: Any) -> PoolSettings | None:
+    """The pool this node joins, or None (no COLLECTOR_HOST/CONDOR_HOST: standalone)."""
+    collector = (settings.get_str("COLLECTOR_HOST") or "").strip()
+    if not collector:
+        return None
+    try:
+        address = collector_address(collector)
+    except ExecdError as exc:
+        raise ConfigError(f"COLLECTOR_HOST: {exc}") from None
+    listen = settings.get_str("EXECD_COMMAND_ADDRESS") or "127.0.0.1:0"
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"EXECD_COMMAND_ADDRESS {listen!r} is not host:port")
+    domain = settings.get_str("UID_DOMAIN") or "localdomain"
+    return PoolSettings(
+        collector=address, listen_host=host, listen_port=int(port), domain=domain,
+        filesystem_domain=settings.get_str("FILESYSTEM_DOMAIN") or domain,
+        interval_s=float(settings.get_int("UPDATE_INTERVAL") or 300),
+        administrators=tuple(settings.get_list("EXECD_POOL_ADMINISTRATORS")),
+        schedulers=tuple(settings.get_list("EXECD_POOL_SCHEDULERS")),
+        token=_token(settings),
+    )  # fmt: skip
+
+
+@dataclass
+class PoolClaim:
+    """A claim made through the pool: whom to send ALIVE, and how often."""
+
+    claim: ClaimId
+    slot: str
+    schedd: str
+    alive_interval: int
+    next_alive: float
+
+
+class PoolMember:
+    """The daemon's membership of one pool; run() as a task, changed() on any change."""
+
+    def __init__(self, daemon: Daemon, config: PoolSettings) -> None:
+        from execd.daemon.pool_commands import PoolCommands  # noqa: PLC0415
+
+        self.daemon = daemon
+        self.config = config
+        # A configured token is the operator's choice (a multi-host pool): IDTOKENS only.
+        self.client = ClientSecurity(token=config.token,
+                                     methods=("IDTOKENS",) if config.token else ("FS",))
+        self.commands = PoolCommands(self)
+        self.security = ServerSecurity(domain=config.domain, timeout_s=20,
+                                       authorize=self.commands.authorize)  # fmt: skip
+        self.server = CommandServer(self.commands.handlers(), self.security)
+        self.collector = CollectorClient(config.collector, self.client)
+        self.advertiser = Advertiser(self.collector, self.ad_pairs, interval_s=config.interval_s)
+        self.address = ""
+        self.ids: ClaimIdFactory | None = None
+        self.offers: dict[str, ClaimId] = {}  # slot -> the claim id it advertises
+        self.claims: dict[str, PoolClaim] = {}  # full claim id -> pool claim
+        self._sessions: set[str] = set()  # claim session ids the server accepts
+        self._alive_wake = asyncio.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def run(self) -> None:
+        await self.server.start(self.config.listen_host, self.config.listen_port)
+        self.address = self.server.address
+        self.ids = ClaimIdFactory(self.address, int(time.time()))
+        logger.info("pool_joined", collector=str(self.config.collector), address=self.address)
+        loops = [asyncio.create_task(self.advertiser.run()),
+                 asyncio.create_task(self._alive_loop())]
+        try:
+            done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # a loop that crashed takes the daemon down, as in a TaskGroup
+        finally:
+            await cancel_all(loops)
+            await self.server.close()
+            try:
+                await asyncio.wait_for(self.advertiser.stop(), STOP_TIMEOUT_S)
+            except TimeoutError:
+                logger.warning("pool_invalidate_timed_out", collector=str(self.config.collector))
+            logger.info("pool_left", collector=str(self.config.collector))
+
+    def changed(self) -> None:
+        """A slot changed state: advertise now, not at the next UPDATE_INTERVAL."""
+        self.advertiser.changed()
+
+    # -- claim ids ---------------------------------------------------------------------
+    def new_claim_id(self) -> ClaimId:
+        assert self.ids is not None, "run() first"
+        claim = self.ids.new()
+        self.security.add_claim_session(claim_session(claim))
+        self._sessions.add(claim.session_id)
+        return claim
+
+    def offer_for(self, claim_id: str) -> str | None:
+        """The slot whose advertised offer is exactly `claim_id` (secret compared in
+        constant time), or None."""
+        for slot, offer in self.offers.items():
+            if hmac.compare_digest(offer.full().encode(), claim_id.encode()):
+                return slot
+        return None
+
+    def replace_offer(self, slot: str) -> None:
+        old = self.offers.pop(slot, None)
+        if old is not None:
+            self.forget_session(old)
+        self.offers[slot] = self.new_claim_id()
+
+    def forget_session(self, claim: ClaimId) -> None:
+        self.security.remove_session(claim.session_id)
+        self._sessions.discard(claim.session_id)
+
+    def _sync_claims(self, names: list[str]) -> None:
+        """Offers for unclaimed slots; sessions of ended claims forgotten."""
+        live = self.daemon.jobs.claims
+        claimed = {slot for slot, _ in live.values()}
+        for name in names:
+            if name not in claimed and name not in self.offers:
+                self.offers[name] = self.new_claim_id()
+        for name in list(self.offers):
+            if name not in names or name in claimed:
+                offer = self.offers.pop(name)
+                if offer.full() not in live:
+                    self.forget_session(offer)
+        for key in [k for k in self.claims if k not in live]:
+            ended = self.claims.pop(key)
+            self.forget_session(ended.claim)
+            logger.info("pool_claim_ended", slot=ended.slot, claim=str(ended.claim))
+
+    # -- ads ----------------------------------------------------------------------------
+    def slot_ads(self) -> dict[str, Any]:
+        return {str(ad["Name"]).split("@")[0]: ad for ad in self.daemon.ads()}
+
+    def pair(self, name: str, ad: Any) -> tuple[WireAd, WireAd]:
+        """(public, private) wire ads for one slot, with what the pool needs to match."""
+        live = self.daemon.jobs.claims
+        current = next((c for s, c in live.values() if s == name), None)
+        claim = current or self.offers[name]
+        children = [c for s, c in live.values() if s.startswith(f"{name}_")]
+        public, private = advertised_pair(ad, address=self.address, claim_id=claim,
+                                          child_claim_ids=children)  # fmt: skip
+        extra = {"CondorVersion": CONDOR_VERSION, "UidDomain": self.config.domain,
+                 "FileSystemDomain": self.config.filesystem_domain}
+        for key, value in from_values(extra).items():
+            public.setdefault(key, value)
+        return public, private
+
+    def ad_pairs(self) -> list[tuple[WireAd, WireAd]]:
+        ads = self.slot_ads()
+        self._sync_claims(list(ads))
+        return [self.pair(name, ad) for name, ad in ads.items()]
+
+    def public_ad(self, name: str) -> WireAd:
+        ads = self.slot_ads()
+        self._sync_claims(list(ads))
+        return self.pair(name, ads[name])[0]
+
+    # -- ALIVE to the schedds ----------------------------------------------------------
+    def track(self, claim: ClaimId, slot: str, schedd: str, alive_interval: int) -> None:
+        interval = max(alive_interval, 3)
+        self.claims[claim.full()] = PoolClaim(claim, slot, schedd, interval,
+                                              time.monotonic() + interval / 3)  # fmt: skip
+        self._alive_wake.set()
+
+    async def _alive_loop(self) -> None:
+        """Every claim's schedd gets an ALIVE every alive_interval/3; a schedd that no
+        longer knows the claim (-1, or no session) has it released, as a startd does."""
+        while True:
+            mono = time.monotonic()
+            for key, held in list(self.claims.items()):
+                if held.next_alive <= mono:
+                    held.next_alive = mono + held.alive_interval / 3
+                    await self._alive(key, held)
+            due = min((c.next_alive for c in self.claims.values()), default=mono + 3600)
+            self._alive_wake.clear()
+            await wait_event(self._alive_wake, max(0.0, due - time.monotonic()))
+
+    async def _alive(self, key: str, held: PoolClaim) -> None:
+        try:
+            answer = await send_alive(parse_sinful(held.schedd), key, self.client)
+        except SessionNotFoundError:
+            answer = UNKNOWN_CLAIM  # the schedd never had this claim's session
+        except (ProtocolError, ExecdError, OSError) as exc:
+            logger.warning("alive_failed", slot=held.slot, claim=str(held.claim),
+                           schedd=held.schedd, reason=str(exc))  # fmt: skip
+            return
+        try:
+            if answer == UNKNOWN_CLAIM:
+                logger.info("alive_claim_unknown", slot=held.slot, claim=str(held.claim))
+                self.daemon.jobs.release(key)
+            else:
+                self.daemon.jobs.signal_job(key, "alive")
+        except ControlError as exc:
+            logger.info("alive_not_applied", slot=held.slot, reason=exc.message)
+
+
+def pool_member(daemon: Daemon) -> PoolMember | None:
+    """The daemon's pool membership when its configuration names a pool."""
+    config = pool_settings(daemon.settings)
+    return None if config is None else PoolMember(daemon, config)

@@ -1,0 +1,276 @@
+"""The startd commands a pool sends execd, each mapped onto the path the control
+socket already has: claims go to the JobManager (request_claim, activate, release,
+signal_job) and the policy engine behind it; vacate and drain call the control
+socket's own `vacate`, `drain` and `cancel_drain` verbs. Nothing here decides policy.
+
+Authorization (before any handler runs, in the wire server's hook): claim commands
+only from the holder of a claim id (the claim's own session, which only the
+negotiator's match gives a schedd) or an EXECD_POOL_SCHEDULERS identity; vacate and
+drain only from EXECD_POOL_ADMINISTRATORS. Every refusal is logged with the peer, the
+command and the claim's public session id, never the claim id's secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Any
+
+from execd import log
+from execd.daemon.control import ControlError, Role
+from execd.daemon.control import Peer as LocalPeer
+from execd.daemon.control import Request as LocalRequest
+from execd.policy import actions as act
+from execd.wire.channel import Channel
+from execd.wire.claim_messages import (
+    RequestClaimReply,
+    SlotClaim,
+    decode_activate_claim,
+    decode_claim_only,
+    decode_request_claim,
+    encode_deactivate_reply,
+    encode_request_claim_reply,
+)
+from execd.wire.claim_session import MATCH_SESSION_USER
+from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
+from execd.wire.commands import Command, Reply
+from execd.wire.server import Handler, Peer
+
+if TYPE_CHECKING:
+    from execd.daemon.pool import PoolMember
+
+logger = log.get_logger("pool")
+
+CLAIM_COMMANDS = frozenset({
+    Command.REQUEST_CLAIM, Command.ACTIVATE_CLAIM, Command.DEACTIVATE_CLAIM,
+    Command.DEACTIVATE_CLAIM_FORCIBLY, Command.DEACTIVATE_CLAIM_JOB_DONE,
+    Command.RELEASE_CLAIM, Command.SUSPEND_CLAIM, Command.CONTINUE_CLAIM,
+})  # fmt: skip
+ADMIN_COMMANDS = frozenset({
+    Command.VACATE_CLAIM, Command.VACATE_CLAIM_FAST, Command.VACATE_ALL_CLAIMS,
+    Command.VACATE_ALL_FAST, Command.DRAIN_JOBS, Command.CANCEL_DRAIN_JOBS,
+})  # fmt: skip
+# condor_drain's HowFast (condor_commands.h DRAIN_GRACEFUL/QUICK/FAST)
+HOW_FAST = {0: "graceful", 10: "quick", 20: "fast"}
+DRAIN_RESUME_ON_COMPLETION = 1
+# What a pool command's verb call carries as its caller's roles.
+POOL_ADMIN = LocalPeer(pid=0, uid=-1, gid=-1, roles=frozenset({Role.READ, Role.ADMIN}))
+
+
+def job_values(lines: list[tuple[str, str]] | Mapping[str, str]) -> dict[str, Any]:
+    """A job ad from the wire as the dict the JobManager takes (literals as values)."""
+    ad = to_classad(dict(lines))
+    return {key: ad[key] for key in ad}
+
+
+def matches(user: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatchcase(user, pattern) for pattern in patterns)
+
+
+class PoolCommands:
+    def __init__(self, member: PoolMember) -> None:
+        self.member = member
+        self.daemon = member.daemon
+
+    def handlers(self) -> dict[int, Handler]:
+        deactivate = self.deactivate_claim
+        return {
+            Command.REQUEST_CLAIM: self.request_claim,
+            Command.ACTIVATE_CLAIM: self.activate_claim,
+            Command.DEACTIVATE_CLAIM: deactivate,
+            Command.DEACTIVATE_CLAIM_FORCIBLY: deactivate,
+            Command.DEACTIVATE_CLAIM_JOB_DONE: deactivate,
+            Command.RELEASE_CLAIM: self.release_claim,
+            Command.SUSPEND_CLAIM: self.suspend_or_continue,
+            Command.CONTINUE_CLAIM: self.suspend_or_continue,
+            Command.VACATE_CLAIM: self.vacate_claim,
+            Command.VACATE_CLAIM_FAST: self.vacate_claim,
+            Command.VACATE_ALL_CLAIMS: self.vacate_all,
+            Command.VACATE_ALL_FAST: self.vacate_all,
+            Command.DRAIN_JOBS: self.drain,
+            Command.CANCEL_DRAIN_JOBS: self.cancel_drain,
+        }
+
+    def authorize(self, command: int, peer: Peer) -> bool:
+        config = self.member.config
+        if command in CLAIM_COMMANDS:
+            allowed = peer.user == MATCH_SESSION_USER or matches(peer.user, config.schedulers)
+        elif command in ADMIN_COMMANDS:
+            allowed = matches(peer.user, config.administrators)
+        else:
+            allowed = False
+        if not allowed:
+            logger.warning("pool_command_refused", peer=peer.address, user=peer.user,
+                           method=peer.method, command=command,
+                           why="not an administrator" if command in ADMIN_COMMANDS
+                           else "not a claim holder or pool scheduler")  # fmt: skip
+        return allowed
+
+    async def _verb(self, name: str, args: dict[str, Any]) -> Any:
+        verb = self.daemon.verbs()[name]
+        return await verb.handler(LocalRequest(id=None, verb=name, args=args, peer=POOL_ADMIN))
+
+    # -- claims ---------------------------------------------------------------------------
+    async def request_claim(self, channel: Channel, command: int, peer: Peer) -> None:
+        member = self.member
+        req = decode_request_claim(channel.decoder(await channel.recv()))
+        slot = member.offer_for(req.claim_id)
+        if slot is None:
+            logger.warning("pool_claim_refused", peer=peer.address, user=peer.user,
+                           session=peer.sid, why="not a claim id execd offers")  # fmt: skip
+            await channel.send(encode_request_claim_reply(
+                channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
+            return
+        partitionable = "_" not in slot and \
+            int(slot.removeprefix("slot")) in self.daemon.node.slots.partitionable
+        claim = member.new_claim_id() if partitionable else member.offers.pop(slot)
+        try:
+            result = self.daemon.jobs.request_claim(slot, job_values(req.job_ad), claim=claim)
+        except ControlError as exc:
+            if partitionable:
+                member.forget_session(claim)
+            else:
+                member.offers[slot] = claim
+            logger.info("pool_claim_refused", slot=slot, user=peer.user, why=exc.message)
+            await channel.send(encode_request_claim_reply(
+                channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
+            return
+        name = str(result["slot"])
+        member.track(claim, name, req.schedd_address, req.alive_interval)
+        logger.info("pool_claimed", slot=name, claim=str(claim), schedd=req.schedd_address)
+        if partitionable:
+            member.replace_offer(slot)
+            reply = RequestClaimReply(
+                Reply.OK,
+                claimed=(SlotClaim(claim.full(), list(member.public_ad(name).items())),),
+                leftover=SlotClaim(member.offers[slot].full(),
+                                   list(member.public_ad(slot).items())),
+            )  # fmt: skip
+        else:
+            reply = RequestClaimReply(Reply.OK)
+        await channel.send(encode_request_claim_reply(channel.encoder(), reply).payload())
+        member.changed()
+
+    async def activate_claim(self, channel: Channel, command: int, peer: Peer) -> None:
+        from execd.daemon.pool import serve_shadow  # noqa: PLC0415
+
+        request = decode_activate_claim(channel.decoder(await channel.recv()))
+        job = job_values(request.job_ad)
+        try:
+            slot, claim = self.daemon.jobs.lookup(request.claim_id)
+            self.daemon.jobs.activate(request.claim_id, job)
+        except ControlError as exc:
+            logger.warning("pool_activation_refused", peer=peer.address, session=peer.sid,
+                           why=exc.message)  # fmt: skip
+            await channel.send(channel.encoder().put_int(Reply.NOT_OK).payload())
+            return
+        logger.info("pool_activated", slot=slot, claim=str(claim),
+                    job=str(job.get("GlobalJobId", "")))  # fmt: skip
+        await channel.send(channel.encoder().put_int(Reply.OK).payload())
+        self.member.changed()
+        await serve_shadow(channel, claim, job)
+
+    async def deactivate_claim(self, channel: Channel, command: int, peer: Peer) -> None:
+        claim_id = decode_claim_only(channel.decoder(await channel.recv()), Command(command).name)
+        try:
+            slot, claim = self.daemon.jobs.lookup(claim_id)
+        except ControlError:
+            logger.warning("pool_deactivate_refused", peer=peer.address, session=peer.sid,
+                           why="unknown or stale claim id")  # fmt: skip
+            await channel.send(encode_deactivate_reply(channel.encoder(), False).payload())
+            return
+        if slot in self.daemon.jobs.running:
+            kill = act.HardKill if command == Command.DEACTIVATE_CLAIM_FORCIBLY else act.SoftKill
+            self.daemon.execute([kill(slot)])
+        logger.info("pool_deactivated", slot=slot, claim=str(claim),
+                    how=Command(command).name)  # fmt: skip
+        state = self.daemon.engine.slots[slot].state.value if slot in self.daemon.engine.slots \
+            else ""
+        reply = encode_deactivate_reply(channel.encoder(), state == "Claimed")
+        await channel.send(reply.payload())
+
+    async def release_claim(self, channel: Channel, command: int, peer: Peer) -> None:
+        claim_id = decode_claim_only(channel.decoder(await channel.recv()), "RELEASE_CLAIM")
+        try:
+            result = self.daemon.jobs.release(claim_id)
+        except ControlError as exc:
+            logger.warning("pool_release_refused", peer=peer.address, session=peer.sid,
+                           why=exc.message)  # fmt: skip
+            return
+        logger.info("pool_released", slot=result["released"])
+        self.member.changed()
+
+    async def suspend_or_continue(self, channel: Channel, command: int, peer: Peer) -> None:
+        """SUSPEND_CLAIM / CONTINUE_CLAIM: the engine's claim-holder suspension."""
+        what = Command(command).name
+        claim_id = decode_claim_only(channel.decoder(await channel.recv()), what)
+        verb = "suspend" if command == Command.SUSPEND_CLAIM else "continue"
+        try:  # the local socket's path: the store records who suspended the job
+            result = self.daemon.jobs.signal_job(claim_id, verb)
+        except ControlError as exc:
+            logger.warning("pool_command_not_applied", peer=peer.address, session=peer.sid,
+                           command=what, why=exc.message)  # fmt: skip
+            return
+        logger.info("pool_claim_" + ("suspended" if verb == "suspend" else "continued"),
+                    slot=result.get("slot"))  # fmt: skip
+        self.member.changed()
+
+    # -- administrators ----------------------------------------------------------------
+    async def vacate_claim(self, channel: Channel, command: int, peer: Peer) -> None:
+        dec = channel.decoder(await channel.recv())
+        name = dec.get_string("slot name")
+        dec.finish("VACATE_CLAIM")
+        fast = command == Command.VACATE_CLAIM_FAST
+        try:
+            result = await self._verb("vacate", {"slot": name.split("@")[0], "fast": fast})
+        except ControlError as exc:
+            logger.warning("pool_vacate_refused", user=peer.user, slot=name, why=exc.message)
+            return
+        logger.info("pool_vacated", user=peer.user, slots=result["vacated"], fast=fast)
+
+    async def vacate_all(self, channel: Channel, command: int, peer: Peer) -> None:
+        fast = command == Command.VACATE_ALL_FAST
+        result = await self._verb("vacate", {"fast": fast})
+        logger.info("pool_vacated", user=peer.user, slots=result["vacated"], fast=fast)
+
+    async def drain(self, channel: Channel, command: int, peer: Peer) -> None:
+        request = to_classad(decode_ad(channel.decoder(await channel.recv()), "DRAIN_JOBS ad"))
+        how = HOW_FAST.get(request.get("HowFast", 0)) if isinstance(
+            request.get("HowFast", 0), int) else None
+        args: dict[str, Any] = {
+            "how": how, "reason": str(request.get("DrainReason", f"by {peer.user}")),
+            "resume_on_completion":
+                request.get("ResumeOnCompletion") == DRAIN_RESUME_ON_COMPLETION,
+        }  # fmt: skip
+        if "CheckExpr" in request:
+            args["check"] = str(request.lookup("CheckExpr"))
+        reply: dict[str, Any]
+        try:
+            if how is None:
+                raise ControlError("bad_args", f"HowFast {request.get('HowFast')!r} is not "
+                                   "0 (graceful), 10 (quick) or 20 (fast)")
+            await self._verb("drain", args)
+            reply = {"Result": True, "RequestID": "1"}
+            logger.info("pool_drain", user=peer.user, how=how, reason=args["reason"])
+        except ControlError as exc:
+            logger.warning("pool_drain_refused", user=peer.user, why=exc.message)
+            reply = {"Result": False, "ErrorString": exc.message, "ErrorCode": 1}
+        await self._reply(channel, reply)
+
+    async def cancel_drain(self, channel: Channel, command: int, peer: Peer) -> None:
+        decode_ad(channel.decoder(await channel.recv()), "CANCEL_DRAIN_JOBS ad")
+        reply: dict[str, Any]
+        try:
+            await self._verb("cancel_drain", {})
+            reply = {"Result": True}
+            logger.info("pool_drain_cancelled", user=peer.user)
+        except ControlError as exc:
+            logger.warning("pool_cancel_drain_refused", user=peer.user, why=exc.message)
+            reply = {"Result": False, "ErrorString": exc.message, "ErrorCode": 1}
+        await self._reply(channel, reply)
+
+    @staticmethod
+    async def _reply(channel: Channel, values: dict[str, Any]) -> None:
+        ad: WireAd = from_values(values)
+        await channel.send(encode_ad(channel.encoder(), ad).payload())
+

@@ -1,0 +1,227 @@
+"""Claim ids on execd's command port, as a schedd would use them, with execd's own wire
+client against a real `execd run` in the real pool: the claim id comes from execd's
+private ad in the real collector (where only the negotiator and the pool's daemons may
+read it). An offer claims once; a replay, a wrong secret, a forged session and an
+unauthenticated command are refused and logged without any claim id's secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import struct
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pool_harness as harness
+import pytest
+from test_pool_daemon import WAIT_S, PoolNode, pool_slots, start_node
+
+from execd.claims.ids import parse_claim_id
+from execd.errors import ProtocolError
+from execd.wire.claim_messages import (
+    ActivateClaim,
+    RequestClaim,
+    RequestClaimReply,
+    decode_request_claim_reply,
+    encode_activate_claim,
+    encode_request_claim,
+)
+from execd.wire.claim_session import claim_session
+from execd.wire.classad_codec import from_values, to_classad
+from execd.wire.collector import CollectorClient
+from execd.wire.commands import Command, Reply
+from execd.wire.security import (
+    ClientSecurity,
+    SessionNotFoundError,
+    claim_client_session,
+    connect,
+    start_command,
+)
+from execd.wire.sinful import parse_sinful
+
+JOB = from_values({"MyType": "Job", "Owner": "nobody", "RequestCpus": 1, "RequestMemory": 64,
+                   "Requirements": True})  # fmt: skip
+
+
+@pytest.fixture
+def node(pool: harness.Pool) -> Iterator[PoolNode]:
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        started = start_node(pool, Path(tmp))
+        try:
+            yield started
+        finally:
+            # a claim held at shutdown must not keep execd from stopping
+            assert started.stop(signal.SIGQUIT) == 0
+            assert started.events()[-1]["event"] == "execd_stopped"
+            harness.wait_for("execd's slots gone", lambda: not pool.status("-slots"), 30, 0.2)
+
+
+async def offered_claim(pool: harness.Pool) -> str:
+    """The claim id execd's partitionable slot offers, from the collector's private ad."""
+    client = CollectorClient(parse_sinful(pool.collector), ClientSecurity(timeout_s=10))
+    try:
+        (private,) = await client.query(Command.QUERY_STARTD_PVT_ADS, "Machine")
+    finally:
+        await client.close()
+    return str(to_classad(private)["ClaimId"])
+
+
+async def request_claim(address: str, claim_id: str, schedd: str = "<127.0.0.1:9>",
+                        alive_interval: int = 300) -> RequestClaimReply:  # fmt: skip
+    execd = parse_sinful(address)
+    session = claim_client_session(claim_session(claim_id), execd)
+    channel = await connect(execd, timeout_s=10)
+    try:
+        await start_command(channel, execd, Command.REQUEST_CLAIM, ClientSecurity(timeout_s=10),
+                            session=session)  # fmt: skip
+        request = RequestClaim(claim_id, list(JOB.items()), schedd, alive_interval)
+        await channel.send(encode_request_claim(channel.encoder(), request).payload())
+        return decode_request_claim_reply(channel.decoder(await channel.recv()))
+    finally:
+        await channel.close()
+
+
+def test_an_offer_claims_once_and_secrets_stay_out_of_the_log(pool: harness.Pool,
+                                                              node: PoolNode) -> None:
+    harness.wait_for("execd's slot", lambda: pool_slots(pool), WAIT_S)
+    offer = asyncio.run(offered_claim(pool))
+    secrets = [parse_claim_id(offer).secret]
+    assert 'ShortVersion="' in offer  # the schedd knows which version it talks to
+
+    # a wrong secret on the offer's session: the first encrypted packet fails
+    forged = offer[:-64] + ("0" if offer[-64] != "0" else "1") + offer[-63:]
+    with pytest.raises(ProtocolError):
+        asyncio.run(request_claim(node.address(), forged))
+    node.wait_for("wire_connection_dropped")
+
+    reply = asyncio.run(request_claim(node.address(), offer))
+    assert reply.status == Reply.OK
+    (dslot,) = reply.claimed
+    assert dict(dslot.ad)["Name"].startswith('"slot1_1@')
+    assert reply.leftover is not None and reply.leftover.claim_id != offer
+    assert int(dict(reply.leftover.ad)["Cpus"]) == 1
+    secrets += [parse_claim_id(dslot.claim_id).secret,
+                parse_claim_id(reply.leftover.claim_id).secret]
+    node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Idle")
+
+    # the same message again: the offer's session is gone, nothing more is carved
+    with pytest.raises(SessionNotFoundError):
+        asyncio.run(request_claim(node.address(), offer))
+    # a claim id execd never made
+    with pytest.raises(SessionNotFoundError):
+        asyncio.run(request_claim(node.address(), forged.replace("#1#", "#999#")))
+
+    # a raw REQUEST_CLAIM without the security handshake
+    with socket.create_connection(("127.0.0.1", node.port())) as raw:
+        payload = struct.pack(">q", Command.REQUEST_CLAIM)
+        raw.sendall(b"\x01" + struct.pack(">i", len(payload)) + payload)
+        assert raw.recv(100) == b""
+    dropped = node.wait_for("wire_connection_dropped", reason="unauthenticated command 442 refused")
+    assert dropped["peer"].startswith("127.0.0.1:")
+
+    assert len(node.slots()) == 2  # one d-slot: the refusals carved nothing
+    log = node.log.read_text()
+    assert not [s for s in secrets if s in log]
+
+
+def test_alive_to_a_schedd_that_does_not_know_the_claim_releases_it(pool: harness.Pool,
+                                                                    node: PoolNode) -> None:
+    harness.wait_for("execd's slot", lambda: pool_slots(pool), WAIT_S)
+    schedd = (pool.local_dir / "spool" / ".schedd_address").read_text().splitlines()[0]
+    offer = asyncio.run(offered_claim(pool))
+    # claimed in the real schedd's name, which never heard of this claim; alive every 1 s
+    reply = asyncio.run(request_claim(node.address(), offer, schedd=schedd, alive_interval=3))
+    assert reply.status == Reply.OK
+    node.wait_for("pool_claimed", slot="slot1_1", schedd=schedd)
+    # execd's ALIVE reaches the real schedd, which answers SID_NOT_FOUND: claim released
+    node.wait_for("alive_claim_unknown", slot="slot1_1", timeout=WAIT_S)
+    node.wait_for("dynamic_slot_deleted", slot="slot1_1")
+    harness.wait_for("the d-slot gone from the pool", lambda: len(pool_slots(pool)) == 1,
+                     WAIT_S, 0.2)  # fmt: skip
+
+
+def test_an_authenticated_peer_that_is_no_scheduler_may_not_claim(pool: harness.Pool,
+                                                                  node: PoolNode) -> None:
+    harness.wait_for("execd's slot", lambda: pool_slots(pool), WAIT_S)
+    offer = asyncio.run(offered_claim(pool))
+
+    async def claim_with_fs() -> None:
+        execd = parse_sinful(node.address())
+        channel = await connect(execd, timeout_s=10)
+        try:  # a new FS-authenticated session, not the claim's: root is no pool scheduler
+            await start_command(channel, execd, Command.REQUEST_CLAIM,
+                                ClientSecurity(timeout_s=10))  # fmt: skip
+            request = RequestClaim(offer, list(JOB.items()), "<127.0.0.1:9>", 300)
+            await channel.send(encode_request_claim(channel.encoder(), request).payload())
+            await channel.recv()
+        finally:
+            await channel.close()
+
+    with pytest.raises(ProtocolError, match="DENIED"):
+        asyncio.run(claim_with_fs())
+    refused = node.wait_for("pool_command_refused", command=Command.REQUEST_CLAIM)
+    assert refused["user"].startswith("root@") and refused["method"] == "FS"
+    assert refused["why"] == "not a claim holder or pool scheduler"
+    assert offer[-64:] not in node.log.read_text()
+    assert len(node.slots()) == 1  # nothing claimed
+
+
+async def claim_command(address: str, claim_id: str, command: int,
+                        activate: dict[str, object] | None = None) -> int | None:  # fmt: skip
+    """A claim-only command (or ACTIVATE_CLAIM with a job ad) on the claim's session;
+    the reply int for ACTIVATE_CLAIM."""
+    execd = parse_sinful(address)
+    session = claim_client_session(claim_session(claim_id), execd)
+    channel = await connect(execd, timeout_s=10)
+    try:
+        await start_command(channel, execd, command, ClientSecurity(timeout_s=10),
+                            session=session)  # fmt: skip
+        if activate is None:
+            await channel.send(channel.encoder().put_string(claim_id).payload())
+            return None
+        job = list(from_values(activate).items())
+        enc = encode_activate_claim(channel.encoder(), ActivateClaim(claim_id, 2, job))
+        await channel.send(enc.payload())
+        dec = channel.decoder(await channel.recv())
+        return dec.get_int("ACTIVATE_CLAIM reply")
+    finally:
+        await channel.close()
+
+
+def test_suspend_and_continue_claim_stop_and_resume_the_job(pool: harness.Pool,
+                                                            node: PoolNode) -> None:
+    harness.wait_for("execd's slot", lambda: pool_slots(pool), WAIT_S)
+    reply = asyncio.run(request_claim(node.address(), asyncio.run(offered_claim(pool))))
+    (dslot,) = reply.claimed
+    job = {"Cmd": "/bin/sleep", "Args": "60", "Owner": "nobody", "GlobalJobId": "t#1.0#1"}
+    status = asyncio.run(claim_command(node.address(), dslot.claim_id, Command.ACTIVATE_CLAIM,
+                                       activate=job))  # fmt: skip
+    assert status == Reply.OK
+    node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Busy")
+    spawned = node.wait_for("starter_spawned", slot="slot1_1")
+    # the starter publishes its job's state once the job runs (a starter signalled before
+    # it has set up its handlers would die of SIGUSR1: that is not what is tested here)
+    status = node.root / "state" / "spool" / "jobs" / job["GlobalJobId"] / "status.json"
+    harness.wait_for("the job running", lambda: status.exists() and
+                     json.loads(status.read_text()).get("JobState") == "Running", WAIT_S, 0.1)
+
+    asyncio.run(claim_command(node.address(), dslot.claim_id, Command.SUSPEND_CLAIM))
+    node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Suspended")
+    node.wait_for("starter_signalled", slot="slot1_1", action="Suspend")
+    harness.wait_for("Suspended in condor_status", lambda: any(
+        ad["Activity"] == "Suspended" for ad in pool_slots(pool).values()), WAIT_S, 0.2)
+    assert spawned["pid"] > 0
+
+    asyncio.run(claim_command(node.address(), dslot.claim_id, Command.CONTINUE_CLAIM))
+    node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Busy")
+    node.wait_for("starter_signalled", slot="slot1_1", action="Continue")
+    # a second CONTINUE_CLAIM has nothing to resume: refused, logged, nothing moves
+    asyncio.run(claim_command(node.address(), dslot.claim_id, Command.CONTINUE_CLAIM))
+    refused = node.wait_for("pool_command_not_applied", command="CONTINUE_CLAIM")
+    assert "not suspended by SUSPEND_CLAIM" in refused["why"]
+    assert node.slots()[next(n for n in node.slots() if n.startswith("slot1_1@"))][
+        "Activity"] == "Busy"

@@ -1,0 +1,58 @@
+"""Pool mode's configuration: off without a collector, on with CONDOR_HOST, and every bad
+value refused at startup naming its knob."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from execd.config.loader import parse_config_text
+from execd.config.settings import Settings, load_settings
+from execd.daemon.pool import pool_settings
+from execd.errors import ConfigError
+
+# a syntactically valid JWT that condor_token_create could have written (not a real key)
+TOKEN = ("eyJhbGciOiJIUzI1NiIsImtpZCI6IlBPT0wifQ."
+         "eyJpc3MiOiJ2bSIsInN1YiI6ImNvbmRvckB2bSIsImlhdCI6MTcwMDAwMDAwMH0."
+         "c2lnbmF0dXJlLWJ5dGVzLWhlcmUtMzItYnl0ZXMtbG9uZyE")
+
+
+def settings(text: str) -> Settings:
+    return load_settings(parse_config_text(text, filename="execd.conf", env={}))
+
+
+def test_standalone_without_a_collector() -> None:
+    assert pool_settings(settings("UID_DOMAIN = example.org\n")) is None
+
+
+def test_condor_host_names_the_collector_and_defaults_apply() -> None:
+    config = pool_settings(settings("CONDOR_HOST = cm.example.org\nUPDATE_INTERVAL = 60\n"))
+    assert config is not None
+    assert (config.collector.host, config.collector.port) == ("cm.example.org", 9618)
+    assert (config.listen_host, config.listen_port) == ("127.0.0.1", 0)
+    assert config.interval_s == 60
+    assert config.administrators == ("root@*", "condor@*")
+    assert config.token is None
+
+
+def test_token_file_is_read(tmp_path: Path) -> None:
+    token = tmp_path / "pool.token"
+    token.write_text(TOKEN + "\n")
+    config = pool_settings(settings(f"COLLECTOR_HOST = 127.0.0.1:9\n"
+                                    f"EXECD_POOL_TOKEN_FILE = {token}\n"))  # fmt: skip
+    assert config is not None and config.token is not None
+    assert config.token.subject == "condor@vm"
+    assert TOKEN not in repr(config)
+
+
+@pytest.mark.parametrize(("text", "named"), [
+    ("COLLECTOR_HOST = 127.0.0.1:9\nEXECD_COMMAND_ADDRESS = nowhere\n", "EXECD_COMMAND_ADDRESS"),
+    ("COLLECTOR_HOST = 127.0.0.1:9\nEXECD_COMMAND_ADDRESS = h:99999\n", "EXECD_COMMAND_ADDRESS"),
+    ("COLLECTOR_HOST = <127.0.0.1>\n", "COLLECTOR_HOST"),
+    ("COLLECTOR_HOST = 127.0.0.1:9\nEXECD_POOL_TOKEN_FILE = /nonexistent/token\n",
+     "EXECD_POOL_TOKEN_FILE"),
+])  # fmt: skip
+def test_bad_values_are_refused_naming_the_knob(text: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        pool_settings(settings(text))
