@@ -1,0 +1,224 @@
+"""The starter's whole conversation with a real condor_shadow, after ACTIVATE_CLAIM.
+
+`serve_shadow(channel, claim, job_ad)` is called with the activation socket once execd
+has answered ACTIVATE_CLAIM with OK. In the order HTCondor's starter uses
+(condor_starter.V6.1/jic_shadow.cpp, job1.pcap):
+
+get_job_info -> register_starter_info (our CondorVersion, slot name, scratch dir) ->
+get_sec_session_info (the filetrans session) -> register_job_info (provisioned
+resources) -> input transfer (FILETRANS_UPLOAD on the job's TransferSocket) ->
+begin_execution -> the job runs; register_job_info at start and every
+`update_interval_s` -> event_notification (ActivationExecutionExit) -> register_job_info
+with the exit -> output transfer (FILETRANS_DOWNLOAD) -> job_exit (wait status,
+reason 100, exit ad).
+
+A transfer that fails with a hold code becomes a critical RemoteErrorEvent (ulog):
+the shadow puts the job on hold with that code, as it does for HTCondor's starter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from execd.claims.ids import ClaimId
+from execd.errors import ExecdError, ProtocolError
+from execd.log import get_logger
+from execd.wire.channel import Channel
+from execd.wire.claim_session import ClaimSession
+from execd.wire.classad_codec import WireAd, from_values, to_classad
+from execd.wire.crypto import hkdf_key
+from execd.wire.filetransfer import (
+    FILETRANS_DOWNLOAD,
+    FILETRANS_UPLOAD,
+    TransferResult,
+    download_sandbox,
+    output_names,
+    upload_sandbox,
+)
+from execd.wire.security import (
+    CONDOR_VERSION,
+    ClientSecurity,
+    claim_client_session,
+    connect,
+    start_command,
+)
+from execd.wire.session import Session
+from execd.wire.shadow_job import JobExit, JobProcess, job_argv, job_env, run_as_ids
+from execd.wire.shadow_syscalls import (
+    JOB_COREDUMPED,
+    JOB_EXITED,
+    MessageChannel,
+    SecSessionInfo,
+    ShadowSyscalls,
+)
+from execd.wire.sinful import parse_sinful
+
+log = get_logger("wire")
+ULOG_REMOTE_ERROR = 21
+STARTER_UPDATE_INTERVAL_S = 300
+
+
+@dataclass(frozen=True)
+class ShadowOptions:
+    execute_dir: Path = Path("/var/lib/execd/execute")
+    slot_name: str = field(default_factory=lambda: f"slot1@{socket.gethostname()}")
+    uid_domain: str = field(default_factory=socket.gethostname)
+    run_as_fallback: str = "nobody"
+    update_interval_s: float = STARTER_UPDATE_INTERVAL_S
+    condor_version: str = CONDOR_VERSION
+    keep_sandbox: bool = False
+
+
+def _values(ad: WireAd) -> dict[str, object]:
+    parsed = to_classad(ad)
+    return {k: parsed.get(k) for k in parsed}
+
+
+def _filetrans_session(info: SecSessionInfo, address: str) -> Session:
+    session = ClaimSession(sid=info.filetrans_id, key=hkdf_key(info.filetrans_key.encode()),
+                           info={})  # fmt: skip
+    return claim_client_session(session, parse_sinful(address))
+
+
+@dataclass(frozen=True)
+class _Transfers:
+    """How to reach the shadow's file transfer: its address, session, the job's key."""
+
+    info: SecSessionInfo
+    job_wire: WireAd
+    starter_address: str
+
+    async def run(self, command: int, work: Callable[[Channel], Awaitable[TransferResult]],
+                  ) -> TransferResult:  # fmt: skip
+        return await _transfer(command, self, work)
+
+
+async def _transfer(command: int, how: _Transfers,
+                    work: Callable[[Channel], Awaitable[TransferResult]]) -> TransferResult:
+    job = _values({"TransferSocket": how.job_wire.get("TransferSocket", '""'),
+                   "TransferKey": how.job_wire.get("TransferKey", '""')})  # fmt: skip
+    address = str(job.get("TransferSocket") or "")
+    if not address:
+        raise ProtocolError("job ad has no TransferSocket")
+    sinful = parse_sinful(address)
+    channel = await connect(sinful, client_name=f"STARTER {how.starter_address}")
+    try:
+        security = ClientSecurity(subsystem="STARTER")
+        await start_command(channel, sinful, command, security,
+                            session=_filetrans_session(how.info, address))  # fmt: skip
+        await channel.send(channel.encoder().put_string(str(job.get("TransferKey"))).payload())
+        return await work(channel)
+    finally:
+        await channel.close()
+
+
+def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
+    return from_values({
+        "Name": options.slot_name, "Machine": socket.gethostname(),
+        "MyAddress": address, "StarterIpAddr": address,
+        "UidDomain": options.uid_domain, "FileSystemDomain": options.uid_domain,
+        "HasReconnect": False, "CondorVersion": options.condor_version,
+        "MyCurrentTime": int(time.time()), "CondorScratchDir": str(sandbox),
+    })  # fmt: skip
+
+
+def _remote_error(job: dict[str, object], result: TransferResult, what: str) -> WireAd:
+    return from_values({
+        "MyType": "RemoteErrorEvent", "EventTypeNumber": ULOG_REMOTE_ERROR,
+        "Cluster": job.get("ClusterId", 0), "Proc": job.get("ProcId", 0), "Subproc": 0,
+        "Daemon": "STARTER", "ErrorMsg": f"Failed to transfer files: {what}: {result.hold_reason}",
+        "HoldReasonCode": result.hold_code, "HoldReasonSubCode": result.hold_subcode,
+    })  # fmt: skip
+
+
+async def _run_job(calls: ShadowSyscalls, proc: JobProcess, options: ShadowOptions) -> JobExit:
+    pid = await proc.start()
+    start = int(time.time())
+    running = {"JobPid": str(pid), "NumPids": "1", "JobState": '"Running"',
+               "JobStartDate": str(start), "_condor_JOBINFO_MAXINTERVAL": "-1"}  # fmt: skip
+    await calls.begin_execution()
+    await calls.register_job_info(running)
+    try:
+        while (done := await proc.wait(options.update_interval_s)) is None:
+            await calls.register_job_info(running)
+    finally:
+        proc.kill()
+    return done
+
+
+async def serve_shadow(channel: MessageChannel, claim: ClaimId | str, job_ad: WireAd, *,
+                       options: ShadowOptions | None = None) -> None:  # fmt: skip
+    """Run the job the shadow activated, start to finish, on the activation socket.
+
+    `channel` is the authenticated, encrypted activation connection (OK already sent);
+    `job_ad` the ACTIVATE_CLAIM ad (the shadow's get_job_info answer supersedes it).
+    Returns when job_exit was answered; raises ProtocolError if the shadow goes away.
+    """
+    options = options or ShadowOptions()
+    claim_text = claim.full() if isinstance(claim, ClaimId) else claim
+    address = claim_text.split("#", 1)[0]
+    calls = ShadowSyscalls(channel)
+    job_wire = await calls.get_job_info() or job_ad
+    job = _values(job_wire)
+    gjid = str(job.get("GlobalJobId", "?"))
+    options.execute_dir.mkdir(parents=True, exist_ok=True)
+    sandbox = Path(os.path.realpath(options.execute_dir)) / f"dir_{time.monotonic_ns()}"
+    sandbox.mkdir(mode=0o700)
+    try:
+        uid, gid = run_as_ids(str(job.get("Owner", "")), options.run_as_fallback)
+        await calls.register_starter_info(_starter_ad(options, sandbox, address))
+        info = await calls.get_sec_session_info()
+        await calls.register_job_info(from_values({"_condor_JOBINFO_MAXINTERVAL": -1}))
+        transfers = _Transfers(info, job_wire, address)
+        executable = str(job.get("Cmd", ""))
+
+        async def receive(ch: Channel) -> TransferResult:
+            return await download_sandbox(ch, sandbox, executable=executable)
+
+        got = await transfers.run(FILETRANS_UPLOAD, receive)
+        if not got.ok:
+            log.warning("shadow_input_transfer_failed", job=gjid, code=got.hold_code,
+                        subcode=got.hold_subcode)  # fmt: skip
+            await calls.ulog(_remote_error(job, got, "input"))
+            return
+        for root, dirs, files in os.walk(sandbox):
+            for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                os.lchown(name, uid, gid)
+        inputs = [n.split("/", 1)[0] for n in got.files]
+        before = {e.name: e.stat().st_mtime for e in sandbox.iterdir() if e.is_file()}
+        stdin = job.get("In")
+        stdin_name = os.path.basename(stdin) if isinstance(stdin, str) and stdin != "/dev/null" \
+            and os.path.basename(stdin) in inputs else None  # fmt: skip
+        proc = JobProcess(job_argv(job, sandbox, got.files), sandbox, job_env(job, sandbox),
+                          (uid, gid), stdin_name)  # fmt: skip
+        log.info("shadow_job_starting", job=gjid, uid=uid)
+        done = await _run_job(calls, proc, options)
+        exit_ad = done.exit_ad()
+        await calls.event_notification({"EventType": '"ActivationExecutionExit"'})
+        await calls.register_job_info({**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"})
+        names = output_names(sandbox, job, inputs, before)
+
+        async def send(ch: Channel) -> TransferResult:
+            return await upload_sandbox(ch, sandbox, names)
+
+        sent = await transfers.run(FILETRANS_DOWNLOAD, send)
+        if not sent.ok:
+            await calls.ulog(_remote_error(job, sent, "output"))
+            return
+        reason = JOB_COREDUMPED if done.core_dumped else JOB_EXITED
+        await calls.job_exit(done.wait_status, reason, {**exit_ad, "StarterIpAddr": f'"{address}"'})
+        log.info("shadow_job_exited", job=gjid, status=done.wait_status)
+    except ExecdError:
+        raise
+    finally:
+        if not options.keep_sandbox:
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(shutil.rmtree, sandbox)
