@@ -24,7 +24,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +51,7 @@ from execd.wire.security import (
     start_command,
 )
 from execd.wire.session import Session
-from execd.wire.shadow_job import JobExit, JobProcess, job_argv, job_env, run_as_ids
+from execd.wire.shadow_job import JobExit, JobProcess, job_argv, job_env, rss_kb, run_as_ids
 from execd.wire.shadow_syscalls import (
     JOB_COREDUMPED,
     JOB_EXITED,
@@ -142,19 +142,29 @@ def _remote_error(job: dict[str, object], result: TransferResult, what: str) -> 
 async def _run_job(calls: ShadowSyscalls, proc: JobProcess, options: ShadowOptions) -> JobExit:
     pid = await proc.start()
     start = int(time.time())
-    running = {"JobPid": str(pid), "NumPids": "1", "JobState": '"Running"',
-               "JobStartDate": str(start), "_condor_JOBINFO_MAXINTERVAL": "-1"}  # fmt: skip
+    peak = 0
+
+    def usage() -> dict[str, str]:
+        nonlocal peak
+        peak = max(peak, rss_kb(pid) or 0)
+        return {"JobPid": str(pid), "NumPids": "1", "JobState": '"Running"',
+                "JobStartDate": str(start), "ImageSize": str(peak), "ResidentSetSize": str(peak),
+                "MemoryUsage": "((ResidentSetSize + 1023) / 1024)",
+                "_condor_JOBINFO_MAXINTERVAL": str(int(options.update_interval_s))}  # fmt: skip
+
+    first = usage()  # sampled at once: a short job is gone by the first answer
     await calls.begin_execution()
-    await calls.register_job_info(running)
+    await calls.register_job_info(first)
     try:
         while (done := await proc.wait(options.update_interval_s)) is None:
-            await calls.register_job_info(running)
+            await calls.register_job_info(usage())
     finally:
         proc.kill()
     return done
 
 
-async def serve_shadow(channel: MessageChannel, claim: ClaimId | str, job_ad: WireAd, *,
+async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
+                       job_ad: Mapping[str, str] | Sequence[tuple[str, str]], *,
                        options: ShadowOptions | None = None) -> None:  # fmt: skip
     """Run the job the shadow activated, start to finish, on the activation socket.
 
@@ -166,7 +176,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str, job_ad: Wi
     claim_text = claim.full() if isinstance(claim, ClaimId) else claim
     address = claim_text.split("#", 1)[0]
     calls = ShadowSyscalls(channel)
-    job_wire = await calls.get_job_info() or job_ad
+    job_wire = await calls.get_job_info() or dict(job_ad)
     job = _values(job_wire)
     gjid = str(job.get("GlobalJobId", "?"))
     options.execute_dir.mkdir(parents=True, exist_ok=True)

@@ -99,6 +99,18 @@ def job_env(job: dict[str, object], sandbox: Path) -> dict[str, str]:
     return env
 
 
+def rss_kb(pid: int) -> int | None:
+    """The process's resident set size in KiB (VmRSS), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 class JobProcess:
     """One job process: started in its sandbox with stdout/stderr into
     `_condor_stdout`/`_condor_stderr` (stdin from its transferred In, else /dev/null)."""
