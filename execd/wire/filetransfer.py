@@ -42,6 +42,7 @@ MISSING_FILE_MODE = 1 << 24
 ZERO_FILE_MARKER = 666
 CHUNK_BYTES = 256 * 1024  # HTCondor's AES file buffer: one message per chunk
 ALIVE_INTERVAL_S = 300
+STD_FILES = ("_condor_stdout", "_condor_stderr")  # the shadow renames them to Out and Err
 # Hold codes (condor_utils/condor_holdcodes.h).
 HOLD_DOWNLOAD_FILE_ERROR = 12
 HOLD_UPLOAD_FILE_ERROR = 13
@@ -105,10 +106,17 @@ async def _recv_ad(ch: MessageChannel, what: str) -> dict[str, object]:
     return {k: ad.get(k) for k in ad}
 
 
-def _peer_failure(ad: dict[str, object], result: TransferResult, default_code: int) -> None:
+def peer_name(ch: MessageChannel) -> str:
+    """`<ip:port>` of the peer, as HTCondor names it in transfer errors."""
+    address = getattr(ch, "peer_address", None)
+    return f"<{address[0]}:{address[1]}>" if address else "<peer>"
+
+
+def _peer_failure(ad: dict[str, object], result: TransferResult, default_code: int,
+                  suffix: str = "") -> None:  # fmt: skip
     code = ad.get("HoldReasonCode")
     sub = ad.get("HoldReasonSubCode")
-    reason = str(ad.get("HoldReason") or "peer failed")
+    reason = str(ad.get("HoldReason") or "peer failed") + suffix
     result.fail(code if isinstance(code, int) and code else default_code,
                 sub if isinstance(sub, int) else 0, reason)  # fmt: skip
 
@@ -232,17 +240,27 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
             result.bytes += size
     peer = await _recv_ad(ch, "uploader's ack")
     if peer.get("Result") != 0:
-        _peer_failure(peer, result, HOLD_UPLOAD_FILE_ERROR)
+        _peer_failure(peer, result, HOLD_UPLOAD_FILE_ERROR,
+                      f"; STARTER failed to receive file(s) from {peer_name(ch)}")
     await ch.send(encode_ad(ch.encoder(), ack_ad(result)).payload())
     return result
 
 
 async def _send_file(ch: MessageChannel, path: Path) -> int:
-    st = path.stat()
-    await _send_int(ch, st.st_mode & 0o777)
-    await ch.send(ch.encoder().put_int(st.st_size).put_int(CHUNK_BYTES).payload())
-    sent = 0
-    with path.open("rb") as f:
+    """Mode, size + chunk size, the chunks (666 after an empty file); a file that
+    cannot be opened goes as HTCondor's dummy (mode 1<<24, empty) and raises OSError."""
+    try:
+        f = path.open("rb")
+    except OSError:
+        await _send_int(ch, MISSING_FILE_MODE)
+        await ch.send(ch.encoder().put_int(0).put_int(1).payload())
+        await _send_int(ch, ZERO_FILE_MARKER)
+        raise
+    with f:
+        st = os.fstat(f.fileno())
+        await _send_int(ch, st.st_mode & 0o777)
+        await ch.send(ch.encoder().put_int(st.st_size).put_int(CHUNK_BYTES).payload())
+        sent = 0
         while sent < st.st_size:
             chunk = f.read(min(CHUNK_BYTES, st.st_size - sent))
             if not chunk:
@@ -259,7 +277,7 @@ async def upload_sandbox(ch: MessageChannel, sandbox: Path,
     """Send these sandbox files to the shadow (after FILETRANS_DOWNLOAD + key)."""
     result = TransferResult()
     paths = [(n, sandbox / n) for n in names]
-    total = sum(p.stat().st_size for _, p in paths)
+    total = sum(p.stat().st_size for _, p in paths if p.is_file())
     header = ch.encoder().put_int(1)
     await ch.send(encode_ad(header, {"SandboxSize": str(total)}).payload())
     for i, (name, path) in enumerate(paths):
@@ -267,7 +285,13 @@ async def upload_sandbox(ch: MessageChannel, sandbox: Path,
         await ch.send(ch.encoder().put_string(name).payload())
         if i == 0:
             await _go_ahead(ch, downloading=False)
-        result.bytes += await _send_file(ch, path)
+        try:
+            result.bytes += await _send_file(ch, path)
+        except OSError as exc:
+            code = exc.errno or errnos.EIO
+            result.fail(HOLD_UPLOAD_FILE_ERROR, code,
+                        f"|Error: reading from file {path}: (errno {code}) {os.strerror(code)}")
+            continue
         result.files.append(name)
     await _send_int(ch, CMD_FINISHED)
     await ch.send(encode_ad(ch.encoder(), ack_ad(result)).payload())
@@ -282,7 +306,7 @@ def output_names(sandbox: Path, job: dict[str, object], inputs: Sequence[str],
     """Which sandbox files go back: TransferOutput if the job names them, else every
     top-level regular file the job created or changed; `_condor_stdout`/`_condor_stderr`
     always (the shadow renames them to the job's Out/Err)."""
-    std = ["_condor_stdout", "_condor_stderr"]
+    std = list(STD_FILES)
     listed = job.get("TransferOutput")
     if isinstance(listed, str) and listed.strip():
         chosen = [n.strip() for n in listed.split(",") if n.strip()]

@@ -38,6 +38,7 @@ from execd.wire.crypto import hkdf_key
 from execd.wire.filetransfer import (
     FILETRANS_DOWNLOAD,
     FILETRANS_UPLOAD,
+    STD_FILES,
     TransferResult,
     download_sandbox,
     output_names,
@@ -130,11 +131,12 @@ def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
     })  # fmt: skip
 
 
-def _remote_error(job: dict[str, object], result: TransferResult, what: str) -> WireAd:
+def _remote_error(job: dict[str, object], result: TransferResult) -> WireAd:
+    """A critical RemoteErrorEvent: the shadow holds the job with its code and subcode."""
     return from_values({
         "MyType": "RemoteErrorEvent", "EventTypeNumber": ULOG_REMOTE_ERROR,
         "Cluster": job.get("ClusterId", 0), "Proc": job.get("ProcId", 0), "Subproc": 0,
-        "Daemon": "STARTER", "ErrorMsg": f"Failed to transfer files: {what}: {result.hold_reason}",
+        "Daemon": "starter", "ErrorMsg": f"Failed to transfer files: {result.hold_reason}",
         "HoldReasonCode": result.hold_code, "HoldReasonSubCode": result.hold_subcode,
     })  # fmt: skip
 
@@ -197,7 +199,15 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         if not got.ok:
             log.warning("shadow_input_transfer_failed", job=gjid, code=got.hold_code,
                         subcode=got.hold_subcode)  # fmt: skip
-            await calls.ulog(_remote_error(job, got, "input"))
+            # As HTCondor's starter: a second for the shadow to finish its upload, the
+            # failure files (stdout and stderr, missing here), then the error.
+            await asyncio.sleep(1)
+
+            async def failure_files(ch: Channel) -> TransferResult:
+                return await upload_sandbox(ch, sandbox, STD_FILES)
+
+            await transfers.run(FILETRANS_DOWNLOAD, failure_files)
+            await calls.ulog(_remote_error(job, got))
             return
         for root, dirs, files in os.walk(sandbox):
             for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
@@ -221,7 +231,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
 
         sent = await transfers.run(FILETRANS_DOWNLOAD, send)
         if not sent.ok:
-            await calls.ulog(_remote_error(job, sent, "output"))
+            await calls.ulog(_remote_error(job, sent))
             return
         reason = JOB_COREDUMPED if done.core_dumped else JOB_EXITED
         await calls.job_exit(done.wait_status, reason, {**exit_ad, "StarterIpAddr": f'"{address}"'})
