@@ -5,12 +5,13 @@ has answered ACTIVATE_CLAIM with OK. In the order HTCondor's starter uses
 (condor_starter.V6.1/jic_shadow.cpp, job1.pcap):
 
 get_job_info -> register_starter_info (our CondorVersion, slot name, scratch dir) ->
-get_sec_session_info (the filetrans session) -> register_job_info (provisioned
-resources) -> input transfer (FILETRANS_UPLOAD on the job's TransferSocket) ->
-begin_execution -> the job runs; register_job_info at start and every
-`update_interval_s` -> event_notification (ActivationExecutionExit) -> register_job_info
-with the exit -> output transfer (FILETRANS_DOWNLOAD) -> job_exit (wait status,
-reason 100, exit ad).
+get_sec_session_info (the filetrans session) -> input transfer (FILETRANS_UPLOAD on
+the job's TransferSocket) -> register_job_info -> begin_execution -> the job runs;
+register_job_info at start and every `update_interval_s` -> event_notification
+(ActivationExecutionExit) -> register_job_info with the exit -> output transfer
+(FILETRANS_DOWNLOAD) -> job_exit (wait status, reason 100, exit ad).
+
+Cancelling the task that runs serve_shadow (the claim was deactivated) kills the job.
 
 A transfer that fails with a hold code becomes a critical RemoteErrorEvent (ulog):
 the shadow puts the job on hold with that code, as it does for HTCondor's starter.
@@ -52,7 +53,15 @@ from execd.wire.security import (
     start_command,
 )
 from execd.wire.session import Session
-from execd.wire.shadow_job import JobExit, JobProcess, job_argv, job_env, rss_kb, run_as_ids
+from execd.wire.shadow_job import (
+    JobExit,
+    JobProcess,
+    JobSetupError,
+    job_argv,
+    job_env,
+    rss_kb,
+    run_as_ids,
+)
 from execd.wire.shadow_syscalls import (
     JOB_COREDUMPED,
     JOB_EXITED,
@@ -64,6 +73,9 @@ from execd.wire.sinful import parse_sinful
 
 log = get_logger("wire")
 ULOG_REMOTE_ERROR = 21
+HOLD_FAILED_TO_CREATE_PROCESS = 6
+PEER_CLOSE_WAIT_S = 5.0
+SHADOW_SETTLE_S = 0.1
 STARTER_UPDATE_INTERVAL_S = 300
 
 
@@ -116,7 +128,14 @@ async def _transfer(command: int, how: _Transfers,
         await start_command(channel, sinful, command, security,
                             session=_filetrans_session(how.info, address))  # fmt: skip
         await channel.send(channel.encoder().put_string(str(job.get("TransferKey"))).payload())
-        return await work(channel)
+        result = await work(channel)
+        # The shadow closes its end once its side of the transfer is done (about a
+        # millisecond); waiting for that keeps our next syscall behind its transfer's
+        # completion, so the user log has the transfer's end before what follows.
+        with contextlib.suppress(TimeoutError, OSError):
+            if await asyncio.wait_for(channel.reader.read(1), PEER_CLOSE_WAIT_S):
+                log.warning("shadow_transfer_extra_bytes", peer=channel.peer)
+        return result
     finally:
         await channel.close()
 
@@ -131,17 +150,23 @@ def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
     })  # fmt: skip
 
 
-def _remote_error(job: dict[str, object], result: TransferResult) -> WireAd:
+def _remote_error(job: dict[str, object], message: str, code: int, subcode: int) -> WireAd:
     """A critical RemoteErrorEvent: the shadow holds the job with its code and subcode."""
     return from_values({
         "MyType": "RemoteErrorEvent", "EventTypeNumber": ULOG_REMOTE_ERROR,
         "Cluster": job.get("ClusterId", 0), "Proc": job.get("ProcId", 0), "Subproc": 0,
-        "Daemon": "starter", "ErrorMsg": f"Failed to transfer files: {result.hold_reason}",
-        "HoldReasonCode": result.hold_code, "HoldReasonSubCode": result.hold_subcode,
+        "Daemon": "starter", "ErrorMsg": message,
+        "HoldReasonCode": code, "HoldReasonSubCode": subcode,
     })  # fmt: skip
 
 
+def _transfer_error(job: dict[str, object], result: TransferResult) -> WireAd:
+    return _remote_error(job, f"Failed to transfer files: {result.hold_reason}",
+                         result.hold_code, result.hold_subcode)  # fmt: skip
+
+
 async def _run_job(calls: ShadowSyscalls, proc: JobProcess, options: ShadowOptions) -> JobExit:
+    await calls.begin_execution()  # before the process, as HTCondor's starter (001 event)
     pid = await proc.start()
     start = int(time.time())
     peak = 0
@@ -154,9 +179,7 @@ async def _run_job(calls: ShadowSyscalls, proc: JobProcess, options: ShadowOptio
                 "MemoryUsage": "((ResidentSetSize + 1023) / 1024)",
                 "_condor_JOBINFO_MAXINTERVAL": str(int(options.update_interval_s))}  # fmt: skip
 
-    first = usage()  # sampled at once: a short job is gone by the first answer
-    await calls.begin_execution()
-    await calls.register_job_info(first)
+    await calls.register_job_info(usage())
     try:
         while (done := await proc.wait(options.update_interval_s)) is None:
             await calls.register_job_info(usage())
@@ -188,7 +211,6 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         uid, gid = run_as_ids(str(job.get("Owner", "")), options.run_as_fallback)
         await calls.register_starter_info(_starter_ad(options, sandbox, address))
         info = await calls.get_sec_session_info()
-        await calls.register_job_info(from_values({"_condor_JOBINFO_MAXINTERVAL": -1}))
         transfers = _Transfers(info, job_wire, address)
         executable = str(job.get("Cmd", ""))
 
@@ -207,8 +229,14 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                 return await upload_sandbox(ch, sandbox, STD_FILES)
 
             await transfers.run(FILETRANS_DOWNLOAD, failure_files)
-            await calls.ulog(_remote_error(job, got))
+            await calls.ulog(_transfer_error(job, got))
             return
+        # The shadow learns that its upload ended from its transfer process (pipe and
+        # reaper), after the socket closed; it logs that end (040) when it handles our
+        # next calls. HTCondor's starter is slower here by tens of milliseconds, so its
+        # user logs have 040 before 001 (begin_execution): give the shadow that time.
+        await asyncio.sleep(SHADOW_SETTLE_S)
+        await calls.register_job_info(from_values({"_condor_JOBINFO_MAXINTERVAL": -1}))
         for root, dirs, files in os.walk(sandbox):
             for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
                 os.lchown(name, uid, gid)
@@ -217,10 +245,16 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         stdin = job.get("In")
         stdin_name = os.path.basename(stdin) if isinstance(stdin, str) and stdin != "/dev/null" \
             and os.path.basename(stdin) in inputs else None  # fmt: skip
-        proc = JobProcess(job_argv(job, sandbox, got.files), sandbox, job_env(job, sandbox),
-                          (uid, gid), stdin_name)  # fmt: skip
         log.info("shadow_job_starting", job=gjid, uid=uid)
-        done = await _run_job(calls, proc, options)
+        try:
+            proc = JobProcess(job_argv(job, sandbox, got.files), sandbox,
+                              job_env(job, sandbox), (uid, gid), stdin_name)  # fmt: skip
+            done = await _run_job(calls, proc, options)
+        except JobSetupError as exc:
+            log.warning("shadow_job_not_started", job=gjid, reason=str(exc))
+            await calls.ulog(_remote_error(job, str(exc), HOLD_FAILED_TO_CREATE_PROCESS,
+                                           exc.errno))  # fmt: skip
+            return
         exit_ad = done.exit_ad()
         await calls.event_notification({"EventType": '"ActivationExecutionExit"'})
         await calls.register_job_info({**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"})
@@ -231,7 +265,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
 
         sent = await transfers.run(FILETRANS_DOWNLOAD, send)
         if not sent.ok:
-            await calls.ulog(_remote_error(job, sent))
+            await calls.ulog(_transfer_error(job, sent))
             return
         reason = JOB_COREDUMPED if done.core_dumped else JOB_EXITED
         await calls.job_exit(done.wait_status, reason, {**exit_ad, "StarterIpAddr": f'"{address}"'})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import pwd
 import shlex
@@ -23,6 +24,10 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 class JobSetupError(ExecdError):
     """The job cannot be started as the job ad asks (no executable, bad arguments)."""
+
+    def __init__(self, message: str, errno: int = 0) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 @dataclass(frozen=True)
@@ -136,9 +141,25 @@ class JobProcess:
                     stderr=err, user=uid, group=gid, extra_groups=[], start_new_session=True,
                 )
             except OSError as exc:
-                raise JobSetupError(f"cannot start {self.argv[0]}: {exc.strerror}") from None
+                raise JobSetupError(self._exec_failure(exc), exc.errno or 0) from None
         self.started_at = time.monotonic()
         return self.proc.pid
+
+    def _exec_failure(self, exc: OSError) -> str:
+        """HTCondor's words for a job that cannot be executed (os_proc, daemon_core)."""
+        code = exc.errno or 0
+        detail = exc.strerror or "exec failed"
+        if code == errno.ENOENT:  # a script whose interpreter does not exist?
+            with contextlib.suppress(OSError), open(self.argv[0], "rb") as script:
+                head = script.read(1024)
+                if head.startswith(b"#!") and head[2:].split():
+                    interpreter = head[2:].split()[0].decode(errors="replace")
+                    detail = (f"invalid interpreter ({interpreter}) specified on first "
+                              "line of script")  # fmt: skip
+        args = " ".join(self.argv[1:])
+        with_args = f" with arguments {args}" if args else ""
+        return (f"Failed to execute '{self.argv[0]}'{with_args}: {detail} "
+                f"(errno={code}: '{os.strerror(code)}')")  # fmt: skip
 
     async def wait(self, timeout_s: float) -> JobExit | None:
         """The exit, or None if the job still runs after timeout_s."""

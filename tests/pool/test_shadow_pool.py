@@ -86,7 +86,8 @@ def _write_inputs(job_dir: Path, uid: int, gid: int) -> None:
             os.chown(p, uid, gid)
 
 
-def submit(pool: harness.Pool, args: str, *, unreadable: str = "") -> harness.SubmittedJob:
+def submit(pool: harness.Pool, args: str, *, unreadable: str = "",
+           shebang: str = "") -> harness.SubmittedJob:  # fmt: skip
     """condor_submit of SUBMIT with FILES, as the pool's non-root submitter."""
     pool._jobs += 1
     job_dir = pool.host_path(f"/home/{harness.SUBMITTER}/job{pool._jobs}")
@@ -95,6 +96,9 @@ def submit(pool: harness.Pool, args: str, *, unreadable: str = "") -> harness.Su
     os.chown(job_dir, uid, gid)
     (job_dir / "job.sub").write_text(SUBMIT.format(args=args))
     _write_inputs(job_dir, uid, gid)
+    if shebang:  # an interpreter that does not exist: the job cannot be started
+        script = job_dir / "job.sh"
+        script.write_text(shebang + "\n" + script.read_text().split("\n", 1)[1])
     chroot_dir = f"/home/{harness.SUBMITTER}/job{pool._jobs}"
     out = pool.tool("condor_submit", "-terse", "job.sub", user=harness.SUBMITTER, cwd=chroot_dir)
     if unreadable:  # after condor_submit checked it: the shadow cannot read it
@@ -176,13 +180,14 @@ def termination(log: str) -> str:
     return found.group(0).strip("()") if found.group(0).startswith("((") else found.group(0)
 
 
-def run_on_execd(pool: harness.Pool, args: str, *, unreadable: str = "",
-                 until: str = "005") -> tuple[harness.SubmittedJob, list[str]]:  # fmt: skip
+def run_on_execd(pool: harness.Pool, args: str, *, unreadable: str = "", until: str = "005",
+                 shebang: str = "") -> tuple[harness.SubmittedJob, list[str]]:  # fmt: skip
     execute_dir = Path(tempfile.mkdtemp(prefix="execd-shadow-", dir="/var/tmp"))
     os.chmod(execute_dir, 0o755)
 
     async def run() -> tuple[harness.SubmittedJob, list[str]]:
-        job = await asyncio.to_thread(submit, pool, args, unreadable=unreadable)
+        job = await asyncio.to_thread(submit, pool, args, unreadable=unreadable,
+                                      shebang=shebang)  # fmt: skip
         try:
             async with execd_slot(pool, execute_dir) as served:
                 await asyncio.to_thread(job.wait_for_event, until, WAIT_S)
@@ -228,8 +233,9 @@ def test_non_zero_exit_and_signal_death(pool: harness.Pool, args: str, line: str
 
 
 def run_on_condor_startd(pool: harness.Pool, args: str, *, unreadable: str = "",
-                         until: str = "005") -> harness.SubmittedJob:  # fmt: skip
-    job = submit(pool, args, unreadable=unreadable)
+                         until: str = "005",
+                         shebang: str = "") -> harness.SubmittedJob:  # fmt: skip
+    job = submit(pool, args, unreadable=unreadable, shebang=shebang)
     try:
         job.wait_for_event(until, WAIT_S)
         if until == "012":
@@ -242,19 +248,21 @@ def run_on_condor_startd(pool: harness.Pool, args: str, *, unreadable: str = "",
     return job
 
 
-# (arguments, input file made unreadable after submit, the event that ends the case)
-CASES = [("exit 0", "in.txt", "012"), ("exit 0", "", "005"), ("exit 3", "", "005"),
-         ("signal 9", "", "005")]  # fmt: skip
+# (arguments, input file made unreadable after submit, the event that ends the case,
+#  the script's first line if not the usual one)
+CASES = [("exit 0", "in.txt", "012", ""), ("exit 0", "", "012", "#!/nonexistent/sh"),
+         ("exit 0", "", "005", ""), ("exit 3", "", "005", ""),
+         ("signal 9", "", "005", "")]  # fmt: skip
 
 
 def test_same_user_log_as_condor_startd(running_pool: harness.RunningPool) -> None:
     """Events, termination lines and output files: execd against HTCondor's startd."""
     # A pool restart wipes the submitter's job directories: keep what each job left.
     ours = [outcome(run_on_execd(running_pool.get(with_startd=False), a, unreadable=u,
-                                 until=e)[0]) for a, u, e in CASES]  # fmt: skip
+                                 until=e, shebang=b)[0]) for a, u, e, b in CASES]  # fmt: skip
     reference = running_pool.get(with_startd=True)
-    theirs = [outcome(run_on_condor_startd(reference, a, unreadable=u, until=e))
-              for a, u, e in CASES]  # fmt: skip
+    theirs = [outcome(run_on_condor_startd(reference, a, unreadable=u, until=e, shebang=b))
+              for a, u, e, b in CASES]  # fmt: skip
     for case, mine, real in zip(CASES, ours, theirs, strict=True):
         assert mine[:-1] == real[:-1], (case, mine, real)
 
@@ -270,6 +278,8 @@ def outcome(job: harness.SubmittedJob) -> tuple[list[str], str, dict[str, str], 
         events = [e for e in job.events() if e != "040"]
         reason = re.sub(r"execution point \S+\.", "execution point SLOT.", reason)
         reason = re.sub(r"/job\d+/", "/jobN/", reason)
+        reason = re.sub(r"^Error from \S+:", "Error from SLOT:", reason)
+        reason = re.sub(r"'/[^']*/job.sh'", "'SANDBOX/job.sh'", reason)
         return events, f"held {code} {sub} {reason}", {}, job.user_log()
     files = {n: job.output(n) for n in ("out.txt", "err.txt", "result.txt")}
     return job.events(), termination(job.user_log()), files, ""
