@@ -179,8 +179,8 @@ async def _run_job(calls: ShadowSyscalls, proc: JobProcess, options: ShadowOptio
                 "MemoryUsage": "((ResidentSetSize + 1023) / 1024)",
                 "_condor_JOBINFO_MAXINTERVAL": str(int(options.update_interval_s))}  # fmt: skip
 
-    await calls.register_job_info(usage())
-    try:
+    try:  # from here on, whatever ends the conversation ends the job
+        await calls.register_job_info(usage())
         while (done := await proc.wait(options.update_interval_s)) is None:
             await calls.register_job_info(usage())
     finally:
