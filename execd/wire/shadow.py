@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from execd.claims.ids import ClaimId
-from execd.errors import ExecdError, ProtocolError
+from execd.errors import ProtocolError
 from execd.log import get_logger
 from execd.wire.channel import Channel
 from execd.wire.claim_session import ClaimSession
@@ -270,8 +270,6 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         reason = JOB_COREDUMPED if done.core_dumped else JOB_EXITED
         await calls.job_exit(done.wait_status, reason, {**exit_ad, "StarterIpAddr": f'"{address}"'})
         log.info("shadow_job_exited", job=gjid, status=done.wait_status)
-    except ExecdError:
-        raise
     finally:
         if not options.keep_sandbox:
             with contextlib.suppress(OSError):

@@ -37,7 +37,7 @@ async def answering_shadow(channel: Channel, calls: list[tuple[int, dict[str, st
 @pytest.fixture
 def tmp_path() -> Iterator[Path]:
     """A directory nobody may traverse (pytest's own is under a 0700 directory)."""
-    path = Path(tempfile.mkdtemp(prefix="execd-shadow-job-", dir="/var/tmp"))
+    path = Path(tempfile.mkdtemp(prefix="execd-jobtest-", dir="/var/tmp"))
     os.chmod(path, 0o755)
     try:
         yield path
