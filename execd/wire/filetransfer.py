@@ -1,0 +1,322 @@
+"""HTCondor's file transfer protocol, the starter's side (condor_utils/file_transfer.cpp).
+
+The starter connects to the job ad's TransferSocket, resumes the `filetrans.<sid>`
+session the shadow handed it (get_sec_session_info), sends FILETRANS_UPLOAD (61000: the
+shadow uploads the input sandbox) or FILETRANS_DOWNLOAD (61001: the shadow downloads
+the output), then the job's secret TransferKey. On that AES-GCM connection:
+
+- the uploader sends int final_transfer (0 input, 1 output) + ad {SandboxSize};
+- per file: int command (1 file, 6 mkdir, 0 finished), the name; before the first file
+  the GoAhead exchange: the downloader reads the uploader's alive interval and sends
+  {Result = 2 (go ahead always), MaxTransferBytes}, sends its own alive interval and
+  reads the uploader's {Result = 2} (the uploader does the two halves in the other
+  order);
+- a file: int mode (1<<24: the uploader could not read it, the bytes are a dummy),
+  int size + int chunk size, then each chunk its own message; a zero-length file is
+  followed by int 666; a mkdir: int mode;
+- then the uploader's ack {Result, TransferStats} and the downloader's ack; Result < 0
+  carries HoldReasonCode/HoldReasonSubCode/HoldReason (the job goes on hold).
+
+Names from the peer are confined to the sandbox: an absolute name or one with `..` is
+consumed into nothing and fails the transfer (hold code 12, EPERM), as HTCondor does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno as errnos
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from execd.errors import RemoteProtocolError
+from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
+from execd.wire.shadow_syscalls import MessageChannel
+
+FILETRANS_UPLOAD = 61000
+FILETRANS_DOWNLOAD = 61001
+CMD_FINISHED, CMD_FILE, CMD_MKDIR = 0, 1, 6
+GO_AHEAD_ALWAYS = 2
+MISSING_FILE_MODE = 1 << 24
+ZERO_FILE_MARKER = 666
+CHUNK_BYTES = 256 * 1024  # HTCondor's AES file buffer: one message per chunk
+ALIVE_INTERVAL_S = 300
+STD_FILES = ("_condor_stdout", "_condor_stderr")  # the shadow renames them to Out and Err
+# Hold codes (condor_utils/condor_holdcodes.h).
+HOLD_DOWNLOAD_FILE_ERROR = 12
+HOLD_UPLOAD_FILE_ERROR = 13
+HOLD_INVALID_TRANSFER_ACK = 11
+HOLD_INVALID_GO_AHEAD = 18
+
+
+class FileTransferError(RemoteProtocolError):
+    """The peer spoke something this side does not implement (URLs, per-file crypto)."""
+
+
+@dataclass
+class TransferResult:
+    """What a transfer did; `hold_code` != 0 means the job must go on hold."""
+
+    files: list[str] = field(default_factory=list)
+    bytes: int = 0
+    hold_code: int = 0
+    hold_subcode: int = 0
+    hold_reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.hold_code == 0
+
+    def fail(self, code: int, subcode: int, reason: str) -> None:
+        if self.ok:  # the first error is the one reported
+            self.hold_code, self.hold_subcode, self.hold_reason = code, subcode, reason
+
+
+def _stats(result: TransferResult) -> str:
+    return (f'[ Protocols = "cedar"; CedarSizeBytes = {result.bytes}; '
+            f"CedarFilesCount = {len(result.files)} ]")  # fmt: skip
+
+
+def ack_ad(result: TransferResult) -> WireAd:
+    ad = {"Result": "0" if result.ok else "-1"}
+    if not result.ok:
+        ad.update(from_values({"HoldReasonCode": result.hold_code,
+                               "HoldReasonSubCode": result.hold_subcode,
+                               "HoldReason": result.hold_reason}))  # fmt: skip
+    ad["TransferStats"] = _stats(result)
+    return ad
+
+
+async def _recv_int(ch: MessageChannel, what: str) -> int:
+    dec = ch.decoder(await ch.recv())
+    value = dec.get_int(what)
+    dec.finish(f"{what} message")
+    return value
+
+
+async def _send_int(ch: MessageChannel, value: int) -> None:
+    await ch.send(ch.encoder().put_int(value).payload())
+
+
+async def _recv_ad(ch: MessageChannel, what: str) -> dict[str, object]:
+    dec = ch.decoder(await ch.recv())
+    ad = to_classad(decode_ad(dec, what))
+    dec.finish(f"{what} message")
+    return {k: ad.get(k) for k in ad}
+
+
+def peer_name(ch: MessageChannel) -> str:
+    """`<ip:port>` of the peer, as HTCondor names it in transfer errors."""
+    address = getattr(ch, "peer_address", None)
+    return f"<{address[0]}:{address[1]}>" if address else "<peer>"
+
+
+def _peer_failure(ad: dict[str, object], result: TransferResult, default_code: int,
+                  suffix: str = "") -> None:  # fmt: skip
+    code = ad.get("HoldReasonCode")
+    sub = ad.get("HoldReasonSubCode")
+    reason = str(ad.get("HoldReason") or "peer failed") + suffix
+    result.fail(code if isinstance(code, int) and code else default_code,
+                sub if isinstance(sub, int) else 0, reason)  # fmt: skip
+
+
+async def _go_ahead(ch: MessageChannel, *, downloading: bool) -> None:
+    """The GoAhead exchange before the first file (no transfer queue: always go ahead)."""
+
+    async def send_ours() -> None:
+        await _recv_int(ch, "peer's alive interval")
+        ours = {"Result": str(GO_AHEAD_ALWAYS)}
+        if downloading:
+            ours["MaxTransferBytes"] = "-1"
+        await ch.send(encode_ad(ch.encoder(), ours).payload())
+
+    async def receive_theirs() -> None:
+        await _send_int(ch, ALIVE_INTERVAL_S)
+        while True:
+            theirs = await _recv_ad(ch, "GoAhead ad")
+            go = theirs.get("Result")
+            if not isinstance(go, int):
+                raise RemoteProtocolError("GoAhead ad without an integer Result")
+            if go != 0:  # 0: still waiting for a transfer queue slot
+                break
+        if go < 0:
+            raise RemoteProtocolError(f"peer refused the transfer: {theirs.get('HoldReason')}")
+
+    if downloading:
+        await send_ours()
+        await receive_theirs()
+    else:
+        await receive_theirs()
+        await send_ours()
+
+
+def _sandbox_path(sandbox: Path, name: str) -> Path | None:
+    parts = Path(name).parts
+    if not name or Path(name).is_absolute() or ".." in parts:
+        return None
+    return sandbox.joinpath(*parts)
+
+
+async def _receive_file_bytes(ch: MessageChannel, target: Path | None) -> tuple[int, int]:
+    """(bytes, errno) of one file's size/chunks/marker; target None: consume only."""
+    dec = ch.decoder(await ch.recv())
+    size = dec.get_int("file size")
+    dec.get_int("chunk size")
+    dec.finish("file size message")
+    if size < 0:
+        raise RemoteProtocolError(f"file size {size} is negative")
+    error = 0
+    fd = -1
+    if target is not None:
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            error = exc.errno or errnos.EIO
+    got = 0
+    try:
+        while got < size:
+            chunk = await ch.recv()
+            if not chunk or got + len(chunk) > size:
+                raise RemoteProtocolError(f"file chunk of {len(chunk)} bytes at {got} of {size}")
+            got += len(chunk)
+            if fd >= 0:
+                try:
+                    os.write(fd, chunk)
+                except OSError as exc:
+                    error = exc.errno or errnos.EIO
+                    os.close(fd)
+                    fd = -1
+        if size == 0 and await _recv_int(ch, "zero-length file marker") != ZERO_FILE_MARKER:
+            raise RemoteProtocolError("zero-length file without its 666 marker")
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return got, error
+
+
+async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
+                           executable: str | None = None) -> TransferResult:  # fmt: skip
+    """Receive the input sandbox the shadow uploads (after FILETRANS_UPLOAD + key)."""
+    result = TransferResult()
+    dec = ch.decoder(await ch.recv())
+    dec.get_int("final transfer flag")
+    decode_ad(dec, "transfer info ad")
+    dec.finish("transfer header")
+    first = True
+    while (command := await _recv_int(ch, "file command")) != CMD_FINISHED:
+        if command not in (CMD_FILE, CMD_MKDIR):
+            raise FileTransferError(f"file transfer command {command} is not supported by execd "
+                                    "(only CEDAR files and directories)")  # fmt: skip
+        dec = ch.decoder(await ch.recv())
+        name = dec.get_string("file name")
+        dec.finish("file name message")
+        if first:
+            await _go_ahead(ch, downloading=True)
+            first = False
+        target = _sandbox_path(sandbox, name)
+        if target is None:
+            result.fail(HOLD_DOWNLOAD_FILE_ERROR, errnos.EPERM,
+                        f"Attempt to write to illegal sandbox path: {name}")  # fmt: skip
+        mode = await _recv_int(ch, "file mode")
+        if command == CMD_MKDIR:
+            if target is not None:
+                try:
+                    target.mkdir(mode=(mode & 0o7777) or 0o700, exist_ok=True)
+                except OSError as exc:
+                    result.fail(HOLD_DOWNLOAD_FILE_ERROR, exc.errno or errnos.EIO,
+                                f"failed to create directory {name}: {exc.strerror}")  # fmt: skip
+            continue
+        if mode == MISSING_FILE_MODE:
+            target = None
+        size, error = await _receive_file_bytes(ch, target)
+        if error:
+            why = f"writing to file {name}: (errno {error}) {os.strerror(error)}"
+            result.fail(HOLD_DOWNLOAD_FILE_ERROR, error, why)
+        elif target is not None:
+            exec_name = executable and os.path.basename(executable)
+            os.chmod(target, 0o755 if name == exec_name else (mode & 0o7777) or 0o600)
+            result.files.append(name)
+            result.bytes += size
+    peer = await _recv_ad(ch, "uploader's ack")
+    if peer.get("Result") != 0:
+        _peer_failure(peer, result, HOLD_UPLOAD_FILE_ERROR,
+                      f"; STARTER failed to receive file(s) from {peer_name(ch)}")
+    await ch.send(encode_ad(ch.encoder(), ack_ad(result)).payload())
+    return result
+
+
+async def _send_file(ch: MessageChannel, path: Path) -> int:
+    """Mode, size + chunk size, the chunks (666 after an empty file); a file that
+    cannot be opened goes as HTCondor's dummy (mode 1<<24, empty) and raises OSError."""
+    try:
+        f = path.open("rb")
+    except OSError:
+        await _send_int(ch, MISSING_FILE_MODE)
+        await ch.send(ch.encoder().put_int(0).put_int(1).payload())
+        await _send_int(ch, ZERO_FILE_MARKER)
+        raise
+    with f:
+        st = os.fstat(f.fileno())
+        await _send_int(ch, st.st_mode & 0o777)
+        await ch.send(ch.encoder().put_int(st.st_size).put_int(CHUNK_BYTES).payload())
+        sent = 0
+        while sent < st.st_size:
+            chunk = f.read(min(CHUNK_BYTES, st.st_size - sent))
+            if not chunk:
+                raise RemoteProtocolError(f"{path.name} shrank while being sent")
+            await ch.send(chunk)
+            sent += len(chunk)
+    if st.st_size == 0:
+        await _send_int(ch, ZERO_FILE_MARKER)
+    return sent
+
+
+async def upload_sandbox(ch: MessageChannel, sandbox: Path,
+                         names: Sequence[str]) -> TransferResult:  # fmt: skip
+    """Send these sandbox files to the shadow (after FILETRANS_DOWNLOAD + key)."""
+    result = TransferResult()
+    paths = [(n, sandbox / n) for n in names]
+    total = sum(p.stat().st_size for _, p in paths if p.is_file())
+    header = ch.encoder().put_int(1)
+    await ch.send(encode_ad(header, {"SandboxSize": str(total)}).payload())
+    for i, (name, path) in enumerate(paths):
+        await _send_int(ch, CMD_FILE)
+        await ch.send(ch.encoder().put_string(name).payload())
+        if i == 0:
+            await _go_ahead(ch, downloading=False)
+        try:
+            result.bytes += await _send_file(ch, path)
+        except OSError as exc:
+            code = exc.errno or errnos.EIO
+            result.fail(HOLD_UPLOAD_FILE_ERROR, code,
+                        f"|Error: reading from file {path}: (errno {code}) {os.strerror(code)}")
+            continue
+        result.files.append(name)
+    await _send_int(ch, CMD_FINISHED)
+    await ch.send(encode_ad(ch.encoder(), ack_ad(result)).payload())
+    peer = await _recv_ad(ch, "downloader's ack")
+    if peer.get("Result") != 0:
+        _peer_failure(peer, result, HOLD_DOWNLOAD_FILE_ERROR)
+    return result
+
+
+def output_names(sandbox: Path, job: dict[str, object], inputs: Sequence[str],
+                 before: dict[str, float]) -> list[str]:  # fmt: skip
+    """Which sandbox files go back: TransferOutput if the job names them, else every
+    top-level regular file the job created or changed; `_condor_stdout`/`_condor_stderr`
+    always (the shadow renames them to the job's Out/Err)."""
+    std = list(STD_FILES)
+    listed = job.get("TransferOutput")
+    if isinstance(listed, str) and listed.strip():
+        chosen = [n.strip() for n in listed.split(",") if n.strip()]
+        return [n for n in chosen if (sandbox / n).is_file() and n not in std] + std
+    out = []
+    for entry in sorted(sandbox.iterdir()):
+        if entry.name in std or not entry.is_file() or entry.is_symlink():
+            continue
+        with contextlib.suppress(OSError):
+            if entry.name in inputs and before.get(entry.name) == entry.stat().st_mtime:
+                continue
+            out.append(entry.name)
+    return out + std

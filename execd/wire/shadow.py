@@ -1,0 +1,276 @@
+"""The starter's whole conversation with a real condor_shadow, after ACTIVATE_CLAIM.
+
+`serve_shadow(channel, claim, job_ad)` is called with the activation socket once execd
+has answered ACTIVATE_CLAIM with OK. In the order HTCondor's starter uses
+(condor_starter.V6.1/jic_shadow.cpp, job1.pcap):
+
+get_job_info -> register_starter_info (our CondorVersion, slot name, scratch dir) ->
+get_sec_session_info (the filetrans session) -> input transfer (FILETRANS_UPLOAD on
+the job's TransferSocket) -> register_job_info -> begin_execution -> the job runs;
+register_job_info at start and every `update_interval_s` -> event_notification
+(ActivationExecutionExit) -> register_job_info with the exit -> output transfer
+(FILETRANS_DOWNLOAD) -> job_exit (wait status, reason 100, exit ad).
+
+Cancelling the task that runs serve_shadow (the claim was deactivated) kills the job.
+
+A transfer that fails with a hold code becomes a critical RemoteErrorEvent (ulog):
+the shadow puts the job on hold with that code, as it does for HTCondor's starter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from execd.claims.ids import ClaimId
+from execd.errors import ProtocolError
+from execd.log import get_logger
+from execd.wire.channel import Channel
+from execd.wire.claim_session import ClaimSession
+from execd.wire.classad_codec import WireAd, from_values, to_classad
+from execd.wire.crypto import hkdf_key
+from execd.wire.filetransfer import (
+    FILETRANS_DOWNLOAD,
+    FILETRANS_UPLOAD,
+    STD_FILES,
+    TransferResult,
+    download_sandbox,
+    output_names,
+    upload_sandbox,
+)
+from execd.wire.security import (
+    CONDOR_VERSION,
+    ClientSecurity,
+    claim_client_session,
+    connect,
+    start_command,
+)
+from execd.wire.session import Session
+from execd.wire.shadow_job import (
+    JobExit,
+    JobProcess,
+    JobSetupError,
+    job_argv,
+    job_env,
+    rss_kb,
+    run_as_ids,
+)
+from execd.wire.shadow_syscalls import (
+    JOB_COREDUMPED,
+    JOB_EXITED,
+    MessageChannel,
+    SecSessionInfo,
+    ShadowSyscalls,
+)
+from execd.wire.sinful import parse_sinful
+
+log = get_logger("wire")
+ULOG_REMOTE_ERROR = 21
+HOLD_FAILED_TO_CREATE_PROCESS = 6
+PEER_CLOSE_WAIT_S = 5.0
+SHADOW_SETTLE_S = 0.1
+STARTER_UPDATE_INTERVAL_S = 300
+
+
+@dataclass(frozen=True)
+class ShadowOptions:
+    execute_dir: Path = Path("/var/lib/execd/execute")
+    slot_name: str = field(default_factory=lambda: f"slot1@{socket.gethostname()}")
+    uid_domain: str = field(default_factory=socket.gethostname)
+    run_as_fallback: str = "nobody"
+    update_interval_s: float = STARTER_UPDATE_INTERVAL_S
+    condor_version: str = CONDOR_VERSION
+    keep_sandbox: bool = False
+
+
+def _values(ad: WireAd) -> dict[str, object]:
+    parsed = to_classad(ad)
+    return {k: parsed.get(k) for k in parsed}
+
+
+def _filetrans_session(info: SecSessionInfo, address: str) -> Session:
+    session = ClaimSession(sid=info.filetrans_id, key=hkdf_key(info.filetrans_key.encode()),
+                           info={})  # fmt: skip
+    return claim_client_session(session, parse_sinful(address))
+
+
+@dataclass(frozen=True)
+class _Transfers:
+    """How to reach the shadow's file transfer: its address, session, the job's key."""
+
+    info: SecSessionInfo
+    job_wire: WireAd
+    starter_address: str
+
+    async def run(self, command: int, work: Callable[[Channel], Awaitable[TransferResult]],
+                  ) -> TransferResult:  # fmt: skip
+        return await _transfer(command, self, work)
+
+
+async def _transfer(command: int, how: _Transfers,
+                    work: Callable[[Channel], Awaitable[TransferResult]]) -> TransferResult:
+    job = _values({"TransferSocket": how.job_wire.get("TransferSocket", '""'),
+                   "TransferKey": how.job_wire.get("TransferKey", '""')})  # fmt: skip
+    address = str(job.get("TransferSocket") or "")
+    if not address:
+        raise ProtocolError("job ad has no TransferSocket")
+    sinful = parse_sinful(address)
+    channel = await connect(sinful, client_name=f"STARTER {how.starter_address}")
+    try:
+        security = ClientSecurity(subsystem="STARTER")
+        await start_command(channel, sinful, command, security,
+                            session=_filetrans_session(how.info, address))  # fmt: skip
+        await channel.send(channel.encoder().put_string(str(job.get("TransferKey"))).payload())
+        result = await work(channel)
+        # The shadow closes its end once its side of the transfer is done (about a
+        # millisecond); waiting for that keeps our next syscall behind its transfer's
+        # completion, so the user log has the transfer's end before what follows.
+        with contextlib.suppress(TimeoutError, OSError):
+            if await asyncio.wait_for(channel.reader.read(1), PEER_CLOSE_WAIT_S):
+                log.warning("shadow_transfer_extra_bytes", peer=channel.peer)
+        return result
+    finally:
+        await channel.close()
+
+
+def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
+    return from_values({
+        "Name": options.slot_name, "Machine": socket.gethostname(),
+        "MyAddress": address, "StarterIpAddr": address,
+        "UidDomain": options.uid_domain, "FileSystemDomain": options.uid_domain,
+        "HasReconnect": False, "CondorVersion": options.condor_version,
+        "MyCurrentTime": int(time.time()), "CondorScratchDir": str(sandbox),
+    })  # fmt: skip
+
+
+def _remote_error(job: dict[str, object], message: str, code: int, subcode: int) -> WireAd:
+    """A critical RemoteErrorEvent: the shadow holds the job with its code and subcode."""
+    return from_values({
+        "MyType": "RemoteErrorEvent", "EventTypeNumber": ULOG_REMOTE_ERROR,
+        "Cluster": job.get("ClusterId", 0), "Proc": job.get("ProcId", 0), "Subproc": 0,
+        "Daemon": "starter", "ErrorMsg": message,
+        "HoldReasonCode": code, "HoldReasonSubCode": subcode,
+    })  # fmt: skip
+
+
+def _transfer_error(job: dict[str, object], result: TransferResult) -> WireAd:
+    return _remote_error(job, f"Failed to transfer files: {result.hold_reason}",
+                         result.hold_code, result.hold_subcode)  # fmt: skip
+
+
+async def _run_job(calls: ShadowSyscalls, proc: JobProcess, options: ShadowOptions) -> JobExit:
+    await calls.begin_execution()  # before the process, as HTCondor's starter (001 event)
+    pid = await proc.start()
+    start = int(time.time())
+    peak = 0
+
+    def usage() -> dict[str, str]:
+        nonlocal peak
+        peak = max(peak, rss_kb(pid) or 0)
+        return {"JobPid": str(pid), "NumPids": "1", "JobState": '"Running"',
+                "JobStartDate": str(start), "ImageSize": str(peak), "ResidentSetSize": str(peak),
+                "MemoryUsage": "((ResidentSetSize + 1023) / 1024)",
+                "_condor_JOBINFO_MAXINTERVAL": str(int(options.update_interval_s))}  # fmt: skip
+
+    try:  # from here on, whatever ends the conversation ends the job
+        await calls.register_job_info(usage())
+        while (done := await proc.wait(options.update_interval_s)) is None:
+            await calls.register_job_info(usage())
+    finally:
+        proc.kill()
+    return done
+
+
+async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
+                       job_ad: Mapping[str, str] | Sequence[tuple[str, str]], *,
+                       options: ShadowOptions | None = None) -> None:  # fmt: skip
+    """Run the job the shadow activated, start to finish, on the activation socket.
+
+    `channel` is the authenticated, encrypted activation connection (OK already sent);
+    `job_ad` the ACTIVATE_CLAIM ad (the shadow's get_job_info answer supersedes it).
+    Returns when job_exit was answered; raises ProtocolError if the shadow goes away.
+    """
+    options = options or ShadowOptions()
+    claim_text = claim.full() if isinstance(claim, ClaimId) else claim
+    address = claim_text.split("#", 1)[0]
+    calls = ShadowSyscalls(channel)
+    job_wire = await calls.get_job_info() or dict(job_ad)
+    job = _values(job_wire)
+    gjid = str(job.get("GlobalJobId", "?"))
+    options.execute_dir.mkdir(parents=True, exist_ok=True)
+    sandbox = Path(os.path.realpath(options.execute_dir)) / f"dir_{time.monotonic_ns()}"
+    sandbox.mkdir(mode=0o700)
+    try:
+        uid, gid = run_as_ids(str(job.get("Owner", "")), options.run_as_fallback)
+        await calls.register_starter_info(_starter_ad(options, sandbox, address))
+        info = await calls.get_sec_session_info()
+        transfers = _Transfers(info, job_wire, address)
+        executable = str(job.get("Cmd", ""))
+
+        async def receive(ch: Channel) -> TransferResult:
+            return await download_sandbox(ch, sandbox, executable=executable)
+
+        got = await transfers.run(FILETRANS_UPLOAD, receive)
+        if not got.ok:
+            log.warning("shadow_input_transfer_failed", job=gjid, code=got.hold_code,
+                        subcode=got.hold_subcode)  # fmt: skip
+            # As HTCondor's starter: a second for the shadow to finish its upload, the
+            # failure files (stdout and stderr, missing here), then the error.
+            await asyncio.sleep(1)
+
+            async def failure_files(ch: Channel) -> TransferResult:
+                return await upload_sandbox(ch, sandbox, STD_FILES)
+
+            await transfers.run(FILETRANS_DOWNLOAD, failure_files)
+            await calls.ulog(_transfer_error(job, got))
+            return
+        # The shadow learns that its upload ended from its transfer process (pipe and
+        # reaper), after the socket closed; it logs that end (040) when it handles our
+        # next calls. HTCondor's starter is slower here by tens of milliseconds, so its
+        # user logs have 040 before 001 (begin_execution): give the shadow that time.
+        await asyncio.sleep(SHADOW_SETTLE_S)
+        await calls.register_job_info(from_values({"_condor_JOBINFO_MAXINTERVAL": -1}))
+        for root, dirs, files in os.walk(sandbox):
+            for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                os.lchown(name, uid, gid)
+        inputs = [n.split("/", 1)[0] for n in got.files]
+        before = {e.name: e.stat().st_mtime for e in sandbox.iterdir() if e.is_file()}
+        stdin = job.get("In")
+        stdin_name = os.path.basename(stdin) if isinstance(stdin, str) and stdin != "/dev/null" \
+            and os.path.basename(stdin) in inputs else None  # fmt: skip
+        log.info("shadow_job_starting", job=gjid, uid=uid)
+        try:
+            proc = JobProcess(job_argv(job, sandbox, got.files), sandbox,
+                              job_env(job, sandbox), (uid, gid), stdin_name)  # fmt: skip
+            done = await _run_job(calls, proc, options)
+        except JobSetupError as exc:
+            log.warning("shadow_job_not_started", job=gjid, reason=str(exc))
+            await calls.ulog(_remote_error(job, str(exc), HOLD_FAILED_TO_CREATE_PROCESS,
+                                           exc.errno))  # fmt: skip
+            return
+        exit_ad = done.exit_ad()
+        await calls.event_notification({"EventType": '"ActivationExecutionExit"'})
+        await calls.register_job_info({**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"})
+        names = output_names(sandbox, job, inputs, before)
+
+        async def send(ch: Channel) -> TransferResult:
+            return await upload_sandbox(ch, sandbox, names)
+
+        sent = await transfers.run(FILETRANS_DOWNLOAD, send)
+        if not sent.ok:
+            await calls.ulog(_transfer_error(job, sent))
+            return
+        reason = JOB_COREDUMPED if done.core_dumped else JOB_EXITED
+        await calls.job_exit(done.wait_status, reason, {**exit_ad, "StarterIpAddr": f'"{address}"'})
+        log.info("shadow_job_exited", job=gjid, status=done.wait_status)
+    finally:
+        if not options.keep_sandbox:
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(shutil.rmtree, sandbox)

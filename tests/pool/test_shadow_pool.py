@@ -1,0 +1,294 @@
+"""Jobs submitted with the real condor_submit run on execd: the real negotiator matches
+execd's slot, the real schedd claims it, the real shadow activates it, and execd's
+starter side (execd/wire/shadow.py) serves the shadow: syscalls, input transfer
+(executable, files, a subdirectory), the job as a real process (as `nobody`, never
+root), output transfer, job_exit. The user log and output files are the user's proof.
+
+The same jobs on HTCondor's own startd (the reference EP, last in this module) end with
+the same user-log events and termination lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pool_harness as harness
+import pytest
+
+from execd.claims.ids import ClaimIdFactory
+from execd.cli.status import local_ads
+from execd.config.loader import load_config
+from execd.machine.reader import LiveHostReader
+from execd.wire.channel import Channel
+from execd.wire.claim_messages import (
+    RequestClaimReply,
+    decode_activate_claim,
+    decode_claim_only,
+    decode_request_claim,
+    encode_deactivate_reply,
+    encode_request_claim_reply,
+)
+from execd.wire.claim_session import claim_session
+from execd.wire.classad_codec import from_values, to_classad
+from execd.wire.collector import CollectorClient
+from execd.wire.commands import Command, Reply
+from execd.wire.security import CONDOR_VERSION, ClientSecurity
+from execd.wire.server import CommandServer, Peer, ServerSecurity
+from execd.wire.shadow import ShadowOptions, serve_shadow
+from execd.wire.sinful import parse_sinful
+from execd.wire.startd_ads import advertised_pair
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "etc" / "execd" / "execd_config"
+WAIT_S = 90
+SCRIPT = """#!/bin/sh
+# Reads its inputs, writes outputs, ends as asked: exit N or die by signal N.
+cat in.txt
+cat data/sub.txt > result.txt
+echo "args: $*" >> result.txt
+id -u > uid.txt
+echo oops >&2
+case "$1" in
+  exit) exit "$2" ;;
+  signal) kill -"$2" $$ ;;
+esac
+"""
+SUBMIT = """\
+executable = job.sh
+arguments = {args}
+transfer_input_files = in.txt, data
+output = out.txt
+error = err.txt
+log = job.log
+should_transfer_files = YES
+when_to_transfer_output = ON_EXIT
+request_memory = 64
+queue
+"""
+FILES = {"job.sh": SCRIPT, "in.txt": "input one\n", "data/sub.txt": "from a subdirectory\n"}
+TERMINATION = re.compile(r"\((?:Normal|Abnormal) termination \((?:return value|signal) \d+\)\)|"
+                         r"(?:Normal|Abnormal) termination \((?:return value|signal) \d+\)")
+
+
+def _write_inputs(job_dir: Path, uid: int, gid: int) -> None:
+    for name, text in FILES.items():
+        path = job_dir / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        os.chmod(path, 0o755 if name.endswith(".sh") else 0o644)
+        for p in (path, path.parent):
+            os.chown(p, uid, gid)
+
+
+def submit(pool: harness.Pool, args: str, *, unreadable: str = "",
+           shebang: str = "") -> harness.SubmittedJob:  # fmt: skip
+    """condor_submit of SUBMIT with FILES, as the pool's non-root submitter."""
+    pool._jobs += 1
+    job_dir = pool.host_path(f"/home/{harness.SUBMITTER}/job{pool._jobs}")
+    job_dir.mkdir(parents=True)
+    uid, gid = pool._chroot_ids(harness.SUBMITTER)
+    os.chown(job_dir, uid, gid)
+    (job_dir / "job.sub").write_text(SUBMIT.format(args=args))
+    _write_inputs(job_dir, uid, gid)
+    if shebang:  # an interpreter that does not exist: the job cannot be started
+        script = job_dir / "job.sh"
+        script.write_text(shebang + "\n" + script.read_text().split("\n", 1)[1])
+    chroot_dir = f"/home/{harness.SUBMITTER}/job{pool._jobs}"
+    out = pool.tool("condor_submit", "-terse", "job.sub", user=harness.SUBMITTER, cwd=chroot_dir)
+    if unreadable:  # after condor_submit checked it: the shadow cannot read it
+        os.chmod(job_dir / unreadable, 0)
+    return harness.SubmittedJob(pool, int(out.check().stdout.split()[0].split(".")[0]), job_dir)
+
+
+@asynccontextmanager
+async def execd_slot(pool: harness.Pool, execute_dir: Path) -> AsyncIterator[list[str]]:
+    """A static slot served by execd's wire server and starter side; yields the log of
+    commands it served."""
+    served: list[str] = []
+    claims: dict[str, str] = {}
+
+    async def request_claim(channel: Channel, command: int, peer: Peer) -> None:
+        decode_request_claim(channel.decoder(await channel.recv()))
+        served.append("REQUEST_CLAIM")
+        await channel.send(encode_request_claim_reply(channel.encoder(),
+                                                      RequestClaimReply(Reply.OK)).payload())
+
+    async def activate_claim(channel: Channel, command: int, peer: Peer) -> None:
+        act = decode_activate_claim(channel.decoder(await channel.recv()))
+        served.append("ACTIVATE_CLAIM")
+        await channel.send(channel.encoder().put_int(Reply.OK).payload())
+        options = ShadowOptions(execute_dir=execute_dir, slot_name=claims["name"],
+                                uid_domain="execd.test")  # fmt: skip
+        try:
+            await serve_shadow(channel, act.claim_id, act.job_ad, options=options)
+            served.append("JOB_DONE")
+        except Exception as exc:
+            served.append(f"FAILED {exc}")
+            raise
+
+    async def deactivate(channel: Channel, command: int, peer: Peer) -> None:
+        decode_claim_only(channel.decoder(await channel.recv()), "DEACTIVATE_CLAIM")
+        served.append(Command(command).name)
+        await channel.send(encode_deactivate_reply(channel.encoder(), True).payload())
+
+    async def release(channel: Channel, command: int, peer: Peer) -> None:
+        decode_claim_only(channel.decoder(await channel.recv()), "RELEASE_CLAIM")
+        served.append("RELEASE_CLAIM")
+
+    security = ServerSecurity(domain="execd.test", timeout_s=20)
+    handlers = {Command.REQUEST_CLAIM: request_claim, Command.ACTIVATE_CLAIM: activate_claim,
+                Command.RELEASE_CLAIM: release}  # fmt: skip
+    for ending in (Command.DEACTIVATE_CLAIM, Command.DEACTIVATE_CLAIM_FORCIBLY,
+                   Command.DEACTIVATE_CLAIM_JOB_DONE):  # fmt: skip
+        handlers[ending] = deactivate
+    server = CommandServer(handlers, security)
+    await server.start()
+    claim = ClaimIdFactory(server.address, int(time.time())).new()
+    security.add_claim_session(claim_session(claim))
+    config = load_config(DEFAULT_CONFIG)
+    (slot,) = local_ads(config, LiveHostReader(), now=int(time.time()),
+                        defined_names=config.names())  # fmt: skip
+    public, private = advertised_pair(slot, address=server.address, claim_id=claim)
+    public.update(from_values({
+        "PartitionableSlot": False, "SlotType": "Static", "HasFileTransfer": True,
+        "FileSystemDomain": "execd.test", "UidDomain": "execd.test",
+        "CondorVersion": CONDOR_VERSION,
+    }))  # fmt: skip
+    claims["name"] = str(to_classad(public)["Name"])
+    collector_text = (pool.local_dir / "log" / ".collector_address").read_text()
+    collector = CollectorClient(parse_sinful(collector_text.splitlines()[0]), ClientSecurity())
+    try:
+        await collector.update_startd_ad(public, private)
+        yield served
+    finally:
+        try:
+            await collector.invalidate_startd_ad(claims["name"])
+        finally:
+            await collector.close()
+            await server.close()
+
+
+def termination(log: str) -> str:
+    found = TERMINATION.search(log)
+    assert found, log
+    return found.group(0).strip("()") if found.group(0).startswith("((") else found.group(0)
+
+
+def run_on_execd(pool: harness.Pool, args: str, *, unreadable: str = "", until: str = "005",
+                 shebang: str = "") -> tuple[harness.SubmittedJob, list[str]]:  # fmt: skip
+    execute_dir = Path(tempfile.mkdtemp(prefix="execd-shadow-", dir="/var/tmp"))
+    os.chmod(execute_dir, 0o755)
+
+    async def run() -> tuple[harness.SubmittedJob, list[str]]:
+        job = await asyncio.to_thread(submit, pool, args, unreadable=unreadable,
+                                      shebang=shebang)  # fmt: skip
+        try:
+            async with execd_slot(pool, execute_dir) as served:
+                await asyncio.to_thread(job.wait_for_event, until, WAIT_S)
+                if until == "012":
+                    held = await asyncio.to_thread(job.ad)
+                    assert held is not None
+                    served.append(f"HELD {held['HoldReasonCode']} {held['HoldReasonSubCode']}")
+                    (job.host_dir / "hold.txt").write_text(
+                        f"{held['HoldReasonCode']} {held['HoldReasonSubCode']} "
+                        f"{held['HoldReason']}")  # fmt: skip
+                return job, served
+        finally:
+            await asyncio.to_thread(pool.tool, "condor_rm", str(job.cluster),
+                                    user=harness.SUBMITTER)  # fmt: skip
+
+    try:
+        return asyncio.run(run())
+    finally:
+        os.rmdir(execute_dir)  # empty: every sandbox was removed
+
+
+def test_job_runs_on_execd_with_input_and_output_transferred(pool: harness.Pool) -> None:
+    job, served = run_on_execd(pool, "exit 0")
+    assert served[:2] == ["REQUEST_CLAIM", "ACTIVATE_CLAIM"] and "JOB_DONE" in served, served
+    log = job.user_log()
+    assert "Normal termination (return value 0)" in log
+    assert job.events()[0] == "000" and job.events()[-1] == "005"
+    assert job.output("out.txt") == "input one\n"  # stdout, with stdin's input file
+    assert job.output("err.txt") == "oops\n"
+    assert job.output("result.txt") == "from a subdirectory\nargs: exit 0\n"
+    assert job.output("uid.txt") == "65534\n"  # never root: nobody here
+    assert not [p for p in Path("/var/tmp").glob("execd-shadow-*/*")]  # sandboxes removed
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    ("exit 3", "Normal termination (return value 3)"),
+    ("signal 9", "Abnormal termination (signal 9)"),
+])  # fmt: skip
+def test_non_zero_exit_and_signal_death(pool: harness.Pool, args: str, line: str) -> None:
+    job, _ = run_on_execd(pool, args)
+    assert termination(job.user_log()) == line
+    assert job.output("out.txt") == "input one\n"
+
+
+def run_on_condor_startd(pool: harness.Pool, args: str, *, unreadable: str = "",
+                         until: str = "005",
+                         shebang: str = "") -> harness.SubmittedJob:  # fmt: skip
+    job = submit(pool, args, unreadable=unreadable, shebang=shebang)
+    try:
+        job.wait_for_event(until, WAIT_S)
+        if until == "012":
+            held = job.ad()
+            assert held is not None
+            (job.host_dir / "hold.txt").write_text(
+                f"{held['HoldReasonCode']} {held['HoldReasonSubCode']} {held['HoldReason']}")
+    finally:
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+    return job
+
+
+# (arguments, input file made unreadable after submit, the event that ends the case,
+#  the script's first line if not the usual one)
+CASES = [("exit 0", "in.txt", "012", ""), ("exit 0", "", "012", "#!/nonexistent/sh"),
+         ("exit 0", "", "005", ""), ("exit 3", "", "005", ""),
+         ("signal 9", "", "005", "")]  # fmt: skip
+
+
+def test_same_user_log_as_condor_startd(running_pool: harness.RunningPool) -> None:
+    """Events, termination lines and output files: execd against HTCondor's startd."""
+    # A pool restart wipes the submitter's job directories: keep what each job left.
+    ours = [outcome(run_on_execd(running_pool.get(with_startd=False), a, unreadable=u,
+                                 until=e, shebang=b)[0]) for a, u, e, b in CASES]  # fmt: skip
+    reference = running_pool.get(with_startd=True)
+    theirs = [outcome(run_on_condor_startd(reference, a, unreadable=u, until=e, shebang=b))
+              for a, u, e, b in CASES]  # fmt: skip
+    for case, mine, real in zip(CASES, ours, theirs, strict=True):
+        assert mine[:-1] == real[:-1], (case, mine, real)
+
+
+def outcome(job: harness.SubmittedJob) -> tuple[list[str], str, dict[str, str], str]:
+    """What the user sees: event codes, the termination line or the hold's code and
+    subcode, the output files; last the whole hold reason (for the failure message)."""
+    hold = job.host_dir / "hold.txt"
+    if hold.exists():
+        code, sub, reason = hold.read_text().split(" ", 2)
+        # Whether the shadow logs the end of the failure-file transfer (040) before the
+        # starter's error arrives is a race on HTCondor's own startd too: not compared.
+        events = [e for e in job.events() if e != "040"]
+        reason = re.sub(r"execution point \S+\.", "execution point SLOT.", reason)
+        reason = re.sub(r"/job\d+/", "/jobN/", reason)
+        reason = re.sub(r"^Error from \S+:", "Error from SLOT:", reason)
+        reason = re.sub(r"'/[^']*/job.sh'", "'SANDBOX/job.sh'", reason)
+        return events, f"held {code} {sub} {reason}", {}, job.user_log()
+    files = {n: job.output(n) for n in ("out.txt", "err.txt", "result.txt")}
+    return job.events(), termination(job.user_log()), files, ""
+
+
+def test_unreadable_input_file_holds_the_job(pool: harness.Pool) -> None:
+    """The shadow cannot read an input file: the job goes on hold with HTCondor's code
+    for an input transfer failure (13) and the errno (EACCES)."""
+    job, served = run_on_execd(pool, "exit 0", unreadable="in.txt", until="012")
+    assert "HELD 13 13" in served, served
+    assert "005" not in job.events() and "001" not in job.events()
+    assert "Permission denied" in job.user_log()
