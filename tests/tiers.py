@@ -47,6 +47,12 @@ VM_KERNEL_META = "linux-image-amd64"
 POOL_SUITE = "sid"
 POOL_DEFAULT_MIRROR = "http://deb.debian.org/debian"
 POOL_CONDOR_PACKAGE = "condor"
+# The container-image test's base (tests/system/test_container_image.py): a bookworm
+# rootfs with the image's Python already in it, so that building the Dockerfile needs
+# neither a registry nor apt. Cached and stamped like the pool chroot.
+IMAGE_BASE_SUITE = "bookworm"
+IMAGE_BASE_INCLUDE = ("python3", "python3-venv")
+IMAGE_APT_PACKAGES = ("buildah", "debootstrap")
 
 
 def _always() -> str | None:
@@ -142,14 +148,34 @@ def pool_root() -> Path:
     override = os.environ.get("EXECD_POOL_ROOT", "")
     if override:
         return Path(override)
+    return cache_root("pool-sid")
+
+
+def cache_root(name: str) -> Path:
+    """Where a cached rootfs lives: outside the checkout as root, so fresh clones reuse it."""
     if os.geteuid() == 0:
-        return Path("/var/cache/execd-tests/pool-sid")
-    return REPO / ".cache" / "pool" / "pool-sid"
+        return Path("/var/cache/execd-tests") / name
+    return REPO / ".cache" / "pool" / name
+
+
+def built_stamp(root: Path) -> Path:
+    """Written beside a cached rootfs only once its build completed."""
+    return root.with_name(root.name + ".built")
 
 
 def pool_stamp(root: Path | None = None) -> Path:
-    root = root or pool_root()
-    return root.with_name(root.name + ".built")
+    return built_stamp(root or pool_root())
+
+
+def image_base_root() -> Path:
+    """The bookworm rootfs the container-image test builds FROM (built or not)."""
+    return Path(os.environ.get("EXECD_IMAGE_BASE", "") or cache_root("image-bookworm"))
+
+
+def image_base_built(root: Path | None = None) -> bool:
+    root = root or image_base_root()
+    ensurepip = root / "usr" / "lib" / "python3.11" / "ensurepip"  # from python3-venv
+    return built_stamp(root).exists() and ensurepip.is_dir()
 
 
 def pool_built(root: Path | None = None) -> bool:
@@ -316,18 +342,28 @@ def unmount_all(root: Path) -> None:
             subprocess.run(["umount", "-l", str(point)], check=False)
 
 
-def _setup_pool(apt: _Apt) -> None:
-    apt.install(("debootstrap",))
-    root = pool_root()
-    if pool_built(root):
-        print(f"pool chroot at {root} already built ({pool_stamp(root).read_text().strip()})")
+def _build_rootfs(
+    root: Path, suite: str, include: tuple[str, ...], finish: Callable[[Path], str]
+) -> None:
+    """debootstrap suite into root unless a completed build is there; finish(root)
+    completes it and returns the line written into the stamp."""
+    stamp = built_stamp(root)
+    if stamp.exists():
+        print(f"{root} already built ({stamp.read_text().strip()})")
         return
     # A half-built chroot: never delete through a bind mount of the host's /dev or /sys.
     unmount_all(root)
     if root.exists():
         _run("rm", "-rf", "--one-file-system", root)
     root.parent.mkdir(parents=True, exist_ok=True)
-    _run("debootstrap", "--variant=minbase", POOL_SUITE, root, debian_mirror())
+    extra = [f"--include={','.join(include)}"] if include else []
+    _run("debootstrap", "--variant=minbase", *extra, suite, root, debian_mirror())
+    line = finish(root)
+    stamp.write_text(line + "\n")
+    print(f"{root} built: {line}")
+
+
+def _finish_pool(root: Path) -> str:
     # Packages' maintainer scripts must not start services (ssh, condor) in the chroot.
     policy = root / "usr" / "sbin" / "policy-rc.d"
     policy.write_text("#!/bin/sh\nexit 101\n")
@@ -341,11 +377,30 @@ def _setup_pool(apt: _Apt) -> None:
         _run("chroot", root, *env, "apt-get", "-f", "install", "-y", "-q")
         _run("chroot", root, *env, "apt-get", "install", "-y", "-q", POOL_CONDOR_PACKAGE)
         _run("chroot", root, *env, "apt-get", "clean")
-        version = _run("chroot", root, "condor_version").splitlines()[0]
+        return _run("chroot", root, "condor_version").splitlines()[0]
     finally:
         unmount_all(root)
-    pool_stamp(root).write_text(version + "\n")
-    print(f"pool chroot built at {root}: {version}")
+
+
+def _setup_pool(apt: _Apt) -> None:
+    apt.install(("debootstrap",))
+    root = pool_root()
+    if not pool_built(root):
+        built_stamp(root).unlink(missing_ok=True)
+    _build_rootfs(root, POOL_SUITE, (), _finish_pool)
+
+
+def _finish_image_base(root: Path) -> str:
+    _run("chroot", root, "apt-get", "clean")
+    return _run("chroot", root, "python3", "--version").strip()
+
+
+def _setup_image(apt: _Apt) -> None:
+    apt.install(IMAGE_APT_PACKAGES)
+    root = image_base_root()
+    if not image_base_built(root):
+        built_stamp(root).unlink(missing_ok=True)
+    _build_rootfs(root, IMAGE_BASE_SUITE, IMAGE_BASE_INCLUDE, _finish_image_base)
 
 
 def setup() -> int:
@@ -355,7 +410,7 @@ def setup() -> int:
         return 1 if require_all() else 0
     apt = _Apt()
     failed = 0
-    for tier, install in (("vm", _setup_vm), ("pool", _setup_pool)):
+    for tier, install in (("vm", _setup_vm), ("pool", _setup_pool), ("system", _setup_image)):
         try:
             install(apt)
         except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
