@@ -32,7 +32,7 @@ def states(tree: CgroupTree) -> dict[int, str]:
     for pid in tree.job("slot1_1").pids():
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
-        except FileNotFoundError:
+        except OSError:  # gone between the listing and the read (ENOENT or ESRCH)
             continue
         found[pid] = stat.rsplit(")", 1)[1].split()[0]
     return found
