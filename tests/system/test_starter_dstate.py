@@ -43,7 +43,10 @@ def test_a_job_in_uninterruptible_sleep_is_hard_killed_to_zero_processes(
 ) -> None:
     spec = make_spec("", cmd="/usr/bin/python3", args=["-c", VFORK_STUCK])
     handle = start(spec, workdir)
-    wait_until(lambda: "D" in states(tree).values(), "a job process in D state")
+    # Both processes there and one in D: a lone python3 can also pass through D for a
+    # moment while it starts (a page fault on a loaded machine), before it vforks.
+    wait_until(lambda: sorted(states(tree).values()) in (["D", "S"], ["D", "D"]),
+               "the job's parent in D state beside its vfork child")
     handle.hard_kill()
     report = finished(handle, workdir)
     assert report["ExitReason"] == "hard_killed"
