@@ -12,10 +12,9 @@ import json
 import sys
 from typing import Any
 
-from execd.cli.common import load
+from execd.cli.common import control_socket
 from execd.daemon.client import ControlClient, DaemonUnavailableError
 from execd.daemon.control import ControlError
-from execd.daemon.node import Paths
 from execd.errors import ConfigError
 
 EXIT_NO_DAEMON = 4
@@ -23,8 +22,7 @@ EXIT_NO_DAEMON = 4
 
 def call(args: argparse.Namespace, verb: str, payload: dict[str, Any]) -> tuple[int, Any]:
     try:
-        _config, settings = load(args, validate=False)
-        with ControlClient(Paths.from_settings(settings).socket) as client:
+        with ControlClient(control_socket(args)) as client:
             return 0, client.call(verb, payload)
     except DaemonUnavailableError as exc:
         print(f"execd {args.command}: {exc.message}", file=sys.stderr)

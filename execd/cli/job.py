@@ -21,10 +21,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from execd.cli.common import load
+from execd.cli.common import control_socket
 from execd.daemon.client import ControlClient, DaemonUnavailableError, wait_for_daemon
 from execd.daemon.control import ControlError
-from execd.daemon.node import Paths
 from execd.errors import ConfigError
 
 EXIT_HELD = 125
@@ -115,8 +114,7 @@ class _Follower(threading.Thread):
 
 def run(args: argparse.Namespace) -> int:
     try:
-        _config, settings = load(args, validate=False)
-        socket_path = Paths.from_settings(settings).socket
+        socket_path = control_socket(args)
     except ConfigError as exc:
         print(f"execd job: {exc}", file=sys.stderr)
         return 2

@@ -12,10 +12,9 @@ import argparse
 import sys
 
 from execd.cli.admin import EXIT_NO_DAEMON
-from execd.cli.common import load
+from execd.cli.common import control_socket
 from execd.daemon.client import ControlClient, DaemonUnavailableError, wait_for_daemon
 from execd.daemon.control import ControlError
-from execd.daemon.node import Paths
 from execd.errors import ConfigError
 
 
@@ -33,8 +32,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     try:
-        _config, settings = load(args, validate=False)
-        socket_path = Paths.from_settings(settings).socket
+        socket_path = control_socket(args)
     except ConfigError as exc:
         print(f"execd restart: {exc}", file=sys.stderr)
         return 2

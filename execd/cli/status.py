@@ -15,11 +15,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from execd.classads import ClassAdError, ad_from_json, ad_to_json
-from execd.cli.common import load
+from execd.cli.common import control_socket, load
 from execd.config.loader import Config
 from execd.daemon.client import ControlClient, DaemonUnavailableError
 from execd.daemon.control import ControlError
-from execd.daemon.node import Paths
 from execd.errors import ConfigError, ResourceError
 from execd.machine.detect import DetectionParams, detect_machine
 from execd.machine.facts import MachineLoad
@@ -126,10 +125,7 @@ def run(args: argparse.Namespace) -> int:
 def _live(args: argparse.Namespace) -> int:
     """Ask the running daemon for its ads."""
     try:
-        # The socket path is all that is needed: a config being edited must not stop this.
-        _config, settings = load(args, validate=False)
-        socket_path = Paths.from_settings(settings).socket
-        with ControlClient(socket_path) as client:
+        with ControlClient(control_socket(args)) as client:
             reply = client.call("status", {"constraint": args.constraint}
                                 if args.constraint else {})
     except DaemonUnavailableError as exc:
