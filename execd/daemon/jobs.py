@@ -293,21 +293,22 @@ class JobManager:
             return
         workdir = self.workdir(job.job_id)
         workdir.mkdir(parents=True, exist_ok=True)
-        hooks = job_hook_runs.job_hooks_for(self.daemon.settings, job.ad, self.spec(job, workdir))
+        spec = self.spec(job, workdir)
+        hooks = job_hook_runs.job_hooks_for(self.daemon.settings, job.ad, spec)
         if hooks is not None and "PREPARE_JOB" in hooks.config.paths:
             self._track(self._prepare_then_launch(job, workdir, hooks))
             return
-        self._launch(job, workdir, hooks)
+        self._launch(job, workdir, hooks, spec)
 
     def _track(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    def _launch(self, job: Job, workdir: Path, hooks: job_hook_runs.JobHooks | None) -> None:
+    def _launch(self, job: Job, workdir: Path, hooks: job_hook_runs.JobHooks | None,
+                spec: StarterSpec) -> None:
         assert self.tree is not None
         slot = job.slot
-        spec = self.spec(job, workdir)
         if spec.exit_fifo is not None:  # open before the starter can write to it
             with contextlib.suppress(FileExistsError):
                 os.mkfifo(spec.exit_fifo, 0o600)
@@ -351,7 +352,8 @@ class JobManager:
             self._finished(job)
             return
         try:
-            self._launch(job, workdir, hooks)
+            # PREPARE_JOB may have edited the ad: the spec is built from the edited one.
+            self._launch(job, workdir, hooks, self.spec(job, workdir))
         except (ExecdError, OSError) as exc:
             logger.error("starter_spawn_failed", slot=job.slot, job=job.job_id, error=str(exc))
             job.report = {"ExitReason": "spawn_failed", "Error": str(exc)}
