@@ -56,16 +56,23 @@ class Harness:
     def __init__(self, cron: CronSettings) -> None:
         self.updates: asyncio.Queue[CronUpdate] = asyncio.Queue()
         self.exits: asyncio.Queue[CronJobExit] = asyncio.Queue()
+        self.other_exits: list[CronJobExit] = []
         self.manager = CronManager(cron, slot_ads=lambda: SLOTS,
                                    on_update=self.updates.put_nowait,
                                    on_exit=self.exits.put_nowait, clock=lambda: 1_700_000_000)
 
     async def exit_of(self, job: str) -> CronJobExit:
+        """The next exit of `job`. Other jobs' exits are kept for their own awaiting:
+        jobs started together end in either order."""
+        for i, done in enumerate(self.other_exits):
+            if done.job == job:
+                return self.other_exits.pop(i)
         async with asyncio.timeout(WAIT):
             while True:
                 done = await self.exits.get()
                 if done.job == job:
                     return done
+                self.other_exits.append(done)
 
     async def update_of(self, job: str) -> CronUpdate:
         async with asyncio.timeout(WAIT):
