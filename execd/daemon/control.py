@@ -167,14 +167,17 @@ class ControlServer:
         os.chmod(self.path, mode)
 
     async def close(self) -> None:
+        # Connections first: since Python 3.12 wait_closed() waits for every open
+        # connection, and a client awaiting a job's end would hold the shutdown forever.
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
         for task in list(self._clients):
             task.cancel()
         for task in list(self._clients):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._server is not None:
+            await self._server.wait_closed()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 

@@ -120,14 +120,17 @@ class CommandServer:
             await asyncio.wait(list(self._tasks))
 
     async def close(self) -> None:
+        # Connections first: since Python 3.12 wait_closed() waits for every open
+        # connection, and a client awaiting a job's end would hold the shutdown forever.
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._server is not None:
+            await self._server.wait_closed()
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         host, port = writer.get_extra_info("peername")[:2]

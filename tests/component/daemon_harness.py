@@ -49,6 +49,15 @@ class RunningDaemon:
         if (hierarchy.mount / self.base_cgroup).exists():
             CgroupTree(CgroupFS(), hierarchy, self.base_cgroup).remove()
 
+    @property
+    def cgroup_base(self) -> Path:
+        """The daemon's BASE_CGROUP directory on this host's cgroup v2 mount (at
+        /sys/fs/cgroup on a pure v2 host, /sys/fs/cgroup/unified on a hybrid one)."""
+        from execd.cgroups.discovery import discover
+        from execd.cgroups.fs import CgroupFS
+
+        return discover(CgroupFS()).mount / self.base_cgroup
+
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "CONDOR_CONFIG"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))

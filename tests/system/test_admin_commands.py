@@ -49,7 +49,7 @@ def test_who_lists_the_running_job(node: RunningDaemon) -> None:
     assert int(pid) > 0
     assert float(cpu) >= 0 and float(memory) > 0
     assert int(procs) >= 1  # the shell, and maybe its sleep
-    assert cgroup == f"/sys/fs/cgroup/unified/{node.base_cgroup}/slot1_1.slice"
+    assert cgroup == str(node.cgroup_base / "slot1_1.slice")
     node.execd("vacate", "-fast")
     job.communicate(timeout=60)
 

@@ -17,8 +17,6 @@ from execd.daemon.client import ControlClient
 from execd.daemon.control import ControlError
 from tests.component.daemon_harness import RunningDaemon
 
-CGROUPS = Path("/sys/fs/cgroup/unified")
-
 
 def start(root: Path, extra: str, *, partitionable: bool = True) -> RunningDaemon:
     root.chmod(0o755)
@@ -62,7 +60,7 @@ def slot_state(node: RunningDaemon, slot: str) -> str:
 
 
 def frozen(node: RunningDaemon, slot: str) -> str:
-    path = CGROUPS / node.base_cgroup / f"{slot}.slice" / "job" / "cgroup.events"
+    path = node.cgroup_base / f"{slot}.slice" / "job" / "cgroup.events"
     if not path.exists():
         return "not yet made"  # the starter is still setting up
     events = path.read_text()

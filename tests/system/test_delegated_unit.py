@@ -69,7 +69,9 @@ def test_service_stopped_finds_the_unit_from_its_control_subgroup(unit: Path) ->
     control = unit / ".control"  # where systemd runs ExecStopPost= of a delegated unit
     control.mkdir()
     argv = [sys.executable, "-m", "execd", "service-stopped"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get(
+        "PYTHONPATH")]))}
     done = subprocess.run(in_cgroup(control, argv), env=env, capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr

@@ -98,7 +98,7 @@ def last_event(node: RunningDaemon, name: str) -> dict[str, Any]:
 
 
 def cgroup_children(node: RunningDaemon) -> list[str]:
-    base = Path("/sys/fs/cgroup/unified") / node.base_cgroup
+    base = node.cgroup_base
     return sorted(p.name for p in base.iterdir() if p.is_dir())
 
 
@@ -147,14 +147,14 @@ def test_kill_9_with_20_jobs_running_loses_no_outcome_and_leaks_nothing(
     node.wait_for("starter_spawned", slot=f"slot1_{JOBS + 1}")
     # An orphan the new daemon must clean up: a job cgroup with a process and no starter,
     # and a sandbox with no job.
-    orphan = Path("/sys/fs/cgroup/unified") / node.base_cgroup / "slot7_77.slice"
+    orphan = node.cgroup_base / "slot7_77.slice"
     (orphan / "job").mkdir(parents=True)
     sandbox = node.root / "state" / "execute" / "dir_999999"
     sandbox.mkdir()
     # and a starter the old daemon launched but never recorded (it died in between)
     unrecorded = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(300)", "-m", "execd.starter"])
-    daemon_leaf = Path("/sys/fs/cgroup/unified") / node.base_cgroup / "daemon" / "cgroup.procs"
+    daemon_leaf = node.cgroup_base / "daemon" / "cgroup.procs"
     daemon_leaf.write_text(str(unrecorded.pid))
 
     node.proc.send_signal(signal.SIGKILL)
