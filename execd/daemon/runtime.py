@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -22,6 +23,7 @@ from execd.config.loader import Config, load_config
 from execd.config.log_setup import configure_logging
 from execd.config.settings import Settings, load_settings
 from execd.daemon.backfill import BackfillClient, backfill_program
+from execd.daemon.broken import record_broken
 from execd.daemon.control import Authorizer, ControlError, ControlServer, Request, Role, Verb
 from execd.daemon.fetch_work import FetchWorker
 from execd.daemon.jobs import JobManager
@@ -86,6 +88,7 @@ class Daemon:
         self.engine = PolicyEngine(policy_config(self.settings))
         self.backfill = BackfillClient(backfill_program(self.settings), self._backfill_exited)
         self.jobs = JobManager(self)
+        self.node.on_broken = functools.partial(record_broken, self.jobs)
         self.jobs.setup_cgroups()
         self.cron = CronManager(
             cron_settings(self.settings),
