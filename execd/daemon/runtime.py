@@ -10,7 +10,6 @@ verb does is in execd.daemon.verbs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from execd import log
+from execd.aio import cancel_until_done, wait_event
 from execd.classads import ClassAdError, parse_expr
 from execd.config.loader import Config, load_config
 from execd.config.log_setup import configure_logging
@@ -305,8 +305,7 @@ class Daemon:
             mono = time.monotonic()
             due = min(self.engine.next_evaluation_due(mono), self.jobs.matches.next_timeout())
             self.wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, due - mono))
+            await wait_event(self.wake, due - mono)  # not wait_for: it can lose a cancel
 
     async def serve(self) -> int:
         loop = asyncio.get_running_loop()
@@ -333,8 +332,7 @@ class Daemon:
                 if self.pool is not None:
                     background.append(tasks.create_task(self.pool.run()))
                 await tasks.create_task(self._update_loop())
-                for task in background:
-                    task.cancel()
+                await cancel_until_done(background)
         finally:
             self.backfill.close()
             await self.control.close()

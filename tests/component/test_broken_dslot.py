@@ -13,35 +13,11 @@ from typing import Any
 
 import pytest
 
-from execd.daemon.backfill import BackfillClient
 from execd.daemon.control import ControlError
-from execd.daemon.jobs import JobManager
-from execd.daemon.node import Node, Paths
-from execd.daemon.policy_glue import now, policy_config, slot_facts
 from execd.daemon.runtime import Daemon
-from execd.policy.engine import PolicyEngine
+from tests.component.in_process_daemon import daemon_without_cgroups
 
 JOB = {"Cmd": "/bin/true", "RequestCpus": 1, "RequestMemory": 256}
-
-
-def daemon_without_cgroups(tmp_path: Path) -> Daemon:
-    config = tmp_path / "execd_config"
-    config.write_text(f"LOCAL_DIR = {tmp_path}/state\nEXECD_LOG = {tmp_path}/log\n"
-                      "NUM_CPUS = 4\nMEMORY = 1024\nuse FEATURE : PartitionableSlot\n")
-    daemon = Daemon(config)
-    daemon.config, daemon.settings = daemon._read_config()
-    daemon.paths = Paths.from_settings(daemon.settings)
-    daemon.paths.create()
-    daemon.node = Node.build(daemon.config, daemon.settings)
-    daemon.engine = PolicyEngine(policy_config(daemon.settings))
-    daemon.backfill = BackfillClient(None, lambda: None)
-    daemon.jobs = JobManager(daemon)
-    moment = now()
-    for ad in daemon.node.ads():
-        daemon.execute(daemon.engine.add_slot(str(ad["Name"]).split("@")[0], slot_facts(ad),
-                                              moment))
-    daemon.evaluate()  # Owner -> Unclaimed
-    return daemon
 
 
 def ads(daemon: Daemon) -> dict[str, Any]:
