@@ -3,9 +3,11 @@ job runs): for tests of its parts that need no starter. Build it under a running
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from execd.daemon.backfill import BackfillClient
+from execd.daemon.broken import record_broken
 from execd.daemon.jobs import JobManager
 from execd.daemon.node import Node, Paths
 from execd.daemon.policy_glue import now, policy_config, slot_facts
@@ -26,6 +28,7 @@ def daemon_without_cgroups(tmp_path: Path, extra_config: str = "") -> Daemon:
     daemon.engine = PolicyEngine(policy_config(daemon.settings))
     daemon.backfill = BackfillClient(None, lambda: None)
     daemon.jobs = JobManager(daemon)
+    daemon.node.on_broken = functools.partial(record_broken, daemon.jobs)  # as start() does
     moment = now()
     for ad in daemon.node.ads():
         daemon.execute(daemon.engine.add_slot(str(ad["Name"]).split("@")[0], slot_facts(ad),

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from execd.daemon.control import ControlError
+from execd.daemon.recovery import recover
 from execd.daemon.runtime import Daemon
 from tests.component.in_process_daemon import daemon_without_cgroups
 
@@ -53,3 +54,27 @@ def test_a_broken_dslot_keeps_its_resources_out_of_use_and_is_advertised(
         daemon.jobs.store.close()
 
     asyncio.run(scenario())  # the daemon's parts expect a running loop
+
+
+def test_a_broken_dslot_still_claimed_at_a_restart_comes_back_claimed_and_broken(
+        tmp_path: Path) -> None:
+    async def scenario() -> None:
+        first = daemon_without_cgroups(tmp_path)
+        granted = first.jobs.request_claim("slot1", JOB)
+        first.node.mark_broken(granted["slot"], "1 process could not be killed")
+        first.jobs.store.close()  # the daemon dies with the claim held
+
+        again = daemon_without_cgroups(tmp_path)
+        counts = recover(again.jobs)
+        assert (counts["claims"], counts["broken"]) == (1, 2)  # the d-slot and its p-slot
+        seen = ads(again)
+        assert seen[granted["slot"]]["State"] == "Claimed"
+        assert seen[granted["slot"]]["SlotBrokenReason"] == "1 process could not be killed"
+        again.jobs.release(granted["claim_id"])
+        for _ in range(3):
+            again.evaluate()
+        assert granted["slot"] not in again.engine.slots
+        assert ads(again)["slot1"]["Cpus"] == 3  # released, its CPU is still kept out
+        again.jobs.store.close()
+
+    asyncio.run(scenario())
