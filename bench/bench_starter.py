@@ -15,21 +15,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
-import shutil
 import statistics
 import subprocess
-import tempfile
+import sys
 import time
 from pathlib import Path
 
-from execd.cgroups.discovery import discover
-from execd.cgroups.fs import CgroupFS
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.starter_dirs
+
 from execd.cgroups.tree import CgroupTree
 from execd.starter.launcher import launch_starter
 from execd.starter.spec import StarterSpec
-
-NOBODY = 65534
+from tests.starter_dirs import NOBODY, job_workdir, private_tree
 
 
 def pct(values: list[float], p: float) -> float:
@@ -170,15 +167,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--bombs", type=int, default=5, help="fork-bomb kill runs")
     args = ap.parse_args()
-    fs = CgroupFS()
-    tree = CgroupTree(fs, discover(fs), f"execd-bench-{os.getpid()}-{secrets.token_hex(3)}")
-    tree.setup()
-    work = Path(tempfile.mkdtemp(prefix="execd-bench-"))
-    work.chmod(0o755)
-    (work / "execute").mkdir(mode=0o755)
-    (work / "iwd").mkdir()
-    os.chown(work / "iwd", NOBODY, NOBODY)
-    try:
+    with private_tree("execd-bench") as tree, job_workdir("execd-bench-") as work:
         s, c, b = launch_latency(tree, work, args.jobs)
         p50s, p50c, p50b = statistics.median(s), statistics.median(c), statistics.median(b)
         print(
@@ -201,9 +190,6 @@ def main() -> None:
         print(f"fork bomb of {runs[0][1]} processes under a starter, {args.bombs} runs: hard "
               f"kill signal to empty cgroup median {statistics.median(kills):.1f} ms, "
               f"max {max(kills):.1f} ms")
-    finally:
-        tree.remove()
-        shutil.rmtree(work)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from execd import log
+from execd.aio import wait_event
 from execd.daemon.control import ControlError
 from execd.hooks.fetch_work import (
     FetchedJobError,
@@ -117,8 +118,7 @@ class FetchWorker:
                         self._spawn(self._fetch(name, hooks, ad))
                     else:
                         next_due = min(next_due, due)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), max(0.0, next_due - now))
+                await wait_event(self.wake, next_due - now)  # cancel-safe, unlike wait_for
         finally:
             await self._shut_down()
 

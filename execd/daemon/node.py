@@ -86,6 +86,8 @@ class Node:
     node_attrs: dict[str, Any] = field(default_factory=dict)
     # Slots whose job cgroup could not be emptied -> SlotBrokenReason.
     broken: dict[str, str] = field(default_factory=dict)
+    # Told of each new mark (the daemon keeps it in its store: a restart restores it).
+    on_broken: Callable[[str, str], None] | None = None
     job_load: JobLoadMeter = field(default_factory=JobLoadMeter)
 
     @staticmethod
@@ -110,10 +112,15 @@ class Node:
 
     def mark_broken(self, slot: str, reason: str) -> None:
         """A d-slot's reason also goes on its partitionable parent, which outlives it."""
-        self.broken[slot] = reason
+        marks = {slot: reason}
         parent = slot.split("_", maxsplit=1)[0]
-        if parent != slot:
-            self.broken.setdefault(parent, f"{slot}: {reason}")
+        if parent != slot and parent not in self.broken:
+            marks[parent] = f"{slot}: {reason}"
+        for name, why in marks.items():
+            if self.broken.get(name) != why:
+                self.broken[name] = why
+                if self.on_broken is not None:
+                    self.on_broken(name, why)
 
     def ads(self, policy_for: Callable[[str], PolicyFacts] | None = None) -> list[Any]:
         now = int(time.time())

@@ -6,7 +6,8 @@ again and puts the slot back in Claimed; for each job that was running, it adopt
 starter if the process with that pid *and start time* still lives, or collects the
 durable report the starter wrote if it ended meanwhile. Then it removes what is truly
 orphaned — a starter launched but never recorded, job cgroups with no starter,
-sandboxes and job directories with no job — and logs each thing it removed.
+sandboxes and job directories with no job — and logs each thing it removed. Broken
+slots come back too (execd.daemon.broken).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from execd import log
 from execd.cgroups.tree import DAEMON_LEAF, JobCgroup
 from execd.claims.ids import parse_claim_id
 from execd.daemon import procwatch
+from execd.daemon.broken import restore_broken
 from execd.daemon.policy_glue import now
 from execd.daemon.store import ClaimRecord, JobRecord, dynamic_slot
 from execd.errors import CgroupError, ExecdError
@@ -43,7 +45,8 @@ def recover(jobs: JobManager) -> dict[str, int]:
 
     began = time.monotonic()
     moment = now()
-    counts = {"claims": 0, "adopted": 0, "ended_meanwhile": 0, "orphans_removed": 0}
+    counts = {"claims": 0, "adopted": 0, "ended_meanwhile": 0, "broken": 0,
+              "orphans_removed": 0}
     by_claim: dict[str, list[JobRecord]] = defaultdict(list)
     for record in jobs.store.jobs():
         by_claim[record.session_id].append(record)
@@ -73,6 +76,7 @@ def recover(jobs: JobManager) -> dict[str, int]:
     for records in by_claim.values():  # jobs whose claim is gone: nobody wants them
         for record in records:
             _drop_claimless_job(jobs, record)
+    counts["broken"] = restore_broken(jobs)  # after the claims: a claimed one is carved
     counts["orphans_removed"] = remove_orphans(jobs)
     # New claim ids must not repeat a restored one (a restart within the same second
     # would give the same birthday and sequence): start after the newest birthday.
@@ -164,7 +168,8 @@ def remove_orphans(jobs: JobManager) -> int:
     """Starters with no record, cgroups with no starter, sandboxes with no job, job
     directories with no record."""
     removed = 0
-    running = {job.slot for job in jobs.running.values()}
+    # A broken slot's slice holds what could not be killed: it stays, as the mark does.
+    running = {job.slot for job in jobs.running.values()} | set(jobs.daemon.node.broken)
     starters = {job.handle.pid for job in jobs.running.values() if job.handle is not None}
     tree = jobs.tree
     if tree is not None:

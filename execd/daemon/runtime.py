@@ -3,26 +3,28 @@
 One asyncio process. Its main coroutine owns every task (a TaskGroup): the signal
 consumer, the update timer, the watchdog pinger and the control socket's clients.
 Signal handlers only enqueue (execd.daemon.signals); reload is parse, validate, diff,
-apply, and a config that fails validation changes nothing.
+apply, and a config that fails validation changes nothing. What each control-socket
+verb does is in execd.daemon.verbs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
+import functools
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from execd import log
-from execd.classads import ClassAdError, ad_to_json, parse_expr
+from execd.aio import cancel_until_done, wait_event
+from execd.classads import ClassAdError, parse_expr
 from execd.config.loader import Config, load_config
 from execd.config.log_setup import configure_logging
 from execd.config.settings import Settings, load_settings
 from execd.daemon.backfill import BackfillClient, backfill_program
-from execd.daemon.control import Authorizer, ControlError, ControlServer, Request, Role, Verb
+from execd.daemon.broken import record_broken
+from execd.daemon.control import Authorizer, ControlServer, Verb
 from execd.daemon.fetch_work import FetchWorker
 from execd.daemon.jobs import JobManager
 from execd.daemon.node import Node, Paths
@@ -33,7 +35,7 @@ from execd.daemon.restart import reexec
 from execd.daemon.sdnotify import Notifier, status_text
 from execd.daemon.signals import Request as SignalRequest
 from execd.daemon.signals import SignalQueue
-from execd.daemon.who import running_jobs
+from execd.daemon.verbs import control_verbs
 from execd.errors import ConfigError, ExecdError
 from execd.hooks.benchmarks import BenchmarkResult, BenchmarkRunner, runs_at_startup
 from execd.hooks.cron import CronManager, CronUpdate
@@ -86,6 +88,7 @@ class Daemon:
         self.engine = PolicyEngine(policy_config(self.settings))
         self.backfill = BackfillClient(backfill_program(self.settings), self._backfill_exited)
         self.jobs = JobManager(self)
+        self.node.on_broken = functools.partial(record_broken, self.jobs)
         self.jobs.setup_cgroups()
         self.cron = CronManager(
             cron_settings(self.settings),
@@ -244,163 +247,7 @@ class Daemon:
 
     # -- control socket verbs ---------------------------------------------------------
     def verbs(self) -> dict[str, Verb]:
-        async def status(request: Request) -> Any:
-            constraint = request.args.get("constraint")
-            ads = self.ads()
-            if constraint is not None:
-                if not isinstance(constraint, str):
-                    raise ControlError("bad_args", "'constraint' must be a string")
-                from execd.slots.status_view import select  # noqa: PLC0415
-
-                try:
-                    ads = select(ads, constraint)
-                except ExecdError as exc:
-                    raise ControlError("bad_args", str(exc)) from None
-            return {"ads": [ad_to_json(ad) for ad in ads]}
-
-        async def ping(_request: Request) -> Any:
-            return {
-                "pid": os.getpid(),
-                "started": self.started,
-                "recovered": self.recovered,
-                "uptime": time.time() - self.started,
-                "reloads": self.reloads,
-                "config": str(self.config_path),
-                # for leak checks: open descriptors and live asyncio tasks
-                "fds": len(os.listdir("/proc/self/fd")),
-                "tasks": len(asyncio.all_tasks()),
-            }
-
-        async def reconfig(_request: Request) -> Any:
-            if not self.reload():
-                raise ControlError("refused", "the new configuration is invalid; see the log")
-            return {"reloaded": True}
-
-        async def off(request: Request) -> Any:
-            how = request.args.get("how", "graceful")
-            if how not in ("graceful", "peaceful", "fast"):
-                raise ControlError("bad_args", f"unknown shutdown {how!r}")
-            self.begin_shutdown(how)
-            return {"shutting_down": how}
-
-        async def request_claim(request: Request) -> Any:
-            job = request.args.get("job", {})
-            slot = request.args.get("slot")
-            if not isinstance(job, dict) or not (slot is None or isinstance(slot, str)):
-                raise ControlError("bad_args", "'job' must be an object and 'slot' a string")
-            return self.jobs.request_claim(slot, job)
-
-        async def activate(request: Request) -> Any:
-            job = request.args.get("job", {})
-            if not isinstance(job, dict):
-                raise ControlError("bad_args", "'job' must be an object")
-            job.setdefault("Owner", request.peer.user)
-            if request.peer.uid != 0 and job["Owner"] != request.peer.user:
-                raise ControlError("permission_denied", "a job may only run as its submitter")
-            return self.jobs.activate(request.args.get("claim_id"), job)
-
-        async def release(request: Request) -> Any:
-            return self.jobs.release(request.args.get("claim_id"))
-
-        async def vacate_claim(request: Request) -> Any:
-            return self.jobs.signal_job(request.args.get("claim_id"), "vacate")
-
-        async def alive(request: Request) -> Any:
-            return self.jobs.signal_job(request.args.get("claim_id"), "alive")
-
-        async def job_result(request: Request) -> Any:
-            return await self.jobs.result(request.args.get("job_id"),
-                                          bool(request.args.get("wait", False)),
-                                          bool(request.args.get("ack", False)))
-
-        def claim_verb(verb: str) -> Any:
-            async def handler(request: Request) -> Any:
-                return self.jobs.signal_job(request.args.get("claim_id"), verb)
-            return handler
-
-        async def match(request: Request) -> Any:
-            return self.jobs.matches.match(request.args.get("slot"))
-
-        async def restart(_request: Request) -> Any:
-            self.begin_shutdown("restart")
-            return {"restarting": True, "pid": os.getpid()}
-
-        async def who(_request: Request) -> Any:
-            return {"jobs": running_jobs(self.jobs)}
-
-        async def drain(request: Request) -> Any:
-            how = request.args.get("how", "graceful")
-            reason = request.args.get("reason", "")
-            check = request.args.get("check")
-            start = request.args.get("start")
-            resume = request.args.get("resume_on_completion", False)
-            if how not in ("graceful", "quick", "fast") or not isinstance(reason, str) \
-                    or not all(e is None or isinstance(e, str) for e in (check, start)):
-                raise ControlError("bad_args", "drain takes how (graceful, quick or fast), "
-                                   "reason (a string), check and start (expressions)")
-            try:
-                actions = self.engine.drain(how, now(), reason=reason, check=check,
-                                            start=start, resume_on_completion=bool(resume))
-            except ExecdError as exc:
-                raise ControlError("refused", str(exc)) from None
-            self.execute(actions)
-            self.jobs.record_drain(how, reason, bool(resume))
-            return {"draining": how, "reason": reason}
-
-        async def cancel_drain(_request: Request) -> Any:
-            try:
-                self.execute(self.engine.cancel_drain(now()))
-            except ExecdError as exc:
-                raise ControlError("refused", str(exc)) from None
-            self.jobs.forget_drain()
-            return {"draining": False}
-
-        async def vacate(request: Request) -> Any:
-            fast = bool(request.args.get("fast", False))
-            slot = request.args.get("slot")
-            names = [slot] if isinstance(slot, str) else [
-                n for n, s in self.engine.slots.items() if s.state.value == "Claimed"]
-            vacated = []
-            for name in names:
-                if name not in self.engine.slots:
-                    raise ControlError("bad_args", f"no slot named {name!r}")
-                try:
-                    self.execute(self.engine.vacate(name, now(), fast=fast))
-                except ExecdError as exc:
-                    raise ControlError("refused", str(exc)) from None
-                vacated.append(name)
-            return {"vacated": vacated, "fast": fast}
-
-        admin = {
-            "drain": Verb(drain, Role.ADMIN, "drain the node: graceful, quick or fast"),
-            "cancel_drain": Verb(cancel_drain, Role.ADMIN, "stop draining"),
-            "vacate": Verb(vacate, Role.ADMIN, "vacate one slot's job, or every claimed slot's"),
-            "restart": Verb(restart, Role.ADMIN, "restart in place; running jobs are re-adopted"),
-        }
-        claims = {
-            "request_claim": Verb(request_claim, Role.SCHEDULER, "claim a slot (carves a d-slot)"),
-            "activate": Verb(activate, Role.SCHEDULER, "run a job on a claim"),
-            "release": Verb(release, Role.SCHEDULER, "release a claim"),
-            "vacate_claim": Verb(vacate_claim, Role.SCHEDULER, "vacate the job on a claim"),
-            "alive": Verb(alive, Role.SCHEDULER, "keep a claim alive"),
-            "match": Verb(match, Role.SCHEDULER, "match notification: the slot waits in Matched"),
-            "suspend": Verb(claim_verb("suspend"), Role.SCHEDULER, "suspend the claim's job"),
-            "continue": Verb(claim_verb("continue"), Role.SCHEDULER, "continue a suspended job"),
-            "deactivate": Verb(claim_verb("deactivate"), Role.SCHEDULER,
-                               "end the job (soft kill), keep the claim"),
-            "deactivate_forcefully": Verb(claim_verb("deactivate_forcefully"), Role.SCHEDULER,
-                                          "end the job (hard kill), keep the claim"),
-            "job_result": Verb(job_result, Role.READ, "a job's outcome (wait: true blocks)"),
-            "who": Verb(who, Role.READ, "running jobs"),
-        }
-        return {
-            **claims,
-            **admin,
-            "status": Verb(status, Role.READ, "slot ads, optionally filtered by a constraint"),
-            "ping": Verb(ping, Role.READ, "daemon pid, uptime and config"),
-            "reconfig": Verb(reconfig, Role.ADMIN, "reread the configuration"),
-            "off": Verb(off, Role.ADMIN, "shut down: graceful, peaceful or fast"),
-        }
+        return control_verbs(self)
 
     # -- lifecycle -----------------------------------------------------------------------
     def begin_shutdown(self, how: str) -> None:
@@ -458,8 +305,7 @@ class Daemon:
             mono = time.monotonic()
             due = min(self.engine.next_evaluation_due(mono), self.jobs.matches.next_timeout())
             self.wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, due - mono))
+            await wait_event(self.wake, due - mono)  # not wait_for: it can lose a cancel
 
     async def serve(self) -> int:
         loop = asyncio.get_running_loop()
@@ -486,8 +332,7 @@ class Daemon:
                 if self.pool is not None:
                     background.append(tasks.create_task(self.pool.run()))
                 await tasks.create_task(self._update_loop())
-                for task in background:
-                    task.cancel()
+                await cancel_until_done(background)
         finally:
             self.backfill.close()
             await self.control.close()

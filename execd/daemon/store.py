@@ -4,7 +4,8 @@ What a new daemon needs after `kill -9`, a crash or a restart in place (USR2) to
 on where the old one stopped: the claims (slot, claim id, lease, and for a d-slot the
 resources carved for it), the running jobs (starter pid and start time — together they
 name one process even after the pid is reused —, cgroup, sandbox, job ad), the drain
-request, and the outcome of each finished job until its claim holder has taken it.
+request, the broken slots (what could not be killed outlives any daemon), and the
+outcome of each finished job until its claim holder has taken it.
 
 Every method that changes something commits before it returns, and the daemon calls
 it before it acknowledges the command that caused the change: an acknowledged claim
@@ -25,7 +26,9 @@ from execd.errors import ExecdError
 from execd.slots.layout import Assigned
 from execd.slots.partitionable import DynamicSlot
 
-SCHEMA_VERSION = 2  # 2: jobs.evicting
+# 2: jobs.evicting. The broken table came later without a new version: CREATE TABLE IF
+# NOT EXISTS adds it to an older file, and an older execd ignores it.
+SCHEMA_VERSION = 2
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS claims (
@@ -54,6 +57,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     hold_reason TEXT,
     suspended TEXT,                   -- NULL, or who suspended it: 'policy' or 'command'
     evicting TEXT                     -- NULL, or 'vacating' / 'killing': being evicted
+);
+CREATE TABLE IF NOT EXISTS broken (
+    slot TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,             -- SlotBrokenReason
+    carved TEXT                       -- JSON: a d-slot's resources, kept out of its p-slot
 );
 CREATE TABLE IF NOT EXISTS drain (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -226,6 +234,20 @@ class Store:
         rows = self.db.execute("SELECT * FROM jobs ORDER BY started").fetchall()
         return [JobRecord(r[0], r[1], r[2], _load(r[3]), _load(r[4]), r[5], r[6], r[7], r[8],
                           r[9], r[10], _load(r[11]), r[12], r[13], r[14]) for r in rows]
+
+    # -- broken slots -----------------------------------------------------------------
+    def set_broken(self, slot: str, reason: str, carved: dict[str, Any] | None) -> None:
+        with self._tx():
+            self.db.execute("INSERT OR REPLACE INTO broken VALUES (?, ?, ?)",
+                            (slot, reason, _json(carved)))
+
+    def remove_broken(self, slot: str) -> None:
+        with self._tx():
+            self.db.execute("DELETE FROM broken WHERE slot=?", (slot,))
+
+    def broken(self) -> list[tuple[str, str, dict[str, Any] | None]]:
+        rows = self.db.execute("SELECT slot, reason, carved FROM broken ORDER BY slot")
+        return [(str(r[0]), str(r[1]), _load(r[2])) for r in rows.fetchall()]
 
     # -- drain ----------------------------------------------------------------------
     def set_drain(self, how: str, reason: str, resume: bool) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from execd import log
+from execd.aio import wait_event
 from execd.classads import new_ad
 from execd.config.settings import Settings
 from execd.errors import ExecdError
@@ -85,11 +86,7 @@ class StarterFollower:
                          error=str(exc))
 
     async def _done_within(self, seconds: float) -> bool:
-        try:
-            await asyncio.wait_for(self.job.done.wait(), timeout=seconds)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self.job.done, seconds)  # cancel-safe, unlike wait_for
 
     def poll(self, now: int | None = None) -> StarterAction:
         """One evaluation of the starter policy against the latest status; acts once."""

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,20 @@ from execd.starter.report import read_report, write_durably
 from execd.starter.spec import StarterSpec
 
 PACKAGE_PARENT = str(Path(execd.__file__).resolve().parent.parent)
+# What the daemon controls a starter with. Their default action ends a process, and a
+# starter blocks them only once its main() runs: it is started with them blocked, so that
+# one sent before (a Suspend at once after the activation) waits for it.
+CONTROL_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGQUIT})
+
+
+@contextlib.contextmanager
+def control_signals_blocked() -> Iterator[None]:
+    """Block CONTROL_SIGNALS in this thread; a process started meanwhile inherits that."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, CONTROL_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class StarterHandle:
@@ -239,15 +254,16 @@ class StarterZygote:
 
     @staticmethod
     def _spawn() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, "-S", "-m", "execd.starter", "--zygote"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=_starter_env(),
-            start_new_session=True,
-            close_fds=True,
-        )
+        with control_signals_blocked():  # its forked starters inherit its mask
+            return subprocess.Popen(
+                [sys.executable, "-S", "-m", "execd.starter", "--zygote"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=_starter_env(),
+                start_new_session=True,
+                close_fds=True,
+            )
 
 
 ZYGOTE = StarterZygote()
@@ -269,7 +285,7 @@ def launch_starter(
         handle = StarterHandle(spec, None, pid=pid, pidfd=pidfd)
         handle.exited = pidfd is None
         return handle
-    with open(log_path, "ab") as log:
+    with open(log_path, "ab") as log, control_signals_blocked():
         proc = subprocess.Popen(
             [sys.executable, "-S", "-m", "execd.starter", spec_path],
             stdin=subprocess.DEVNULL,

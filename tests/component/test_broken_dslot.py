@@ -13,35 +13,12 @@ from typing import Any
 
 import pytest
 
-from execd.daemon.backfill import BackfillClient
 from execd.daemon.control import ControlError
-from execd.daemon.jobs import JobManager
-from execd.daemon.node import Node, Paths
-from execd.daemon.policy_glue import now, policy_config, slot_facts
+from execd.daemon.recovery import recover
 from execd.daemon.runtime import Daemon
-from execd.policy.engine import PolicyEngine
+from tests.component.in_process_daemon import daemon_without_cgroups
 
 JOB = {"Cmd": "/bin/true", "RequestCpus": 1, "RequestMemory": 256}
-
-
-def daemon_without_cgroups(tmp_path: Path) -> Daemon:
-    config = tmp_path / "execd_config"
-    config.write_text(f"LOCAL_DIR = {tmp_path}/state\nEXECD_LOG = {tmp_path}/log\n"
-                      "NUM_CPUS = 4\nMEMORY = 1024\nuse FEATURE : PartitionableSlot\n")
-    daemon = Daemon(config)
-    daemon.config, daemon.settings = daemon._read_config()
-    daemon.paths = Paths.from_settings(daemon.settings)
-    daemon.paths.create()
-    daemon.node = Node.build(daemon.config, daemon.settings)
-    daemon.engine = PolicyEngine(policy_config(daemon.settings))
-    daemon.backfill = BackfillClient(None, lambda: None)
-    daemon.jobs = JobManager(daemon)
-    moment = now()
-    for ad in daemon.node.ads():
-        daemon.execute(daemon.engine.add_slot(str(ad["Name"]).split("@")[0], slot_facts(ad),
-                                              moment))
-    daemon.evaluate()  # Owner -> Unclaimed
-    return daemon
 
 
 def ads(daemon: Daemon) -> dict[str, Any]:
@@ -77,3 +54,27 @@ def test_a_broken_dslot_keeps_its_resources_out_of_use_and_is_advertised(
         daemon.jobs.store.close()
 
     asyncio.run(scenario())  # the daemon's parts expect a running loop
+
+
+def test_a_broken_dslot_still_claimed_at_a_restart_comes_back_claimed_and_broken(
+        tmp_path: Path) -> None:
+    async def scenario() -> None:
+        first = daemon_without_cgroups(tmp_path)
+        granted = first.jobs.request_claim("slot1", JOB)
+        first.node.mark_broken(granted["slot"], "1 process could not be killed")
+        first.jobs.store.close()  # the daemon dies with the claim held
+
+        again = daemon_without_cgroups(tmp_path)
+        counts = recover(again.jobs)
+        assert (counts["claims"], counts["broken"]) == (1, 2)  # the d-slot and its p-slot
+        seen = ads(again)
+        assert seen[granted["slot"]]["State"] == "Claimed"
+        assert seen[granted["slot"]]["SlotBrokenReason"] == "1 process could not be killed"
+        again.jobs.release(granted["claim_id"])
+        for _ in range(3):
+            again.evaluate()
+        assert granted["slot"] not in again.engine.slots
+        assert ads(again)["slot1"]["Cpus"] == 3  # released, its CPU is still kept out
+        again.jobs.store.close()
+
+    asyncio.run(scenario())

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import secrets
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +11,7 @@ from execd.cgroups.discovery import Hierarchy, discover
 from execd.cgroups.fs import CgroupFS
 from execd.cgroups.tree import CgroupTree
 from execd.starter.spec import StarterSpec
+from tests.starter_dirs import job_workdir, private_tree
 
 NOBODY = 65534
 
@@ -26,27 +23,15 @@ def hierarchy() -> Hierarchy:
 
 @pytest.fixture
 def tree(hierarchy: Hierarchy) -> Iterator[CgroupTree]:
-    name = f"execd-test-{os.getpid()}-{secrets.token_hex(4)}"
-    t = CgroupTree(CgroupFS(), hierarchy, name)
-    t.setup(daemon_pid=None)
-    try:
+    with private_tree("execd-test", hierarchy) as t:
         yield t
-    finally:
-        t.remove()
 
 
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     """An EXECUTE directory the job user can traverse (pytest's tmp is root-only)."""
-    path = Path(tempfile.mkdtemp(prefix="execd-test-"))
-    path.chmod(0o755)
-    (path / "execute").mkdir(mode=0o755)
-    (path / "iwd").mkdir()
-    os.chown(path / "iwd", NOBODY, NOBODY)
-    try:
+    with job_workdir("execd-test-") as path:
         yield path
-    finally:
-        shutil.rmtree(path)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from pathlib import Path
 from starter_helpers import NOBODY, finished, start, status, wait_until
 
 from execd.cgroups.tree import CgroupTree
+from execd.starter.launcher import launch_starter
 from execd.starter.spec import StarterSpec
 
 
@@ -105,6 +106,26 @@ def test_suspend_freezes_and_continue_thaws_the_whole_job(
     assert report["ExitBySignal"] is True
     assert report["ExitSignal"] == signal.SIGKILL
     assert report["NumProcesses"] == 3
+
+
+def test_a_suspend_sent_as_a_cold_starter_starts_suspends_the_job_and_does_not_kill_it(
+    tree: CgroupTree, workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    # Sent before the starter's Python has blocked SIGUSR1: its default action would end
+    # the starter. Started with it blocked, the starter takes it once the job runs.
+    status_path = workdir / "status.json"
+    spec = make_spec("sleep 1000", status_path=str(status_path))
+    handle = launch_starter(spec, str(workdir / "spec.json"), str(workdir / "starter.log"),
+                            zygote=False)
+    handle.suspend()
+    job = tree.job("slot1_1")
+    wait_until(lambda: status(status_path).get("JobState") == "Suspended", "Suspended status")
+    assert job.frozen()
+    handle.continue_()
+    wait_until(lambda: status(status_path).get("JobState") == "Running", "Running status")
+    handle.hard_kill()
+    report = finished(handle, workdir)
+    assert report["ExitReason"] == "hard_killed"
 
 
 def test_soft_kill_sends_killsig_to_a_suspended_job_after_thawing_it(

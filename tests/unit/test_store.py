@@ -31,6 +31,8 @@ def test_what_is_written_is_read_back_by_a_new_store(tmp_path: Path) -> None:
     store.add_job(job("1.1"), sequence=("job", 7))
     store.set_drain("graceful", "maintenance", True)
     store.set_suspended("1.1", "command")
+    store.set_broken("slot1_2", "1 process left", {"parent_id": 1, "sub_id": 2, "cpus": 1.0})
+    store.set_broken("slot1", "slot1_2: 1 process left", None)
     store.db.close()  # no clean shutdown: as after kill -9
 
     again = Store(tmp_path / "state.db")
@@ -40,6 +42,9 @@ def test_what_is_written_is_read_back_by_a_new_store(tmp_path: Path) -> None:
     assert record.finished is None
     assert again.sequence("job") == 7
     assert again.drain() == ("graceful", "maintenance", True)
+    assert again.broken() == [
+        ("slot1", "slot1_2: 1 process left", None),
+        ("slot1_2", "1 process left", {"parent_id": 1, "sub_id": 2, "cpus": 1.0})]
 
 
 def test_the_file_is_private_and_a_claim_record_does_not_show_its_secret(tmp_path: Path) -> None:
@@ -95,6 +100,21 @@ def test_a_store_of_schema_1_gains_the_eviction_column_and_keeps_its_jobs(
     again.set_evicting("1.1", "vacating")
     again.close()
     assert Store(tmp_path / "state.db").jobs()[0].evicting == "vacating"
+
+
+def test_a_store_made_before_broken_slots_were_kept_gains_their_table(tmp_path: Path) -> None:
+    older = re.sub(r"CREATE TABLE IF NOT EXISTS broken \(.*?\);\n", "", SCHEMA, flags=re.S)
+    assert "broken" not in older
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.executescript(older)
+    db.execute("INSERT INTO meta VALUES ('schema', '2')")
+    db.commit()
+    db.close()
+    again = Store(tmp_path / "state.db")
+    assert again.broken() == []
+    again.set_broken("slot2", "stuck", None)
+    again.remove_broken("slot2")
+    assert again.broken() == []
 
 
 def test_an_unwritable_store_is_a_clear_error(tmp_path: Path) -> None:

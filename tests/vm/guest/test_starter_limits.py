@@ -4,47 +4,28 @@ kernel, the OOM hold, memory.peak in the report, and the job's leaf."""
 from __future__ import annotations
 
 import contextlib
-import os
-import pwd
-import secrets
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from execd.cgroups.discovery import discover
-from execd.cgroups.fs import CgroupFS
 from execd.cgroups.tree import CgroupTree
 from execd.starter.launcher import launch_starter
 from execd.starter.spec import StarterSpec
-
-NOBODY = pwd.getpwnam("nobody").pw_uid
+from tests.starter_dirs import job_workdir, private_tree
 
 
 @pytest.fixture
 def tree() -> Iterator[CgroupTree]:
-    t = CgroupTree(CgroupFS(), discover(CgroupFS()), f"execd-vm-{secrets.token_hex(4)}")
-    t.setup(daemon_pid=None)
-    try:
+    with private_tree("execd-vm") as t:
         yield t
-    finally:
-        t.remove()
 
 
 @pytest.fixture
 def workdir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="execd-vm-"))
-    path.chmod(0o755)
-    (path / "execute").mkdir(mode=0o755)
-    (path / "iwd").mkdir()
-    os.chown(path / "iwd", NOBODY, NOBODY)
-    try:
+    with job_workdir("execd-vm-") as path:
         yield path
-    finally:
-        shutil.rmtree(path)
 
 
 def run_job(tree: CgroupTree, workdir: Path, script: str, **kw: object) -> dict[str, object]:
