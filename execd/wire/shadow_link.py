@@ -63,6 +63,7 @@ class ShadowLink:
         # Set by the job's syscalls: move to an offered connection now (the new
         # shadow's sessions first, as HTCondor's starter does in its reconnect handler).
         self.adopt: Callable[[], Awaitable[None]] | None = None
+        self.disconnected = asyncio.Event()  # set while a call waits for a reconnect
         self._offered: MessageChannel | None = None
         self._arrived = asyncio.Event()
         self._held: dict[int, asyncio.Event] = {}  # reconnect connections still in use
@@ -98,6 +99,7 @@ class ShadowLink:
         if fresh is None:
             return None
         self._arrived.clear()
+        self.disconnected.clear()
         self._release(self.channel)
         self.channel = fresh
         self.rpc_done()
@@ -113,6 +115,7 @@ class ShadowLink:
             self.last_rpc + self.lease_s - time.monotonic()  # fmt: skip
         log.warning("shadow_disconnected", job=self.global_job_id, reason=str(lost),
                     wait_s=round(max(remaining, 0.0), 1))  # fmt: skip
+        self.disconnected.set()
         try:
             if remaining <= 0 or self.closed:
                 raise TimeoutError

@@ -78,6 +78,7 @@ def test_the_job_survives_its_shadow_and_reports_to_the_new_one(
         old = asyncio.create_task(shadow(theirs, old_calls, asyncio.Event(), hang_up_after=2))
         job = asyncio.create_task(_run_job(calls, proc, ShadowOptions(update_interval_s=0.2)))
         await old  # the old shadow is gone; the job runs on
+        await link.disconnected.wait()  # its next update found the connection lost
         new_ours, new_theirs = await channel_pair()
         new_calls: list[int] = []
         new = asyncio.create_task(shadow(new_theirs, new_calls, asyncio.Event()))
