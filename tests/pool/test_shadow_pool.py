@@ -5,7 +5,8 @@ starter side (execd/wire/shadow.py) serves the shadow: syscalls, input transfer
 root), output transfer, job_exit. The user log and output files are the user's proof.
 
 The same jobs on HTCondor's own startd (the reference EP, last in this module) end with
-the same user-log events and termination lines.
+the same user-log events and termination lines; so does a job whose schedd restarts
+while it runs (the new shadow reconnects through CA_CMD and the job completes).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from execd.wire.commands import Command, Reply
 from execd.wire.security import CONDOR_VERSION, ClientSecurity
 from execd.wire.server import CommandServer, Peer, ServerSecurity
 from execd.wire.shadow import ShadowOptions, serve_shadow
+from execd.wire.shadow_link import ShadowLinks, serve_ca_command
 from execd.wire.sinful import parse_sinful
 from execd.wire.startd_ads import advertised_pair
 
@@ -57,6 +59,7 @@ echo oops >&2
 case "$1" in
   exit) exit "$2" ;;
   signal) kill -"$2" $$ ;;
+  sleep) sleep "$2" ;;
 esac
 """
 SUBMIT = """\
@@ -112,6 +115,7 @@ async def execd_slot(pool: harness.Pool, execute_dir: Path) -> AsyncIterator[lis
     commands it served."""
     served: list[str] = []
     claims: dict[str, str] = {}
+    links = ShadowLinks()
 
     async def request_claim(channel: Channel, command: int, peer: Peer) -> None:
         decode_request_claim(channel.decoder(await channel.recv()))
@@ -124,7 +128,8 @@ async def execd_slot(pool: harness.Pool, execute_dir: Path) -> AsyncIterator[lis
         served.append("ACTIVATE_CLAIM")
         await channel.send(channel.encoder().put_int(Reply.OK).payload())
         options = ShadowOptions(execute_dir=execute_dir, slot_name=claims["name"],
-                                uid_domain="execd.test")  # fmt: skip
+                                uid_domain="execd.test", links=links,
+                                update_interval_s=harness.INTERVAL_S)  # fmt: skip
         try:
             await serve_shadow(channel, act.claim_id, act.job_ad, options=options)
             served.append("JOB_DONE")
@@ -137,13 +142,17 @@ async def execd_slot(pool: harness.Pool, execute_dir: Path) -> AsyncIterator[lis
         served.append(Command(command).name)
         await channel.send(encode_deactivate_reply(channel.encoder(), True).payload())
 
+    async def ca_command(channel: Channel, command: int, peer: Peer) -> None:
+        served.append("CA_CMD")  # the new shadow's CA_LOCATE_STARTER, CA_RECONNECT_JOB
+        await serve_ca_command(channel, peer, links)
+
     async def release(channel: Channel, command: int, peer: Peer) -> None:
         decode_claim_only(channel.decoder(await channel.recv()), "RELEASE_CLAIM")
         served.append("RELEASE_CLAIM")
 
     security = ServerSecurity(domain="execd.test", timeout_s=20)
     handlers = {Command.REQUEST_CLAIM: request_claim, Command.ACTIVATE_CLAIM: activate_claim,
-                Command.RELEASE_CLAIM: release}  # fmt: skip
+                Command.RELEASE_CLAIM: release, Command.CA_CMD: ca_command}  # fmt: skip
     for ending in (Command.DEACTIVATE_CLAIM, Command.DEACTIVATE_CLAIM_FORCIBLY,
                    Command.DEACTIVATE_CLAIM_JOB_DONE):  # fmt: skip
         handlers[ending] = deactivate
@@ -180,8 +189,12 @@ def termination(log: str) -> str:
     return found.group(0).strip("()") if found.group(0).startswith("((") else found.group(0)
 
 
+Action = Callable[[harness.Pool, harness.SubmittedJob], None]
+
+
 def run_on_execd(pool: harness.Pool, args: str, *, unreadable: str = "", until: str = "005",
-                 shebang: str = "") -> tuple[harness.SubmittedJob, list[str]]:  # fmt: skip
+                 shebang: str = "", during: Action | None = None,
+                 ) -> tuple[harness.SubmittedJob, list[str]]:  # fmt: skip
     execute_dir = Path(tempfile.mkdtemp(prefix="execd-shadow-", dir="/var/tmp"))
     os.chmod(execute_dir, 0o755)
 
@@ -190,6 +203,8 @@ def run_on_execd(pool: harness.Pool, args: str, *, unreadable: str = "", until: 
                                       shebang=shebang)  # fmt: skip
         try:
             async with execd_slot(pool, execute_dir) as served:
+                if during is not None:
+                    await asyncio.to_thread(during, pool, job)
                 await asyncio.to_thread(job.wait_for_event, until, WAIT_S)
                 if until == "012":
                     held = await asyncio.to_thread(job.ad)
@@ -233,10 +248,12 @@ def test_non_zero_exit_and_signal_death(pool: harness.Pool, args: str, line: str
 
 
 def run_on_condor_startd(pool: harness.Pool, args: str, *, unreadable: str = "",
-                         until: str = "005",
-                         shebang: str = "") -> harness.SubmittedJob:  # fmt: skip
+                         until: str = "005", shebang: str = "",
+                         during: Action | None = None) -> harness.SubmittedJob:  # fmt: skip
     job = submit(pool, args, unreadable=unreadable, shebang=shebang)
     try:
+        if during is not None:
+            during(pool, job)
         job.wait_for_event(until, WAIT_S)
         if until == "012":
             held = job.ad()
@@ -292,3 +309,35 @@ def test_unreadable_input_file_holds_the_job(pool: harness.Pool) -> None:
     assert "HELD 13 13" in served, served
     assert "005" not in job.events() and "001" not in job.events()
     assert "Permission denied" in job.user_log()
+
+
+def restart_schedd(pool: harness.Pool, job: harness.SubmittedJob) -> None:
+    """Once the job runs: condor_restart -schedd. The schedd's graceful shutdown kills
+    the shadow and leaves a job with a lease (JobLeaseDuration) running; the restarted
+    schedd's new shadow locates the starter and reconnects to it."""
+    job.wait_for_event("001", WAIT_S)
+    pool.tool("condor_restart", "-schedd").check()
+
+
+def reconnect_outcome(job: harness.SubmittedJob) -> tuple[list[str], str, dict[str, str]]:
+    # 006 (image size) events follow the memory the starter happens to measure when
+    # the new shadow gets its first update: not part of the comparison.
+    files = {n: job.output(n) for n in ("out.txt", "err.txt", "result.txt")}
+    return [e for e in job.events() if e != "006"], termination(job.user_log()), files
+
+
+def test_a_schedd_restart_mid_job_reconnects_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """The job runs on execd through the schedd's restart: the new shadow's CA_CMDs
+    (locate, reconnect) reach execd, the job is not killed, and its user log, exit and
+    output files are those of the same job on HTCondor's own startd."""
+    job, served = run_on_execd(running_pool.get(with_startd=False), "sleep 25",
+                               during=restart_schedd)  # fmt: skip
+    ours = reconnect_outcome(job)
+    assert served.count("ACTIVATE_CLAIM") == 1 and served.count("CA_CMD") == 2, served
+    assert "JOB_DONE" in served, served
+    assert ours[0][-3:] == ["022", "023", "005"], job.user_log()
+    assert "Job reconnected to" in job.user_log()
+    reference = running_pool.get(with_startd=True)
+    theirs = reconnect_outcome(run_on_condor_startd(reference, "sleep 25", during=restart_schedd))
+    assert ours == theirs, (ours, theirs)
