@@ -89,15 +89,15 @@ def _write_inputs(job_dir: Path, uid: int, gid: int) -> None:
             os.chown(p, uid, gid)
 
 
-def submit(pool: harness.Pool, args: str, *, unreadable: str = "",
-           shebang: str = "") -> harness.SubmittedJob:  # fmt: skip
+def submit(pool: harness.Pool, args: str, *, unreadable: str = "", shebang: str = "",
+           extra: str = "") -> harness.SubmittedJob:  # fmt: skip
     """condor_submit of SUBMIT with FILES, as the pool's non-root submitter."""
     pool._jobs += 1
     job_dir = pool.host_path(f"/home/{harness.SUBMITTER}/job{pool._jobs}")
     job_dir.mkdir(parents=True)
     uid, gid = pool._chroot_ids(harness.SUBMITTER)
     os.chown(job_dir, uid, gid)
-    (job_dir / "job.sub").write_text(SUBMIT.format(args=args))
+    (job_dir / "job.sub").write_text(SUBMIT.format(args=args).replace("queue", extra + "queue"))
     _write_inputs(job_dir, uid, gid)
     if shebang:  # an interpreter that does not exist: the job cannot be started
         script = job_dir / "job.sh"
@@ -193,14 +193,14 @@ Action = Callable[[harness.Pool, harness.SubmittedJob], None]
 
 
 def run_on_execd(pool: harness.Pool, args: str, *, unreadable: str = "", until: str = "005",
-                 shebang: str = "", during: Action | None = None,
+                 shebang: str = "", during: Action | None = None, extra: str = "",
                  ) -> tuple[harness.SubmittedJob, list[str]]:  # fmt: skip
     execute_dir = Path(tempfile.mkdtemp(prefix="execd-shadow-", dir="/var/tmp"))
     os.chmod(execute_dir, 0o755)
 
     async def run() -> tuple[harness.SubmittedJob, list[str]]:
         job = await asyncio.to_thread(submit, pool, args, unreadable=unreadable,
-                                      shebang=shebang)  # fmt: skip
+                                      shebang=shebang, extra=extra)  # fmt: skip
         try:
             async with execd_slot(pool, execute_dir) as served:
                 if during is not None:
@@ -249,8 +249,9 @@ def test_non_zero_exit_and_signal_death(pool: harness.Pool, args: str, line: str
 
 def run_on_condor_startd(pool: harness.Pool, args: str, *, unreadable: str = "",
                          until: str = "005", shebang: str = "",
-                         during: Action | None = None) -> harness.SubmittedJob:  # fmt: skip
-    job = submit(pool, args, unreadable=unreadable, shebang=shebang)
+                         during: Action | None = None,
+                         extra: str = "") -> harness.SubmittedJob:  # fmt: skip
+    job = submit(pool, args, unreadable=unreadable, shebang=shebang, extra=extra)
     try:
         if during is not None:
             during(pool, job)
@@ -341,3 +342,48 @@ def test_a_schedd_restart_mid_job_reconnects_as_on_condor_startd(
     reference = running_pool.get(with_startd=True)
     theirs = reconnect_outcome(run_on_condor_startd(reference, "sleep 25", during=restart_schedd))
     assert ours == theirs, (ours, theirs)
+
+
+LEASE_S = 20
+SCRATCH = re.compile(r'CondorScratchDir = "([^"]+)"')
+
+
+def schedd_away_past_the_lease(pool: harness.Pool, job: harness.SubmittedJob) -> None:
+    """Once the job runs: condor_off -schedd (the shadow dies, the job is left running),
+    until the starter gives the job up after its lease and removes its scratch
+    directory; then condor_on -schedd. The schedd does not try to reconnect a job whose
+    lease ran out: it runs the job again from the start (a second 001)."""
+    scratch = SCRATCH.search(job.wait_for_event("001", WAIT_S))
+    assert scratch, job.user_log()
+    where = Path(scratch.group(1))
+    where = where if where.exists() else pool.host_path(str(where))  # in the chroot
+    assert where.exists(), where
+    pool.tool("condor_off", "-schedd").check()
+    harness.wait_for(f"the starter to give up the job after its {LEASE_S} s lease",
+                     lambda: not where.exists(), WAIT_S)  # fmt: skip
+    pool.tool("condor_on", "-schedd").check()
+    harness.wait_for("the job to run again", lambda: job.events().count("001") == 2, WAIT_S)
+
+
+def test_a_job_lease_that_runs_out_kills_the_job_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """The schedd stays away longer than job_lease_duration: execd kills the job (as
+    HTCondor's starter does), and the returning schedd runs it again from the start,
+    with the same user-log events as on condor_startd."""
+    extra = f"job_lease_duration = {LEASE_S}\n"
+    job, served = run_on_execd(running_pool.get(with_startd=False), "sleep 300", extra=extra,
+                               until="001", during=schedd_away_past_the_lease)  # fmt: skip
+    assert any("did not reconnect within the job lease" in s for s in served), served
+    assert served.count("ACTIVATE_CLAIM") == 2 and "CA_CMD" not in served, served
+    reference = running_pool.get(with_startd=True)
+    theirs = run_on_condor_startd(reference, "sleep 300", extra=extra, until="001",
+                                  during=schedd_away_past_the_lease)  # fmt: skip
+    assert until_the_second_start(job) == until_the_second_start(theirs), (job.user_log(),
+                                                                         theirs.user_log())
+
+
+def until_the_second_start(job: harness.SubmittedJob) -> list[str]:
+    """Event codes up to the job's second 001 (what follows is the test's condor_rm)."""
+    events = [e for e in job.events() if e != "006"]
+    second = [i for i, e in enumerate(events) if e == "001"][1]
+    return events[: second + 1]
