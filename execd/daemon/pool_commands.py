@@ -35,6 +35,7 @@ from execd.wire.claim_session import MATCH_SESSION_USER
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
 from execd.wire.commands import Command, Reply
 from execd.wire.server import Handler, Peer
+from execd.wire.shadow_link import serve_ca_command
 
 if TYPE_CHECKING:
     from execd.daemon.pool import PoolMember
@@ -44,7 +45,7 @@ logger = log.get_logger("pool")
 CLAIM_COMMANDS = frozenset({
     Command.REQUEST_CLAIM, Command.ACTIVATE_CLAIM, Command.DEACTIVATE_CLAIM,
     Command.DEACTIVATE_CLAIM_FORCIBLY, Command.DEACTIVATE_CLAIM_JOB_DONE,
-    Command.RELEASE_CLAIM, Command.SUSPEND_CLAIM, Command.CONTINUE_CLAIM,
+    Command.RELEASE_CLAIM, Command.SUSPEND_CLAIM, Command.CONTINUE_CLAIM, Command.CA_CMD,
 })  # fmt: skip
 ADMIN_COMMANDS = frozenset({
     Command.VACATE_CLAIM, Command.VACATE_CLAIM_FAST, Command.VACATE_ALL_CLAIMS,
@@ -89,6 +90,7 @@ class PoolCommands:
             Command.VACATE_ALL_FAST: self.vacate_all,
             Command.DRAIN_JOBS: self.drain,
             Command.CANCEL_DRAIN_JOBS: self.cancel_drain,
+            Command.CA_CMD: self.ca_command,
         }
 
     def authorize(self, command: int, peer: Peer) -> bool:
@@ -188,6 +190,15 @@ class PoolCommands:
             else ""
         reply = encode_deactivate_reply(channel.encoder(), state == "Claimed")
         await channel.send(reply.payload())
+
+    async def ca_command(self, channel: Channel, command: int, peer: Peer) -> None:
+        """The shadow's reconnect (execd/wire/shadow_link.py): execd is the starter too."""
+
+        def schedd_moved(claim_id: str, schedd: str) -> None:  # ALIVE goes there now
+            if (held := self.member.claims.get(claim_id)) is not None:
+                held.schedd = schedd
+
+        await serve_ca_command(channel, peer, schedd_moved=schedd_moved)
 
     async def release_claim(self, channel: Channel, command: int, peer: Peer) -> None:
         claim_id = decode_claim_only(channel.decoder(await channel.recv()), "RELEASE_CLAIM")

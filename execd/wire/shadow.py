@@ -12,6 +12,9 @@ register_job_info at start and every `update_interval_s` -> event_notification
 (FILETRANS_DOWNLOAD) -> job_exit (wait status, reason 100, exit ad).
 
 Cancelling the task that runs serve_shadow (the claim was deactivated) kills the job.
+A shadow that goes away while the job runs may come back (its schedd restarted): the
+job's ShadowLink (shadow_link.py) waits for the reconnect for the job lease and moves
+the conversation to the new connection; a lease that runs out kills the job.
 
 A transfer that fails with a hold code becomes a critical RemoteErrorEvent (ulog):
 the shadow puts the job on hold with that code, as it does for HTCondor's starter.
@@ -62,6 +65,7 @@ from execd.wire.shadow_job import (
     rss_kb,
     run_as_ids,
 )
+from execd.wire.shadow_link import LIVE_LINKS, ShadowLink, ShadowLinks
 from execd.wire.shadow_syscalls import (
     JOB_COREDUMPED,
     JOB_EXITED,
@@ -88,6 +92,7 @@ class ShadowOptions:
     update_interval_s: float = STARTER_UPDATE_INTERVAL_S
     condor_version: str = CONDOR_VERSION
     keep_sandbox: bool = False
+    links: ShadowLinks = LIVE_LINKS  # where the shadow's reconnect finds the job
 
 
 def _values(ad: WireAd) -> dict[str, object]:
@@ -103,11 +108,22 @@ def _filetrans_session(info: SecSessionInfo, address: str) -> Session:
 
 @dataclass(frozen=True)
 class _Transfers:
-    """How to reach the shadow's file transfer: its address, session, the job's key."""
+    """How to reach the shadow's file transfer: its address, session, the job's key
+    (those of the latest shadow, after a reconnect)."""
 
-    info: SecSessionInfo
+    calls: ShadowSyscalls
+    link: ShadowLink
     job_wire: WireAd
     starter_address: str
+
+    def endpoint(self) -> tuple[str, str, SecSessionInfo]:
+        assert self.calls.sessions is not None, "get_sec_session_info first"
+        if self.link.transfer is not None:
+            return (*self.link.transfer, self.calls.sessions)
+        job = _values({"TransferSocket": self.job_wire.get("TransferSocket", '""'),
+                       "TransferKey": self.job_wire.get("TransferKey", '""')})  # fmt: skip
+        return str(job.get("TransferSocket") or ""), str(job.get("TransferKey") or ""), \
+            self.calls.sessions  # fmt: skip
 
     async def run(self, command: int, work: Callable[[Channel], Awaitable[TransferResult]],
                   ) -> TransferResult:  # fmt: skip
@@ -116,9 +132,7 @@ class _Transfers:
 
 async def _transfer(command: int, how: _Transfers,
                     work: Callable[[Channel], Awaitable[TransferResult]]) -> TransferResult:
-    job = _values({"TransferSocket": how.job_wire.get("TransferSocket", '""'),
-                   "TransferKey": how.job_wire.get("TransferKey", '""')})  # fmt: skip
-    address = str(job.get("TransferSocket") or "")
+    address, key, info = how.endpoint()
     if not address:
         raise ProtocolError("job ad has no TransferSocket")
     sinful = parse_sinful(address)
@@ -126,8 +140,8 @@ async def _transfer(command: int, how: _Transfers,
     try:
         security = ClientSecurity(subsystem="STARTER")
         await start_command(channel, sinful, command, security,
-                            session=_filetrans_session(how.info, address))  # fmt: skip
-        await channel.send(channel.encoder().put_string(str(job.get("TransferKey"))).payload())
+                            session=_filetrans_session(info, address))  # fmt: skip
+        await channel.send(channel.encoder().put_string(key).payload())
         result = await work(channel)
         # The shadow closes its end once its side of the transfer is done (about a
         # millisecond); waiting for that keeps our next syscall behind its transfer's
@@ -145,7 +159,7 @@ def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
         "Name": options.slot_name, "Machine": socket.gethostname(),
         "MyAddress": address, "StarterIpAddr": address,
         "UidDomain": options.uid_domain, "FileSystemDomain": options.uid_domain,
-        "HasReconnect": False, "CondorVersion": options.condor_version,
+        "HasReconnect": True, "CondorVersion": options.condor_version,
         "MyCurrentTime": int(time.time()), "CondorScratchDir": str(sandbox),
     })  # fmt: skip
 
@@ -207,11 +221,18 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     options.execute_dir.mkdir(parents=True, exist_ok=True)
     sandbox = Path(os.path.realpath(options.execute_dir)) / f"dir_{time.monotonic_ns()}"
     sandbox.mkdir(mode=0o700)
+    starter_ad = _starter_ad(options, sandbox, address)
+    lease = job.get("JobLeaseDuration")
+    link = ShadowLink(channel, claim_id=claim_text, global_job_id=gjid,
+                      lease_s=float(lease) if isinstance(lease, int) else None,
+                      starter_ad=starter_ad, starter_address=address)  # fmt: skip
+    calls.attach(link)
+    options.links.add(link)
     try:
         uid, gid = run_as_ids(str(job.get("Owner", "")), options.run_as_fallback)
-        await calls.register_starter_info(_starter_ad(options, sandbox, address))
-        info = await calls.get_sec_session_info()
-        transfers = _Transfers(info, job_wire, address)
+        await calls.register_starter_info(starter_ad)
+        await calls.get_sec_session_info()
+        transfers = _Transfers(calls, link, job_wire, address)
         executable = str(job.get("Cmd", ""))
 
         async def receive(ch: Channel) -> TransferResult:
@@ -271,6 +292,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         await calls.job_exit(done.wait_status, reason, {**exit_ad, "StarterIpAddr": f'"{address}"'})
         log.info("shadow_job_exited", job=gjid, status=done.wait_status)
     finally:
+        options.links.remove(link)
+        link.close()
         if not options.keep_sandbox:
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(shutil.rmtree, sandbox)

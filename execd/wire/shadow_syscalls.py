@@ -17,17 +17,27 @@ tests/unit/wire/test_shadow_syscalls.py:
 | event_notification | 304 | event ad -> rval only (never an errno) |
 | job_exit | -65 | wait status, reason, exit ad -> |
 | ulog | 284 | event ad (a critical RemoteErrorEvent puts the job on hold); no answer |
+
+With a `link` (execd/wire/shadow_link.py) a call whose connection is lost waits for
+the shadow's reconnect and is made again on the new connection, which first gets
+get_sec_session_info (the new shadow's file transfer session), as HTCondor's starter
+does on a reconnect.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from execd.errors import RemoteProtocolError
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad
 from execd.wire.encoding import Decoder, Encoder
+
+if TYPE_CHECKING:
+    from execd.wire.shadow_link import ShadowLink
 
 GET_JOB_INFO = -63
 JOB_EXIT = -65
@@ -57,6 +67,10 @@ class SyscallError(RemoteProtocolError):
     """The shadow answered a call with a failure (rval < 0 and its errno)."""
 
 
+class ShadowConnectionLostError(RemoteProtocolError):
+    """Sending a call or reading its answer failed: the shadow is gone (for now)."""
+
+
 @dataclass(frozen=True)
 class SecSessionInfo:
     """The sessions the shadow made for this starter (keys stay out of repr)."""
@@ -72,21 +86,63 @@ class SecSessionInfo:
 class ShadowSyscalls:
     """Calls on the activation socket, one at a time, each waiting for its answer."""
 
-    def __init__(self, channel: MessageChannel, *, timeout_s: float = 300.0) -> None:
+    def __init__(self, channel: MessageChannel, *, timeout_s: float = 300.0,
+                 link: ShadowLink | None = None) -> None:  # fmt: skip
         self.channel = channel
         self.timeout_s = timeout_s
+        self.link = link
+        self.sessions: SecSessionInfo | None = None  # the latest get_sec_session_info
+        self._lock = asyncio.Lock()
 
-    async def _call(self, enc: Encoder, name: str) -> Decoder:
-        await self.channel.send(enc.payload())
-        dec = self.channel.decoder(await self.channel.recv(self.timeout_s))
-        rval = dec.get_int32(f"{name} rval")
-        if rval < 0:
-            errno = dec.get_int32(f"{name} errno")
-            raise SyscallError(f"the shadow failed {name}: rval {rval}, errno {errno}")
-        return dec
+    def attach(self, link: ShadowLink) -> None:
+        """Calls from now on survive a lost connection by waiting for `link`'s reconnect."""
+        self.link = link
+        link.adopt = self.adopt_reconnect
 
-    def _start(self, number: int) -> Encoder:
-        return self.channel.encoder().put_int(number)
+    async def adopt_reconnect(self) -> None:
+        """Move to the connection a reconnect offered, if any, and get its sessions."""
+        async with self._lock:
+            with contextlib.suppress(ShadowConnectionLostError):  # the next call waits again
+                await self._take_offered()
+
+    async def _take_offered(self) -> None:
+        if self.link is not None and (fresh := self.link.take_offered()):
+            self.channel = fresh
+            self.sessions = await self._sessions_once("", "")
+
+    async def _once(self, build: Callable[[Encoder], Encoder], answer: bool) -> Decoder | None:
+        channel = self.channel
+        try:
+            await channel.send(build(channel.encoder()).payload())
+            payload = await channel.recv(self.timeout_s) if answer else None
+        except RemoteProtocolError as exc:
+            raise ShadowConnectionLostError(str(exc)) from None
+        if self.link is not None:
+            self.link.rpc_done()
+        return None if payload is None else channel.decoder(payload)
+
+    async def _exchange(self, build: Callable[[Encoder], Encoder], *,
+                        answer: bool = True) -> Decoder | None:  # fmt: skip
+        async with self._lock:
+            while True:
+                try:
+                    await self._take_offered()
+                    return await self._once(build, answer)
+                except ShadowConnectionLostError as exc:
+                    if self.link is None:
+                        raise
+                    await self.link.wait_for_reconnect(exc)
+
+    async def _call(self, build: Callable[[Encoder], Encoder], name: str) -> Decoder:
+        dec = await self._exchange(build)
+        assert dec is not None
+        return _checked(dec, name)
+
+    def _start(self, number: int) -> Callable[[Encoder], Encoder]:
+        return lambda enc: enc.put_int(number)
+
+    def _with_ad(self, number: int, ad: Mapping[str, str]) -> Callable[[Encoder], Encoder]:
+        return lambda enc: encode_ad(enc.put_int(number), ad)
 
     async def get_job_info(self) -> WireAd:
         dec = await self._call(self._start(GET_JOB_INFO), "get_job_info")
@@ -95,7 +151,7 @@ class ShadowSyscalls:
         return ad
 
     async def _ad_call(self, number: int, ad: Mapping[str, str], name: str) -> None:
-        dec = await self._call(encode_ad(self._start(number), ad), name)
+        dec = await self._call(self._with_ad(number, ad), name)
         dec.finish(f"{name} answer")
 
     async def register_starter_info(self, ad: Mapping[str, str]) -> None:
@@ -104,15 +160,24 @@ class ShadowSyscalls:
     async def register_job_info(self, ad: Mapping[str, str]) -> None:
         await self._ad_call(REGISTER_JOB_INFO, ad, "register_job_info")
 
+    @staticmethod
+    def _sessions_request(reconnect_info: str,
+                          filetrans_info: str) -> Callable[[Encoder], Encoder]:  # fmt: skip
+        return lambda enc: enc.put_int(GET_SEC_SESSION_INFO).put_string(reconnect_info) \
+            .put_string(filetrans_info)  # fmt: skip
+
+    async def _sessions_once(self, reconnect_info: str, filetrans_info: str) -> SecSessionInfo:
+        """get_sec_session_info on the current connection, once (under the lock)."""
+        dec = await self._once(self._sessions_request(reconnect_info, filetrans_info), True)
+        assert dec is not None
+        return _sessions(_checked(dec, "get_sec_session_info"))
+
     async def get_sec_session_info(self, reconnect_info: str = "",
                                    filetrans_info: str = "") -> SecSessionInfo:  # fmt: skip
-        enc = self._start(GET_SEC_SESSION_INFO).put_string(reconnect_info)
-        dec = await self._call(enc.put_string(filetrans_info), "get_sec_session_info")
-        names = ("reconnect session id", "reconnect session info", "reconnect session key",
-                 "filetrans session id", "filetrans session info", "filetrans session key")
-        values = [dec.get_string(n) for n in names]
-        dec.finish("get_sec_session_info answer")
-        return SecSessionInfo(*values)
+        dec = await self._call(self._sessions_request(reconnect_info, filetrans_info),
+                               "get_sec_session_info")  # fmt: skip
+        self.sessions = _sessions(dec)
+        return self.sessions
 
     async def begin_execution(self) -> None:
         dec = await self._call(self._start(BEGIN_EXECUTION), "begin_execution")
@@ -120,17 +185,35 @@ class ShadowSyscalls:
 
     async def event_notification(self, ad: Mapping[str, str]) -> int:
         """The shadow's rval (it answers -3 to events it does not act on; no errno)."""
-        await self.channel.send(encode_ad(self._start(EVENT_NOTIFICATION), ad).payload())
-        dec = self.channel.decoder(await self.channel.recv(self.timeout_s))
+        dec = await self._exchange(self._with_ad(EVENT_NOTIFICATION, ad))
+        assert dec is not None
         rval = dec.get_int32("event_notification rval")
         dec.finish("event_notification answer")
         return rval
 
     async def job_exit(self, status: int, reason: int, ad: Mapping[str, str]) -> None:
-        enc = self._start(JOB_EXIT).put_int(status).put_int(reason)
-        dec = await self._call(encode_ad(enc, ad), "job_exit")
+        def build(enc: Encoder) -> Encoder:
+            return encode_ad(enc.put_int(JOB_EXIT).put_int(status).put_int(reason), ad)
+
+        dec = await self._call(build, "job_exit")
         dec.finish("job_exit answer")
 
     async def ulog(self, ad: Mapping[str, str]) -> None:
         """A user-log event for the shadow to write; the shadow sends no answer."""
-        await self.channel.send(encode_ad(self._start(ULOG), ad).payload())
+        await self._exchange(self._with_ad(ULOG, ad), answer=False)
+
+
+def _checked(dec: Decoder, name: str) -> Decoder:
+    rval = dec.get_int32(f"{name} rval")
+    if rval < 0:
+        errno = dec.get_int32(f"{name} errno")
+        raise SyscallError(f"the shadow failed {name}: rval {rval}, errno {errno}")
+    return dec
+
+
+def _sessions(dec: Decoder) -> SecSessionInfo:
+    names = ("reconnect session id", "reconnect session info", "reconnect session key",
+             "filetrans session id", "filetrans session info", "filetrans session key")
+    values = [dec.get_string(n) for n in names]
+    dec.finish("get_sec_session_info answer")
+    return SecSessionInfo(*values)

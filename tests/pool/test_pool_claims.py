@@ -34,6 +34,7 @@ from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import from_values, to_classad
 from execd.wire.collector import CollectorClient
 from execd.wire.commands import Command, Reply
+from execd.wire.reconnect import CaReply, LocateStarter, decode_ca_reply, encode_ca_request
 from execd.wire.security import (
     ClientSecurity,
     SessionNotFoundError,
@@ -225,3 +226,33 @@ def test_suspend_and_continue_claim_stop_and_resume_the_job(pool: harness.Pool,
     assert "it is not suspended" in refused["why"]
     assert node.slots()[next(n for n in node.slots() if n.startswith("slot1_1@"))][
         "Activity"] == "Busy"
+
+
+def test_the_shadows_reconnect_reaches_execds_ca_cmd_handler(pool: harness.Pool,
+                                                             node: PoolNode) -> None:
+    """CA_CMD on a claim's session is served by `execd run` (the shadow's reconnect);
+    a job execd does not run under that claim is not found, said without the secret."""
+    harness.wait_for("execd's slot", lambda: pool_slots(pool), WAIT_S)
+    reply = asyncio.run(request_claim(node.address(), asyncio.run(offered_claim(pool))))
+    (dslot,) = reply.claimed
+
+    async def locate() -> CaReply:
+        execd = parse_sinful(node.address())
+        channel = await connect(execd, timeout_s=10)
+        try:
+            await start_command(channel, execd, Command.CA_CMD, ClientSecurity(timeout_s=10),
+                                session=claim_client_session(claim_session(dslot.claim_id),
+                                                             execd))  # fmt: skip
+            request = LocateStarter("vm#9.0#1", dslot.claim_id, "<127.0.0.1:9>")
+            await channel.send(encode_ca_request(channel.encoder(), request).payload())
+            return decode_ca_reply(channel.decoder(await channel.recv()))
+        finally:
+            await channel.close()
+
+    answer = asyncio.run(locate())
+    assert (answer.result, answer.ok) == ("Failure", False)
+    assert "( vm#9.0#1 ) not found" in answer.error
+    assert dslot.claim_id[-64:] not in answer.error
+    logged = node.wait_for("ca_locate_starter", job="vm#9.0#1")
+    assert logged["found"] is False and logged["session"] == dslot.claim_id.rsplit("#", 1)[0]
+    assert dslot.claim_id[-64:] not in node.log.read_text()

@@ -5,7 +5,8 @@ starter side (execd/wire/shadow.py) serves the shadow: syscalls, input transfer
 root), output transfer, job_exit. The user log and output files are the user's proof.
 
 The same jobs on HTCondor's own startd (the reference EP, last in this module) end with
-the same user-log events and termination lines.
+the same user-log events and termination lines; so does a job whose schedd restarts
+while it runs (the new shadow reconnects through CA_CMD and the job completes).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from execd.wire.commands import Command, Reply
 from execd.wire.security import CONDOR_VERSION, ClientSecurity
 from execd.wire.server import CommandServer, Peer, ServerSecurity
 from execd.wire.shadow import ShadowOptions, serve_shadow
+from execd.wire.shadow_link import ShadowLinks, serve_ca_command
 from execd.wire.sinful import parse_sinful
 from execd.wire.startd_ads import advertised_pair
 
@@ -57,6 +59,7 @@ echo oops >&2
 case "$1" in
   exit) exit "$2" ;;
   signal) kill -"$2" $$ ;;
+  sleep) sleep "$2" ;;
 esac
 """
 SUBMIT = """\
@@ -86,15 +89,15 @@ def _write_inputs(job_dir: Path, uid: int, gid: int) -> None:
             os.chown(p, uid, gid)
 
 
-def submit(pool: harness.Pool, args: str, *, unreadable: str = "",
-           shebang: str = "") -> harness.SubmittedJob:  # fmt: skip
+def submit(pool: harness.Pool, args: str, *, unreadable: str = "", shebang: str = "",
+           extra: str = "") -> harness.SubmittedJob:  # fmt: skip
     """condor_submit of SUBMIT with FILES, as the pool's non-root submitter."""
     pool._jobs += 1
     job_dir = pool.host_path(f"/home/{harness.SUBMITTER}/job{pool._jobs}")
     job_dir.mkdir(parents=True)
     uid, gid = pool._chroot_ids(harness.SUBMITTER)
     os.chown(job_dir, uid, gid)
-    (job_dir / "job.sub").write_text(SUBMIT.format(args=args))
+    (job_dir / "job.sub").write_text(SUBMIT.format(args=args).replace("queue", extra + "queue"))
     _write_inputs(job_dir, uid, gid)
     if shebang:  # an interpreter that does not exist: the job cannot be started
         script = job_dir / "job.sh"
@@ -112,6 +115,7 @@ async def execd_slot(pool: harness.Pool, execute_dir: Path) -> AsyncIterator[lis
     commands it served."""
     served: list[str] = []
     claims: dict[str, str] = {}
+    links = ShadowLinks()
 
     async def request_claim(channel: Channel, command: int, peer: Peer) -> None:
         decode_request_claim(channel.decoder(await channel.recv()))
@@ -124,7 +128,8 @@ async def execd_slot(pool: harness.Pool, execute_dir: Path) -> AsyncIterator[lis
         served.append("ACTIVATE_CLAIM")
         await channel.send(channel.encoder().put_int(Reply.OK).payload())
         options = ShadowOptions(execute_dir=execute_dir, slot_name=claims["name"],
-                                uid_domain="execd.test")  # fmt: skip
+                                uid_domain="execd.test", links=links,
+                                update_interval_s=harness.INTERVAL_S)  # fmt: skip
         try:
             await serve_shadow(channel, act.claim_id, act.job_ad, options=options)
             served.append("JOB_DONE")
@@ -137,13 +142,17 @@ async def execd_slot(pool: harness.Pool, execute_dir: Path) -> AsyncIterator[lis
         served.append(Command(command).name)
         await channel.send(encode_deactivate_reply(channel.encoder(), True).payload())
 
+    async def ca_command(channel: Channel, command: int, peer: Peer) -> None:
+        served.append("CA_CMD")  # the new shadow's CA_LOCATE_STARTER, CA_RECONNECT_JOB
+        await serve_ca_command(channel, peer, links)
+
     async def release(channel: Channel, command: int, peer: Peer) -> None:
         decode_claim_only(channel.decoder(await channel.recv()), "RELEASE_CLAIM")
         served.append("RELEASE_CLAIM")
 
     security = ServerSecurity(domain="execd.test", timeout_s=20)
     handlers = {Command.REQUEST_CLAIM: request_claim, Command.ACTIVATE_CLAIM: activate_claim,
-                Command.RELEASE_CLAIM: release}  # fmt: skip
+                Command.RELEASE_CLAIM: release, Command.CA_CMD: ca_command}  # fmt: skip
     for ending in (Command.DEACTIVATE_CLAIM, Command.DEACTIVATE_CLAIM_FORCIBLY,
                    Command.DEACTIVATE_CLAIM_JOB_DONE):  # fmt: skip
         handlers[ending] = deactivate
@@ -180,16 +189,22 @@ def termination(log: str) -> str:
     return found.group(0).strip("()") if found.group(0).startswith("((") else found.group(0)
 
 
+Action = Callable[[harness.Pool, harness.SubmittedJob], None]
+
+
 def run_on_execd(pool: harness.Pool, args: str, *, unreadable: str = "", until: str = "005",
-                 shebang: str = "") -> tuple[harness.SubmittedJob, list[str]]:  # fmt: skip
+                 shebang: str = "", during: Action | None = None, extra: str = "",
+                 ) -> tuple[harness.SubmittedJob, list[str]]:  # fmt: skip
     execute_dir = Path(tempfile.mkdtemp(prefix="execd-shadow-", dir="/var/tmp"))
     os.chmod(execute_dir, 0o755)
 
     async def run() -> tuple[harness.SubmittedJob, list[str]]:
         job = await asyncio.to_thread(submit, pool, args, unreadable=unreadable,
-                                      shebang=shebang)  # fmt: skip
+                                      shebang=shebang, extra=extra)  # fmt: skip
         try:
             async with execd_slot(pool, execute_dir) as served:
+                if during is not None:
+                    await asyncio.to_thread(during, pool, job)
                 await asyncio.to_thread(job.wait_for_event, until, WAIT_S)
                 if until == "012":
                     held = await asyncio.to_thread(job.ad)
@@ -233,10 +248,13 @@ def test_non_zero_exit_and_signal_death(pool: harness.Pool, args: str, line: str
 
 
 def run_on_condor_startd(pool: harness.Pool, args: str, *, unreadable: str = "",
-                         until: str = "005",
-                         shebang: str = "") -> harness.SubmittedJob:  # fmt: skip
-    job = submit(pool, args, unreadable=unreadable, shebang=shebang)
+                         until: str = "005", shebang: str = "",
+                         during: Action | None = None,
+                         extra: str = "") -> harness.SubmittedJob:  # fmt: skip
+    job = submit(pool, args, unreadable=unreadable, shebang=shebang, extra=extra)
     try:
+        if during is not None:
+            during(pool, job)
         job.wait_for_event(until, WAIT_S)
         if until == "012":
             held = job.ad()
@@ -292,3 +310,80 @@ def test_unreadable_input_file_holds_the_job(pool: harness.Pool) -> None:
     assert "HELD 13 13" in served, served
     assert "005" not in job.events() and "001" not in job.events()
     assert "Permission denied" in job.user_log()
+
+
+def restart_schedd(pool: harness.Pool, job: harness.SubmittedJob) -> None:
+    """Once the job runs: condor_restart -schedd. The schedd's graceful shutdown kills
+    the shadow and leaves a job with a lease (JobLeaseDuration) running; the restarted
+    schedd's new shadow locates the starter and reconnects to it."""
+    job.wait_for_event("001", WAIT_S)
+    pool.tool("condor_restart", "-schedd").check()
+
+
+def reconnect_outcome(job: harness.SubmittedJob) -> tuple[list[str], str, dict[str, str]]:
+    # 006 (image size) events follow the memory the starter happens to measure when
+    # the new shadow gets its first update: not part of the comparison.
+    files = {n: job.output(n) for n in ("out.txt", "err.txt", "result.txt")}
+    return [e for e in job.events() if e != "006"], termination(job.user_log()), files
+
+
+def test_a_schedd_restart_mid_job_reconnects_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """The job runs on execd through the schedd's restart: the new shadow's CA_CMDs
+    (locate, reconnect) reach execd, the job is not killed, and its user log, exit and
+    output files are those of the same job on HTCondor's own startd."""
+    job, served = run_on_execd(running_pool.get(with_startd=False), "sleep 25",
+                               during=restart_schedd)  # fmt: skip
+    ours = reconnect_outcome(job)
+    assert served.count("ACTIVATE_CLAIM") == 1 and served.count("CA_CMD") == 2, served
+    assert "JOB_DONE" in served, served
+    assert ours[0][-3:] == ["022", "023", "005"], job.user_log()
+    assert "Job reconnected to" in job.user_log()
+    reference = running_pool.get(with_startd=True)
+    theirs = reconnect_outcome(run_on_condor_startd(reference, "sleep 25", during=restart_schedd))
+    assert ours == theirs, (ours, theirs)
+
+
+LEASE_S = 20
+SCRATCH = re.compile(r'CondorScratchDir = "([^"]+)"')
+
+
+def schedd_away_past_the_lease(pool: harness.Pool, job: harness.SubmittedJob) -> None:
+    """Once the job runs: condor_off -schedd (the shadow dies, the job is left running),
+    until the starter gives the job up after its lease and removes its scratch
+    directory; then condor_on -schedd. The schedd does not try to reconnect a job whose
+    lease ran out: it runs the job again from the start (a second 001)."""
+    scratch = SCRATCH.search(job.wait_for_event("001", WAIT_S))
+    assert scratch, job.user_log()
+    where = Path(scratch.group(1))
+    where = where if where.exists() else pool.host_path(str(where))  # in the chroot
+    assert where.exists(), where
+    pool.tool("condor_off", "-schedd").check()
+    harness.wait_for(f"the starter to give up the job after its {LEASE_S} s lease",
+                     lambda: not where.exists(), WAIT_S)  # fmt: skip
+    pool.tool("condor_on", "-schedd").check()
+    harness.wait_for("the job to run again", lambda: job.events().count("001") == 2, WAIT_S)
+
+
+def test_a_job_lease_that_runs_out_kills_the_job_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """The schedd stays away longer than job_lease_duration: execd kills the job (as
+    HTCondor's starter does), and the returning schedd runs it again from the start,
+    with the same user-log events as on condor_startd."""
+    extra = f"job_lease_duration = {LEASE_S}\n"
+    job, served = run_on_execd(running_pool.get(with_startd=False), "sleep 300", extra=extra,
+                               until="001", during=schedd_away_past_the_lease)  # fmt: skip
+    assert any("did not reconnect within the job lease" in s for s in served), served
+    assert served.count("ACTIVATE_CLAIM") == 2 and "CA_CMD" not in served, served
+    reference = running_pool.get(with_startd=True)
+    theirs = run_on_condor_startd(reference, "sleep 300", extra=extra, until="001",
+                                  during=schedd_away_past_the_lease)  # fmt: skip
+    assert until_the_second_start(job) == until_the_second_start(theirs), (job.user_log(),
+                                                                         theirs.user_log())
+
+
+def until_the_second_start(job: harness.SubmittedJob) -> list[str]:
+    """Event codes up to the job's second 001 (what follows is the test's condor_rm)."""
+    events = [e for e in job.events() if e != "006"]
+    second = [i for i, e in enumerate(events) if e == "001"][1]
+    return events[: second + 1]

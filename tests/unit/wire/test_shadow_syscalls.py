@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
-from wire_captures import decrypt_conversation, stream
+from wire_captures import Replay, decrypt_conversation, stream
 
 from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import decode_ad, decode_ad_lines, encode_ad, to_classad
@@ -30,31 +30,6 @@ def activation() -> tuple[list[bytes], list[bytes]]:
     """(starter's messages, shadow's messages): the startd's OK and ACTIVATE_CLAIM left out."""
     shadow, starter = decrypt_conversation("job1.pcap", SHADOW, STARTD, real_claim_key())
     return starter[1:], shadow[1:]
-
-
-class Replay:
-    """A connection whose peer is a capture: what we send must equal what was sent."""
-
-    def __init__(self, script: list[tuple[str, bytes]]) -> None:
-        self.script = list(script)
-        self.sent: list[bytes] = []
-
-    async def send(self, payload: bytes) -> None:
-        kind, expected = self.script.pop(0)
-        assert kind == "send", f"sent a message where the capture received one: {payload[:40]!r}"
-        assert payload == expected
-        self.sent.append(payload)
-
-    async def recv(self, timeout_s: float | None = None) -> bytes:
-        kind, payload = self.script.pop(0)
-        assert kind == "recv", "waited for a message where the capture sent one"
-        return payload
-
-    def encoder(self) -> Encoder:
-        return Encoder(encrypted=True)
-
-    def decoder(self, payload: bytes) -> Decoder:
-        return Decoder(payload, encrypted=True)
 
 
 def _ad_of(message: bytes, skip_ints: int = 1) -> list[tuple[str, str]]:

@@ -11,6 +11,8 @@ import struct
 from functools import cache
 from pathlib import Path
 
+from execd.wire.encoding import Decoder, Encoder
+
 CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "htcondor-captures"
 
 Key = tuple[str, int, str, int]  # source ip, source port, destination ip, destination port
@@ -117,3 +119,28 @@ def decrypt_conversation(name: str, client_port: int, server_port: int,
 def _is_cleartext(body: bytes) -> bool:
     """A resume request (int 60010 + ad) or answer (an ad of a few attributes)."""
     return body[:8] == (60010).to_bytes(8, "big") or body[8:14] in (b"Nonce ", b"Return")
+
+
+class Replay:
+    """A connection whose peer is a capture: what we send must equal what was sent."""
+
+    def __init__(self, script: list[tuple[str, bytes]]) -> None:
+        self.script = list(script)
+        self.sent: list[bytes] = []
+
+    async def send(self, payload: bytes) -> None:
+        kind, expected = self.script.pop(0)
+        assert kind == "send", f"sent a message where the capture received one: {payload[:40]!r}"
+        assert payload == expected
+        self.sent.append(payload)
+
+    async def recv(self, timeout_s: float | None = None) -> bytes:
+        kind, payload = self.script.pop(0)
+        assert kind == "recv", "waited for a message where the capture sent one"
+        return payload
+
+    def encoder(self) -> Encoder:
+        return Encoder(encrypted=True)
+
+    def decoder(self, payload: bytes) -> Decoder:
+        return Decoder(payload, encrypted=True)

@@ -1,0 +1,208 @@
+"""The syscall connection of a running job, which the shadow's reconnect replaces.
+
+A shadow that goes away (its schedd restarted) does not end the job: as HTCondor's
+starter (jic_shadow.cpp syscall_sock_disconnect), a call that finds the connection
+lost waits for the shadow's CA_RECONNECT_JOB for what remains of the job lease
+(JobLeaseDuration, counted from the last call that got through); the reconnect's
+connection becomes the syscall connection and the call is made again on it. A lease
+that runs out is a ProtocolError, and the job dies with the conversation. A job ad
+without JobLeaseDuration gets no wait.
+
+`ShadowLinks` is the process's table of running jobs by claim; `serve_ca_command` is
+the CA_CMD handler that finds the starter (CA_LOCATE_STARTER) and hands a new
+connection to the job (CA_RECONNECT_JOB). Claim ids stay out of the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import Awaitable, Callable
+
+from execd.errors import ProtocolError, RemoteProtocolError
+from execd.log import get_logger
+from execd.wire.channel import Channel
+from execd.wire.classad_codec import WireAd, from_values
+from execd.wire.reconnect import (
+    FAILURE,
+    INVALID_REQUEST,
+    SUCCESS,
+    LocateStarter,
+    ReconnectJob,
+    decode_ca_request,
+    encode_ca_reply,
+)
+from execd.wire.server import Peer
+from execd.wire.shadow_syscalls import MessageChannel
+
+log = get_logger("wire")
+
+
+def session_id(claim_id: str) -> str:
+    """A claim id's public part: its security session's id (no secret)."""
+    return claim_id.rpartition("#")[0]
+
+
+class ShadowLink:
+    """One running job's connection to its shadow: current, lost, replaced."""
+
+    def __init__(self, channel: MessageChannel, *, claim_id: str, global_job_id: str,
+                 lease_s: float | None, starter_ad: WireAd,
+                 starter_address: str) -> None:  # fmt: skip
+        self.channel = channel
+        self._claim_id = claim_id
+        self.session_id = session_id(claim_id)
+        self.global_job_id = global_job_id
+        self.lease_s = lease_s
+        self.starter_ad = starter_ad
+        self.starter_address = starter_address
+        self.transfer: tuple[str, str] | None = None  # the latest shadow's socket and key
+        self.last_rpc = time.monotonic()
+        self.closed = False
+        # Set by the job's syscalls: move to an offered connection now (the new
+        # shadow's sessions first, as HTCondor's starter does in its reconnect handler).
+        self.adopt: Callable[[], Awaitable[None]] | None = None
+        self.disconnected = asyncio.Event()  # set while a call waits for a reconnect
+        self._offered: MessageChannel | None = None
+        self._arrived = asyncio.Event()
+        self._held: dict[int, asyncio.Event] = {}  # reconnect connections still in use
+
+    def claim_matches(self, claim_id: str) -> bool:
+        return hmac.compare_digest(self._claim_id.encode(), claim_id.encode())
+
+    def rpc_done(self) -> None:
+        self.last_rpc = time.monotonic()
+
+    async def offer(self, channel: MessageChannel, request: ReconnectJob) -> None:
+        """A reconnect's connection (Success already sent) for the job's next call;
+        returns once the job no longer uses it, so that its handler may close it."""
+        if self.closed:
+            return
+        released = asyncio.Event()
+        self._held[id(channel)] = released
+        if self._offered is not None:  # a second reconnect before the first was used
+            self._release(self._offered)
+        self._offered = channel
+        if request.transfer_socket and request.transfer_key:
+            self.transfer = (request.transfer_socket, request.transfer_key)
+        self._arrived.set()
+        # A call waiting on the old connection fails now and moves to this one.
+        await _close(self.channel)
+        if self.adopt is not None:
+            await self.adopt()
+        await released.wait()
+
+    def take_offered(self) -> MessageChannel | None:
+        """The connection a reconnect brought, made current (None if there is none)."""
+        fresh, self._offered = self._offered, None
+        if fresh is None:
+            return None
+        self._arrived.clear()
+        self.disconnected.clear()
+        self._release(self.channel)
+        self.channel = fresh
+        self.rpc_done()
+        log.info("shadow_reconnected", job=self.global_job_id)
+        return fresh
+
+    async def wait_for_reconnect(self, lost: Exception) -> None:
+        """The connection failed: wait for a reconnect for what is left of the lease;
+        ProtocolError when it runs out (or there is no lease)."""
+        if self._offered is not None:
+            return
+        remaining = 0.0 if self.lease_s is None else \
+            self.last_rpc + self.lease_s - time.monotonic()  # fmt: skip
+        log.warning("shadow_disconnected", job=self.global_job_id, reason=str(lost),
+                    wait_s=round(max(remaining, 0.0), 1))  # fmt: skip
+        self.disconnected.set()
+        try:
+            if remaining <= 0 or self.closed:
+                raise TimeoutError
+            await asyncio.wait_for(self._arrived.wait(), remaining)
+        except TimeoutError:
+            log.warning("shadow_lease_expired", job=self.global_job_id, lease_s=self.lease_s)
+            raise ProtocolError(f"the shadow of {self.global_job_id} did not reconnect within "
+                                f"the job lease ({self.lease_s} s): {lost}") from None  # fmt: skip
+
+    def close(self) -> None:
+        """The conversation ended: every reconnect connection may close."""
+        self.closed = True
+        if self._offered is not None:
+            self._release(self._offered)
+        for released in self._held.values():
+            released.set()
+
+    def _release(self, channel: MessageChannel) -> None:
+        released = self._held.pop(id(channel), None)
+        if released is not None:
+            released.set()
+
+
+async def _close(channel: MessageChannel) -> None:
+    if isinstance(channel, Channel):
+        await channel.close()
+
+
+class ShadowLinks:
+    """The running jobs' links, by claim: what CA_LOCATE_STARTER and CA_RECONNECT_JOB find."""
+
+    def __init__(self) -> None:
+        self._links: dict[str, ShadowLink] = {}
+
+    def add(self, link: ShadowLink) -> None:
+        self._links[link.session_id] = link
+
+    def remove(self, link: ShadowLink) -> None:
+        if self._links.get(link.session_id) is link:
+            del self._links[link.session_id]
+
+    def find(self, claim_id: str, global_job_id: str) -> ShadowLink | None:
+        link = self._links.get(session_id(claim_id))
+        if link is None or not link.claim_matches(claim_id) or \
+                link.global_job_id != global_job_id:  # fmt: skip
+            return None
+        return link
+
+    def by_session(self, sid: str) -> ShadowLink | None:
+        return self._links.get(sid)
+
+
+LIVE_LINKS = ShadowLinks()  # execd's starter side lives in the daemon: one table
+ScheddMoved = Callable[[str, str], None]
+
+
+async def serve_ca_command(channel: Channel, peer: Peer, links: ShadowLinks = LIVE_LINKS, *,
+                           schedd_moved: ScheddMoved | None = None) -> None:  # fmt: skip
+    """CA_CMD: locate a job's starter, or reconnect a new shadow to its job."""
+    try:
+        request = decode_ca_request(channel.decoder(await channel.recv()))
+    except RemoteProtocolError as exc:
+        log.warning("ca_command_refused", peer=peer.address, session=peer.sid, why=str(exc))
+        await channel.send(encode_ca_reply(channel.encoder(), INVALID_REQUEST,
+                                           error=str(exc)).payload())  # fmt: skip
+        return
+    if isinstance(request, LocateStarter):
+        link = links.find(request.claim_id, request.global_job_id)
+        log.info("ca_locate_starter", peer=peer.address, session=session_id(request.claim_id),
+                 job=request.global_job_id, found=link is not None)  # fmt: skip
+        if link is None:
+            why = (f"ClaimId ({session_id(request.claim_id)}#...) and GlobalJobId "
+                   f"( {request.global_job_id} ) not found")  # fmt: skip
+            await channel.send(encode_ca_reply(channel.encoder(), FAILURE, error=why).payload())
+            return
+        if request.schedd_address and schedd_moved is not None:
+            schedd_moved(request.claim_id, request.schedd_address)
+        found = from_values({"StarterIpAddr": link.starter_address,
+                             "GlobalJobId": link.global_job_id})  # fmt: skip
+        await channel.send(encode_ca_reply(channel.encoder(), SUCCESS, found).payload())
+        return
+    link = links.by_session(peer.sid)
+    log.info("ca_reconnect_job", peer=peer.address, session=peer.sid,
+             shadow=request.shadow_address, found=link is not None)  # fmt: skip
+    if link is None or link.closed:
+        await channel.send(encode_ca_reply(channel.encoder(), FAILURE,
+                                           error="no running job under this claim").payload())
+        return
+    await channel.send(encode_ca_reply(channel.encoder(), SUCCESS, link.starter_ad).payload())
+    await link.offer(channel, request)
