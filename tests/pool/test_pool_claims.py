@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pool_harness as harness
 import pytest
-from test_pool_daemon import WAIT_S, PoolNode, pool_slots, start_node
+from pool_node import WAIT_S, PoolNode, pool_slots, start_node
 
 from execd.claims.ids import parse_claim_id
 from execd.errors import ProtocolError
