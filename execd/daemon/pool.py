@@ -39,6 +39,7 @@ from execd.wire.security import CONDOR_VERSION, ClientSecurity, SessionNotFoundE
 from execd.wire.server import CommandServer, ServerSecurity
 from execd.wire.sinful import Sinful, collector_address, parse_sinful
 from execd.wire.startd_ads import advertised_pair
+from execd.wire.token_issuer import TokenIssuer
 
 if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
@@ -81,6 +82,7 @@ class PoolSettings:
     administrators: tuple[str, ...]
     schedulers: tuple[str, ...]
     token: IdToken | None = field(default=None, repr=False)
+    tokens: TokenIssuer | None = None  # verifies the IDTOKENS peers present
 
 
 def _token(settings: Any) -> IdToken | None:
@@ -120,6 +122,12 @@ def pool_settings(settings: Any) -> PoolSettings | None:
         administrators=tuple(settings.get_list("EXECD_POOL_ADMINISTRATORS")),
         schedulers=tuple(settings.get_list("EXECD_POOL_SCHEDULERS")),
         token=_token(settings),
+        tokens=TokenIssuer(
+            trust_domain=settings.get_str("TRUST_DOMAIN") or collector,
+            pool_key_file=settings.get_str("SEC_TOKEN_POOL_SIGNING_KEY_FILE") or "",
+            password_directory=settings.get_str("SEC_PASSWORD_DIRECTORY") or "",
+            max_age_s=settings.get_int("SEC_TOKEN_MAX_AGE"),
+        ),
     )  # fmt: skip
 
 
@@ -146,7 +154,9 @@ class PoolMember:
         self.client = ClientSecurity(token=config.token,
                                      methods=("IDTOKENS",) if config.token else ("FS",))
         self.commands = PoolCommands(self)
+        # Peers authenticate with FS (same host) or an IDTOKEN of the pool (any host).
         self.security = ServerSecurity(domain=config.domain, timeout_s=20,
+                                       methods=("FS", "IDTOKENS"), tokens=config.tokens,
                                        authorize=self.commands.authorize)  # fmt: skip
         self.server = CommandServer(self.commands.handlers(), self.security)
         self.collector = CollectorClient(config.collector, self.client)
