@@ -231,7 +231,7 @@ _group(
     ("COLLECTOR_HOST", S, "$(CONDOR_HOST)", "Collector address(es)."),
     ("SEC_TOKEN_DIRECTORY", P, "", "Directory of IDTOKENS this node presents."),
     ("EXECD_POOL_TOKEN_FILE", P, "", "IDTOKEN (from condor_token_create) execd presents to the pool; empty: the first file in SEC_TOKEN_DIRECTORY, else FS only (same host).", True),
-    ("TRUST_DOMAIN", S, "$(COLLECTOR_HOST)", "The pool's trust domain: the issuer (iss) of its IDTOKENS; execd accepts tokens of this issuer only."),
+    ("TRUST_DOMAIN", S, "$(UID_DOMAIN)", "The pool's trust domain: the issuer (iss) of its IDTOKENS; execd accepts tokens of this issuer only."),
     ("SEC_PASSWORD_DIRECTORY", P, "/etc/condor/passwords.d", "Directory of the pool's token signing keys (file name = key id)."),
     ("SEC_TOKEN_POOL_SIGNING_KEY_FILE", P, "$(SEC_PASSWORD_DIRECTORY)/POOL", "The POOL signing key: execd verifies IDTOKENS signed with it (readable by execd, e.g. root-only)."),
     ("SEC_TOKEN_MAX_AGE", I, None, "Seconds after its issue (iat) a token is no longer accepted; unset: no limit."),
