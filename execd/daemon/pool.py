@@ -285,10 +285,12 @@ class PoolMember:
             await wait_event(self._alive_wake, max(0.0, due - time.monotonic()))
 
     async def _alive(self, key: str, held: PoolClaim) -> None:
+        schedd = parse_sinful(held.schedd)
         try:
-            answer = await send_alive(parse_sinful(held.schedd), key, self.client)
-        except SessionNotFoundError:
-            answer = UNKNOWN_CLAIM  # the schedd never had this claim's session
+            try:
+                answer = await send_alive(schedd, key, self.client)
+            except SessionNotFoundError:  # no claim session there: authenticate instead
+                answer = await send_alive(schedd, key, self.client, on_claim_session=False)
         except (ProtocolError, ExecdError, OSError) as exc:
             logger.warning("alive_failed", slot=held.slot, claim=str(held.claim),
                            schedd=held.schedd, reason=str(exc))  # fmt: skip

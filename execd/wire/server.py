@@ -179,8 +179,8 @@ class CommandServer:
             allowed = self._allowed(asked, peer)
         else:
             peer, allowed = await self._new_session(channel, ad, asked)
-        log.info("wire_command", peer=channel.peer, user=peer.user, command=asked,
-                 authorized=allowed)  # fmt: skip
+        log.info("wire_command", peer=channel.peer, user=peer.user, method=peer.method,
+                 command=asked, authorized=allowed)  # fmt: skip
         if command == Command.DC_SEC_QUERY:
             enc = encode_ad(channel.encoder(), {"AuthorizationSucceeded": _s(allowed)})
             await channel.send(enc.payload())

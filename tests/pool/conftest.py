@@ -31,6 +31,12 @@ def pool(running_pool: harness.RunningPool) -> harness.Pool:
 
 
 @pytest.fixture
+def idtokens_pool(running_pool: harness.RunningPool) -> harness.Pool:
+    """The pool with IDTOKENS as its only authentication method (no claim-id sessions)."""
+    return running_pool.get(with_startd=False, idtokens=True)
+
+
+@pytest.fixture
 def reference_pool(running_pool: harness.RunningPool) -> harness.Pool:
     """The same pool with HTCondor's own startd: the reference execute point."""
     return running_pool.get(with_startd=True)

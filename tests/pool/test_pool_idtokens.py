@@ -22,6 +22,7 @@ import pytest
 from pool_node import PoolNode, pool_knob, start_node, wait_pool
 
 ADMIN = "tokenadmin"
+HELD_TOKEN = f"/home/{harness.SUBMITTER}/.condor/tokens.d/token"
 
 
 @pytest.fixture
@@ -29,8 +30,11 @@ def token_node(pool: harness.Pool) -> Iterator[PoolNode]:
     domain = pool_knob(pool, "UID_DOMAIN")
     key = pool.host_path("/etc/condor/passwords.d/POOL")
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
-        yield start_node(pool, Path(tmp), f"SEC_TOKEN_POOL_SIGNING_KEY_FILE = {key}\n"
-                                          f"EXECD_POOL_ADMINISTRATORS = {ADMIN}@{domain}\n")
+        try:
+            yield start_node(pool, Path(tmp), f"SEC_TOKEN_POOL_SIGNING_KEY_FILE = {key}\n"
+                                              f"EXECD_POOL_ADMINISTRATORS = {ADMIN}@{domain}\n")
+        finally:  # the submitter's other tools must not find these tokens
+            pool.host_path(HELD_TOKEN).unlink(missing_ok=True)
 
 
 def make_token(pool: harness.Pool, *args: str) -> str:
@@ -46,11 +50,10 @@ def give_token(pool: harness.Pool, token: str) -> None:
     for path in (directory.parent, directory):
         path.mkdir(mode=0o700, exist_ok=True)
         harness.os.chown(path, uid, gid)
-    for old in directory.iterdir():
-        old.unlink()
-    (directory / "token").write_text(token + "\n")
-    (directory / "token").chmod(0o600)
-    harness.os.chown(directory / "token", uid, gid)
+    held = pool.host_path(HELD_TOKEN)
+    held.write_text(token + "\n")
+    held.chmod(0o600)
+    harness.os.chown(held, uid, gid)
 
 
 def as_token_holder(pool: harness.Pool, *argv: str) -> harness.Tool:
@@ -120,3 +123,42 @@ def test_bad_expired_and_read_only_tokens_are_refused(pool: harness.Pool,
     log = token_node.log.read_text()
     assert not [t for t in (bad, short, read_only) if t.split(".")[2] in log]
     assert token_node.running()
+
+
+SLEEP_JOB = """\
+executable = /bin/sleep
+arguments = 300
+should_transfer_files = NO
+log = job.log
+request_cpus = 1
+request_memory = 64
+queue
+"""
+
+
+def test_an_idtokens_only_pool_claims_and_activates(idtokens_pool: harness.Pool) -> None:
+    """SEC_DEFAULT_AUTHENTICATION_METHODS = IDTOKENS and no claim-id sessions: the real
+    schedd authenticates REQUEST_CLAIM and ACTIVATE_CLAIM to execd with IDTOKENS; execd
+    advertises with its own token."""
+    pool = idtokens_pool
+    domain = pool_knob(pool, "UID_DOMAIN")
+    key = pool.host_path("/etc/condor/passwords.d/POOL")
+    token = pool.host_path(harness.DAEMON_TOKEN)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = start_node(pool, Path(tmp), f"SEC_TOKEN_POOL_SIGNING_KEY_FILE = {key}\n"
+                                           f"EXECD_POOL_TOKEN_FILE = {token}\n")  # fmt: skip
+        (ad,) = wait_pool(pool, "execd's slot", lambda s: s).values()
+        assert ad["AuthenticationMethod"] == "IDTOKENS"
+        job = pool.submit(SLEEP_JOB)
+        try:
+            claim = node.wait_for("wire_command", command=442, timeout=60)
+            assert claim["method"] == "IDTOKENS" and claim["authorized"] is True
+            assert claim["user"] in (f"condor@{domain}", "condor@password")
+            node.wait_for("pool_claimed", slot="slot1_1")
+            activate = node.wait_for("wire_command", command=444, timeout=60)
+            assert activate["method"] == "IDTOKENS" and activate["authorized"] is True
+            node.wait_for("pool_activated", slot="slot1_1")
+            node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Busy")
+        finally:
+            pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER).check()
+        assert node.stop() == 0
