@@ -8,11 +8,13 @@ the schedd of every claim made through the pool, and invalidates its ads when it
 stops. The commands themselves (execd.daemon.pool_commands) drive the same
 JobManager and policy-engine paths as the control socket's verbs.
 
-Claim ids: every slot that is not claimed advertises an *offer*, a claim id the
-negotiator hands to the schedd it matches; a REQUEST_CLAIM must carry it. A static
-slot's offer becomes the claim's id; a partitionable slot's gives the new dynamic slot
-a fresh id and is then replaced (so a replayed REQUEST_CLAIM finds no session). Every
-claim id's security session is known to the server exactly while the id is live.
+Claim ids: every slot advertises an *offer*, a claim id the negotiator hands to the
+schedd it matches; a REQUEST_CLAIM must carry it. A static or dynamic slot's offer
+becomes the claim's id; a partitionable slot's gives the new dynamic slot a fresh id
+and is then replaced (so a replayed REQUEST_CLAIM finds no session). A claimed slot's
+offer is its *preempting* claim id (HTCondor's r_pre): a higher-RANK match claims with
+it, and the reply waits until the current claim is gone. Every claim id's security
+session is known to the server exactly while the id is live.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ if TYPE_CHECKING:
 logger = log.get_logger("pool")
 
 STOP_TIMEOUT_S = 20.0  # invalidating ads on shutdown never holds the daemon longer
+# How long a preempting REQUEST_CLAIM waits for the current claim to go (retirement,
+# then the vacate); HTCondor's schedd gives a claim request 30 minutes too.
+PREEMPTION_WAIT_S = 1800.0
 
 
 async def serve_shadow(channel: Channel, claim: ClaimId, job_ad: dict[str, Any]) -> None:
@@ -167,6 +172,7 @@ class PoolMember:
         self.claims: dict[str, PoolClaim] = {}  # full claim id -> pool claim
         self._sessions: set[str] = set()  # claim session ids the server accepts
         self._alive_wake = asyncio.Event()
+        self._state_changed = asyncio.Event()
 
     # -- lifecycle ---------------------------------------------------------------------
     async def run(self) -> None:
@@ -192,6 +198,23 @@ class PoolMember:
     def changed(self) -> None:
         """A slot changed state: advertise now, not at the next UPDATE_INTERVAL."""
         self.advertiser.changed()
+        self._state_changed.set()
+
+    async def wait_for_takeover(self, slot: str, claim: ClaimId,
+                                timeout_s: float = PREEMPTION_WAIT_S) -> bool:  # fmt: skip
+        """Until the preempting `claim` is `slot`'s current claim (True), or it went away
+        or `timeout_s` passed (False)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._state_changed.clear()
+            current = self.daemon.engine.slots.get(slot)
+            if current is not None and current.claim is not None \
+                    and current.claim.id.full() == claim.full():  # fmt: skip
+                return True
+            left = deadline - time.monotonic()
+            if claim.full() not in self.daemon.jobs.claims or left <= 0:
+                return False
+            await wait_event(self._state_changed, left)
 
     # -- claim ids ---------------------------------------------------------------------
     def new_claim_id(self) -> ClaimId:
@@ -220,14 +243,14 @@ class PoolMember:
         self._sessions.discard(claim.session_id)
 
     def _sync_claims(self, names: list[str]) -> None:
-        """Offers for unclaimed slots; sessions of ended claims forgotten."""
+        """An offer for every slot (a claimed one's is its preempting claim id); sessions
+        of ended claims forgotten."""
         live = self.daemon.jobs.claims
-        claimed = {slot for slot, _ in live.values()}
         for name in names:
-            if name not in claimed and name not in self.offers:
+            if name not in self.offers:
                 self.offers[name] = self.new_claim_id()
         for name in list(self.offers):
-            if name not in names or name in claimed:
+            if name not in names:
                 offer = self.offers.pop(name)
                 if offer.full() not in live:
                     self.forget_session(offer)
@@ -244,7 +267,8 @@ class PoolMember:
         """(public, private) wire ads for one slot, with what the pool needs to match."""
         live = self.daemon.jobs.claims
         current = next((c for s, c in live.values() if s == name), None)
-        claim = current or self.offers[name]
+        claim = self.offers.get(name) or current
+        assert claim is not None, "_sync_claims() first"
         children = [c for s, c in live.values() if s.startswith(f"{name}_")]
         public, private = advertised_pair(ad, address=self.address, claim_id=claim,
                                           child_claim_ids=children)  # fmt: skip
@@ -252,7 +276,24 @@ class PoolMember:
                  "FileSystemDomain": self.config.filesystem_domain}
         for key, value in from_values(extra).items():
             public.setdefault(key, value)
+        public.update(from_values(self._claimant(name)))
         return public, private
+
+    def _claimant(self, name: str) -> dict[str, Any]:
+        """Who holds a claimed slot, as HTCondor's startd publishes it (Claim::publish):
+        the negotiator considers a slot for preemption only with a RemoteUser, and
+        preempts for RANK when the slot's Rank of a job beats its CurrentRank."""
+        slot = self.daemon.engine.slots.get(name)
+        if slot is None or slot.claim is None:
+            return {}
+        out: dict[str, Any] = {"CurrentRank": float(slot.claim.rank)}
+        out |= _client(slot.claim.request_ad, "Remote", self.config.domain)
+        if slot.preempting_claim is not None:
+            out["PreemptingRank"] = float(slot.preempting_claim.rank)
+            user = _client(slot.preempting_claim.request_ad, "Remote", self.config.domain)
+            if "RemoteUser" in user:
+                out["PreemptingUser"] = user["RemoteUser"]
+        return out
 
     def ad_pairs(self) -> list[tuple[WireAd, WireAd]]:
         ads = self.slot_ads()
@@ -303,6 +344,23 @@ class PoolMember:
                 self.daemon.jobs.signal_job(key, "alive")
         except ControlError as exc:
             logger.info("alive_not_applied", slot=held.slot, reason=exc.message)
+
+
+def _client(job: Any, prefix: str, domain: str) -> dict[str, Any]:
+    """RemoteUser/RemoteOwner/AccountingGroup of a claiming job's ad."""
+    def text(attr: str) -> str | None:
+        value = job.get(attr) if job is not None else None
+        return value if isinstance(value, str) and value else None
+
+    owner, user, group = text("Owner"), text("User"), text("AccountingGroup")
+    out: dict[str, Any] = {}
+    if user or owner:
+        out[f"{prefix}User"] = user or f"{owner}@{domain}"
+    if owner:
+        out[f"{prefix}Owner"] = owner
+    if group:
+        out["AccountingGroup"] = group
+    return out
 
 
 def pool_member(daemon: Daemon) -> PoolMember | None:

@@ -283,18 +283,24 @@ class Pool:
         out = self.tool("condor_history", "-json", str(cluster)).check().stdout
         return json.loads(out) if out.strip() else []
 
-    def submit(self, submit_text: str, files: dict[str, str] | None = None) -> SubmittedJob:
-        """condor_submit as the non-root submitter, in a fresh directory of its home."""
+    def submit(self, submit_text: str, files: dict[str, str] | None = None,
+               user: str = SUBMITTER) -> SubmittedJob:  # fmt: skip
+        """condor_submit as a non-root submitter (created if need be), in a fresh
+        directory of its home."""
         self._jobs += 1
-        job_dir = f"/home/{SUBMITTER}/job{self._jobs}"
+        if user != SUBMITTER and self.tool("id", user).returncode != 0:
+            self.tool("useradd", "--create-home", "--shell", "/bin/sh", user).check()
+        job_dir = f"/home/{user}/job{self._jobs}"
         host_dir = self.host_path(job_dir)
+        if host_dir.exists():  # an earlier session's
+            subprocess.run(["rm", "-rf", "--one-file-system", str(host_dir)], check=True)
         host_dir.mkdir(parents=True)
-        uid, gid = self._chroot_ids(SUBMITTER)
+        uid, gid = self._chroot_ids(user)
         os.chown(host_dir, uid, gid)
         for name, text in {"job.sub": submit_text, **(files or {})}.items():
             (host_dir / name).write_text(text)
             os.chown(host_dir / name, uid, gid)
-        out = self.tool("condor_submit", "-terse", "job.sub", user=SUBMITTER, cwd=job_dir)
+        out = self.tool("condor_submit", "-terse", "job.sub", user=user, cwd=job_dir)
         first = out.check().stdout.split()[0]  # "17.0 - 17.0"
         return SubmittedJob(self, int(first.split(".")[0]), host_dir)
 
