@@ -20,6 +20,9 @@ from tests.component.daemon_harness import RunningDaemon
 
 WAIT_S = 60
 GONE_S = 30  # an execd's ads leave the collector when it stops, or are invalidated
+# A stopped execd has invalidated its ads before it exits: what is still listed after
+# this grace is stale (a killed execd's) and is invalidated.
+GRACE_S = 5
 
 # The execds started by the running test (drained by the autouse fixture).
 STARTED: list[PoolNode] = []
@@ -90,7 +93,7 @@ def clear_execute_points(pool: harness.Pool) -> bool:
     """Wait until the collector lists no startd ad; invalidate what stays (an execd that
     was killed never invalidates its ads). True when something had to be invalidated."""
     try:
-        harness.wait_for("execd's slots gone", lambda: not pool.status("-slots"), GONE_S, 0.2)
+        harness.wait_for("execd's slots gone", lambda: not pool.status("-slots"), GRACE_S, 0.2)
         return False
     except harness.PoolError:
         pass

@@ -18,7 +18,15 @@ from typing import Any
 
 import pool_harness as harness
 import pytest
-from pool_node import WAIT_S, PoolNode, pool_knob, pool_slots, start_node, wait_pool
+from pool_node import (
+    WAIT_S,
+    PoolNode,
+    clear_execute_points,
+    pool_knob,
+    pool_slots,
+    start_node,
+    wait_pool,
+)
 
 from execd.daemon.client import ControlClient
 
@@ -70,6 +78,19 @@ def test_shutdown_invalidates_the_ads(pool: harness.Pool) -> None:
         assert pool.status("-slots") == []
         assert node.events()[-1]["event"] == "execd_stopped"
         assert any(e["event"] == "pool_left" for e in node.events())
+
+
+def test_a_killed_execds_stale_ads_are_cleared_for_the_next_test(pool: harness.Pool) -> None:
+    """The pool tier's isolation (conftest `no_execd_left`): an execd that dies without
+    invalidating its ads leaves them in the collector; the teardown removes them."""
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = start_node(pool, Path(tmp))
+        wait_pool(pool, "execd's slot", lambda s: s)
+        assert node.stop(signal.SIGKILL) == -signal.SIGKILL
+        assert pool.status("-slots") != []  # nobody invalidated them
+        assert clear_execute_points(pool) is True
+        assert pool.status("-slots") == []
+        assert clear_execute_points(pool) is False  # nothing left to clear
 
 
 def test_garbage_on_the_command_port_is_dropped_and_logged(pool: harness.Pool,
