@@ -155,7 +155,7 @@ async def authenticate_token(channel: Channel, token: IdToken) -> str:
         raise AuthenticationFailedError(f"{channel.peer} refused our token (status {status})")
     key = token_key(token)
     a, b, rb = fields["a"], fields["b"], fields["rb"]
-    expected = _mac(key, f"{a} {b}".encode() + b"\0" + ra + rb)
+    expected = _mac(key, _raw(f"{a} {b}") + b"\0" + ra + rb)
     if (a != me or fields["ra"] != ra or len(rb) != RANDOM_BYTES
             or not hmac.compare_digest(fields["hkt"], expected)):  # fmt: skip
         await _send_failure(channel)
@@ -177,11 +177,16 @@ SERVER_NAME = "condor@password"
 STATUS_OK, STATUS_ERROR = 0, -1
 
 
+def _raw(text: str) -> bytes:
+    """A name's bytes as the peer sent them (the decoder keeps non-UTF-8 bytes)."""
+    return text.encode("utf-8", "surrogateescape")
+
+
 async def _server_message(channel: Channel, status: int, fields: list[bytes | str]) -> None:
     enc = channel.encoder().put_int(status)
     for value in fields:
         if isinstance(value, str):
-            enc.put_int(len(value.encode())).put_string(value)
+            enc.put_int(len(_raw(value))).put_string(value)
         else:
             enc.put_int(len(value)).put_bytes(value)
     await channel.send(enc.payload())
@@ -216,7 +221,7 @@ async def serve_token(channel: Channel, issuer: TokenIssuer) -> TokenClaims:
             refusal = exc
     rb = os.urandom(RANDOM_BYTES)
     if refusal is None:
-        hkt = _mac(key, f"{a} {SERVER_NAME}".encode() + b"\0" + ra + rb)
+        hkt = _mac(key, _raw(f"{a} {SERVER_NAME}") + b"\0" + ra + rb)
         await _server_message(channel, STATUS_OK, [a, SERVER_NAME, ra, rb, hkt])
     else:
         await _server_message(channel, STATUS_ERROR, ["", "", b"", b"", b""])
@@ -240,7 +245,7 @@ async def serve_token(channel: Channel, issuer: TokenIssuer) -> TokenClaims:
             f"{channel.peer} could not verify execd's proof: its token for {claims.subject!r} "
             "is not signed by this pool's key (bad signature)"
         )
-    expected = _mac(key, a.encode() + b"\0" + rb)
+    expected = _mac(key, _raw(a) + b"\0" + rb)
     if a2 != a or fields["rb"] != rb or not hmac.compare_digest(fields["hk"], expected):
         raise TokenRefusedError(
             f"{channel.peer}'s proof for {claims.subject!r} does not match: its token is not "

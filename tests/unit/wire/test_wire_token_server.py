@@ -14,13 +14,16 @@ import base64
 import getpass
 import json
 import shutil
+import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
-from wire_pairs import channel_pair
+from wire_pairs import channel_pair, raw_pair
 
 from execd.errors import ProtocolError
 from execd.wire.auth_fs import AuthenticationFailedError
@@ -28,6 +31,7 @@ from execd.wire.auth_token import IdToken, authenticate_token, parse_token, serv
 from execd.wire.channel import Channel
 from execd.wire.collector import open_command
 from execd.wire.commands import Command, within_limits
+from execd.wire.encoding import Encoder
 from execd.wire.security import ClientSecurity, NotAuthorizedError
 from execd.wire.server import CommandServer, Peer, ServerSecurity
 from execd.wire.sinful import parse_sinful
@@ -226,3 +230,51 @@ async def test_the_server_refuses_bad_tokens_scopes_and_identities(
     assert not [t for t in TOKENS.values() if t.split(".")[2] in text]
     # the server still serves
     assert await _call(token_server, token("alice")) == "alice@pool.example IDTOKENS"
+
+
+# ----- bad input: a client that sends garbage in the token exchange ------------------
+def _client_messages() -> list[bytes]:
+    presented = token("alice")
+    me = presented.subject
+    one = Encoder().put_int(0).put_int(len(me)).put_string(me)
+    one.put_string(presented.header_payload).put_int(256).put_bytes(bytes(256))
+    two = Encoder().put_int(0).put_int(len(me)).put_string(me)
+    two.put_int(256).put_bytes(bytes(256)).put_int(20).put_bytes(bytes(20))
+    return [one.payload(), two.payload()]
+
+
+@st.composite
+def _mutated(draw: st.DrawFn) -> list[bytes]:
+    messages = [bytearray(m) for m in _client_messages()]
+    for _ in range(draw(st.integers(1, 4))):
+        which = messages[draw(st.integers(0, 1))]
+        if not which:
+            continue
+        pos = draw(st.integers(0, len(which) - 1))
+        kind = draw(st.sampled_from(["flip", "cut", "insert"]))
+        if kind == "flip":
+            which[pos] ^= draw(st.integers(1, 255))
+        elif kind == "cut":
+            del which[pos:]
+        else:
+            which[pos:pos] = draw(st.binary(min_size=1, max_size=9))
+    return [bytes(m) for m in messages if m]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(st.one_of(_mutated(), st.lists(st.binary(min_size=1, max_size=300), max_size=2)))
+def test_garbage_in_the_token_exchange_is_only_a_protocol_error(issuer: TokenIssuer,
+                                                                messages: list[bytes]) -> None:
+    async def run() -> None:
+        channel, raw = await raw_pair(timeout_s=0.3)
+        try:
+            raw.write(b"".join(struct.pack("!BI", 1, len(m)) + m for m in messages))
+            raw.write_eof()
+            with pytest.raises(ProtocolError):  # a refusal, a bad message, or a deadline
+                await serve_token(channel, issuer)
+        finally:
+            raw.close()
+            await channel.close()
+
+    asyncio.run(run())
