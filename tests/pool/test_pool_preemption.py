@@ -91,3 +91,26 @@ def test_a_higher_ranked_match_preempts_the_claim(pool: harness.Pool) -> None:
         finally:
             pool.tool("condor_rm", str(high.cluster), user=RANKED).check()
         assert node.stop() == 0
+
+
+def test_a_preempting_claim_id_without_a_higher_rank_is_refused(pool: harness.Pool) -> None:
+    """The claimed slot's offer claims only for a job the slot ranks higher."""
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = start_node(pool, Path(tmp), "SLOT_TYPE_1_PARTITIONABLE = False\n"
+                                           f'RANK = TARGET.Owner == "{RANKED}"\n')  # fmt: skip
+        (name,) = wait_pool(pool, "execd's static slot", lambda s: s)
+        offer = asyncio.run(offered_claim(pool))
+        assert asyncio.run(request_claim(node.address(), offer)).status == Reply.OK
+        preempting = harness.wait_for("the preempting claim id advertised",
+                                      lambda: (o := asyncio.run(offered_claim(pool))) != offer
+                                      and o, WAIT_S, 0.2)  # fmt: skip
+        # the same rank (0) as the current claim: refused, the claim stays
+        assert asyncio.run(request_claim(node.address(), preempting)).status == Reply.NOT_OK
+        refused = node.wait_for("pool_claim_refused", slot="slot1")
+        assert "slot is Claimed" in refused["why"], refused
+        assert node.slots()[name]["State"] == "Claimed"
+        assert not any(e["event"] in ("preempting_claim", "pool_claim_preempting")
+                       for e in node.events())  # fmt: skip
+        assert asyncio.run(offered_claim(pool)) == preempting  # still on offer
+        assert preempting[-64:] not in node.log.read_text()
+        assert node.stop() == 0
