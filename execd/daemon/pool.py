@@ -36,7 +36,7 @@ from execd.wire.channel import Channel
 from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.collector import CollectorClient
-from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive
+from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive, send_release
 from execd.wire.security import CONDOR_VERSION, ClientSecurity, SessionNotFoundError
 from execd.wire.server import CommandServer, ServerSecurity
 from execd.wire.sinful import Sinful, collector_address, parse_sinful
@@ -173,6 +173,8 @@ class PoolMember:
         self._sessions: set[str] = set()  # claim session ids the server accepts
         self._alive_wake = asyncio.Event()
         self._state_changed = asyncio.Event()
+        self.closed_by_schedd: set[str] = set()  # claims whose schedd ended them
+        self._notices: set[asyncio.Task[None]] = set()  # RELEASE_CLAIMs in flight
 
     # -- lifecycle ---------------------------------------------------------------------
     async def run(self) -> None:
@@ -187,7 +189,7 @@ class PoolMember:
             for task in done:
                 task.result()  # a loop that crashed takes the daemon down, as in a TaskGroup
         finally:
-            await cancel_all(loops)
+            await cancel_all(loops + list(self._notices))
             await self.server.close()
             try:
                 await asyncio.wait_for(self.advertiser.stop(), STOP_TIMEOUT_S)
@@ -256,8 +258,32 @@ class PoolMember:
                     self.forget_session(offer)
         for key in [k for k in self.claims if k not in live]:
             ended = self.claims.pop(key)
+            by_schedd = key in self.closed_by_schedd
+            logger.info("pool_claim_ended", slot=ended.slot, claim=str(ended.claim),
+                        ended_by="schedd" if by_schedd else "execd")  # fmt: skip
+            if by_schedd:
+                self.closed_by_schedd.discard(key)
+                self.forget_session(ended.claim)
+            else:  # execd ended it (preemption, vacate, drain): tell its schedd
+                task = asyncio.get_running_loop().create_task(self._release_notice(ended))
+                self._notices.add(task)
+                task.add_done_callback(self._notices.discard)
+
+    async def _release_notice(self, ended: PoolClaim) -> None:
+        """RELEASE_CLAIM to the schedd of a claim execd ended, on the claim's session
+        (or, where the schedd has none, an authenticated one); then the session goes."""
+        schedd, key = parse_sinful(ended.schedd), ended.claim.full()
+        try:
+            try:
+                await send_release(schedd, key, self.client)
+            except SessionNotFoundError:
+                await send_release(schedd, key, self.client, on_claim_session=False)
+            logger.info("pool_release_sent", slot=ended.slot, schedd=ended.schedd)
+        except (ProtocolError, ExecdError, OSError) as exc:
+            logger.warning("pool_release_not_sent", slot=ended.slot, schedd=ended.schedd,
+                           reason=str(exc))  # fmt: skip
+        finally:
             self.forget_session(ended.claim)
-            logger.info("pool_claim_ended", slot=ended.slot, claim=str(ended.claim))
 
     # -- ads ----------------------------------------------------------------------------
     def slot_ads(self) -> dict[str, Any]:
@@ -339,10 +365,12 @@ class PoolMember:
         try:
             if answer == UNKNOWN_CLAIM:
                 logger.info("alive_claim_unknown", slot=held.slot, claim=str(held.claim))
+                self.closed_by_schedd.add(key)
                 self.daemon.jobs.release(key)
             else:
                 self.daemon.jobs.signal_job(key, "alive")
         except ControlError as exc:
+            self.closed_by_schedd.discard(key)
             logger.info("alive_not_applied", slot=held.slot, reason=exc.message)
 
 

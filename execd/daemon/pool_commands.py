@@ -219,8 +219,11 @@ class PoolCommands:
     async def release_claim(self, channel: Channel, command: int, peer: Peer) -> None:
         claim_id = decode_claim_only(channel.decoder(await channel.recv()), "RELEASE_CLAIM")
         try:
+            if claim_id in self.member.claims:  # the schedd ended it: no notice back
+                self.member.closed_by_schedd.add(claim_id)
             result = self.daemon.jobs.release(claim_id)
         except ControlError as exc:
+            self.member.closed_by_schedd.discard(claim_id)
             logger.warning("pool_release_refused", peer=peer.address, session=peer.sid,
                            why=exc.message)  # fmt: skip
             return
