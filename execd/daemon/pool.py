@@ -39,6 +39,7 @@ from execd.wire.collector import CollectorClient
 from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive, send_release
 from execd.wire.security import CONDOR_VERSION, ClientSecurity, SessionNotFoundError
 from execd.wire.server import CommandServer, ServerSecurity
+from execd.wire.shared_port import SharedPortEndpoint, endpoint_address
 from execd.wire.sinful import Sinful, collector_address, parse_sinful
 from execd.wire.startd_ads import advertised_pair
 from execd.wire.token_issuer import TokenIssuer
@@ -88,6 +89,8 @@ class PoolSettings:
     schedulers: tuple[str, ...]
     token: IdToken | None = field(default=None, repr=False)
     tokens: TokenIssuer | None = None  # verifies the IDTOKENS peers present
+    # Behind this host's condor_shared_port: (its endpoint address, id, socket dir).
+    shared_port: tuple[str, str, str] | None = None
 
 
 def _token(settings: Any) -> IdToken | None:
@@ -120,6 +123,14 @@ def pool_settings(settings: Any) -> PoolSettings | None:
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ConfigError(f"EXECD_COMMAND_ADDRESS {listen!r} is not host:port")
     domain = settings.get_str("UID_DOMAIN") or "localdomain"
+    shared_port = None
+    if via := (settings.get_str("EXECD_SHARED_PORT") or "").strip():
+        endpoint = settings.get_str("EXECD_SHARED_PORT_ID") or "execd"
+        socket_dir = settings.get_str("DAEMON_SOCKET_DIR") or ""
+        if not Path(socket_dir).is_dir():
+            raise ConfigError(f"DAEMON_SOCKET_DIR {socket_dir!r} is not a directory (where "
+                              "the shared port of EXECD_SHARED_PORT finds its endpoints)")
+        shared_port = (endpoint_address(via, endpoint), endpoint, socket_dir)
     return PoolSettings(
         collector=address, listen_host=host, listen_port=int(port), domain=domain,
         filesystem_domain=settings.get_str("FILESYSTEM_DOMAIN") or domain,
@@ -133,6 +144,7 @@ def pool_settings(settings: Any) -> PoolSettings | None:
             password_directory=settings.get_str("SEC_PASSWORD_DIRECTORY") or "",
             max_age_s=settings.get_int("SEC_TOKEN_MAX_AGE"),
         ),
+        shared_port=shared_port,
     )  # fmt: skip
 
 
@@ -180,6 +192,12 @@ class PoolMember:
     async def run(self) -> None:
         await self.server.start(self.config.listen_host, self.config.listen_port)
         self.address = self.server.address
+        endpoint = None
+        if self.config.shared_port is not None:  # reached through the shared port
+            self.address, name, socket_dir = self.config.shared_port
+            endpoint = SharedPortEndpoint(socket_dir, name,
+                                          lambda sock: self.server.adopt(sock, name))
+            await endpoint.start()
         self.ids = ClaimIdFactory(self.address, int(time.time()))
         logger.info("pool_joined", collector=str(self.config.collector), address=self.address)
         loops = [asyncio.create_task(self.advertiser.run()),
@@ -190,6 +208,8 @@ class PoolMember:
                 task.result()  # a loop that crashed takes the daemon down, as in a TaskGroup
         finally:
             await cancel_all(loops + list(self._notices))
+            if endpoint is not None:
+                await endpoint.close()
             await self.server.close()
             try:
                 await asyncio.wait_for(self.advertiser.stop(), STOP_TIMEOUT_S)

@@ -141,7 +141,19 @@ class CommandServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def adopt(self, sock: socket.socket, shared_port_id: str) -> None:
+        """Serve a connection condor_shared_port passed on to endpoint `shared_port_id`
+        (execd.wire.shared_port): its client addressed `...?sock=<shared_port_id>`."""
+        async def serve() -> None:
+            reader, writer = await asyncio.open_connection(sock=sock)
+            self._accept(reader, writer, shared_port_id)
+
+        task = asyncio.get_running_loop().create_task(serve())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                shared_port_id: str | None = None) -> None:  # fmt: skip
         host, port = writer.get_extra_info("peername")[:2]
         if len(self._tasks) >= self.max_connections:
             log.warning("wire_connection_refused", peer=f"{host}:{port}",
@@ -149,19 +161,19 @@ class CommandServer:
             writer.close()
             return
         channel = Channel(reader, writer, peer=f"{host}:{port}", timeout_s=self.security.timeout_s)
-        task = asyncio.get_running_loop().create_task(self._serve(channel))
+        task = asyncio.get_running_loop().create_task(self._serve(channel, shared_port_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, channel: Channel) -> None:
+    async def _serve(self, channel: Channel, shared_port_id: str | None = None) -> None:
         try:
-            await self._one_command(channel)
+            await self._one_command(channel, shared_port_id)
         except (ProtocolError, OSError) as exc:
             log.warning("wire_connection_dropped", peer=channel.peer, reason=str(exc))
         finally:
             await channel.close()
 
-    async def _one_command(self, channel: Channel) -> None:
+    async def _one_command(self, channel: Channel, shared_port_id: str | None) -> None:
         dec = channel.decoder(await channel.recv())
         first = dec.get_int("command")
         if first != Command.DC_AUTHENTICATE:
@@ -178,7 +190,7 @@ class CommandServer:
             peer = await self._resume(channel, ad)
             allowed = self._allowed(asked, peer)
         else:
-            peer, allowed = await self._new_session(channel, ad, asked)
+            peer, allowed = await self._new_session(channel, ad, asked, shared_port_id)
         log.info("wire_command", peer=channel.peer, user=peer.user, method=peer.method,
                  command=asked, authorized=allowed)  # fmt: skip
         if command == Command.DC_SEC_QUERY:
@@ -200,7 +212,8 @@ class CommandServer:
         return self.security.authorize(command, peer)
 
     # ----- new session -------------------------------------------------------------
-    async def _new_session(self, channel: Channel, ad: Any, asked: int) -> tuple[Peer, bool]:
+    async def _new_session(self, channel: Channel, ad: Any, asked: int,
+                           shared_port_id: str | None) -> tuple[Peer, bool]:  # fmt: skip
         if ad.get("NewSession") != "YES":
             raise RemoteProtocolError("client asked for neither a new nor a cached session")
         theirs = {AUTH_METHOD_BITS.get(m.strip().upper())
@@ -230,7 +243,7 @@ class CommandServer:
             reply |= from_values({"IssuerKeys": ", ".join(keys)})
         await channel.send(encode_ad(channel.encoder(), reply).payload())
 
-        user, method, limits = await self._authenticate(channel, shared)
+        user, method, limits = await self._authenticate(channel, shared, shared_port_id)
         await channel.send(channel.encoder().put_int(0).payload())  # no wrapped key
         key = keypair.session_key(client_key)
         channel.enable_crypto(key)
@@ -248,7 +261,7 @@ class CommandServer:
             self.security.sessions[sid] = _ServerSession(key, peer, expires)
         return peer, allowed
 
-    async def _authenticate(self, channel: Channel, shared: list[str]
+    async def _authenticate(self, channel: Channel, shared: list[str], shared_port_id: str | None
                             ) -> tuple[str, str, frozenset[str] | None]:  # fmt: skip
         dec = channel.decoder(await channel.recv())
         mask = dec.get_int("client method mask")
@@ -257,7 +270,7 @@ class CommandServer:
         bit = AUTH_METHOD_BITS[chosen.upper()] if chosen else 0
         await channel.send(channel.encoder().put_int(bit).payload())
         if bit == AuthMethod.FS:
-            name = await serve_fs(channel)
+            name = await serve_fs(channel, shared_port_id=shared_port_id)
             return f"{name}@{self.security.domain}", "FS", None
         if bit == AuthMethod.TOKEN and self.security.tokens is not None:
             claims = await serve_token(channel, self.security.tokens)
