@@ -8,11 +8,13 @@ the schedd of every claim made through the pool, and invalidates its ads when it
 stops. The commands themselves (execd.daemon.pool_commands) drive the same
 JobManager and policy-engine paths as the control socket's verbs.
 
-Claim ids: every slot that is not claimed advertises an *offer*, a claim id the
-negotiator hands to the schedd it matches; a REQUEST_CLAIM must carry it. A static
-slot's offer becomes the claim's id; a partitionable slot's gives the new dynamic slot
-a fresh id and is then replaced (so a replayed REQUEST_CLAIM finds no session). Every
-claim id's security session is known to the server exactly while the id is live.
+Claim ids: every slot advertises an *offer*, a claim id the negotiator hands to the
+schedd it matches; a REQUEST_CLAIM must carry it. A static or dynamic slot's offer
+becomes the claim's id; a partitionable slot's gives the new dynamic slot a fresh id
+and is then replaced (so a replayed REQUEST_CLAIM finds no session). A claimed slot's
+offer is its *preempting* claim id (HTCondor's r_pre): a higher-RANK match claims with
+it, and the reply waits until the current claim is gone. Every claim id's security
+session is known to the server exactly while the id is live.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ from execd.wire.channel import Channel
 from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.collector import CollectorClient
-from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive
+from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive, send_release
 from execd.wire.security import CONDOR_VERSION, ClientSecurity, SessionNotFoundError
 from execd.wire.server import CommandServer, ServerSecurity
+from execd.wire.shared_port import SharedPortEndpoint, endpoint_address
 from execd.wire.sinful import Sinful, collector_address, parse_sinful
 from execd.wire.startd_ads import advertised_pair
+from execd.wire.token_issuer import TokenIssuer
 
 if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
@@ -46,6 +50,9 @@ if TYPE_CHECKING:
 logger = log.get_logger("pool")
 
 STOP_TIMEOUT_S = 20.0  # invalidating ads on shutdown never holds the daemon longer
+# How long a preempting REQUEST_CLAIM waits for the current claim to go (retirement,
+# then the vacate); HTCondor's schedd gives a claim request 30 minutes too.
+PREEMPTION_WAIT_S = 1800.0
 
 
 async def serve_shadow(channel: Channel, claim: ClaimId, job_ad: dict[str, Any]) -> None:
@@ -81,6 +88,9 @@ class PoolSettings:
     administrators: tuple[str, ...]
     schedulers: tuple[str, ...]
     token: IdToken | None = field(default=None, repr=False)
+    tokens: TokenIssuer | None = None  # verifies the IDTOKENS peers present
+    # Behind this host's condor_shared_port: (its endpoint address, id, socket dir).
+    shared_port: tuple[str, str, str] | None = None
 
 
 def _token(settings: Any) -> IdToken | None:
@@ -113,6 +123,14 @@ def pool_settings(settings: Any) -> PoolSettings | None:
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ConfigError(f"EXECD_COMMAND_ADDRESS {listen!r} is not host:port")
     domain = settings.get_str("UID_DOMAIN") or "localdomain"
+    shared_port = None
+    if via := (settings.get_str("EXECD_SHARED_PORT") or "").strip():
+        endpoint = settings.get_str("EXECD_SHARED_PORT_ID") or "execd"
+        socket_dir = settings.get_str("DAEMON_SOCKET_DIR") or ""
+        if not Path(socket_dir).is_dir():
+            raise ConfigError(f"DAEMON_SOCKET_DIR {socket_dir!r} is not a directory (where "
+                              "the shared port of EXECD_SHARED_PORT finds its endpoints)")
+        shared_port = (endpoint_address(via, endpoint), endpoint, socket_dir)
     return PoolSettings(
         collector=address, listen_host=host, listen_port=int(port), domain=domain,
         filesystem_domain=settings.get_str("FILESYSTEM_DOMAIN") or domain,
@@ -120,6 +138,13 @@ def pool_settings(settings: Any) -> PoolSettings | None:
         administrators=tuple(settings.get_list("EXECD_POOL_ADMINISTRATORS")),
         schedulers=tuple(settings.get_list("EXECD_POOL_SCHEDULERS")),
         token=_token(settings),
+        tokens=TokenIssuer(
+            trust_domain=settings.get_str("TRUST_DOMAIN") or domain,
+            pool_key_file=settings.get_str("SEC_TOKEN_POOL_SIGNING_KEY_FILE") or "",
+            password_directory=settings.get_str("SEC_PASSWORD_DIRECTORY") or "",
+            max_age_s=settings.get_int("SEC_TOKEN_MAX_AGE"),
+        ),
+        shared_port=shared_port,
     )  # fmt: skip
 
 
@@ -146,7 +171,9 @@ class PoolMember:
         self.client = ClientSecurity(token=config.token,
                                      methods=("IDTOKENS",) if config.token else ("FS",))
         self.commands = PoolCommands(self)
+        # Peers authenticate with FS (same host) or an IDTOKEN of the pool (any host).
         self.security = ServerSecurity(domain=config.domain, timeout_s=20,
+                                       methods=("FS", "IDTOKENS"), tokens=config.tokens,
                                        authorize=self.commands.authorize)  # fmt: skip
         self.server = CommandServer(self.commands.handlers(), self.security)
         self.collector = CollectorClient(config.collector, self.client)
@@ -157,11 +184,20 @@ class PoolMember:
         self.claims: dict[str, PoolClaim] = {}  # full claim id -> pool claim
         self._sessions: set[str] = set()  # claim session ids the server accepts
         self._alive_wake = asyncio.Event()
+        self._state_changed = asyncio.Event()
+        self.closed_by_schedd: set[str] = set()  # claims whose schedd ended them
+        self._notices: set[asyncio.Task[None]] = set()  # RELEASE_CLAIMs in flight
 
     # -- lifecycle ---------------------------------------------------------------------
     async def run(self) -> None:
         await self.server.start(self.config.listen_host, self.config.listen_port)
         self.address = self.server.address
+        endpoint = None
+        if self.config.shared_port is not None:  # reached through the shared port
+            self.address, name, socket_dir = self.config.shared_port
+            endpoint = SharedPortEndpoint(socket_dir, name,
+                                          lambda sock: self.server.adopt(sock, name))
+            await endpoint.start()
         self.ids = ClaimIdFactory(self.address, int(time.time()))
         logger.info("pool_joined", collector=str(self.config.collector), address=self.address)
         loops = [asyncio.create_task(self.advertiser.run()),
@@ -171,7 +207,9 @@ class PoolMember:
             for task in done:
                 task.result()  # a loop that crashed takes the daemon down, as in a TaskGroup
         finally:
-            await cancel_all(loops)
+            await cancel_all(loops + list(self._notices))
+            if endpoint is not None:
+                await endpoint.close()
             await self.server.close()
             try:
                 await asyncio.wait_for(self.advertiser.stop(), STOP_TIMEOUT_S)
@@ -182,6 +220,23 @@ class PoolMember:
     def changed(self) -> None:
         """A slot changed state: advertise now, not at the next UPDATE_INTERVAL."""
         self.advertiser.changed()
+        self._state_changed.set()
+
+    async def wait_for_takeover(self, slot: str, claim: ClaimId,
+                                timeout_s: float = PREEMPTION_WAIT_S) -> bool:  # fmt: skip
+        """Until the preempting `claim` is `slot`'s current claim (True), or it went away
+        or `timeout_s` passed (False)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._state_changed.clear()
+            current = self.daemon.engine.slots.get(slot)
+            if current is not None and current.claim is not None \
+                    and current.claim.id.full() == claim.full():  # fmt: skip
+                return True
+            left = deadline - time.monotonic()
+            if claim.full() not in self.daemon.jobs.claims or left <= 0:
+                return False
+            await wait_event(self._state_changed, left)
 
     # -- claim ids ---------------------------------------------------------------------
     def new_claim_id(self) -> ClaimId:
@@ -210,21 +265,45 @@ class PoolMember:
         self._sessions.discard(claim.session_id)
 
     def _sync_claims(self, names: list[str]) -> None:
-        """Offers for unclaimed slots; sessions of ended claims forgotten."""
+        """An offer for every slot (a claimed one's is its preempting claim id); sessions
+        of ended claims forgotten."""
         live = self.daemon.jobs.claims
-        claimed = {slot for slot, _ in live.values()}
         for name in names:
-            if name not in claimed and name not in self.offers:
+            if name not in self.offers:
                 self.offers[name] = self.new_claim_id()
         for name in list(self.offers):
-            if name not in names or name in claimed:
+            if name not in names:
                 offer = self.offers.pop(name)
                 if offer.full() not in live:
                     self.forget_session(offer)
         for key in [k for k in self.claims if k not in live]:
             ended = self.claims.pop(key)
+            by_schedd = key in self.closed_by_schedd
+            logger.info("pool_claim_ended", slot=ended.slot, claim=str(ended.claim),
+                        ended_by="schedd" if by_schedd else "execd")  # fmt: skip
+            if by_schedd:
+                self.closed_by_schedd.discard(key)
+                self.forget_session(ended.claim)
+            else:  # execd ended it (preemption, vacate, drain): tell its schedd
+                task = asyncio.get_running_loop().create_task(self._release_notice(ended))
+                self._notices.add(task)
+                task.add_done_callback(self._notices.discard)
+
+    async def _release_notice(self, ended: PoolClaim) -> None:
+        """RELEASE_CLAIM to the schedd of a claim execd ended, on the claim's session
+        (or, where the schedd has none, an authenticated one); then the session goes."""
+        schedd, key = parse_sinful(ended.schedd), ended.claim.full()
+        try:
+            try:
+                await send_release(schedd, key, self.client)
+            except SessionNotFoundError:
+                await send_release(schedd, key, self.client, on_claim_session=False)
+            logger.info("pool_release_sent", slot=ended.slot, schedd=ended.schedd)
+        except (ProtocolError, ExecdError, OSError) as exc:
+            logger.warning("pool_release_not_sent", slot=ended.slot, schedd=ended.schedd,
+                           reason=str(exc))  # fmt: skip
+        finally:
             self.forget_session(ended.claim)
-            logger.info("pool_claim_ended", slot=ended.slot, claim=str(ended.claim))
 
     # -- ads ----------------------------------------------------------------------------
     def slot_ads(self) -> dict[str, Any]:
@@ -234,7 +313,8 @@ class PoolMember:
         """(public, private) wire ads for one slot, with what the pool needs to match."""
         live = self.daemon.jobs.claims
         current = next((c for s, c in live.values() if s == name), None)
-        claim = current or self.offers[name]
+        claim = self.offers.get(name) or current
+        assert claim is not None, "_sync_claims() first"
         children = [c for s, c in live.values() if s.startswith(f"{name}_")]
         public, private = advertised_pair(ad, address=self.address, claim_id=claim,
                                           child_claim_ids=children)  # fmt: skip
@@ -242,7 +322,24 @@ class PoolMember:
                  "FileSystemDomain": self.config.filesystem_domain}
         for key, value in from_values(extra).items():
             public.setdefault(key, value)
+        public.update(from_values(self._claimant(name)))
         return public, private
+
+    def _claimant(self, name: str) -> dict[str, Any]:
+        """Who holds a claimed slot, as HTCondor's startd publishes it (Claim::publish):
+        the negotiator considers a slot for preemption only with a RemoteUser, and
+        preempts for RANK when the slot's Rank of a job beats its CurrentRank."""
+        slot = self.daemon.engine.slots.get(name)
+        if slot is None or slot.claim is None:
+            return {}
+        out: dict[str, Any] = {"CurrentRank": float(slot.claim.rank)}
+        out |= _client(slot.claim.request_ad, "Remote", self.config.domain)
+        if slot.preempting_claim is not None:
+            out["PreemptingRank"] = float(slot.preempting_claim.rank)
+            user = _client(slot.preempting_claim.request_ad, "Remote", self.config.domain)
+            if "RemoteUser" in user:
+                out["PreemptingUser"] = user["RemoteUser"]
+        return out
 
     def ad_pairs(self) -> list[tuple[WireAd, WireAd]]:
         ads = self.slot_ads()
@@ -275,10 +372,12 @@ class PoolMember:
             await wait_event(self._alive_wake, max(0.0, due - time.monotonic()))
 
     async def _alive(self, key: str, held: PoolClaim) -> None:
+        schedd = parse_sinful(held.schedd)
         try:
-            answer = await send_alive(parse_sinful(held.schedd), key, self.client)
-        except SessionNotFoundError:
-            answer = UNKNOWN_CLAIM  # the schedd never had this claim's session
+            try:
+                answer = await send_alive(schedd, key, self.client)
+            except SessionNotFoundError:  # no claim session there: authenticate instead
+                answer = await send_alive(schedd, key, self.client, on_claim_session=False)
         except (ProtocolError, ExecdError, OSError) as exc:
             logger.warning("alive_failed", slot=held.slot, claim=str(held.claim),
                            schedd=held.schedd, reason=str(exc))  # fmt: skip
@@ -286,11 +385,30 @@ class PoolMember:
         try:
             if answer == UNKNOWN_CLAIM:
                 logger.info("alive_claim_unknown", slot=held.slot, claim=str(held.claim))
+                self.closed_by_schedd.add(key)
                 self.daemon.jobs.release(key)
             else:
                 self.daemon.jobs.signal_job(key, "alive")
         except ControlError as exc:
+            self.closed_by_schedd.discard(key)
             logger.info("alive_not_applied", slot=held.slot, reason=exc.message)
+
+
+def _client(job: Any, prefix: str, domain: str) -> dict[str, Any]:
+    """RemoteUser/RemoteOwner/AccountingGroup of a claiming job's ad."""
+    def text(attr: str) -> str | None:
+        value = job.get(attr) if job is not None else None
+        return value if isinstance(value, str) and value else None
+
+    owner, user, group = text("Owner"), text("User"), text("AccountingGroup")
+    out: dict[str, Any] = {}
+    if user or owner:
+        out[f"{prefix}User"] = user or f"{owner}@{domain}"
+    if owner:
+        out[f"{prefix}Owner"] = owner
+    if group:
+        out["AccountingGroup"] = group
+    return out
 
 
 def pool_member(daemon: Daemon) -> PoolMember | None:

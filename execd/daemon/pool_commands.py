@@ -17,6 +17,7 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from execd import log
+from execd.claims.ids import ClaimId
 from execd.daemon.control import ControlError, Role
 from execd.daemon.control import Peer as LocalPeer
 from execd.daemon.control import Request as LocalRequest
@@ -125,6 +126,9 @@ class PoolCommands:
             return
         partitionable = "_" not in slot and \
             int(slot.removeprefix("slot")) in self.daemon.node.slots.partitionable
+        # a claimed slot's offer is its preempting claim id: a higher-RANK match
+        preempting = slot in self.daemon.engine.slots and \
+            self.daemon.engine.slots[slot].state.value == "Claimed"
         claim = member.new_claim_id() if partitionable else member.offers.pop(slot)
         try:
             result = self.daemon.jobs.request_claim(slot, job_values(req.job_ad), claim=claim)
@@ -138,6 +142,8 @@ class PoolCommands:
                 channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
             return
         name = str(result["slot"])
+        if preempting and not await self._preempt(channel, name, claim, peer):
+            return
         member.track(claim, name, req.schedd_address, req.alive_interval)
         logger.info("pool_claimed", slot=name, claim=str(claim), schedd=req.schedd_address)
         if partitionable:
@@ -152,6 +158,27 @@ class PoolCommands:
             reply = RequestClaimReply(Reply.OK)
         await channel.send(encode_request_claim_reply(channel.encoder(), reply).payload())
         member.changed()
+
+    async def _preempt(self, channel: Channel, slot: str, claim: ClaimId, peer: Peer) -> bool:
+        """The engine took `claim` as `slot`'s preempting claim (its RANK is higher): the
+        current claim retires and is vacated. As HTCondor's startd does, the schedd's
+        REQUEST_CLAIM is answered only once the new claim holds the slot (it would
+        activate at once); NOT_OK if the preempting claim went away meanwhile."""
+        logger.info("pool_claim_preempting", slot=slot, claim=str(claim), user=peer.user)
+        self.member.changed()
+        if await self.member.wait_for_takeover(slot, claim):
+            return True
+        logger.warning("pool_claim_refused", slot=slot, user=peer.user, session=peer.sid,
+                       why="the preempting claim went away before the slot was vacated")
+        if claim.full() in self.daemon.jobs.claims:
+            try:
+                self.daemon.jobs.release(claim.full())
+            except ControlError as exc:
+                logger.info("pool_release_refused", slot=slot, why=exc.message)
+        self.member.forget_session(claim)
+        await channel.send(encode_request_claim_reply(
+            channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
+        return False
 
     async def activate_claim(self, channel: Channel, command: int, peer: Peer) -> None:
         from execd.daemon.pool import serve_shadow  # noqa: PLC0415
@@ -203,8 +230,11 @@ class PoolCommands:
     async def release_claim(self, channel: Channel, command: int, peer: Peer) -> None:
         claim_id = decode_claim_only(channel.decoder(await channel.recv()), "RELEASE_CLAIM")
         try:
+            if claim_id in self.member.claims:  # the schedd ended it: no notice back
+                self.member.closed_by_schedd.add(claim_id)
             result = self.daemon.jobs.release(claim_id)
         except ControlError as exc:
+            self.member.closed_by_schedd.discard(claim_id)
             logger.warning("pool_release_refused", peer=peer.address, session=peer.sid,
                            why=exc.message)  # fmt: skip
             return

@@ -1,4 +1,4 @@
-"""IDTOKENS authentication, client side (HTCondor's condor_auth_passwd.cpp, version 2):
+"""IDTOKENS authentication, both sides (HTCondor's condor_auth_passwd.cpp, version 2):
 what multi-host pools use. The node holds a JWT from `condor_token_create`, signed by the
 pool's key (HS256); it proves it holds the token's signature without sending it.
 
@@ -15,6 +15,12 @@ hk = HMAC-SHA1(K, a NUL rb) proves we hold the token. SEED_K is the fixed 256-by
 salt of HTCondor's protocol (Condor_Auth_Passwd::setup_seed, "ka"): a protocol
 constant, without which no implementation interoperates. The session key then comes
 from ECDH as for every method.
+
+The server (serve_token) re-signs header.payload with the pool's key (token_issuer.py)
+after checking the token's claims, derives the same K, and checks hk: only a client
+holding a signature made with that key can compute it. A refused token still gets the
+server's message (status -1, empty fields) and the client's second message is read, so
+the refusal is the server's to log, with its reason.
 
 The token is a secret: it never appears in repr(), errors or logs.
 """
@@ -37,6 +43,7 @@ from execd.errors import ConfigError, RemoteProtocolError
 from execd.wire.auth_fs import AuthenticationFailedError
 from execd.wire.channel import Channel
 from execd.wire.crypto import KEY_BYTES
+from execd.wire.token_issuer import TokenClaims, TokenIssuer, TokenRefusedError
 
 RANDOM_BYTES = 256
 MAX_NAME_BYTES = 1024
@@ -148,7 +155,7 @@ async def authenticate_token(channel: Channel, token: IdToken) -> str:
         raise AuthenticationFailedError(f"{channel.peer} refused our token (status {status})")
     key = token_key(token)
     a, b, rb = fields["a"], fields["b"], fields["rb"]
-    expected = _mac(key, f"{a} {b}".encode() + b"\0" + ra + rb)
+    expected = _mac(key, _raw(f"{a} {b}") + b"\0" + ra + rb)
     if (a != me or fields["ra"] != ra or len(rb) != RANDOM_BYTES
             or not hmac.compare_digest(fields["hkt"], expected)):  # fmt: skip
         await _send_failure(channel)
@@ -161,3 +168,90 @@ async def authenticate_token(channel: Channel, token: IdToken) -> str:
     enc.put_int(RANDOM_BYTES).put_bytes(rb).put_int(len(hk)).put_bytes(hk)
     await channel.send(enc.payload())
     return str(b)
+
+
+# ----- server side ---------------------------------------------------------------------
+# What a 25.x server calls itself in the exchange (CONDOR_PASSWORD_FQU); the client
+# only feeds it into the HMAC.
+SERVER_NAME = "condor@password"
+STATUS_OK, STATUS_ERROR = 0, -1
+
+
+def _raw(text: str) -> bytes:
+    """A name's bytes as the peer sent them (the decoder keeps non-UTF-8 bytes)."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+async def _server_message(channel: Channel, status: int, fields: list[bytes | str]) -> None:
+    enc = channel.encoder().put_int(status)
+    for value in fields:
+        if isinstance(value, str):
+            enc.put_int(len(_raw(value))).put_string(value)
+        else:
+            enc.put_int(len(value)).put_bytes(value)
+    await channel.send(enc.payload())
+
+
+async def serve_token(channel: Channel, issuer: TokenIssuer) -> TokenClaims:
+    """Run the server side; the token's claims once the client proved it holds a token
+    signed by one of the pool's keys, else TokenRefusedError/AuthenticationFailedError."""
+    dec = channel.decoder(await channel.recv())
+    status = dec.get_int("token client status")
+    dec.get_int("length of a")
+    a = dec.get_string("token client name")
+    header_payload = dec.get_string("token header.payload")
+    ra_len = dec.get_int("length of ra")
+    if not 0 <= ra_len <= RANDOM_BYTES:
+        raise RemoteProtocolError(f"token client sent ra of {ra_len} bytes")
+    ra = dec.get_bytes(ra_len, "ra")
+    dec.finish("token client message")
+    refusal: AuthenticationFailedError | None = None
+    claims: TokenClaims | None = None
+    key = b""
+    if status != STATUS_OK or ra_len != RANDOM_BYTES or len(a) > MAX_NAME_BYTES:
+        refusal = AuthenticationFailedError(f"{channel.peer} gave up before presenting a token")
+    else:
+        try:
+            claims = issuer.check(header_payload)
+            signature = issuer.signature(claims, header_payload)
+            key = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES,
+                       salt=SEED_K + header_payload.encode("ascii"),
+                       info=b"master ka").derive(signature)  # fmt: skip
+        except AuthenticationFailedError as exc:
+            refusal = exc
+    rb = os.urandom(RANDOM_BYTES)
+    if refusal is None:
+        hkt = _mac(key, _raw(f"{a} {SERVER_NAME}") + b"\0" + ra + rb)
+        await _server_message(channel, STATUS_OK, [a, SERVER_NAME, ra, rb, hkt])
+    else:
+        await _server_message(channel, STATUS_ERROR, ["", "", b"", b"", b""])
+
+    dec = channel.decoder(await channel.recv())
+    status = dec.get_int("token client status")
+    dec.get_int("length of a")
+    a2 = dec.get_string("token client name")
+    fields = {}
+    for name, limit in (("rb", RANDOM_BYTES), ("hk", MAX_MAC_BYTES)):
+        length = dec.get_int(f"length of {name}")
+        if not 0 <= length <= limit:
+            raise RemoteProtocolError(f"token client sent {name} of {length} bytes")
+        fields[name] = dec.get_bytes(length, name)
+    dec.finish("token client proof")
+    if refusal is not None:
+        raise refusal
+    assert claims is not None
+    if status != STATUS_OK:
+        raise TokenRefusedError(
+            f"{channel.peer} could not verify execd's proof: its token for {claims.subject!r} "
+            "is not signed by this pool's key (bad signature)"
+        )
+    expected = _mac(key, _raw(a) + b"\0" + rb)
+    if a2 != a or fields["rb"] != rb or not hmac.compare_digest(fields["hk"], expected):
+        raise TokenRefusedError(
+            f"{channel.peer}'s proof for {claims.subject!r} does not match: its token is not "
+            "signed by this pool's key (bad signature)"
+        )
+    if a != claims.subject:
+        raise TokenRefusedError(f"{channel.peer} claims to be {a!r} with a token for "
+                                f"{claims.subject!r}")  # fmt: skip
+    return claims

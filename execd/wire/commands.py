@@ -68,3 +68,35 @@ AUTH_METHOD_BITS = {
     "TOKENS": AuthMethod.TOKEN, "IDTOKENS": AuthMethod.TOKEN, "IDTOKEN": AuthMethod.TOKEN,
     "SCITOKENS": AuthMethod.SCITOKENS, "SCITOKEN": AuthMethod.SCITOKENS,
 }  # fmt: skip
+
+
+# The authorization level HTCondor's startd registers each command at (startd_main.cpp);
+# a token whose scope limits its holder (LimitAuthorization) may send only commands of
+# the levels it names or that they imply.
+COMMAND_PERMISSION: dict[int, str] = {
+    Command.REQUEST_CLAIM: "DAEMON", Command.ACTIVATE_CLAIM: "DAEMON",
+    Command.DEACTIVATE_CLAIM: "DAEMON", Command.DEACTIVATE_CLAIM_FORCIBLY: "DAEMON",
+    Command.DEACTIVATE_CLAIM_JOB_DONE: "DAEMON", Command.RELEASE_CLAIM: "DAEMON",
+    Command.SUSPEND_CLAIM: "DAEMON", Command.CONTINUE_CLAIM: "DAEMON", Command.ALIVE: "DAEMON",
+    Command.VACATE_ALL_CLAIMS: "ADMINISTRATOR", Command.VACATE_ALL_FAST: "ADMINISTRATOR",
+    Command.VACATE_CLAIM: "ADMINISTRATOR", Command.VACATE_CLAIM_FAST: "ADMINISTRATOR",
+    Command.DRAIN_JOBS: "ADMINISTRATOR", Command.CANCEL_DRAIN_JOBS: "ADMINISTRATOR",
+    Command.QUERY_STARTD_ADS: "READ", Command.CA_CMD: "WRITE",
+}  # fmt: skip
+# What each level implies (condor_perms.cpp's hierarchy).
+IMPLIED_PERMISSION = {"WRITE": "READ", "NEGOTIATOR": "READ", "ADMINISTRATOR": "WRITE",
+                      "CONFIG": "READ", "DAEMON": "WRITE", "ADVERTISE_STARTD": "READ",
+                      "ADVERTISE_SCHEDD": "READ", "ADVERTISE_MASTER": "READ"}  # fmt: skip
+
+
+def within_limits(command: int, limits: frozenset[str] | None) -> bool:
+    """May a peer whose token names `limits` send `command`? (None: no limits.)"""
+    if limits is None:
+        return True
+    granted: set[str] = set()
+    for named in limits:
+        level = named.upper()
+        while level and level not in granted:
+            granted.add(level)
+            level = IMPLIED_PERMISSION.get(level, "")
+    return COMMAND_PERMISSION.get(command) in granted

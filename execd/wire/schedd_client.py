@@ -1,10 +1,14 @@
-"""What an execute point sends the schedd: ALIVE, the claim keep-alive.
+"""What an execute point sends the schedd: ALIVE, the claim keep-alive, and
+RELEASE_CLAIM when it ends a claim itself (preemption, vacate, drain).
 
 The startd sends every claim's schedd an ALIVE (441) every lease/3 while no starter
 runs: on the claim id's own session, the payload is the claim id (secret); the schedd
 answers its ALIVE_INTERVAL, or -1 when it no longer knows the claim (the startd then
 releases it). A schedd that never had the claim's session answers SID_NOT_FOUND instead
-(SessionNotFoundError).
+(SessionNotFoundError): one that does not use claim sessions at all
+(SEC_ENABLE_MATCH_PASSWORD_AUTHENTICATION = False) is then asked again on a session
+execd authenticates itself (FS or its IDTOKEN), as HTCondor's startd does for a claim
+without a session.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from execd.wire.sinful import Sinful
 UNKNOWN_CLAIM = -1
 
 
-async def send_alive(schedd: Sinful, claim_id: str, security: ClientSecurity) -> int:
+async def send_alive(schedd: Sinful, claim_id: str, security: ClientSecurity, *,
+                     on_claim_session: bool = True) -> int:  # fmt: skip
     """The schedd's alive interval for this claim, or UNKNOWN_CLAIM."""
-    session = claim_client_session(claim_session(claim_id), schedd)
+    session = claim_client_session(claim_session(claim_id), schedd) if on_claim_session \
+        else None  # fmt: skip
     channel = await connect(schedd, timeout_s=security.timeout_s)
     try:
         await start_command(channel, schedd, Command.ALIVE, security, session=session)
@@ -28,5 +34,19 @@ async def send_alive(schedd: Sinful, claim_id: str, security: ClientSecurity) ->
         interval = dec.get_int32("ALIVE answer")
         dec.finish("ALIVE answer")
         return interval
+    finally:
+        await channel.close()
+
+
+async def send_release(schedd: Sinful, claim_id: str, security: ClientSecurity, *,
+                       on_claim_session: bool = True) -> None:  # fmt: skip
+    """Tell the schedd the startd ended this claim (HTCondor's Claim::vacate): RELEASE_CLAIM
+    with the claim id, no answer."""
+    session = claim_client_session(claim_session(claim_id), schedd) if on_claim_session \
+        else None  # fmt: skip
+    channel = await connect(schedd, timeout_s=security.timeout_s)
+    try:
+        await start_command(channel, schedd, Command.RELEASE_CLAIM, security, session=session)
+        await channel.send(channel.encoder().put_string(claim_id).payload())
     finally:
         await channel.close()

@@ -2,7 +2,8 @@
 
 Mirrors HTCondor's DaemonCommandProtocol (daemon_command.cpp) for TCP:
 - new session: read the client's policy ad, answer ours (Enact = "YES", the methods
-  we share, AES, our ECDHPublicKey), authenticate (method mask, FS), send int 0 (no
+  we share, AES, our ECDHPublicKey, TrustDomain and IssuerKeys for IDTOKENS),
+  authenticate (method mask, then FS or IDTOKENS), send int 0 (no
   wrapped key), switch to AES-GCM with the ECDH key, send the post-auth ad
   {ReturnCode AUTHORIZED/DENIED, Sid, User, ValidCommands, TriedAuthentication}.
 - resumed session (UseSession = "YES"): unknown Sid -> {ReturnCode = "SID_NOT_FOUND"}
@@ -10,6 +11,8 @@ Mirrors HTCondor's DaemonCommandProtocol (daemon_command.cpp) for TCP:
   Nonce} in clear, then AES-GCM with the session's key.
 - DC_SEC_QUERY (condor_ping): after the handshake, {AuthorizationSucceeded} and close.
 Then the command's handler gets the encrypted channel and the authenticated peer.
+A token's scope (`condor:/READ` ...) limits its holder to the commands of those
+authorization levels, checked before the authorization hook, as DaemonCore does.
 
 execd requires authentication and encryption for every command; a peer that sends a
 raw command, garbage, or stalls is logged (reason only, never a key or claim id) and
@@ -32,12 +35,14 @@ from typing import Any
 from execd.errors import ProtocolError, RemoteProtocolError
 from execd.log import get_logger
 from execd.wire.auth_fs import AuthenticationFailedError, serve_fs
+from execd.wire.auth_token import serve_token
 from execd.wire.channel import DEFAULT_TIMEOUT_S, Channel
 from execd.wire.claim_session import MATCH_SESSION_USER, ClaimSession
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
-from execd.wire.commands import AUTH_METHOD_BITS, AuthMethod, Command
+from execd.wire.commands import AUTH_METHOD_BITS, AuthMethod, Command, within_limits
 from execd.wire.crypto import EcdhKeyPair
 from execd.wire.security import CONDOR_VERSION
+from execd.wire.token_issuer import TokenIssuer
 
 log = get_logger("wire")
 _sequence = itertools.count()
@@ -51,6 +56,7 @@ class Peer:
     method: str
     sid: str
     address: str
+    limits: frozenset[str] | None = None  # authorization levels a token's scope allows
 
 
 @dataclass
@@ -68,6 +74,7 @@ Authorizer = Callable[[int, Peer], bool]
 class ServerSecurity:
     domain: str
     methods: tuple[str, ...] = ("FS",)
+    tokens: TokenIssuer | None = None  # IDTOKENS: the pool's trust domain and keys
     session_duration_s: int = 86400
     timeout_s: float = DEFAULT_TIMEOUT_S
     authorize: Authorizer = lambda _cmd, _peer: True
@@ -83,6 +90,11 @@ class ServerSecurity:
 
     def remove_session(self, sid: str) -> None:
         self.sessions.pop(sid, None)
+
+
+def _wire_name(method: str) -> str:
+    """IDTOKENS travels as TOKEN (what a 25.x peer's lists hold)."""
+    return "TOKEN" if AUTH_METHOD_BITS[method.upper()] == AuthMethod.TOKEN else method.upper()
 
 
 def _s(value: Any) -> str:
@@ -132,7 +144,19 @@ class CommandServer:
         if self._server is not None:
             await self._server.wait_closed()
 
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def adopt(self, sock: socket.socket, shared_port_id: str) -> None:
+        """Serve a connection condor_shared_port passed on to endpoint `shared_port_id`
+        (execd.wire.shared_port): its client addressed `...?sock=<shared_port_id>`."""
+        async def serve() -> None:
+            reader, writer = await asyncio.open_connection(sock=sock)
+            self._accept(reader, writer, shared_port_id)
+
+        task = asyncio.get_running_loop().create_task(serve())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                shared_port_id: str | None = None) -> None:  # fmt: skip
         host, port = writer.get_extra_info("peername")[:2]
         if len(self._tasks) >= self.max_connections:
             log.warning("wire_connection_refused", peer=f"{host}:{port}",
@@ -140,19 +164,19 @@ class CommandServer:
             writer.close()
             return
         channel = Channel(reader, writer, peer=f"{host}:{port}", timeout_s=self.security.timeout_s)
-        task = asyncio.get_running_loop().create_task(self._serve(channel))
+        task = asyncio.get_running_loop().create_task(self._serve(channel, shared_port_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, channel: Channel) -> None:
+    async def _serve(self, channel: Channel, shared_port_id: str | None = None) -> None:
         try:
-            await self._one_command(channel)
+            await self._one_command(channel, shared_port_id)
         except (ProtocolError, OSError) as exc:
             log.warning("wire_connection_dropped", peer=channel.peer, reason=str(exc))
         finally:
             await channel.close()
 
-    async def _one_command(self, channel: Channel) -> None:
+    async def _one_command(self, channel: Channel, shared_port_id: str | None) -> None:
         dec = channel.decoder(await channel.recv())
         first = dec.get_int("command")
         if first != Command.DC_AUTHENTICATE:
@@ -167,11 +191,11 @@ class CommandServer:
             raise RemoteProtocolError("DC_SEC_QUERY without an integer AuthCommand")
         if ad.get("UseSession") == "YES":
             peer = await self._resume(channel, ad)
-            allowed = asked in self.handlers and self.security.authorize(asked, peer)
+            allowed = self._allowed(asked, peer)
         else:
-            peer, allowed = await self._new_session(channel, ad, asked)
-        log.info("wire_command", peer=channel.peer, user=peer.user, command=asked,
-                 authorized=allowed)  # fmt: skip
+            peer, allowed = await self._new_session(channel, ad, asked, shared_port_id)
+        log.info("wire_command", peer=channel.peer, user=peer.user, method=peer.method,
+                 command=asked, authorized=allowed)  # fmt: skip
         if command == Command.DC_SEC_QUERY:
             enc = encode_ad(channel.encoder(), {"AuthorizationSucceeded": _s(allowed)})
             await channel.send(enc.payload())
@@ -180,37 +204,55 @@ class CommandServer:
             raise RemoteProtocolError(f"{peer.user} is not authorized for command {asked}")
         await self.handlers[asked](channel, asked, peer)
 
+    def _allowed(self, command: int, peer: Peer) -> bool:
+        if command not in self.handlers:
+            return False
+        if not within_limits(command, peer.limits):
+            log.warning("wire_command_refused", peer=peer.address, user=peer.user,
+                        method=peer.method, command=command,
+                        why=f"token limited to {','.join(sorted(peer.limits or ()))}")  # fmt: skip
+            return False
+        return self.security.authorize(command, peer)
+
     # ----- new session -------------------------------------------------------------
-    async def _new_session(self, channel: Channel, ad: Any, asked: int) -> tuple[Peer, bool]:
+    async def _new_session(self, channel: Channel, ad: Any, asked: int,
+                           shared_port_id: str | None) -> tuple[Peer, bool]:  # fmt: skip
         if ad.get("NewSession") != "YES":
             raise RemoteProtocolError("client asked for neither a new nor a cached session")
-        theirs = {m.strip().upper() for m in str(ad.get("AuthMethods", "")).split(",")}
-        shared = [m for m in self.security.methods if m.upper() in theirs]
+        theirs = {AUTH_METHOD_BITS.get(m.strip().upper())
+                  for m in str(ad.get("AuthMethods", "")).split(",")}  # fmt: skip
+        shared = [m for m in self.security.methods if AUTH_METHOD_BITS[m.upper()] in theirs]
         crypto = {m.strip().upper() for m in str(ad.get("CryptoMethods", "")).split(",")}
         client_key = ad.get("ECDHPublicKey")
         if not shared or "AES" not in crypto or not isinstance(client_key, str):
             raise RemoteProtocolError(
-                f"client offers methods {sorted(theirs)} and crypto {sorted(crypto)}; execd "
+                f"client offers methods {ad.get('AuthMethods')!r} and crypto {sorted(crypto)}; "
+                "execd "
                 f"requires one of {list(self.security.methods)}, AES and an ECDH key"
             )
         keypair = EcdhKeyPair()
+        names = [_wire_name(m) for m in shared]
+        tokens = self.security.tokens
         reply: WireAd = from_values({
             "Enact": "YES", "Integrity": "YES", "Encryption": "YES", "Authentication": "YES",
-            "AuthMethods": shared[0], "AuthMethodsList": ",".join(shared),
-            "TrustDomain": self.security.domain, "SessionLease": 3600,
+            "AuthMethods": names[0], "AuthMethodsList": ",".join(names),
+            "TrustDomain": tokens.trust_domain if tokens else self.security.domain,
+            "SessionLease": 3600,
             "CryptoMethods": "AES", "CryptoMethodsList": "AES",
             "ECDHPublicKey": keypair.public_b64(), "RemoteVersion": CONDOR_VERSION,
             "SessionDuration": str(self.security.session_duration_s), "NegotiatedSession": True,
         })  # fmt: skip
+        if tokens is not None and (keys := tokens.key_names()):
+            reply |= from_values({"IssuerKeys": ", ".join(keys)})
         await channel.send(encode_ad(channel.encoder(), reply).payload())
 
-        user, method = await self._authenticate(channel, shared)
+        user, method, limits = await self._authenticate(channel, shared, shared_port_id)
         await channel.send(channel.encoder().put_int(0).payload())  # no wrapped key
         key = keypair.session_key(client_key)
         channel.enable_crypto(key)
         sid = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}:{next(_sequence)}"
-        peer = Peer(user=user, method=method, sid=sid, address=channel.peer)
-        allowed = asked in self.handlers and self.security.authorize(asked, peer)
+        peer = Peer(user=user, method=method, sid=sid, address=channel.peer, limits=limits)
+        allowed = self._allowed(asked, peer)
         post = from_values({
             "ReturnCode": "AUTHORIZED" if allowed else "DENIED", "Sid": sid, "User": user,
             "ValidCommands": ",".join(str(c) for c in sorted(self.handlers)),
@@ -222,7 +264,8 @@ class CommandServer:
             self.security.sessions[sid] = _ServerSession(key, peer, expires)
         return peer, allowed
 
-    async def _authenticate(self, channel: Channel, shared: list[str]) -> tuple[str, str]:
+    async def _authenticate(self, channel: Channel, shared: list[str], shared_port_id: str | None
+                            ) -> tuple[str, str, frozenset[str] | None]:  # fmt: skip
         dec = channel.decoder(await channel.recv())
         mask = dec.get_int("client method mask")
         dec.finish("method mask message")
@@ -230,8 +273,11 @@ class CommandServer:
         bit = AUTH_METHOD_BITS[chosen.upper()] if chosen else 0
         await channel.send(channel.encoder().put_int(bit).payload())
         if bit == AuthMethod.FS:
-            name = await serve_fs(channel)
-            return f"{name}@{self.security.domain}", "FS"
+            name = await serve_fs(channel, shared_port_id=shared_port_id)
+            return f"{name}@{self.security.domain}", "FS", None
+        if bit == AuthMethod.TOKEN and self.security.tokens is not None:
+            claims = await serve_token(channel, self.security.tokens)
+            return claims.subject, "IDTOKENS", claims.limits
         raise AuthenticationFailedError(
             f"{channel.peer} offered method mask {mask}; execd accepts {shared}"
         )

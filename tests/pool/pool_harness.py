@@ -40,6 +40,14 @@ STOP_TIMEOUT_S = 30
 LOCK_TIMEOUT_S = 300
 TOOL_TIMEOUT_S = 60
 CHROOT_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+# The IDTOKENS-only pool: every daemon and tool authenticates with IDTOKENS, and the
+# schedd authenticates its claim commands too instead of resuming claim-id sessions.
+IDTOKENS_ONLY = [
+    "SEC_DEFAULT_AUTHENTICATION_METHODS = IDTOKENS",
+    "SEC_ENABLE_MATCH_PASSWORD_AUTHENTICATION = False",
+]
+DAEMON_TOKEN = "/etc/condor/tokens.d/execd-pool-tier"
+SUBMITTER_TOKEN = f"/home/{SUBMITTER}/.condor/tokens.d/execd-pool-tier"
 
 
 class PoolError(RuntimeError):
@@ -86,9 +94,11 @@ class Tool:
 class Pool:
     """One HTCondor pool in the chroot; start() then stop() (stop is always safe)."""
 
-    def __init__(self, root: Path | None = None, *, with_startd: bool = False) -> None:
+    def __init__(self, root: Path | None = None, *, with_startd: bool = False,
+                 idtokens: bool = False) -> None:  # fmt: skip
         self.root = (root or tiers.pool_root()).resolve()
         self.with_startd = with_startd
+        self.idtokens = idtokens
         self.port = 0
         self.master: subprocess.Popen[bytes] | None = None
         self._lock_fd: int | None = None
@@ -122,6 +132,8 @@ class Pool:
             self._prepare()
             self.port = free_loopback_port()
             self.host_path(CONFIG_FILE).write_text(self.config_text())
+            if self.idtokens:
+                self._write_tokens()
             log = (self.local_dir / "master.stdout").open("wb")
             with log:
                 self.master = subprocess.Popen(
@@ -175,8 +187,31 @@ class Pool:
             f"SCHEDD_INTERVAL = {INTERVAL_S}",
             f"STARTER_UPDATE_INTERVAL = {INTERVAL_S}",
             "SCHEDD_MIN_INTERVAL = 1",
+            *IDTOKENS_ONLY * self.idtokens,
             "",
         ])  # fmt: skip
+
+    def _write_tokens(self) -> None:
+        """IDTOKENS mode: a token for the daemons (condor@UID_DOMAIN, in the chroot's
+        /etc/condor/tokens.d) and one for the submitter (its ~/.condor/tokens.d)."""
+        domain = self.tool("condor_config_val", "UID_DOMAIN").check().stdout.strip()
+        for owner, path in (("condor", DAEMON_TOKEN), (SUBMITTER, SUBMITTER_TOKEN)):
+            made = self.tool("condor_token_create", "-identity", f"{owner}@{domain}")
+            if made.returncode != 0:
+                raise PoolError(f"condor_token_create for {owner}: {made.stderr.strip()} "
+                                "(the chroot needs its POOL signing key)")  # fmt: skip
+            host = self.host_path(path)
+            host.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            host.write_text(made.stdout)
+            host.chmod(0o600)
+            if owner == SUBMITTER:
+                uid, gid = self._chroot_ids(SUBMITTER)
+                for part in (host.parent.parent, host.parent, host):
+                    os.chown(part, uid, gid)
+
+    def _remove_tokens(self) -> None:
+        for path in (DAEMON_TOKEN, SUBMITTER_TOKEN):
+            self.host_path(path).unlink(missing_ok=True)
 
     def stop(self) -> None:
         """Stop the daemons, kill stragglers, unmount; safe on a half-started pool.
@@ -192,6 +227,8 @@ class Pool:
                 self.master = None
                 self._kill_chroot_processes()
         finally:
+            if self.idtokens:
+                self._remove_tokens()
             tiers.unmount_all(self.root)
             self._unlock()
 
@@ -246,18 +283,24 @@ class Pool:
         out = self.tool("condor_history", "-json", str(cluster)).check().stdout
         return json.loads(out) if out.strip() else []
 
-    def submit(self, submit_text: str, files: dict[str, str] | None = None) -> SubmittedJob:
-        """condor_submit as the non-root submitter, in a fresh directory of its home."""
+    def submit(self, submit_text: str, files: dict[str, str] | None = None,
+               user: str = SUBMITTER) -> SubmittedJob:  # fmt: skip
+        """condor_submit as a non-root submitter (created if need be), in a fresh
+        directory of its home."""
         self._jobs += 1
-        job_dir = f"/home/{SUBMITTER}/job{self._jobs}"
+        if user != SUBMITTER and self.tool("id", user).returncode != 0:
+            self.tool("useradd", "--create-home", "--shell", "/bin/sh", user).check()
+        job_dir = f"/home/{user}/job{self._jobs}"
         host_dir = self.host_path(job_dir)
+        if host_dir.exists():  # an earlier session's
+            subprocess.run(["rm", "-rf", "--one-file-system", str(host_dir)], check=True)
         host_dir.mkdir(parents=True)
-        uid, gid = self._chroot_ids(SUBMITTER)
+        uid, gid = self._chroot_ids(user)
         os.chown(host_dir, uid, gid)
         for name, text in {"job.sub": submit_text, **(files or {})}.items():
             (host_dir / name).write_text(text)
             os.chown(host_dir / name, uid, gid)
-        out = self.tool("condor_submit", "-terse", "job.sub", user=SUBMITTER, cwd=job_dir)
+        out = self.tool("condor_submit", "-terse", "job.sub", user=user, cwd=job_dir)
         first = out.check().stdout.split()[0]  # "17.0 - 17.0"
         return SubmittedJob(self, int(first.split(".")[0]), host_dir)
 
@@ -429,11 +472,12 @@ class RunningPool:
     def __init__(self) -> None:
         self.current: Pool | None = None
 
-    def get(self, *, with_startd: bool) -> Pool:
-        if self.current is not None and self.current.with_startd == with_startd:
+    def get(self, *, with_startd: bool, idtokens: bool = False) -> Pool:
+        if self.current is not None and (self.current.with_startd, self.current.idtokens) == (
+                with_startd, idtokens):  # fmt: skip
             return self.current
         self.close()
-        started = Pool(with_startd=with_startd)
+        started = Pool(with_startd=with_startd, idtokens=idtokens)
         started.start()  # stops what it started itself when it fails
         self.current = started
         return started

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pool_harness as harness
 import pytest
-from test_pool_daemon import WAIT_S, PoolNode, pool_slots, start_node
+from pool_node import WAIT_S, PoolNode, pool_slots, start_node
 
 from execd.claims.ids import parse_claim_id
+from execd.daemon.client import ControlClient
 from execd.errors import ProtocolError
 from execd.wire.claim_messages import (
     ActivateClaim,
@@ -256,3 +257,33 @@ def test_the_shadows_reconnect_reaches_execds_ca_cmd_handler(pool: harness.Pool,
     logged = node.wait_for("ca_locate_starter", job="vm#9.0#1")
     assert logged["found"] is False and logged["session"] == dslot.claim_id.rsplit("#", 1)[0]
     assert dslot.claim_id[-64:] not in node.log.read_text()
+
+
+def test_a_claim_execd_ends_is_released_to_its_schedd(pool: harness.Pool,
+                                                      node: PoolNode) -> None:
+    """HTCondor's startd tells the schedd when it ends a claim itself (Claim::vacate):
+    execd sends the claim's schedd RELEASE_CLAIM when it vacates the claim; a claim the
+    schedd released itself gets no notice back."""
+    harness.wait_for("execd's slot", lambda: pool_slots(pool), WAIT_S)
+    schedd = (pool.local_dir / "spool" / ".schedd_address").read_text().splitlines()[0]
+    reply = asyncio.run(request_claim(node.address(), asyncio.run(offered_claim(pool)),
+                                      schedd=schedd))  # fmt: skip
+    (dslot,) = reply.claimed
+    node.wait_for("pool_claimed", slot="slot1_1", schedd=schedd)
+    with ControlClient(node.root / "state" / "log" / "execd.sock") as client:
+        assert client.call("vacate", {"slot": "slot1_1"})["vacated"] == ["slot1_1"]
+    node.wait_for("pool_claim_ended", slot="slot1_1", ended_by="execd", timeout=WAIT_S)
+    # the real schedd never had this claim's session: the notice goes on an
+    # authenticated one, and the schedd takes it
+    sent = node.wait_for("pool_release_sent", slot="slot1_1", timeout=WAIT_S)
+    assert sent["schedd"] == schedd
+    assert dslot.claim_id[-64:] not in node.log.read_text()
+
+    # released by its holder: no notice
+    reply = asyncio.run(request_claim(node.address(), asyncio.run(offered_claim(pool)),
+                                      schedd=schedd))  # fmt: skip
+    (second,) = reply.claimed
+    node.wait_for("pool_claimed", slot="slot1_1", schedd=schedd)
+    asyncio.run(claim_command(node.address(), second.claim_id, Command.RELEASE_CLAIM))
+    node.wait_for("pool_claim_ended", slot="slot1_1", ended_by="schedd", timeout=WAIT_S)
+    assert [e["event"] for e in node.events()].count("pool_release_sent") == 1

@@ -8,7 +8,6 @@ negotiator and schedd claim its slot, condor_drain and condor_vacate reach it.
 
 from __future__ import annotations
 
-import json
 import pwd
 import signal
 import socket
@@ -19,11 +18,18 @@ from typing import Any
 
 import pool_harness as harness
 import pytest
+from pool_node import (
+    WAIT_S,
+    PoolNode,
+    clear_execute_points,
+    pool_knob,
+    pool_slots,
+    start_node,
+    wait_pool,
+)
 
 from execd.daemon.client import ControlClient
-from tests.component.daemon_harness import RunningDaemon
 
-WAIT_S = 60
 SLEEP_JOB = """\
 executable = /bin/sleep
 arguments = 300
@@ -35,40 +41,6 @@ queue
 """
 
 
-class PoolNode(RunningDaemon):
-    """An execd in pool mode, with helpers to compare its view with the pool's."""
-
-    def slots(self) -> dict[str, dict[str, Any]]:
-        done = self.execd("status", "-json")
-        assert done.returncode == 0, done.stderr
-        return {ad["Name"]: ad for ad in json.loads(done.stdout)}
-
-    joined: dict[str, Any]
-
-    def address(self) -> str:
-        return str(self.joined["address"])
-
-    def port(self) -> int:
-        return int(self.address().split(":")[1].split("?")[0].rstrip(">"))
-
-
-def pool_knob(pool: harness.Pool, name: str) -> str:
-    return pool.tool("condor_config_val", name).check().stdout.strip()
-
-
-def start_node(pool: harness.Pool, root: Path, extra: str = "") -> PoolNode:
-    """execd joined to the pool; it shares the pool's domains (one host, one passwd)."""
-    root.chmod(0o755)
-    domains = "".join(f"{knob} = {pool_knob(pool, knob)}\n"
-                      for knob in ("UID_DOMAIN", "FILESYSTEM_DOMAIN"))
-    node = PoolNode(root, f"COLLECTOR_HOST = {pool.collector}\nUPDATE_INTERVAL = 2\n" + domains +
-                          "NUM_CPUS = 2\nMEMORY = 1024\nEXECD_COMMAND_ADDRESS = 127.0.0.1:0\n"
-                          + extra)  # fmt: skip
-    node.start()
-    node.joined = node.wait_for("pool_joined")
-    return node
-
-
 @pytest.fixture
 def node(pool: harness.Pool) -> Iterator[PoolNode]:
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
@@ -78,10 +50,6 @@ def node(pool: harness.Pool) -> Iterator[PoolNode]:
         finally:
             started.stop(signal.SIGQUIT)
             harness.wait_for("execd's slots gone", lambda: not pool.status("-slots"), 30, 0.2)
-
-
-def pool_slots(pool: harness.Pool) -> dict[str, dict[str, Any]]:
-    return {ad["Name"]: ad for ad in pool.status("-slots")}
 
 
 def test_condor_status_lists_execds_slots_as_execd_shows_them(pool: harness.Pool,
@@ -112,6 +80,19 @@ def test_shutdown_invalidates_the_ads(pool: harness.Pool) -> None:
         assert any(e["event"] == "pool_left" for e in node.events())
 
 
+def test_a_killed_execds_stale_ads_are_cleared_for_the_next_test(pool: harness.Pool) -> None:
+    """The pool tier's isolation (conftest `no_execd_left`): an execd that dies without
+    invalidating its ads leaves them in the collector; the teardown removes them."""
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = start_node(pool, Path(tmp))
+        wait_pool(pool, "execd's slot", lambda s: s)
+        assert node.stop(signal.SIGKILL) == -signal.SIGKILL
+        assert pool.status("-slots") != []  # nobody invalidated them
+        assert clear_execute_points(pool) is True
+        assert pool.status("-slots") == []
+        assert clear_execute_points(pool) is False  # nothing left to clear
+
+
 def test_garbage_on_the_command_port_is_dropped_and_logged(pool: harness.Pool,
                                                            node: PoolNode) -> None:
     port = node.port()
@@ -126,10 +107,6 @@ def test_garbage_on_the_command_port_is_dropped_and_logged(pool: harness.Pool,
     ping = pool.tool("condor_ping", "-addr", node.address(), "-table", "READ")
     assert "READ" in ping.stdout + ping.stderr
     assert node.proc is not None and node.proc.poll() is None
-
-
-def wait_pool(pool: harness.Pool, what: str, probe: Any) -> Any:
-    return harness.wait_for(what, lambda: probe(pool_slots(pool)), WAIT_S, 0.2)
 
 
 def test_real_negotiator_claims_a_dynamic_slot(pool: harness.Pool, node: PoolNode) -> None:
