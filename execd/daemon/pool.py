@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execd import log
+from execd.aio import cancel_until_done
 from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.daemon.control import ControlError
 from execd.errors import ConfigError, ExecdError, ProtocolError
@@ -64,17 +65,6 @@ async def serve_shadow(channel: Channel, claim: ClaimId, job_ad: dict[str, Any])
     here, which the shadow sees as a lost starter."""
     logger.warning("shadow_protocol_unavailable", claim=str(claim), peer=channel.peer,
                    job=str(job_ad.get("GlobalJobId", "")))
-
-
-async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel until every task is done. Python 3.11's wait_for() (under every channel
-    deadline) can swallow a cancellation that arrives as its operation completes, so a
-    single cancel() may be lost; the daemon's shutdown must not wait on that."""
-    pending = {task for task in tasks if not task.done()}
-    while pending:
-        for task in pending:
-            task.cancel()
-        _, pending = await asyncio.wait(pending, timeout=1.0)
 
 
 @dataclass(frozen=True)
@@ -207,7 +197,7 @@ class PoolMember:
             for task in done:
                 task.result()  # a loop that crashed takes the daemon down, as in a TaskGroup
         finally:
-            await cancel_all(loops + list(self._notices))
+            await cancel_until_done(loops + list(self._notices))
             if endpoint is not None:
                 await endpoint.close()
             await self.server.close()

@@ -329,10 +329,14 @@ class Daemon:
                 interval = self.notifier.watchdog_interval()
                 if interval:
                     background.append(tasks.create_task(self._watchdog_loop(interval)))
-                if self.pool is not None:
-                    background.append(tasks.create_task(self.pool.run()))
+                pool = tasks.create_task(self.pool.run()) if self.pool is not None else None
                 await tasks.create_task(self._update_loop())
                 await cancel_until_done(background)
+                if pool is not None:
+                    # One cancel: pool.run() then invalidates the ads (bounded by its own
+                    # STOP_TIMEOUT_S); cancelling again would cut that short.
+                    pool.cancel()
+                    await asyncio.wait([pool])
         finally:
             self.backfill.close()
             await self.control.close()
