@@ -45,6 +45,7 @@ from execd.wire.filetransfer import (
     output_names,
     upload_sandbox,
 )
+from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
 from execd.wire.security import (
     CONDOR_VERSION,
     ClientSecurity,
@@ -53,18 +54,11 @@ from execd.wire.security import (
     start_command,
 )
 from execd.wire.session import Session
-from execd.wire.shadow_job import (
-    JobExit,
-    JobProcess,
-    JobSetupError,
-    job_argv,
-    job_env,
-    rss_kb,
-    run_as_ids,
-)
+from execd.wire.shadow_job import JobProcess, job_argv, job_env, run_as_ids
 from execd.wire.shadow_syscalls import (
     JOB_COREDUMPED,
     JOB_EXITED,
+    JOB_SHOULD_REQUEUE,
     MessageChannel,
     SecSessionInfo,
     ShadowSyscalls,
@@ -73,7 +67,6 @@ from execd.wire.sinful import parse_sinful
 
 log = get_logger("wire")
 ULOG_REMOTE_ERROR = 21
-HOLD_FAILED_TO_CREATE_PROCESS = 6
 PEER_CLOSE_WAIT_S = 5.0
 SHADOW_SETTLE_S = 0.1
 STARTER_UPDATE_INTERVAL_S = 300
@@ -88,6 +81,8 @@ class ShadowOptions:
     update_interval_s: float = STARTER_UPDATE_INTERVAL_S
     condor_version: str = CONDOR_VERSION
     keep_sandbox: bool = False
+    # What runs the job: a plain process here; execd's starter under `execd run`.
+    runner: RunnerFactory = JobProcess.from_launch
 
 
 def _values(ad: WireAd) -> dict[str, object]:
@@ -165,24 +160,14 @@ def _transfer_error(job: dict[str, object], result: TransferResult) -> WireAd:
                          result.hold_code, result.hold_subcode)  # fmt: skip
 
 
-async def _run_job(calls: ShadowSyscalls, proc: JobProcess, options: ShadowOptions) -> JobExit:
+async def _run_job(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOptions) -> JobExit:
     await calls.begin_execution()  # before the process, as HTCondor's starter (001 event)
-    pid = await proc.start()
-    start = int(time.time())
-    peak = 0
-
-    def usage() -> dict[str, str]:
-        nonlocal peak
-        peak = max(peak, rss_kb(pid) or 0)
-        return {"JobPid": str(pid), "NumPids": "1", "JobState": '"Running"',
-                "JobStartDate": str(start), "ImageSize": str(peak), "ResidentSetSize": str(peak),
-                "MemoryUsage": "((ResidentSetSize + 1023) / 1024)",
-                "_condor_JOBINFO_MAXINTERVAL": str(int(options.update_interval_s))}  # fmt: skip
-
+    await proc.start()
+    interval = {"_condor_JOBINFO_MAXINTERVAL": str(int(options.update_interval_s))}
     try:  # from here on, whatever ends the conversation ends the job
-        await calls.register_job_info(usage())
+        await calls.register_job_info({**proc.usage(), **interval})
         while (done := await proc.wait(options.update_interval_s)) is None:
-            await calls.register_job_info(usage())
+            await calls.register_job_info({**proc.usage(), **interval})
     finally:
         proc.kill()
     return done
@@ -247,17 +232,21 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             and os.path.basename(stdin) in inputs else None  # fmt: skip
         log.info("shadow_job_starting", job=gjid, uid=uid)
         try:
-            proc = JobProcess(job_argv(job, sandbox, got.files), sandbox,
-                              job_env(job, sandbox), (uid, gid), stdin_name)  # fmt: skip
+            proc = options.runner(JobLaunch(job, job_argv(job, sandbox, got.files), sandbox,
+                                            job_env(job, sandbox), (uid, gid), stdin_name))
             done = await _run_job(calls, proc, options)
-        except JobSetupError as exc:
-            log.warning("shadow_job_not_started", job=gjid, reason=str(exc))
-            await calls.ulog(_remote_error(job, str(exc), HOLD_FAILED_TO_CREATE_PROCESS,
-                                           exc.errno))  # fmt: skip
+        except JobHeldError as exc:  # not started (code 6), or the starter holds it (34)
+            log.warning("shadow_job_held", job=gjid, reason=str(exc), code=exc.code)
+            await calls.ulog(_remote_error(job, str(exc), exc.code, exc.subcode))
             return
         exit_ad = done.exit_ad()
         await calls.event_notification({"EventType": '"ActivationExecutionExit"'})
         await calls.register_job_info({**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"})
+        if done.requested:  # vacated or removed: no output transfer (ON_EXIT), requeue
+            await calls.job_exit(done.wait_status, JOB_SHOULD_REQUEUE,
+                                 {**exit_ad, "StarterIpAddr": f'"{address}"'})  # fmt: skip
+            log.info("shadow_job_evicted", job=gjid, status=done.wait_status)
+            return
         names = output_names(sandbox, job, inputs, before)
 
         async def send(ch: Channel) -> TransferResult:

@@ -8,55 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import os
 import pwd
 import shlex
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from execd.errors import ExecdError
+from execd.wire.job_runner import JobExit, JobLaunch, JobSetupError, exec_failure
 
+__all__ = ["DEFAULT_PATH", "JobExit", "JobProcess", "JobSetupError", "job_argv", "job_env",
+           "rss_kb", "run_as_ids"]
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-
-class JobSetupError(ExecdError):
-    """The job cannot be started as the job ad asks (no executable, bad arguments)."""
-
-    def __init__(self, message: str, errno: int = 0) -> None:
-        super().__init__(message)
-        self.errno = errno
-
-
-@dataclass(frozen=True)
-class JobExit:
-    wait_status: int
-    duration_s: float
-
-    @property
-    def by_signal(self) -> bool:
-        return os.WIFSIGNALED(self.wait_status)
-
-    @property
-    def code(self) -> int:
-        return os.WTERMSIG(self.wait_status) if self.by_signal else os.WEXITSTATUS(self.wait_status)
-
-    @property
-    def core_dumped(self) -> bool:
-        return self.by_signal and os.WCOREDUMP(self.wait_status)
-
-    def exit_ad(self) -> dict[str, str]:
-        """The job's exit as the starter reports it (old-syntax expression text)."""
-        ad = {"ExitBySignal": "true" if self.by_signal else "false",
-              "JobDuration": repr(round(self.duration_s, 6)), "JobState": '"Exited"'}  # fmt: skip
-        if self.by_signal:
-            ad["ExitSignal"] = str(self.code)
-            ad["JobCoreDumped"] = "true" if self.core_dumped else "false"
-        else:
-            ad["ExitCode"] = str(self.code)
-        return ad
 
 
 def run_as_ids(owner: str, fallback: str = "nobody") -> tuple[int, int]:
@@ -126,6 +89,13 @@ class JobProcess:
         self.stdin_name = stdin_name
         self.proc: asyncio.subprocess.Process | None = None
         self.started_at = 0.0
+        self.start_date = 0
+        self.peak_kb = 0
+
+    @classmethod
+    def from_launch(cls, launch: JobLaunch) -> JobProcess:
+        """The library's runner factory (execd.wire.job_runner.RunnerFactory)."""
+        return cls(launch.argv, launch.sandbox, launch.env, launch.ids, launch.stdin_name)
 
     async def start(self) -> int:
         uid, gid = self.ids
@@ -141,25 +111,20 @@ class JobProcess:
                     stderr=err, user=uid, group=gid, extra_groups=[], start_new_session=True,
                 )
             except OSError as exc:
-                raise JobSetupError(self._exec_failure(exc), exc.errno or 0) from None
+                raise JobSetupError(exec_failure(self.argv, exc.errno or 0, exc.strerror),
+                                    exc.errno or 0) from None
         self.started_at = time.monotonic()
+        self.start_date = int(time.time())
         return self.proc.pid
 
-    def _exec_failure(self, exc: OSError) -> str:
-        """HTCondor's words for a job that cannot be executed (os_proc, daemon_core)."""
-        code = exc.errno or 0
-        detail = exc.strerror or "exec failed"
-        if code == errno.ENOENT:  # a script whose interpreter does not exist?
-            with contextlib.suppress(OSError), open(self.argv[0], "rb") as script:
-                head = script.read(1024)
-                if head.startswith(b"#!") and head[2:].split():
-                    interpreter = head[2:].split()[0].decode(errors="replace")
-                    detail = (f"invalid interpreter ({interpreter}) specified on first "
-                              "line of script")  # fmt: skip
-        args = " ".join(self.argv[1:])
-        with_args = f" with arguments {args}" if args else ""
-        return (f"Failed to execute '{self.argv[0]}'{with_args}: {detail} "
-                f"(errno={code}: '{os.strerror(code)}')")  # fmt: skip
+    def usage(self) -> dict[str, str]:
+        """register_job_info's attributes: the process's peak resident set so far."""
+        pid = self.proc.pid if self.proc is not None else 0
+        self.peak_kb = max(self.peak_kb, rss_kb(pid) or 0)
+        return {"JobPid": str(pid), "NumPids": "1", "JobState": '"Running"',
+                "JobStartDate": str(self.start_date), "ImageSize": str(self.peak_kb),
+                "ResidentSetSize": str(self.peak_kb),
+                "MemoryUsage": "((ResidentSetSize + 1023) / 1024)"}  # fmt: skip
 
     async def wait(self, timeout_s: float) -> JobExit | None:
         """The exit, or None if the job still runs after timeout_s."""
