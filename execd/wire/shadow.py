@@ -11,7 +11,10 @@ register_job_info at start and every `update_interval_s` -> event_notification
 (ActivationExecutionExit) -> register_job_info with the exit -> output transfer
 (FILETRANS_DOWNLOAD) -> job_exit (wait status, reason 100, exit ad).
 
-Cancelling the task that runs serve_shadow (the claim was deactivated) kills the job.
+Cancelling the task that runs serve_shadow kills the job. The job is run by
+`options.runner` (execd/wire/job_runner.py): a plain process by default, execd's own
+starter under `execd run`; a job killed on request (vacate, remove) gets job_exit with
+JOB_SHOULD_REQUEUE and no output transfer, as HTCondor's starter does.
 
 A transfer that fails with a hold code becomes a critical RemoteErrorEvent (ulog):
 the shadow puts the job on hold with that code, as it does for HTCondor's starter.

@@ -178,10 +178,19 @@ def uid_of(pid: int) -> int:
     raise AssertionError(f"no Uid line for {pid}")
 
 
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def running_in_cgroup(node: PoolNode) -> list[int]:
-    """The job's processes, in its execd job cgroup, none of them root."""
-    pids: list[int] = harness.wait_for("the job's processes in its cgroup",
-                                       lambda: job_pids(node), WAIT_S, 0.1)  # fmt: skip
+    """The job's `sleep` (exec'd by its script), in its execd job cgroup, as nobody."""
+    pids: list[int] = harness.wait_for(
+        "the job's sleep in its cgroup",
+        lambda: (found := job_pids(node)) and all(comm(p) == "sleep" for p in found) and found,
+        WAIT_S, 0.1)  # fmt: skip
     assert all(uid_of(pid) == NOBODY for pid in pids), pids
     return pids
 
@@ -268,11 +277,13 @@ def test_claim_lease_expiry_kills_the_job_and_frees_the_slot(pool: harness.Pool,
     schedd = schedd_pid(pool)
     os.kill(schedd, signal.SIGSTOP)
     try:
-        node.wait_for("alive_failed", slot="slot1_1", timeout=WAIT_S)
         node.wait_for("claim_lease_expired", slot="slot1_1", timeout=WAIT_S)
         finished = node.wait_for("job_finished", slot="slot1_1", timeout=WAIT_S)
         assert finished["reason"] in ("hard_killed", "soft_killed"), finished
         assert_gone(node, pids)
+        # the ALIVE that went unanswered (it times out after the 12 s lease has expired)
+        harness.wait_for("the unanswered ALIVE logged", lambda: [
+            e for e in node.events() if e["event"] == "alive_failed"], WAIT_S, 0.2)
     finally:
         os.kill(schedd, signal.SIGCONT)
         pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
