@@ -80,7 +80,7 @@ class PoolJob:
             self.gate.set_result({
                 "cmd": launch.argv[0], "args": launch.argv[1:], "env": launch.env,
                 "stdin": launch.stdin_name, "stdout": launch.stdout_name,
-                "stderr": launch.stderr_name, "iwd": str(launch.sandbox),
+                "stderr": launch.stderr_name, "iwd": str(launch.workdir),
                 "sandbox": str(launch.sandbox),
             })  # fmt: skip
         # The starter publishes its first status once the job has exec'd; a job that

@@ -91,6 +91,17 @@ class JobLaunch:
     stdin_name: str | None  # a transferred file in the sandbox, else /dev/null
     stdout_name: str = "_condor_stdout"
     stderr_name: str = "_condor_stderr"
+    # No file transfer (a shared filesystem): the job runs in its Iwd and its stdio
+    # names are the job ad's In/Out/Err (relative to the Iwd); None: the sandbox.
+    iwd: Path | None = None
+
+    @property
+    def workdir(self) -> Path:
+        return self.iwd or self.sandbox
+
+    def path(self, name: str) -> Path:
+        """A stdio name as a path (relative names are in the working directory)."""
+        return self.workdir / name
 
 
 class JobRunner(Protocol):

@@ -57,7 +57,14 @@ from execd.wire.security import (
     start_command,
 )
 from execd.wire.session import Session
-from execd.wire.shadow_job import JobProcess, job_argv, job_env, run_as_ids
+from execd.wire.shadow_job import (
+    JobProcess,
+    job_argv,
+    job_env,
+    run_as_ids,
+    shared_fs_launch,
+    wants_transfer,
+)
 from execd.wire.shadow_syscalls import (
     JOB_COREDUMPED,
     JOB_EXITED,
@@ -80,6 +87,7 @@ class ShadowOptions:
     execute_dir: Path = Path("/var/lib/execd/execute")
     slot_name: str = field(default_factory=lambda: f"slot1@{socket.gethostname()}")
     uid_domain: str = field(default_factory=socket.gethostname)
+    filesystem_domain: str = ""  # "": uid_domain (ShouldTransferFiles = IF_NEEDED)
     run_as_fallback: str = "nobody"
     update_interval_s: float = STARTER_UPDATE_INTERVAL_S
     condor_version: str = CONDOR_VERSION
@@ -205,7 +213,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         async def receive(ch: Channel) -> TransferResult:
             return await download_sandbox(ch, sandbox, executable=executable)
 
-        got = await transfers.run(FILETRANS_UPLOAD, receive)
+        transfer = wants_transfer(job, options.filesystem_domain or options.uid_domain)
+        got = await transfers.run(FILETRANS_UPLOAD, receive) if transfer else TransferResult()
         if not got.ok:
             log.warning("shadow_input_transfer_failed", job=gjid, code=got.hold_code,
                         subcode=got.hold_subcode)  # fmt: skip
@@ -223,7 +232,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         # reaper), after the socket closed; it logs that end (040) when it handles our
         # next calls. HTCondor's starter is slower here by tens of milliseconds, so its
         # user logs have 040 before 001 (begin_execution): give the shadow that time.
-        await asyncio.sleep(SHADOW_SETTLE_S)
+        await asyncio.sleep(SHADOW_SETTLE_S if transfer else 0)
         await calls.register_job_info(from_values({"_condor_JOBINFO_MAXINTERVAL": -1}))
         for root, dirs, files in os.walk(sandbox):
             for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
@@ -235,8 +244,9 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             and os.path.basename(stdin) in inputs else None  # fmt: skip
         log.info("shadow_job_starting", job=gjid, uid=uid)
         try:
-            proc = options.runner(JobLaunch(job, job_argv(job, sandbox, got.files), sandbox,
-                                            job_env(job, sandbox), (uid, gid), stdin_name))
+            launch = JobLaunch(job, job_argv(job, sandbox, got.files), sandbox,
+                               job_env(job, sandbox), (uid, gid), stdin_name)
+            proc = options.runner(launch if transfer else shared_fs_launch(launch))
             done = await _run_job(calls, proc, options)
         except JobHeldError as exc:  # not started (code 6), or the starter holds it (34)
             log.warning("shadow_job_held", job=gjid, reason=str(exc), code=exc.code)
@@ -255,7 +265,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         async def send(ch: Channel) -> TransferResult:
             return await upload_sandbox(ch, sandbox, names)
 
-        sent = await transfers.run(FILETRANS_DOWNLOAD, send)
+        sent = await transfers.run(FILETRANS_DOWNLOAD, send) if transfer else TransferResult()
         if not sent.ok:
             await calls.ulog(_transfer_error(job, sent))
             return

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import pwd
 import shlex
@@ -18,7 +19,7 @@ from pathlib import Path
 from execd.wire.job_runner import JobExit, JobLaunch, JobSetupError, exec_failure
 
 __all__ = ["DEFAULT_PATH", "JobExit", "JobProcess", "JobSetupError", "job_argv", "job_env",
-           "rss_kb", "run_as_ids"]
+           "rss_kb", "run_as_ids", "shared_fs_launch", "wants_transfer"]
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -67,6 +68,33 @@ def job_env(job: dict[str, object], sandbox: Path) -> dict[str, str]:
     return env
 
 
+def wants_transfer(job: dict[str, object], filesystem_domain: str) -> bool:
+    """ShouldTransferFiles as HTCondor's starter reads it: NO, YES, or IF_NEEDED (only
+    when the job's FileSystemDomain is not this node's)."""
+    how = str(job.get("ShouldTransferFiles") or "YES").upper()
+    if how == "NO":
+        return False
+    if how == "IF_NEEDED":
+        return job.get("FileSystemDomain") != filesystem_domain
+    return True
+
+
+def shared_fs_launch(launch: JobLaunch) -> JobLaunch:
+    """A job without file transfer: it runs in its Iwd with the job ad's In/Out/Err."""
+    job = launch.job
+
+    def name(attr: str) -> str:
+        value = job.get(attr)
+        return value if isinstance(value, str) and value else os.devnull
+
+    stdin = name("In")
+    iwd = job.get("Iwd")
+    return dataclasses.replace(
+        launch, iwd=Path(str(iwd)) if isinstance(iwd, str) and iwd else launch.sandbox,
+        stdin_name=None if stdin == os.devnull else stdin,
+        stdout_name=name("Out"), stderr_name=name("Err"))  # fmt: skip
+
+
 def rss_kb(pid: int) -> int | None:
     """The process's resident set size in KiB (VmRSS), None once it is gone."""
     try:
@@ -91,20 +119,24 @@ class JobProcess:
         self.started_at = 0.0
         self.start_date = 0
         self.peak_kb = 0
+        self.stdio = ("_condor_stdout", "_condor_stderr")  # relative to the sandbox
 
     @classmethod
     def from_launch(cls, launch: JobLaunch) -> JobProcess:
         """The library's runner factory (execd.wire.job_runner.RunnerFactory)."""
-        return cls(launch.argv, launch.sandbox, launch.env, launch.ids, launch.stdin_name)
+        proc = cls(launch.argv, launch.workdir, launch.env, launch.ids, launch.stdin_name)
+        proc.stdio = (launch.stdout_name, launch.stderr_name)
+        return proc
 
     async def start(self) -> int:
         uid, gid = self.ids
         stdin_path = self.sandbox / self.stdin_name if self.stdin_name else Path(os.devnull)
-        with (stdin_path.open("rb") as stdin,
-              (self.sandbox / "_condor_stdout").open("wb") as out,
-              (self.sandbox / "_condor_stderr").open("wb") as err):  # fmt: skip
-            for path in (self.sandbox / "_condor_stdout", self.sandbox / "_condor_stderr"):
-                os.chown(path, uid, gid)
+        out_path, err_path = (self.sandbox / name for name in self.stdio)
+        with (stdin_path.open("rb") as stdin, out_path.open("wb") as out,
+              err_path.open("wb") as err):  # fmt: skip
+            for path in (out_path, err_path):
+                if path.is_file():  # not /dev/null
+                    os.chown(path, uid, gid)
             try:
                 self.proc = await asyncio.create_subprocess_exec(
                     *self.argv, cwd=self.sandbox, env=self.env, stdin=stdin, stdout=out,

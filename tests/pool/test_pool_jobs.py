@@ -7,19 +7,23 @@ pool's own condor_startd: user-log events, termination lines, output files, hold
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pool_harness as harness
 import pytest
+from test_pool_claims import claim_command
 from test_pool_daemon import WAIT_S, PoolNode, start_node
 from test_shadow_pool import CASES, outcome, run_on_condor_startd, submit
 
 from execd.cgroups.discovery import discover
 from execd.cgroups.fs import CgroupFS
+from execd.wire.commands import Command
 
 JOB_SCRIPT = """#!/bin/sh
 cat in.txt
@@ -287,3 +291,62 @@ def test_claim_lease_expiry_kills_the_job_and_frees_the_slot(pool: harness.Pool,
     finally:
         os.kill(schedd, signal.SIGCONT)
         pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+
+
+def held_claim_id(node: PoolNode, slot: str) -> str:
+    """The claim id the schedd holds for `slot`, from execd's own store (root reads it)."""
+    db = sqlite3.connect(f"file:{node.root / 'state' / 'spool' / 'state.db'}?mode=ro", uri=True)
+    try:
+        (claim_id,) = db.execute("SELECT claim_id FROM claims WHERE slot = ?", (slot,)).fetchone()
+    finally:
+        db.close()
+    return str(claim_id)
+
+
+def frozen(node: PoolNode) -> bool:
+    return "frozen 1" in (job_cgroup(node) / "cgroup.events").read_text()
+
+
+def test_suspend_and_continue_claim_freeze_and_thaw_a_pool_job(pool: harness.Pool,
+                                                               node: PoolNode) -> None:
+    """SUSPEND_CLAIM / CONTINUE_CLAIM on the claim the real schedd holds, while the real
+    shadow's job runs: its cgroup is frozen and thawed, and it then runs to its end."""
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""),
+                       {"job.sh": "#!/bin/sh\nsleep 8\necho done\n"})  # fmt: skip
+    job.wait_for_event("001", WAIT_S)
+    harness.wait_for("the job's sleep in its cgroup", lambda: any(
+        comm(p) == "sleep" for p in job_pids(node)), WAIT_S, 0.1)  # fmt: skip
+    claim_id = held_claim_id(node, "slot1_1")
+
+    asyncio.run(claim_command(node.address(), claim_id, Command.SUSPEND_CLAIM))
+    node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Suspended")
+    harness.wait_for("the job cgroup frozen", lambda: frozen(node), WAIT_S, 0.1)
+    asyncio.run(claim_command(node.address(), claim_id, Command.CONTINUE_CLAIM))
+    node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Busy")
+    assert not frozen(node)
+    # a second CONTINUE_CLAIM has nothing to resume: refused, logged
+    asyncio.run(claim_command(node.address(), claim_id, Command.CONTINUE_CLAIM))
+    refused = node.wait_for("pool_command_not_applied", command="CONTINUE_CLAIM")
+    assert "not suspended" in refused["why"]
+    log = job.wait_for_event("005", WAIT_S)
+    assert "Normal termination (return value 0)" in log
+    assert job.output("out.txt") == "done\n"
+
+
+def test_a_job_without_file_transfer_runs_in_its_shared_iwd(pool: harness.Pool,
+                                                            node: PoolNode) -> None:
+    """should_transfer_files = NO: no transfer; the job runs in its Iwd on the shared
+    filesystem (here /tmp, which the pool's chroot shares) and writes its Out there."""
+    with tempfile.TemporaryDirectory(prefix="execd-sharedfs-", dir="/tmp") as shared:
+        os.chmod(shared, 0o777)
+        submit_text = (
+            "executable = /bin/sh\narguments = \"-c 'id -u; pwd; echo oops >&2'\"\n"
+            f"initialdir = {shared}\noutput = out.txt\nerror = err.txt\nlog = job.log\n"
+            "should_transfer_files = NO\nrequest_memory = 64\nqueue\n")  # fmt: skip
+        job = submit_files(pool, submit_text, {})
+        job.host_dir = Path(shared)  # the user log and outputs are in the Iwd
+        log = job.wait_for_event("005", WAIT_S)
+        assert "Normal termination (return value 0)" in log
+        assert job.output("out.txt") == f"{NOBODY}\n{shared}\n"
+        assert job.output("err.txt") == "oops\n"
+        assert "040" not in job.events()  # nothing was transferred
