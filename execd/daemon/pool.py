@@ -67,6 +67,7 @@ async def serve_shadow(member: PoolMember, channel: Channel, claim: ClaimId,
         slot_name=str(ad["Name"]) if ad is not None else slot,
         uid_domain=member.config.domain,
         update_interval_s=float(daemon.settings.get_int("STARTER_UPDATE_INTERVAL") or 300),
+        initial_update_s=float(daemon.settings.get_int("STARTER_INITIAL_UPDATE_INTERVAL") or 8),
         runner=job.runner,
     )  # fmt: skip
     await run_conversation(channel, claim, job_ad, options=options)

@@ -46,6 +46,24 @@ def wait_status(report: dict[str, Any]) -> int:
     return KILLED
 
 
+def hold_from_report(report: dict[str, Any], argv: list[str] | None) -> JobHeldError | None:
+    """The hold a starter's report means: a job that never ran (code 6, in HTCondor's
+    words for the exec failure), or one the starter held (34/102: memory); else None."""
+    reason = report.get("ExitReason")
+    if reason == "spawn_failed":
+        errno = int(report.get("HoldReasonSubCode") or 0)
+        if argv is not None and "HoldReasonSubCode" in report:
+            return JobSetupError(exec_failure(argv, errno), errno)
+        return JobSetupError(f"execd could not start the job's starter: "
+                             f"{report.get('Error', 'unknown error')}")  # fmt: skip
+    if reason == "starter_failed":
+        return JobSetupError(f"execd's starter failed: {report.get('StarterError')}")
+    if reason == "held" and report.get("HoldReasonCode"):
+        return JobHeldError(str(report.get("HoldReason", "")), int(report["HoldReasonCode"]),
+                            int(report.get("HoldReasonSubCode") or 0))  # fmt: skip
+    return None
+
+
 class PoolJob:
     """The runner (execd.wire.job_runner.JobRunner) of one activated claim's job."""
 
@@ -108,21 +126,9 @@ class PoolJob:
                        requested=report.get("ExitReason") != "exited")  # fmt: skip
 
     def _raise_if_held(self, report: dict[str, Any]) -> None:
-        """A job that never ran (code 6) or that the starter held (34: memory)."""
-        reason = report.get("ExitReason")
-        if reason == "spawn_failed":
-            launch = self.launch
-            errno = int(report.get("HoldReasonSubCode") or 0)
-            if launch is not None and "HoldReasonSubCode" in report:
-                raise JobSetupError(exec_failure(launch.argv, errno), errno)
-            raise JobSetupError(f"execd could not start the job's starter: "
-                                f"{report.get('Error', 'unknown error')}")  # fmt: skip
-        if reason == "starter_failed":
-            raise JobSetupError(f"execd's starter failed: {report.get('StarterError')}")
-        if reason == "held" and report.get("HoldReasonCode"):
-            raise JobHeldError(str(report.get("HoldReason", "")),
-                               int(report["HoldReasonCode"]),
-                               int(report.get("HoldReasonSubCode") or 0))  # fmt: skip
+        error = hold_from_report(report, self.launch.argv if self.launch else None)
+        if error is not None:
+            raise error
 
     def _status(self) -> dict[str, Any]:
         path = self.jobs.workdir(self._job().job_id) / "status.json"

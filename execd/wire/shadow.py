@@ -90,6 +90,9 @@ class ShadowOptions:
     filesystem_domain: str = ""  # "": uid_domain (ShouldTransferFiles = IF_NEEDED)
     run_as_fallback: str = "nobody"
     update_interval_s: float = STARTER_UPDATE_INTERVAL_S
+    # The first update after this long (STARTER_INITIAL_UPDATE_INTERVAL, 8 s in HTCondor,
+    # capped by update_interval_s): a job that ends sooner sends none. 0: one at once.
+    initial_update_s: float = 0.0
     condor_version: str = CONDOR_VERSION
     keep_sandbox: bool = False
     # What runs the job: a plain process here; execd's starter under `execd run`.
@@ -175,10 +178,14 @@ async def _run_job(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOption
     await calls.begin_execution()  # before the process, as HTCondor's starter (001 event)
     await proc.start()
     interval = {"_condor_JOBINFO_MAXINTERVAL": str(int(options.update_interval_s))}
+    wait_s = min(options.initial_update_s, options.update_interval_s)
     try:  # from here on, whatever ends the conversation ends the job
-        await calls.register_job_info({**proc.usage(), **interval})
-        while (done := await proc.wait(options.update_interval_s)) is None:
+        if wait_s <= 0:  # an update at once, then every interval
             await calls.register_job_info({**proc.usage(), **interval})
+            wait_s = options.update_interval_s
+        while (done := await proc.wait(wait_s)) is None:
+            await calls.register_job_info({**proc.usage(), **interval})
+            wait_s = options.update_interval_s
     finally:
         proc.kill()
     return done

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from execd.daemon.pool_job import wait_status
+from execd.daemon.pool_job import hold_from_report, wait_status
 from execd.wire.job_runner import JobExit, JobLaunch, exec_failure
 from execd.wire.shadow_job import shared_fs_launch, wants_transfer
 
@@ -55,3 +55,17 @@ def test_exec_failure_names_a_missing_interpreter(tmp_path: Path) -> None:
     assert text == (f"Failed to execute '{script}' with arguments a: invalid interpreter "
                     "(/nonexistent/sh) specified on first line of script "
                     f"(errno=2: '{os.strerror(2)}')")  # fmt: skip
+
+
+def test_a_report_that_holds_says_why_with_htcondors_codes() -> None:
+    oom = {"ExitReason": "held", "HoldReasonCode": 34, "HoldReasonSubCode": 102,
+           "HoldReason": "Job has gone over cgroup memory limit of 64 megabytes."}
+    held = hold_from_report(oom, ["/bin/sh"])
+    assert held is not None and (held.code, held.subcode) == (34, 102)
+    assert str(held) == oom["HoldReason"]
+    spawn = hold_from_report({"ExitReason": "spawn_failed", "HoldReasonCode": 6,
+                              "HoldReasonSubCode": 13}, ["/x/job.sh", "a"])  # fmt: skip
+    assert spawn is not None and (spawn.code, spawn.subcode) == (6, 13)
+    assert str(spawn).startswith("Failed to execute '/x/job.sh' with arguments a: ")
+    assert hold_from_report({"ExitReason": "exited", "ExitCode": 0}, ["/bin/true"]) is None
+    assert hold_from_report({"ExitReason": "soft_killed"}, ["/bin/true"]) is None
