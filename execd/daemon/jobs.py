@@ -75,6 +75,7 @@ class Job:
     # sandbox), or None: never start it.
     gate: asyncio.Future[dict[str, Any] | None] | None = None
     overrides: dict[str, Any] | None = None
+    state_changed: asyncio.Event = field(default_factory=asyncio.Event)  # (un)suspended
 
 
 class JobManager:
@@ -556,6 +557,7 @@ class JobManager:
         if by != job.suspended:
             job.suspended = by
             self.store.set_suspended(job.job_id, by)
+            job.state_changed.set()  # a pool job's shadow is told at once
 
     def delete_dynamic(self, name: str) -> None:
         parent_id, _, sub = name.removeprefix("slot").partition("_")

@@ -75,6 +75,7 @@ class PoolJob:
         self.job: Job | None = None
         self.launch: JobLaunch | None = None
         self.started = 0
+        self.reported_suspended = False  # what the shadow was last told
 
     def activate(self, job_ad: dict[str, Any]) -> None:
         """JobManager.activate with this runner's gate (ControlError if refused)."""
@@ -112,10 +113,20 @@ class PoolJob:
         return job.handle.pid if job.handle is not None else 0
 
     async def wait(self, timeout_s: float) -> JobExit | None:
+        """The exit; None after timeout_s, or sooner when the job was suspended or
+        continued (the next update tells the shadow, which logs 010/011)."""
         job = self._job()
+        if (job.suspended is not None) != self.reported_suspended:
+            return None
+        job.state_changed.clear()
+        waits = [asyncio.ensure_future(job.done.wait()),
+                 asyncio.ensure_future(job.state_changed.wait())]
         try:
-            await asyncio.wait_for(job.done.wait(), timeout_s)
-        except TimeoutError:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for pending in waits:
+                pending.cancel()
+        if not job.done.is_set():
             return None
         report = job.report or {}
         self._raise_if_held(report)
@@ -141,10 +152,11 @@ class PoolJob:
     def usage(self) -> dict[str, str]:
         """register_job_info's attributes from the starter's latest measurements."""
         status = self._status()
+        self.reported_suspended = self._job().suspended is not None
         return {
             "JobPid": str(status.get("JobPid", 0)),
             "NumPids": str(status.get("NumProcesses", 0)),
-            "JobState": json.dumps(str(status.get("JobState", "Running"))),
+            "JobState": '"Suspended"' if self.reported_suspended else '"Running"',
             "JobStartDate": str(self.started),
             "ImageSize": str(status.get("ImageSize", 0)),
             "ResidentSetSize": str(status.get("ResidentSetSize", 0)),
