@@ -62,6 +62,7 @@ class Job:
     handle: StarterHandle | None = None
     report: dict[str, Any] | None = None
     hold_reason: str | None = None
+    hold_subcode: int = 0  # WANT_HOLD_SUBCODE, with hold_reason
     done: asyncio.Event = field(default_factory=asyncio.Event)
     started: float = field(default_factory=time.time)
     starter_start: int = 0  # /proc start time of the starter: with its pid, names it
@@ -525,7 +526,7 @@ class JobManager:
                 self._record_suspension(job, isinstance(action, act.Suspend))
         elif isinstance(action, act.HoldJob):
             if job is not None:
-                job.hold_reason = action.reason
+                job.hold_reason, job.hold_subcode = action.reason, action.subcode
         elif isinstance(action, act.DeleteDynamicSlot):
             self.delete_dynamic(action.slot)
         elif isinstance(action, act.NotifyClaimHolder):

@@ -131,7 +131,7 @@ class PoolJob:
         report = job.report or {}
         self._raise_if_held(report)
         if job.hold_reason:  # the startd's policy (WANT_HOLD) evicted it to hold it
-            raise JobHeldError(job.hold_reason, HOLD_STARTD_HELD_JOB, 0)
+            raise JobHeldError(job.hold_reason, HOLD_STARTD_HELD_JOB, job.hold_subcode)
         duration = float(report.get("RemoteWallClockTime") or time.time() - job.started)
         return JobExit(wait_status(report), duration,
                        requested=report.get("ExitReason") != "exited")  # fmt: skip
