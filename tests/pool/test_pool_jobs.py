@@ -18,7 +18,7 @@ from pathlib import Path
 import pool_harness as harness
 import pytest
 from test_pool_claims import claim_command
-from test_pool_daemon import WAIT_S, PoolNode, chroot_condor_identity, start_node
+from test_pool_daemon import WAIT_S, PoolNode, start_node
 from test_shadow_pool import CASES, outcome, run_on_condor_startd, submit
 
 from execd.cgroups.discovery import discover
@@ -159,8 +159,6 @@ echo first run
 touch "$mark"
 exec sleep 300
 """
-# ~200 MB held in a shell variable for as long as the job lives
-MEMORY_SCRIPT = "#!/bin/sh\nx=$(head -c 200000000 /dev/zero | tr '\\0' a)\nsleep 60\n"
 PLAIN_SUBMIT = """\
 executable = job.sh
 arguments = {args}
@@ -367,57 +365,3 @@ def test_a_job_without_file_transfer_runs_in_its_shared_iwd(pool: harness.Pool,
         assert job.output("out.txt") == f"{NOBODY}\n{shared}\n"
         assert job.output("err.txt") == "oops\n"
         assert "040" not in job.events()  # nothing was transferred
-
-
-def test_condor_vacate_evicts_the_job_which_runs_again(pool: harness.Pool) -> None:
-    """condor_vacate from an administrator: execd's vacate verb soft-kills the job
-    through the policy engine; the shadow logs 004 and requeues it; it runs again."""
-    admins = f"EXECD_POOL_ADMINISTRATORS = {chroot_condor_identity(pool)}@*\n"
-    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
-        node = pool_node(pool, tmp, admins)
-        token = f"{os.getpid()}-{pool._jobs}-startd"
-        mark = Path(f"/tmp/execd-vacate-{token}")
-        try:
-            job = submit_files(pool, PLAIN_SUBMIT.format(args=token, extra=""),
-                               {"job.sh": VACATE_SCRIPT})  # fmt: skip
-            job.wait_for_event("001", WAIT_S)
-            running_in_cgroup(node)
-            harness.wait_for("the first run's mark", mark.exists, WAIT_S, 0.1)
-            name = next(n for n in node.slots() if n.startswith("slot1_1@"))
-            pool.tool("condor_vacate", name).check()
-            node.wait_for("pool_vacated", slots=["slot1_1"], fast=False, timeout=WAIT_S)
-            evicted = node.wait_for("job_finished", slot="slot1_1", timeout=WAIT_S)
-            assert evicted["reason"] == "soft_killed", evicted
-            job.wait_for_event("004", WAIT_S)
-            log = job.wait_for_event("005", 2 * WAIT_S)
-            assert "Normal termination (return value 0)" in log
-            assert job.output("out.txt") == "second run\n"
-            assert job.events().count("001") == 2
-        finally:
-            mark.unlink(missing_ok=True)
-            node.stop(signal.SIGQUIT)
-            harness.wait_for("execd's slots gone", lambda: not pool.status("-slots"), 30, 0.2)
-
-
-def test_a_job_over_its_request_memory_is_held_with_code_34(pool: harness.Pool) -> None:
-    """Memory over request_memory (64 MB): execd's starter holds it (here by policy from
-    the measured usage: this host has no memory controller) and the shadow puts the job
-    on hold with HTCondor's code and subcode for it, 34/102."""
-    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
-        node = pool_node(pool, tmp, "CGROUP_POLLING_INTERVAL = 1\n")
-        try:
-            job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), {
-                "job.sh": MEMORY_SCRIPT})
-            job.wait_for_event("012", WAIT_S)
-            held = job.ad()
-            assert held is not None
-            assert (held["HoldReasonCode"], held["HoldReasonSubCode"]) == (34, 102), held
-            # the d-slot has 128 MB: request_memory rounded up by MODIFY_REQUEST_EXPR_*
-            assert "Job has gone over cgroup memory limit of 128 megabytes" in \
-                held["HoldReason"]
-            assert "005" not in job.events()
-            node.wait_for("job_finished", slot="slot1_1", reason="held", timeout=WAIT_S)
-            pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER).check()
-        finally:
-            node.stop(signal.SIGQUIT)
-            harness.wait_for("execd's slots gone", lambda: not pool.status("-slots"), 30, 0.2)
