@@ -62,6 +62,7 @@ class Job:
     handle: StarterHandle | None = None
     report: dict[str, Any] | None = None
     hold_reason: str | None = None
+    hold_subcode: int = 0  # WANT_HOLD_SUBCODE, with hold_reason
     done: asyncio.Event = field(default_factory=asyncio.Event)
     started: float = field(default_factory=time.time)
     starter_start: int = 0  # /proc start time of the starter: with its pid, names it
@@ -70,6 +71,12 @@ class Job:
     hooks: job_hook_runs.JobHooks | None = None  # its UPDATE_JOB_INFO/JOB_EXIT hooks
     exit_fifo: int | None = None  # read end of the starter's job-exit FIFO, while open
     evicting: str | None = None  # "vacating" or "killing" once a kill signal went out
+    # Pool jobs: the starter waits for the shadow's input transfer. The gate's result is
+    # what the spec takes from the shadow's conversation (cmd, args, env, stdio, the
+    # sandbox), or None: never start it.
+    gate: asyncio.Future[dict[str, Any] | None] | None = None
+    overrides: dict[str, Any] | None = None
+    state_changed: asyncio.Event = field(default_factory=asyncio.Event)  # (un)suspended
 
 
 class JobManager:
@@ -113,9 +120,11 @@ class JobManager:
 
     # -- claims -----------------------------------------------------------------------
     def request_claim(self, slot_name: str | None, job_ad: dict[str, Any],
-                      claim: ClaimId | None = None) -> dict[str, Any]:
+                      claim: ClaimId | None = None,
+                      alive_interval: float | None = None) -> dict[str, Any]:
         """Claim a slot (carving a d-slot from a partitionable one); `claim` is the id to
-        give it (pool mode: the one the schedd already holds), else a new one."""
+        give it (pool mode: the one the schedd already holds), else a new one;
+        `alive_interval` the claim holder's (REQUEST_CLAIM's), else ALIVE_INTERVAL."""
         engine = self.daemon.engine
         slots = self.daemon.node.slots
         target = slot_name or self._default_slot()
@@ -145,7 +154,8 @@ class JobManager:
                      "Disk": carved.disk_kb}
             self.daemon.execute(engine.add_slot(name, facts, moment, dynamic=True, parent=target))
         claim = claim or self.ids.new()
-        accepted, actions = engine.request_claim(name, claim, ad, moment)
+        accepted, actions = engine.request_claim(name, claim, ad, moment,
+                                                 alive_interval=alive_interval)
         self.daemon.execute(actions)
         if not accepted:
             if carved is not None and pslot is not None:
@@ -185,7 +195,10 @@ class JobManager:
             raise ControlError("refused", "unknown or stale claim id")
         return self.claims[claim_id]
 
-    def activate(self, claim_id: Any, job_ad: dict[str, Any]) -> dict[str, Any]:
+    def activate(self, claim_id: Any, job_ad: dict[str, Any],
+                 gate: asyncio.Future[dict[str, Any] | None] | None = None) -> dict[str, Any]:
+        """Start the job on the claim (Claimed/Busy); with a `gate`, its starter is
+        launched only once the gate has a result (pool jobs: after the input transfer)."""
         slot, claim = self.lookup(claim_id)
         if self.tree is None:
             raise ControlError("refused", "jobs cannot run: execd has no cgroup v2 tree")
@@ -195,7 +208,7 @@ class JobManager:
             raise ControlError("refused", f"job {job_id!r} exists already")
         if slot in self.running:
             raise ControlError("refused", f"{slot} already runs job {self.running[slot].job_id}")
-        job = Job(job_id, slot, claim, dict(job_ad))
+        job = Job(job_id, slot, claim, dict(job_ad), gate=gate)
         self.running[slot] = job
         self.jobs[job_id] = job
         try:
@@ -264,6 +277,19 @@ class JobManager:
         self.jobs.pop(job.job_id, None)
         shutil.rmtree(self.workdir(job.job_id), ignore_errors=True)
 
+    def forget_when_done(self, job: Job) -> None:
+        """The holder has (or will have) the outcome another way (a pool job's shadow)."""
+        async def when_done() -> None:
+            await job.done.wait()
+            if self.jobs.get(job.job_id) is job:
+                self.forget(job)
+
+        if job.done.is_set():
+            if self.jobs.get(job.job_id) is job:
+                self.forget(job)
+            return
+        self._track(when_done())
+
     def _claim_gone(self, claim: ClaimId) -> None:
         """The claim ended: its record goes, with the outcomes its holder did not take."""
         if self.claims.pop(claim.full(), None) is None:
@@ -293,12 +319,32 @@ class JobManager:
             return
         workdir = self.workdir(job.job_id)
         workdir.mkdir(parents=True, exist_ok=True)
+        if job.gate is not None and job.overrides is None:
+            self._track(self._gate_then_spawn(job))
+            return
         spec = self.spec(job, workdir)
         hooks = job_hook_runs.job_hooks_for(self.daemon.settings, job.ad, spec)
         if hooks is not None and "PREPARE_JOB" in hooks.config.paths:
             self._track(self._prepare_then_launch(job, workdir, hooks))
             return
         self._launch(job, workdir, hooks, spec)
+
+    async def _gate_then_spawn(self, job: Job) -> None:
+        """A pool job's starter starts once its sandbox holds the shadow's input."""
+        assert job.gate is not None
+        overrides = await job.gate
+        if overrides is None or job.evicted or self.running.get(job.slot) is not job:
+            job.report = {"ExitReason": "evicted_before_start" if job.evicted
+                          else "not_started"}  # fmt: skip
+            self._finished(job)
+            return
+        job.overrides = overrides
+        try:
+            self.spawn(job.slot)
+        except (ExecdError, OSError) as exc:
+            logger.error("starter_spawn_failed", slot=job.slot, job=job.job_id, error=str(exc))
+            job.report = {"ExitReason": "spawn_failed", "Error": str(exc)}
+            self._finished(job)
 
     def _track(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -327,7 +373,7 @@ class JobManager:
         self.store.add_job(JobRecord(
             job.job_id, slot, job.claim.session_id, job.ad, spec._asdict(), handle.pid,
             job.starter_start, str(self.tree.job(slot).slice),
-            os.path.join(spec.execute_dir, f"dir_{handle.pid}"), job.started),
+            spec.sandbox or os.path.join(spec.execute_dir, f"dir_{handle.pid}"), job.started),
             sequence=("job", self.sequence))
         logger.info("starter_spawned", slot=slot, job=job.job_id, pid=handle.pid)
         self.watch(job, os.pidfd_open(handle.pid))
@@ -373,9 +419,10 @@ class JobManager:
         assert self.tree is not None
         known = self.daemon.engine.slots.get(job.slot)  # the facts of its last policy pass:
         facts = known.facts if known is not None else self._facts(job.slot)  # no ad rebuild
-        return starter_spec(job.job_id, job.slot, job.ad, facts,
+        spec = starter_spec(job.job_id, job.slot, job.ad, facts,
                             settings=self.daemon.settings, execute=self.daemon.paths.execute,
                             tree=self.tree, workdir=workdir)
+        return spec._replace(**job.overrides) if job.overrides else spec
 
     async def _watch(self, job: Job, pidfd: int) -> None:
         """Await the starter's exit on its pidfd: no thread per job, adopted ones too.
@@ -479,7 +526,7 @@ class JobManager:
                 self._record_suspension(job, isinstance(action, act.Suspend))
         elif isinstance(action, act.HoldJob):
             if job is not None:
-                job.hold_reason = action.reason
+                job.hold_reason, job.hold_subcode = action.reason, action.subcode
         elif isinstance(action, act.DeleteDynamicSlot):
             self.delete_dynamic(action.slot)
         elif isinstance(action, act.NotifyClaimHolder):
@@ -511,6 +558,7 @@ class JobManager:
         if by != job.suspended:
             job.suspended = by
             self.store.set_suspended(job.job_id, by)
+            job.state_changed.set()  # a pool job's shadow is told at once
 
     def delete_dynamic(self, name: str) -> None:
         parent_id, _, sub = name.removeprefix("slot").partition("_")

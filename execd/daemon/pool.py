@@ -40,12 +40,15 @@ from execd.wire.collector import CollectorClient
 from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive, send_release
 from execd.wire.security import CONDOR_VERSION, ClientSecurity, SessionNotFoundError
 from execd.wire.server import CommandServer, ServerSecurity
+from execd.wire.shadow import ShadowOptions
+from execd.wire.shadow import serve_shadow as run_conversation
 from execd.wire.shared_port import SharedPortEndpoint, endpoint_address
 from execd.wire.sinful import Sinful, collector_address, parse_sinful
 from execd.wire.startd_ads import advertised_pair
 from execd.wire.token_issuer import TokenIssuer
 
 if TYPE_CHECKING:
+    from execd.daemon.pool_job import PoolJob
     from execd.daemon.runtime import Daemon
 
 logger = log.get_logger("pool")
@@ -56,15 +59,26 @@ STOP_TIMEOUT_S = 20.0  # invalidating ads on shutdown never holds the daemon lon
 PREEMPTION_WAIT_S = 1800.0
 
 
-async def serve_shadow(channel: Channel, claim: ClaimId, job_ad: dict[str, Any]) -> None:
-    """The starter side of an activated claim: speak to the shadow on `channel`.
+async def serve_shadow(member: PoolMember, channel: Channel, claim: ClaimId,
+                       job_ad: dict[str, Any], job: PoolJob) -> None:  # fmt: skip
+    """The starter side of an activated claim: the shadow's conversation on `channel`
+    (execd.wire.shadow), its job run by execd's starter through `job`.
 
-    Called after ACTIVATE_CLAIM was accepted (the slot is Claimed/Busy and the policy
-    engine has started the job). The starter <-> shadow protocol (remote system calls,
-    file transfer) is issue 9's second half; until it lands the connection is closed
-    here, which the shadow sees as a lost starter."""
-    logger.warning("shadow_protocol_unavailable", claim=str(claim), peer=channel.peer,
-                   job=str(job_ad.get("GlobalJobId", "")))
+    Called after ACTIVATE_CLAIM was accepted (the slot is Claimed/Busy; the starter
+    waits for the input transfer). Returns when the shadow has the job's exit, or the
+    hold; raises ProtocolError if the shadow goes away."""
+    daemon = member.daemon
+    slot = job.job.slot if job.job is not None else ""
+    ad = member.slot_ads().get(slot)
+    options = ShadowOptions(
+        execute_dir=daemon.paths.execute,
+        slot_name=str(ad["Name"]) if ad is not None else slot,
+        uid_domain=member.config.domain,
+        update_interval_s=float(daemon.settings.get_int("STARTER_UPDATE_INTERVAL") or 300),
+        initial_update_s=float(daemon.settings.get_int("STARTER_INITIAL_UPDATE_INTERVAL") or 8),
+        runner=job.runner,
+    )  # fmt: skip
+    await run_conversation(channel, claim, job_ad, options=options)
 
 
 @dataclass(frozen=True)
@@ -308,8 +322,9 @@ class PoolMember:
         children = [c for s, c in live.values() if s.startswith(f"{name}_")]
         public, private = advertised_pair(ad, address=self.address, claim_id=claim,
                                           child_claim_ids=children)  # fmt: skip
+        # HasFileTransfer: the starter side of CEDAR file transfer (execd/wire/filetransfer.py)
         extra = {"CondorVersion": CONDOR_VERSION, "UidDomain": self.config.domain,
-                 "FileSystemDomain": self.config.filesystem_domain}
+                 "FileSystemDomain": self.config.filesystem_domain, "HasFileTransfer": True}
         for key, value in from_values(extra).items():
             public.setdefault(key, value)
         public.update(from_values(self._claimant(name)))
@@ -342,14 +357,15 @@ class PoolMember:
         return self.pair(name, ads[name])[0]
 
     # -- ALIVE to the schedds ----------------------------------------------------------
-    def track(self, claim: ClaimId, slot: str, schedd: str, alive_interval: int) -> None:
-        interval = max(alive_interval, 3)
+    def track(self, claim: ClaimId, slot: str, schedd: str, lease_s: int) -> None:
+        """ALIVE to `schedd` every lease_s/3 (at least every second) while claimed."""
+        interval = max(lease_s, 3)
         self.claims[claim.full()] = PoolClaim(claim, slot, schedd, interval,
                                               time.monotonic() + interval / 3)  # fmt: skip
         self._alive_wake.set()
 
     async def _alive_loop(self) -> None:
-        """Every claim's schedd gets an ALIVE every alive_interval/3; a schedd that no
+        """Every claim's schedd gets an ALIVE every lease/3; a schedd that no
         longer knows the claim (-1, or no session) has it released, as a startd does."""
         while True:
             mono = time.monotonic()

@@ -21,7 +21,7 @@ from execd.claims.ids import ClaimId
 from execd.daemon.control import ControlError, Role
 from execd.daemon.control import Peer as LocalPeer
 from execd.daemon.control import Request as LocalRequest
-from execd.policy import actions as act
+from execd.daemon.pool_job import PoolJob
 from execd.wire.channel import Channel
 from execd.wire.claim_messages import (
     RequestClaimReply,
@@ -131,7 +131,8 @@ class PoolCommands:
             self.daemon.engine.slots[slot].state.value == "Claimed"
         claim = member.new_claim_id() if partitionable else member.offers.pop(slot)
         try:
-            result = self.daemon.jobs.request_claim(slot, job_values(req.job_ad), claim=claim)
+            result = self.daemon.jobs.request_claim(slot, job_values(req.job_ad), claim=claim,
+                                                    alive_interval=req.alive_interval or None)
         except ControlError as exc:
             if partitionable:
                 member.forget_session(claim)
@@ -144,7 +145,11 @@ class PoolCommands:
         name = str(result["slot"])
         if preempting and not await self._preempt(channel, name, claim, peer):
             return
-        member.track(claim, name, req.schedd_address, req.alive_interval)
+        # As condor_startd: ALIVE every lease/3, the lease being the job's
+        # JobLeaseDuration, else MAX_CLAIM_ALIVES_MISSED x the schedd's ALIVE_INTERVAL.
+        granted = self.daemon.engine.slots[name].claim
+        lease = int(granted.lease.duration) if granted is not None else req.alive_interval
+        member.track(claim, name, req.schedd_address, lease)
         logger.info("pool_claimed", slot=name, claim=str(claim), schedd=req.schedd_address)
         if partitionable:
             member.replace_offer(slot)
@@ -185,9 +190,10 @@ class PoolCommands:
 
         request = decode_activate_claim(channel.decoder(await channel.recv()))
         job = job_values(request.job_ad)
+        runner = PoolJob(self.daemon.jobs, request.claim_id)
         try:
             slot, claim = self.daemon.jobs.lookup(request.claim_id)
-            self.daemon.jobs.activate(request.claim_id, job)
+            runner.activate(job)
         except ControlError as exc:
             logger.warning("pool_activation_refused", peer=peer.address, session=peer.sid,
                            why=exc.message)  # fmt: skip
@@ -195,9 +201,12 @@ class PoolCommands:
             return
         logger.info("pool_activated", slot=slot, claim=str(claim),
                     job=str(job.get("GlobalJobId", "")))  # fmt: skip
-        await channel.send(channel.encoder().put_int(Reply.OK).payload())
-        self.member.changed()
-        await serve_shadow(channel, claim, job)
+        try:
+            await channel.send(channel.encoder().put_int(Reply.OK).payload())
+            self.member.changed()
+            await serve_shadow(self.member, channel, claim, job, runner)
+        finally:
+            runner.close()
 
     async def deactivate_claim(self, channel: Channel, command: int, peer: Peer) -> None:
         claim_id = decode_claim_only(channel.decoder(await channel.recv()), Command(command).name)
@@ -208,9 +217,16 @@ class PoolCommands:
                            why="unknown or stale claim id")  # fmt: skip
             await channel.send(encode_deactivate_reply(channel.encoder(), False).payload())
             return
-        if slot in self.daemon.jobs.running:
-            kill = act.HardKill if command == Command.DEACTIVATE_CLAIM_FORCIBLY else act.SoftKill
-            self.daemon.execute([kill(slot)])
+        job = self.daemon.jobs.running.get(slot)
+        if job is not None and not job.done.is_set():
+            # The policy engine's path (a suspended job is resumed first); the starter's
+            # report says it was killed, and the shadow's conversation says JOB_SHOULD_REQUEUE.
+            verb = "deactivate_forcefully" if command == Command.DEACTIVATE_CLAIM_FORCIBLY \
+                else "deactivate"
+            try:
+                self.daemon.jobs.signal_job(claim_id, verb)
+            except ControlError as exc:  # already being evicted, or not running any more
+                logger.info("pool_deactivate_not_applied", slot=slot, why=exc.message)
         logger.info("pool_deactivated", slot=slot, claim=str(claim),
                     how=Command(command).name)  # fmt: skip
         state = self.daemon.engine.slots[slot].state.value if slot in self.daemon.engine.slots \

@@ -196,9 +196,13 @@ def remove_orphans(jobs: JobManager) -> int:
             logger.warning("orphan_cgroup_removed", cgroup=str(cgroup.slice), killed=processes)
             removed += 1
     execute = jobs.daemon.paths.execute
+    # A pool job's sandbox is named by the shadow conversation that made it, not its pid.
+    kept = {os.path.basename(job.handle.spec.sandbox) for job in jobs.running.values()
+            if job.handle is not None and job.handle.spec.sandbox}  # fmt: skip
     for entry in _listdir(execute):
         pid = entry.removeprefix("dir_")
-        if entry.startswith("dir_") and pid.isdigit() and int(pid) not in starters:
+        if entry.startswith("dir_") and pid.isdigit() and int(pid) not in starters \
+                and entry not in kept:
             shutil.rmtree(execute / entry, ignore_errors=True)
             logger.warning("orphan_sandbox_removed", sandbox=str(execute / entry))
             removed += 1

@@ -26,6 +26,7 @@ from execd.starter import report as rpt
 from execd.starter.child import become_job
 from execd.starter.clone import fork_into_cgroup
 from execd.starter.sandbox import (
+    adopt_scratch,
     disk_usage_kb,
     job_environment,
     make_scratch,
@@ -95,7 +96,8 @@ class Starter:
         self.cgroup.create()
         self.cgroup.apply_limits(self.plan.writes)
         event("cgroup_limits", slot=spec.slot_name, enforcement=repr(self.plan.describe()))
-        self.scratch = make_scratch(spec.execute_dir, os.getpid(), user)
+        self.scratch = (adopt_scratch(spec.sandbox, user) if spec.sandbox
+                        else make_scratch(spec.execute_dir, os.getpid(), user))
         iwd = spec.iwd or self.scratch
         cmd = spec.cmd if os.path.isabs(spec.cmd) else os.path.join(iwd, spec.cmd)
         env = job_environment(spec, self.scratch)
@@ -356,7 +358,8 @@ class Starter:
             NumProcesses=self.peak_procs,
             DiskUsage=disk_usage_kb(self.scratch),
         )
-        remove_scratch(self.scratch)
+        if not spec.sandbox:  # a pre-made one is its maker's: output goes from there
+            remove_scratch(self.scratch)
         if "SlotBrokenReason" not in self.report:
             self.cgroup.destroy()
         rpt.write_durably(spec.report_path, self.report)

@@ -53,6 +53,15 @@ def make_scratch(execute_dir: str, starter_pid: int, user: JobUser) -> str:
     return path
 
 
+def adopt_scratch(path: str, user: JobUser) -> str:
+    """A sandbox made before the starter: everything in it becomes the job user's."""
+    for root, dirs, files in os.walk(path):
+        for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+            os.lchown(name, user.uid, user.gid)
+    os.chmod(path, 0o700)
+    return path
+
+
 def remove_scratch(path: str) -> None:
     import shutil  # noqa: PLC0415 - after the job started: off the launch path
 

@@ -87,6 +87,10 @@ class StarterSpec(NamedTuple):
     pid_namespace: bool = False  # USE_PID_NAMESPACES
     network_namespace: bool = False  # EXECD_JOB_NETWORK_NAMESPACE: loopback only
     thread_env_vars: list[str] = THREAD_ENV_VARS
+    # A sandbox made before the starter (pool jobs: the shadow's input is already in
+    # it). The starter gives it to the job's user and leaves it in place when the job
+    # ends (its output is transferred afterwards); None: EXECUTE/dir_<starter pid>.
+    sandbox: str | None = None
 
     @property
     def slot_number(self) -> str:
@@ -137,4 +141,5 @@ class StarterSpec(NamedTuple):
             pid_namespace=_opt(d, "pid_namespace", bool, False),
             network_namespace=_opt(d, "network_namespace", bool, False),
             thread_env_vars=_opt(d, "thread_env_vars", list, THREAD_ENV_VARS),
+            sandbox=_opt(d, "sandbox", str, None),
         )

@@ -11,7 +11,10 @@ register_job_info at start and every `update_interval_s` -> event_notification
 (ActivationExecutionExit) -> register_job_info with the exit -> output transfer
 (FILETRANS_DOWNLOAD) -> job_exit (wait status, reason 100, exit ad).
 
-Cancelling the task that runs serve_shadow (the claim was deactivated) kills the job.
+Cancelling the task that runs serve_shadow kills the job. The job is run by
+`options.runner` (execd/wire/job_runner.py): a plain process by default, execd's own
+starter under `execd run`; a job killed on request (vacate, remove) gets job_exit with
+JOB_SHOULD_REQUEUE and no output transfer, as HTCondor's starter does.
 A shadow that goes away while the job runs may come back (its schedd restarted): the
 job's ShadowLink (shadow_link.py) waits for the reconnect for the job lease and moves
 the conversation to the new connection; a lease that runs out kills the job.
@@ -48,6 +51,7 @@ from execd.wire.filetransfer import (
     output_names,
     upload_sandbox,
 )
+from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
 from execd.wire.security import (
     CONDOR_VERSION,
     ClientSecurity,
@@ -57,18 +61,18 @@ from execd.wire.security import (
 )
 from execd.wire.session import Session
 from execd.wire.shadow_job import (
-    JobExit,
     JobProcess,
-    JobSetupError,
     job_argv,
     job_env,
-    rss_kb,
     run_as_ids,
+    shared_fs_launch,
+    wants_transfer,
 )
 from execd.wire.shadow_link import LIVE_LINKS, ShadowLink, ShadowLinks
 from execd.wire.shadow_syscalls import (
     JOB_COREDUMPED,
     JOB_EXITED,
+    JOB_SHOULD_REQUEUE,
     MessageChannel,
     SecSessionInfo,
     ShadowSyscalls,
@@ -77,7 +81,6 @@ from execd.wire.sinful import parse_sinful
 
 log = get_logger("wire")
 ULOG_REMOTE_ERROR = 21
-HOLD_FAILED_TO_CREATE_PROCESS = 6
 PEER_CLOSE_WAIT_S = 5.0
 SHADOW_SETTLE_S = 0.1
 STARTER_UPDATE_INTERVAL_S = 300
@@ -88,11 +91,17 @@ class ShadowOptions:
     execute_dir: Path = Path("/var/lib/execd/execute")
     slot_name: str = field(default_factory=lambda: f"slot1@{socket.gethostname()}")
     uid_domain: str = field(default_factory=socket.gethostname)
+    filesystem_domain: str = ""  # "": uid_domain (ShouldTransferFiles = IF_NEEDED)
     run_as_fallback: str = "nobody"
     update_interval_s: float = STARTER_UPDATE_INTERVAL_S
+    # The first update after this long (STARTER_INITIAL_UPDATE_INTERVAL, 8 s in HTCondor,
+    # capped by update_interval_s): a job that ends sooner sends none. 0: one at once.
+    initial_update_s: float = 0.0
     condor_version: str = CONDOR_VERSION
     keep_sandbox: bool = False
     links: ShadowLinks = LIVE_LINKS  # where the shadow's reconnect finds the job
+    # What runs the job: a plain process here; execd's starter under `execd run`.
+    runner: RunnerFactory = JobProcess.from_launch
 
 
 def _values(ad: WireAd) -> dict[str, object]:
@@ -179,24 +188,18 @@ def _transfer_error(job: dict[str, object], result: TransferResult) -> WireAd:
                          result.hold_code, result.hold_subcode)  # fmt: skip
 
 
-async def _run_job(calls: ShadowSyscalls, proc: JobProcess, options: ShadowOptions) -> JobExit:
+async def _run_job(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOptions) -> JobExit:
     await calls.begin_execution()  # before the process, as HTCondor's starter (001 event)
-    pid = await proc.start()
-    start = int(time.time())
-    peak = 0
-
-    def usage() -> dict[str, str]:
-        nonlocal peak
-        peak = max(peak, rss_kb(pid) or 0)
-        return {"JobPid": str(pid), "NumPids": "1", "JobState": '"Running"',
-                "JobStartDate": str(start), "ImageSize": str(peak), "ResidentSetSize": str(peak),
-                "MemoryUsage": "((ResidentSetSize + 1023) / 1024)",
-                "_condor_JOBINFO_MAXINTERVAL": str(int(options.update_interval_s))}  # fmt: skip
-
+    await proc.start()
+    interval = {"_condor_JOBINFO_MAXINTERVAL": str(int(options.update_interval_s))}
+    wait_s = min(options.initial_update_s, options.update_interval_s)
     try:  # from here on, whatever ends the conversation ends the job
-        await calls.register_job_info(usage())
-        while (done := await proc.wait(options.update_interval_s)) is None:
-            await calls.register_job_info(usage())
+        if wait_s <= 0:  # an update at once, then every interval
+            await calls.register_job_info({**proc.usage(), **interval})
+            wait_s = options.update_interval_s
+        while (done := await proc.wait(wait_s)) is None:
+            await calls.register_job_info({**proc.usage(), **interval})
+            wait_s = options.update_interval_s
     finally:
         proc.kill()
     return done
@@ -238,7 +241,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         async def receive(ch: Channel) -> TransferResult:
             return await download_sandbox(ch, sandbox, executable=executable)
 
-        got = await transfers.run(FILETRANS_UPLOAD, receive)
+        transfer = wants_transfer(job, options.filesystem_domain or options.uid_domain)
+        got = await transfers.run(FILETRANS_UPLOAD, receive) if transfer else TransferResult()
         if not got.ok:
             log.warning("shadow_input_transfer_failed", job=gjid, code=got.hold_code,
                         subcode=got.hold_subcode)  # fmt: skip
@@ -256,7 +260,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         # reaper), after the socket closed; it logs that end (040) when it handles our
         # next calls. HTCondor's starter is slower here by tens of milliseconds, so its
         # user logs have 040 before 001 (begin_execution): give the shadow that time.
-        await asyncio.sleep(SHADOW_SETTLE_S)
+        await asyncio.sleep(SHADOW_SETTLE_S if transfer else 0)
         await calls.register_job_info(from_values({"_condor_JOBINFO_MAXINTERVAL": -1}))
         for root, dirs, files in os.walk(sandbox):
             for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
@@ -268,23 +272,28 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             and os.path.basename(stdin) in inputs else None  # fmt: skip
         log.info("shadow_job_starting", job=gjid, uid=uid)
         try:
-            proc = JobProcess(job_argv(job, sandbox, got.files), sandbox,
-                              job_env(job, sandbox), (uid, gid), stdin_name)  # fmt: skip
+            launch = JobLaunch(job, job_argv(job, sandbox, got.files), sandbox,
+                               job_env(job, sandbox), (uid, gid), stdin_name)
+            proc = options.runner(launch if transfer else shared_fs_launch(launch))
             done = await _run_job(calls, proc, options)
-        except JobSetupError as exc:
-            log.warning("shadow_job_not_started", job=gjid, reason=str(exc))
-            await calls.ulog(_remote_error(job, str(exc), HOLD_FAILED_TO_CREATE_PROCESS,
-                                           exc.errno))  # fmt: skip
+        except JobHeldError as exc:  # not started (code 6), or the starter holds it (34)
+            log.warning("shadow_job_held", job=gjid, reason=str(exc), code=exc.code)
+            await calls.ulog(_remote_error(job, str(exc), exc.code, exc.subcode))
             return
         exit_ad = done.exit_ad()
         await calls.event_notification({"EventType": '"ActivationExecutionExit"'})
         await calls.register_job_info({**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"})
+        if done.requested:  # vacated or removed: no output transfer (ON_EXIT), requeue
+            await calls.job_exit(done.wait_status, JOB_SHOULD_REQUEUE,
+                                 {**exit_ad, "StarterIpAddr": f'"{address}"'})  # fmt: skip
+            log.info("shadow_job_evicted", job=gjid, status=done.wait_status)
+            return
         names = output_names(sandbox, job, inputs, before)
 
         async def send(ch: Channel) -> TransferResult:
             return await upload_sandbox(ch, sandbox, names)
 
-        sent = await transfers.run(FILETRANS_DOWNLOAD, send)
+        sent = await transfers.run(FILETRANS_DOWNLOAD, send) if transfer else TransferResult()
         if not sent.ok:
             await calls.ulog(_transfer_error(job, sent))
             return

@@ -8,55 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
+import dataclasses
 import os
 import pwd
 import shlex
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from execd.errors import ExecdError
+from execd.wire.job_runner import JobExit, JobLaunch, JobSetupError, exec_failure
 
+__all__ = ["DEFAULT_PATH", "JobExit", "JobProcess", "JobSetupError", "job_argv", "job_env",
+           "rss_kb", "run_as_ids", "shared_fs_launch", "wants_transfer"]
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-
-class JobSetupError(ExecdError):
-    """The job cannot be started as the job ad asks (no executable, bad arguments)."""
-
-    def __init__(self, message: str, errno: int = 0) -> None:
-        super().__init__(message)
-        self.errno = errno
-
-
-@dataclass(frozen=True)
-class JobExit:
-    wait_status: int
-    duration_s: float
-
-    @property
-    def by_signal(self) -> bool:
-        return os.WIFSIGNALED(self.wait_status)
-
-    @property
-    def code(self) -> int:
-        return os.WTERMSIG(self.wait_status) if self.by_signal else os.WEXITSTATUS(self.wait_status)
-
-    @property
-    def core_dumped(self) -> bool:
-        return self.by_signal and os.WCOREDUMP(self.wait_status)
-
-    def exit_ad(self) -> dict[str, str]:
-        """The job's exit as the starter reports it (old-syntax expression text)."""
-        ad = {"ExitBySignal": "true" if self.by_signal else "false",
-              "JobDuration": repr(round(self.duration_s, 6)), "JobState": '"Exited"'}  # fmt: skip
-        if self.by_signal:
-            ad["ExitSignal"] = str(self.code)
-            ad["JobCoreDumped"] = "true" if self.core_dumped else "false"
-        else:
-            ad["ExitCode"] = str(self.code)
-        return ad
 
 
 def run_as_ids(owner: str, fallback: str = "nobody") -> tuple[int, int]:
@@ -104,6 +68,33 @@ def job_env(job: dict[str, object], sandbox: Path) -> dict[str, str]:
     return env
 
 
+def wants_transfer(job: dict[str, object], filesystem_domain: str) -> bool:
+    """ShouldTransferFiles as HTCondor's starter reads it: NO, YES, or IF_NEEDED (only
+    when the job's FileSystemDomain is not this node's)."""
+    how = str(job.get("ShouldTransferFiles") or "YES").upper()
+    if how == "NO":
+        return False
+    if how == "IF_NEEDED":
+        return job.get("FileSystemDomain") != filesystem_domain
+    return True
+
+
+def shared_fs_launch(launch: JobLaunch) -> JobLaunch:
+    """A job without file transfer: it runs in its Iwd with the job ad's In/Out/Err."""
+    job = launch.job
+
+    def name(attr: str) -> str:
+        value = job.get(attr)
+        return value if isinstance(value, str) and value else os.devnull
+
+    stdin = name("In")
+    iwd = job.get("Iwd")
+    return dataclasses.replace(
+        launch, iwd=Path(str(iwd)) if isinstance(iwd, str) and iwd else launch.sandbox,
+        stdin_name=None if stdin == os.devnull else stdin,
+        stdout_name=name("Out"), stderr_name=name("Err"))  # fmt: skip
+
+
 def rss_kb(pid: int) -> int | None:
     """The process's resident set size in KiB (VmRSS), None once it is gone."""
     try:
@@ -126,40 +117,46 @@ class JobProcess:
         self.stdin_name = stdin_name
         self.proc: asyncio.subprocess.Process | None = None
         self.started_at = 0.0
+        self.start_date = 0
+        self.peak_kb = 0
+        self.stdio = ("_condor_stdout", "_condor_stderr")  # relative to the sandbox
+
+    @classmethod
+    def from_launch(cls, launch: JobLaunch) -> JobProcess:
+        """The library's runner factory (execd.wire.job_runner.RunnerFactory)."""
+        proc = cls(launch.argv, launch.workdir, launch.env, launch.ids, launch.stdin_name)
+        proc.stdio = (launch.stdout_name, launch.stderr_name)
+        return proc
 
     async def start(self) -> int:
         uid, gid = self.ids
         stdin_path = self.sandbox / self.stdin_name if self.stdin_name else Path(os.devnull)
-        with (stdin_path.open("rb") as stdin,
-              (self.sandbox / "_condor_stdout").open("wb") as out,
-              (self.sandbox / "_condor_stderr").open("wb") as err):  # fmt: skip
-            for path in (self.sandbox / "_condor_stdout", self.sandbox / "_condor_stderr"):
-                os.chown(path, uid, gid)
+        out_path, err_path = (self.sandbox / name for name in self.stdio)
+        with (stdin_path.open("rb") as stdin, out_path.open("wb") as out,
+              err_path.open("wb") as err):  # fmt: skip
+            for path in (out_path, err_path):
+                if path.is_file():  # not /dev/null
+                    os.chown(path, uid, gid)
             try:
                 self.proc = await asyncio.create_subprocess_exec(
                     *self.argv, cwd=self.sandbox, env=self.env, stdin=stdin, stdout=out,
                     stderr=err, user=uid, group=gid, extra_groups=[], start_new_session=True,
                 )
             except OSError as exc:
-                raise JobSetupError(self._exec_failure(exc), exc.errno or 0) from None
+                raise JobSetupError(exec_failure(self.argv, exc.errno or 0, exc.strerror),
+                                    exc.errno or 0) from None
         self.started_at = time.monotonic()
+        self.start_date = int(time.time())
         return self.proc.pid
 
-    def _exec_failure(self, exc: OSError) -> str:
-        """HTCondor's words for a job that cannot be executed (os_proc, daemon_core)."""
-        code = exc.errno or 0
-        detail = exc.strerror or "exec failed"
-        if code == errno.ENOENT:  # a script whose interpreter does not exist?
-            with contextlib.suppress(OSError), open(self.argv[0], "rb") as script:
-                head = script.read(1024)
-                if head.startswith(b"#!") and head[2:].split():
-                    interpreter = head[2:].split()[0].decode(errors="replace")
-                    detail = (f"invalid interpreter ({interpreter}) specified on first "
-                              "line of script")  # fmt: skip
-        args = " ".join(self.argv[1:])
-        with_args = f" with arguments {args}" if args else ""
-        return (f"Failed to execute '{self.argv[0]}'{with_args}: {detail} "
-                f"(errno={code}: '{os.strerror(code)}')")  # fmt: skip
+    def usage(self) -> dict[str, str]:
+        """register_job_info's attributes: the process's peak resident set so far."""
+        pid = self.proc.pid if self.proc is not None else 0
+        self.peak_kb = max(self.peak_kb, rss_kb(pid) or 0)
+        return {"JobPid": str(pid), "NumPids": "1", "JobState": '"Running"',
+                "JobStartDate": str(self.start_date), "ImageSize": str(self.peak_kb),
+                "ResidentSetSize": str(self.peak_kb),
+                "MemoryUsage": "((ResidentSetSize + 1023) / 1024)"}  # fmt: skip
 
     async def wait(self, timeout_s: float) -> JobExit | None:
         """The exit, or None if the job still runs after timeout_s."""

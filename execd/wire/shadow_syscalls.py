@@ -51,6 +51,7 @@ EVENT_NOTIFICATION = 304
 # Reasons for job_exit (condor_includes/exit.h).
 JOB_EXITED = 100
 JOB_COREDUMPED = 103
+JOB_SHOULD_REQUEUE = 107  # killed on request (vacate, remove): os_proc.cpp JobExit
 JOB_SHOULD_HOLD = 112
 
 

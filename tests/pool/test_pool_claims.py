@@ -8,7 +8,6 @@ unauthenticated command are refused and logged without any claim id's secret.
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import socket
 import struct
@@ -192,41 +191,6 @@ async def claim_command(address: str, claim_id: str, command: int,
         return dec.get_int("ACTIVATE_CLAIM reply")
     finally:
         await channel.close()
-
-
-def test_suspend_and_continue_claim_stop_and_resume_the_job(pool: harness.Pool,
-                                                            node: PoolNode) -> None:
-    harness.wait_for("execd's slot", lambda: pool_slots(pool), WAIT_S)
-    reply = asyncio.run(request_claim(node.address(), asyncio.run(offered_claim(pool))))
-    (dslot,) = reply.claimed
-    job = {"Cmd": "/bin/sleep", "Args": "60", "Owner": "nobody", "GlobalJobId": "t#1.0#1"}
-    status = asyncio.run(claim_command(node.address(), dslot.claim_id, Command.ACTIVATE_CLAIM,
-                                       activate=job))  # fmt: skip
-    assert status == Reply.OK
-    node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Busy")
-    spawned = node.wait_for("starter_spawned", slot="slot1_1")
-    # the starter publishes its job's state once the job runs (a starter signalled before
-    # it has set up its handlers would die of SIGUSR1: that is not what is tested here)
-    status = node.root / "state" / "spool" / "jobs" / job["GlobalJobId"] / "status.json"
-    harness.wait_for("the job running", lambda: status.exists() and
-                     json.loads(status.read_text()).get("JobState") == "Running", WAIT_S, 0.1)
-
-    asyncio.run(claim_command(node.address(), dslot.claim_id, Command.SUSPEND_CLAIM))
-    node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Suspended")
-    node.wait_for("starter_signalled", slot="slot1_1", action="Suspend")
-    harness.wait_for("Suspended in condor_status", lambda: any(
-        ad["Activity"] == "Suspended" for ad in pool_slots(pool).values()), WAIT_S, 0.2)
-    assert spawned["pid"] > 0
-
-    asyncio.run(claim_command(node.address(), dslot.claim_id, Command.CONTINUE_CLAIM))
-    node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Busy")
-    node.wait_for("starter_signalled", slot="slot1_1", action="Continue")
-    # a second CONTINUE_CLAIM has nothing to resume: refused, logged, nothing moves
-    asyncio.run(claim_command(node.address(), dslot.claim_id, Command.CONTINUE_CLAIM))
-    refused = node.wait_for("pool_command_not_applied", command="CONTINUE_CLAIM")
-    assert "it is not suspended" in refused["why"]
-    assert node.slots()[next(n for n in node.slots() if n.startswith("slot1_1@"))][
-        "Activity"] == "Busy"
 
 
 def test_the_shadows_reconnect_reaches_execds_ca_cmd_handler(pool: harness.Pool,

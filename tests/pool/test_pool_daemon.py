@@ -33,7 +33,9 @@ from execd.daemon.client import ControlClient
 SLEEP_JOB = """\
 executable = /bin/sleep
 arguments = 300
-should_transfer_files = NO
+transfer_executable = false
+should_transfer_files = YES
+when_to_transfer_output = ON_EXIT
 log = job.log
 request_cpus = 1
 request_memory = 64
@@ -113,16 +115,16 @@ def test_real_negotiator_claims_a_dynamic_slot(pool: harness.Pool, node: PoolNod
     wait_pool(pool, "execd's slot", lambda s: s)
     job = pool.submit(SLEEP_JOB)
     try:
+        node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Idle", timeout=WAIT_S)
         claimed = node.wait_for("pool_claimed", timeout=WAIT_S)
         assert claimed["slot"] == "slot1_1" and "sock=schedd" in claimed["schedd"]
         assert claimed["claim"] == "<redacted>"  # claim ids never reach the log
-        node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Idle")
         # the schedd activates the claim; execd starts it through the policy engine
         node.wait_for("slot_state_changed", slot="slot1_1", new="Claimed/Busy", timeout=WAIT_S)
         node.wait_for("pool_activated", slot="slot1_1")
+        node.wait_for("starter_spawned", slot="slot1_1", timeout=WAIT_S)
         # the reply's leftover: the partitionable slot kept what the d-slot did not take
-        # (the schedd claims again after the stub ends each activation: wait for a
-        # moment where both ads are current, not one snapshot)
+        # (wait for a moment where both ads are current in the collector)
         def carved(slots: dict[str, dict[str, Any]]) -> bool:
             return sorted((ad["SlotType"], ad["Cpus"]) for ad in slots.values()) == [
                 ("Dynamic", 1), ("Partitionable", 1)]
@@ -212,8 +214,9 @@ def test_real_negotiator_claims_a_static_slot(pool: harness.Pool) -> None:
             job = pool.submit(SLEEP_JOB)
             try:
                 # the advertised offer becomes the claim: no d-slot, no leftover
+                node.wait_for("slot_state_changed", slot="slot1", new="Claimed/Idle",
+                              timeout=WAIT_S)  # fmt: skip
                 node.wait_for("pool_claimed", slot="slot1", timeout=WAIT_S)
-                node.wait_for("slot_state_changed", slot="slot1", new="Claimed/Idle")
                 node.wait_for("slot_state_changed", slot="slot1", new="Claimed/Busy",
                               timeout=WAIT_S)  # fmt: skip
                 assert list(node.slots()) == [name]

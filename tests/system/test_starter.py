@@ -53,6 +53,24 @@ def test_job_runs_as_nobody_inside_its_cgroup_with_htcondor_environment(
         assert "kernel: none; policy:" in str(report["CgroupEnforcement"])
 
 
+def test_a_premade_sandbox_is_given_to_the_job_user_and_left_for_its_maker(
+    workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    """A pool job's sandbox (the shadow's input already in it): the job runs there as
+    its user, reads the input, writes its output there; the sandbox stays afterwards."""
+    sandbox = workdir / "execute" / "dir_transferred"
+    (sandbox / "data").mkdir(parents=True)
+    (sandbox / "data" / "in.txt").write_text("input\n")
+    spec = make_spec("cat data/in.txt; id -u > uid.txt; stat -c '%U %a' .",
+                     sandbox=str(sandbox), iwd=str(sandbox), stdout="_condor_stdout")
+    report = finished(start(spec, workdir), workdir)
+    assert report["ExitReason"] == "exited" and report["ExitCode"] == 0
+    assert (sandbox / "_condor_stdout").read_text() == "input\nnobody 700\n"
+    assert (sandbox / "uid.txt").read_text() == f"{NOBODY}\n"
+    assert (sandbox / "data" / "in.txt").stat().st_uid == NOBODY
+    assert not [p for p in (workdir / "execute").iterdir() if p != sandbox]
+
+
 def test_a_root_owner_never_runs_as_root(
     workdir: Path, make_spec: Callable[..., StarterSpec]
 ) -> None:

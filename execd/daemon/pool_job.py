@@ -1,0 +1,193 @@
+"""A pool job: the shadow's conversation drives execd's own starter.
+
+ACTIVATE_CLAIM puts the claim Claimed/Busy through the JobManager and the policy engine
+with a *gate*: the engine's SpawnStarter waits. The conversation (execd/wire/shadow.py)
+transfers the input into a sandbox under EXECUTE and then calls this runner's start(),
+which opens the gate: the JobManager launches a starter that adopts that sandbox (the
+job's user, its cgroup, never root) and leaves it in place for the output transfer.
+What the shadow is told comes from the starter: register_job_info's usage from its
+status.json, the exit (wait status, requeue after a kill, holds) from its durable report.
+
+Whatever ends the conversation early (the shadow went away) kills the job through the
+policy engine's deactivate path; a daemon restarting in place leaves it running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import time
+from typing import TYPE_CHECKING, Any
+
+from execd import log
+from execd.daemon.control import ControlError
+from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobSetupError, exec_failure
+
+if TYPE_CHECKING:
+    from execd.daemon.jobs import Job, JobManager
+
+logger = log.get_logger("pool")
+
+# How often start() looks for the starter's first status (the job has exec'd).
+STARTED_POLL_S = 0.05
+# CONDOR_HOLD_CODE::StartdHeldJob: the startd's policy (WANT_HOLD) holds the job.
+HOLD_STARTD_HELD_JOB = 21
+KILLED = signal.SIGKILL  # the wait status of a job killed before it reported one
+
+
+def wait_status(report: dict[str, Any]) -> int:
+    """The raw wait status the starter's report describes."""
+    if report.get("ExitBySignal") is True:
+        return int(report.get("ExitSignal") or KILLED) & 0x7F
+    if report.get("ExitBySignal") is False:
+        return (int(report.get("ExitCode") or 0) & 0xFF) << 8
+    return KILLED
+
+
+def hold_from_report(report: dict[str, Any], argv: list[str] | None) -> JobHeldError | None:
+    """The hold a starter's report means: a job that never ran (code 6, in HTCondor's
+    words for the exec failure), or one the starter held (34/102: memory); else None."""
+    reason = report.get("ExitReason")
+    if reason == "spawn_failed":
+        errno = int(report.get("HoldReasonSubCode") or 0)
+        if argv is not None and "HoldReasonSubCode" in report:
+            return JobSetupError(exec_failure(argv, errno), errno)
+        return JobSetupError(f"execd could not start the job's starter: "
+                             f"{report.get('Error', 'unknown error')}")  # fmt: skip
+    if reason == "starter_failed":
+        return JobSetupError(f"execd's starter failed: {report.get('StarterError')}")
+    if reason == "held" and report.get("HoldReasonCode"):
+        return JobHeldError(str(report.get("HoldReason", "")), int(report["HoldReasonCode"]),
+                            int(report.get("HoldReasonSubCode") or 0))  # fmt: skip
+    return None
+
+
+class PoolJob:
+    """The runner (execd.wire.job_runner.JobRunner) of one activated claim's job."""
+
+    def __init__(self, jobs: JobManager, claim_id: str) -> None:
+        self.jobs = jobs
+        self.claim_id = claim_id
+        self.gate: asyncio.Future[dict[str, Any] | None] = \
+            asyncio.get_running_loop().create_future()
+        self.job: Job | None = None
+        self.launch: JobLaunch | None = None
+        self.started = 0
+        self.reported_suspended = False  # what the shadow was last told
+
+    def activate(self, job_ad: dict[str, Any]) -> None:
+        """JobManager.activate with this runner's gate (ControlError if refused)."""
+        result = self.jobs.activate(self.claim_id, job_ad, gate=self.gate)
+        self.job = self.jobs.jobs[result["job_id"]]
+
+    def runner(self, launch: JobLaunch) -> PoolJob:
+        """The conversation's runner factory: the input is in `launch.sandbox`."""
+        self.launch = launch
+        return self
+
+    # -- the runner ------------------------------------------------------------------
+    def _job(self) -> Job:
+        assert self.job is not None, "activate() first"
+        return self.job
+
+    async def start(self) -> int:
+        job, launch = self._job(), self.launch
+        assert launch is not None
+        if not self.gate.done():
+            self.gate.set_result({
+                "cmd": launch.argv[0], "args": launch.argv[1:], "env": launch.env,
+                "stdin": launch.stdin_name, "stdout": launch.stdout_name,
+                "stderr": launch.stderr_name, "iwd": str(launch.workdir),
+                "sandbox": str(launch.sandbox),
+            })  # fmt: skip
+        # The starter publishes its first status once the job has exec'd; a job that
+        # could not be started ends instead.
+        while not job.done.is_set() and not self._status():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(job.done.wait(), STARTED_POLL_S)
+        self.started = int(time.time())
+        if job.done.is_set():
+            self._raise_if_held(job.report or {})
+        return job.handle.pid if job.handle is not None else 0
+
+    async def wait(self, timeout_s: float) -> JobExit | None:
+        """The exit; None after timeout_s, or sooner when the job was suspended or
+        continued (the next update tells the shadow, which logs 010/011)."""
+        job = self._job()
+        if (job.suspended is not None) != self.reported_suspended:
+            return None
+        job.state_changed.clear()
+        waits = [asyncio.ensure_future(job.done.wait()),
+                 asyncio.ensure_future(job.state_changed.wait())]
+        try:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for pending in waits:
+                pending.cancel()
+        if not job.done.is_set():
+            return None
+        report = job.report or {}
+        self._raise_if_held(report)
+        if job.hold_reason:  # the startd's policy (WANT_HOLD) evicted it to hold it
+            raise JobHeldError(job.hold_reason, HOLD_STARTD_HELD_JOB, job.hold_subcode)
+        duration = float(report.get("RemoteWallClockTime") or time.time() - job.started)
+        return JobExit(wait_status(report), duration,
+                       requested=report.get("ExitReason") != "exited")  # fmt: skip
+
+    def _raise_if_held(self, report: dict[str, Any]) -> None:
+        error = hold_from_report(report, self.launch.argv if self.launch else None)
+        if error is not None:
+            raise error
+
+    def _status(self) -> dict[str, Any]:
+        path = self.jobs.workdir(self._job().job_id) / "status.json"
+        try:
+            status: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return status
+
+    def usage(self) -> dict[str, str]:
+        """register_job_info's attributes from the starter's latest measurements."""
+        status = self._status()
+        self.reported_suspended = self._job().suspended is not None
+        return {
+            "JobPid": str(status.get("JobPid", 0)),
+            "NumPids": str(status.get("NumProcesses", 0)),
+            "JobState": '"Suspended"' if self.reported_suspended else '"Running"',
+            "JobStartDate": str(self.started),
+            "ImageSize": str(status.get("ImageSize", 0)),
+            "ResidentSetSize": str(status.get("ResidentSetSize", 0)),
+            "MemoryUsage": "((ResidentSetSize + 1023) / 1024)",
+            "RemoteUserCpu": repr(float(status.get("RemoteUserCpu", 0.0))),
+            "RemoteSysCpu": repr(float(status.get("RemoteSysCpu", 0.0))),
+        }
+
+    def kill(self) -> None:
+        """The conversation is over: a job not started never starts, a running one is
+        killed (the deactivate path: a suspended job is resumed first)."""
+        job = self.job
+        if not self.gate.done():
+            self.gate.set_result(None)
+        if job is None or job.done.is_set() or job.evicted:
+            return
+        if self.jobs.daemon.stopping == "restart":
+            return  # restarting in place: the new daemon re-adopts the job
+        try:
+            self.jobs.signal_job(self.claim_id, "deactivate_forcefully")
+        except ControlError as exc:
+            logger.info("pool_job_not_killed", slot=job.slot, job=job.job_id, why=exc.message)
+            return
+        logger.info("pool_job_killed", slot=job.slot, job=job.job_id,
+                    why="the shadow's conversation ended")  # fmt: skip
+
+    def close(self) -> None:
+        """After the conversation: kill what still runs; once the job has ended, its
+        outcome is forgotten (the shadow had it), so the claim can run it again."""
+        self.kill()
+        job = self.job
+        if job is not None:
+            self.jobs.forget_when_done(job)
+
