@@ -161,7 +161,10 @@ def run_cluster(pool: harness.Pool, half: Half, ep: ExecutePoint,
         try:
             wait_for_cluster(half, host / "job.log", cluster, t0, args)
         except StalledError as exc:
-            raise StalledError(f"{exc}\n{queue_summary(pool, cluster)}{diagnose()}") from None
+            codes = Counter(e.code for e in read_events(host / "job.log", cluster))
+            events = ", ".join(f"{code} x{n}" for code, n in sorted(codes.items()))
+            raise StalledError(f"{exc}\nuser log events: {events}\n"
+                               f"{queue_summary(pool, cluster)}{diagnose()}") from None
         half.wall_s = round(time.monotonic() - t0, 3)
         half.jobs_per_min = round(half.jobs / half.wall_s * 60, 1)
     finally:
@@ -217,8 +220,8 @@ def queue_summary(pool: harness.Pool, cluster: int) -> str:
         analysis = pool.tool("condor_q", "-better-analyze", f"{cluster}.0").stdout
         # the reduced conditions' table: "[9]   0  TARGET.HasFileTransfer" matched no slot
         unmet = re.findall(r"^\[\d+\]\s+0\s+(.+)$", analysis, re.MULTILINE)
-        text += f"no slot matches the jobs' requirements on: {', '.join(unmet)}\n" if unmet else (
-            "condor_q -better-analyze (end):\n" + "".join(analysis.splitlines(True)[-12:]))
+        text += (f"no slot matches the jobs' requirements on: {', '.join(unmet)}\n" if unmet
+                 else "the jobs match the EP's slot but do not run (the EP's log below)\n")
     return text
 
 
