@@ -2,7 +2,8 @@
 
 One pool (the pool tier's chroot, tests/pool/pool_harness.py), one schedd, one submitter
 (`execdtest`): first HTCondor's own condor_startd is the pool's execute point, then it
-is turned off (`condor_off -startd`) and `execd run` joins the same pool. Each EP has
+is turned off (`condor_off -startd`) and `execd run` joins the same pool (--execd-first:
+the other way round, `condor_on -startd` after execd has left). Each EP has
 the same slot layout, one partitionable slot of --cpus CPUs and --memory MB
 (`use FEATURE : PartitionableSlot`, `use POLICY : Always_Run_Jobs`), and each runs the
 same cluster of --jobs vanilla jobs: a few lines of shell that read a small per-job
@@ -345,6 +346,27 @@ def report(halves: list[Half], args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def run_both(layout: str, args: argparse.Namespace) -> list[Half]:
+    """The halves asked for, in the order asked for, in one pool."""
+    halves = []
+    with BenchPool(layout, with_startd=args.only != "execd") as pool:
+        if args.only is None and args.execd_first:
+            condor_off_startd(pool)
+            halves.append(run_execd(pool, layout, args))
+            pool.tool("condor_on", "-startd").check()
+            harness.wait_for("condor_startd's slot ad", lambda: pool.status("-slots"),
+                             harness.START_TIMEOUT_S, 0.2)  # fmt: skip
+            halves.append(run_condor_startd(pool, args))
+            return halves
+        if args.only != "execd":
+            halves.append(run_condor_startd(pool, args))
+            if args.only is None:
+                condor_off_startd(pool)
+        if args.only != "condor":
+            halves.append(run_execd(pool, layout, args))
+    return halves
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = ap.add_argument
@@ -359,6 +381,7 @@ def main() -> int:
     add("--timeout", type=float, default=1800, help="fail after this long in all")
     add("--only", choices=("condor", "execd"), help="run one EP only")
     add("--check", action="store_true", help="a few jobs: do both EPs agree?")
+    add("--execd-first", action="store_true", help="run execd's half first (order bias)")
     add("--json", type=Path, help="where to write the results "
                                   "(default bench/results/pool-TIME.json)")  # fmt: skip
     args = ap.parse_args()
@@ -370,15 +393,11 @@ def main() -> int:
     layout = (f"NUM_CPUS = {args.cpus}\nMEMORY = {args.memory}\n"
               "use FEATURE : PartitionableSlot\nuse POLICY : Always_Run_Jobs\n")  # fmt: skip
 
-    halves = []
-    pool = BenchPool(layout, with_startd=args.only != "execd")
-    with pool:
-        if args.only != "execd":
-            halves.append(run_condor_startd(pool, args))
-            if args.only is None:
-                condor_off_startd(pool)
-        if args.only != "condor":
-            halves.append(run_execd(pool, layout, args))
+    try:
+        halves = run_both(layout, args)
+    except harness.PoolError as exc:
+        print(f"bench_pool: the pool did not come up or stop as asked: {exc}", file=sys.stderr)
+        return 2
     result = report(halves, args)
     path = args.json or REPO / "bench" / "results" / time.strftime("pool-%Y%m%dT%H%M%SZ.json",
                                                                     time.gmtime())  # fmt: skip
