@@ -43,17 +43,16 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "pool"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pool_harness as harness
-from ep_memory import ExecutePoint, Sample, Sampler, comm_of, idle_pss_kb
-from user_log import Outcome, job_outcomes, read_events
+from ep_memory import ExecutePoint, Sampler, comm_of, idle_pss_kb
+from pool_results import Half, report
+from user_log import job_outcomes, read_events
 
 from tests.component.daemon_harness import RunningDaemon
 
@@ -94,32 +93,6 @@ class BenchPool(harness.Pool):
 
     def config_text(self) -> str:
         return super().config_text() + "# bench_pool: the EP's slot layout\n" + self.layout
-
-
-@dataclass
-class Half:
-    """One EP's run of the cluster."""
-
-    ep: str
-    jobs: int
-    completed: int = 0
-    wall_s: float | None = None
-    jobs_per_min: float | None = None
-    idle_pss_kb: int = 0
-    peak_pss_kb: int = 0
-    peak_jobs: int = 0
-    per_job_kb: float | None = None
-    idle_after_pss_kb: int = 0
-    error: str | None = None
-    outcomes: dict[int, Outcome] = field(default_factory=dict)
-    samples: list[Sample] = field(default_factory=list)
-
-    def summary(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k not in ("outcomes", "samples")}
-        # [seconds, EP PSS kB, EP processes, sandboxes, job processes]
-        out["samples"] = [[round(s.t, 2), s.pss_kb, s.processes, s.jobs, s.job_processes]
-                          for s in self.samples]  # fmt: skip
-        return out
 
 
 class StalledError(RuntimeError):
@@ -293,57 +266,6 @@ def run_execd(pool: harness.Pool, layout: str, args: argparse.Namespace) -> Half
         finally:
             node.stop(signal.SIGQUIT)
     return half
-
-
-# ----- comparison and report --------------------------------------------------------
-def differences(a: Half, b: Half) -> list[str]:
-    found = []
-    for n in range(a.jobs):
-        mine, theirs = a.outcomes.get(n), b.outcomes.get(n)
-        if mine != theirs:
-            found.append(f"job {n}: {a.ep} {mine} != {b.ep} {theirs}")
-    return found
-
-
-def report(halves: list[Half], args: argparse.Namespace) -> dict[str, Any]:
-    print(f"\n{args.jobs} jobs (sleep {args.sleep} s each), one partitionable slot of "
-          f"{args.cpus} CPUs / {args.memory} MB, load avg {os.getloadavg()[0]:.1f}")
-    head = (f"{'EP':<14} {'done':>8} {'wall s':>8} {'jobs/min':>9} {'idle MB':>8} "
-            f"{'peak MB':>8} {'peak jobs':>9} {'MB/job':>7} {'after MB':>8}")  # fmt: skip
-    print(head)
-    mb = lambda kb: f"{kb / 1024:.1f}" if kb else "-"  # noqa: E731
-    for h in halves:
-        wall, rate = (f"{h.wall_s:.1f}", f"{h.jobs_per_min:.1f}") if h.wall_s else ("-", "-")
-        print(f"{h.ep:<14} {h.completed:>4}/{h.jobs:<3} {wall:>8} "
-              f"{rate:>9} {mb(h.idle_pss_kb):>8} {mb(h.peak_pss_kb):>8} "
-              f"{h.peak_jobs:>9} {mb(h.per_job_kb):>7} {mb(h.idle_after_pss_kb):>8}")
-    result: dict[str, Any] = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "jobs": args.jobs,
-        "sleep_s": args.sleep, "cpus": args.cpus, "memory_mb": args.memory,
-        "every_s": args.every, "loadavg": os.getloadavg(),
-        "halves": [h.summary() for h in halves],
-    }  # fmt: skip
-    by_ep = {h.ep: h for h in halves}
-    if len(halves) == 2 and not any(h.error for h in halves):
-        diff = differences(by_ep["condor_startd"], by_ep["execd"])
-        result["identical"] = not diff
-        print("results identical (exit codes, stdout, stderr, result files): "
-              + ("yes" if not diff else f"NO, {len(diff)} jobs differ"))
-        for line in diff[:10]:
-            print("  " + line)
-        condor, execd = by_ep["condor_startd"], by_ep["execd"]
-        if condor.per_job_kb and execd.per_job_kb:
-            ratio = execd.per_job_kb / condor.per_job_kb
-            result["memory_ratio"] = round(ratio, 3)
-            print(f"per-job EP memory execd/condor_startd = {ratio:.2f} (goal < 0.5)")
-        if condor.jobs_per_min and execd.jobs_per_min:
-            ratio = execd.jobs_per_min / condor.jobs_per_min
-            result["throughput_ratio"] = round(ratio, 3)
-            print(f"throughput execd/condor_startd = {ratio:.2f} (goal >= 1)")
-    for h in halves:
-        if h.error:
-            print(f"\nFAILED: {h.error}")
-    return result
 
 
 def run_both(layout: str, args: argparse.Namespace) -> list[Half]:
