@@ -24,6 +24,17 @@ GONE_S = 30  # an execd's ads leave the collector when it stops, or are invalida
 # this grace is stale (a killed execd's) and is invalidated.
 GRACE_S = 5
 
+# A job that holds a claim: runs in the submitter's Iwd (no file transfer).
+SLEEP_JOB = """\
+executable = /bin/sleep
+arguments = 300
+should_transfer_files = NO
+log = job.log
+request_cpus = 1
+request_memory = 64
+queue
+"""
+
 # The execds started by the running test (drained by the autouse fixture).
 STARTED: list[PoolNode] = []
 

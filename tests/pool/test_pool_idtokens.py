@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pool_harness as harness
 import pytest
-from pool_node import PoolNode, pool_knob, start_node, wait_pool
+from pool_node import SLEEP_JOB, PoolNode, pool_knob, start_node, wait_pool
 
 ADMIN = "tokenadmin"
 HELD_TOKEN = f"/home/{harness.SUBMITTER}/.condor/tokens.d/token"
@@ -125,15 +125,6 @@ def test_bad_expired_and_read_only_tokens_are_refused(pool: harness.Pool,
     assert token_node.running()
 
 
-SLEEP_JOB = """\
-executable = /bin/sleep
-arguments = 300
-should_transfer_files = NO
-log = job.log
-request_cpus = 1
-request_memory = 64
-queue
-"""
 
 
 def test_an_idtokens_only_pool_claims_and_activates(idtokens_pool: harness.Pool) -> None:

@@ -21,21 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pool_harness as harness
-from pool_node import WAIT_S, PoolNode, start_node, wait_pool
+from pool_node import SLEEP_JOB, WAIT_S, PoolNode, start_node, wait_pool
 from test_pool_claims import claim_command, offered_claim, request_claim
 
 from execd.wire.commands import Command, Reply
 
 RANKED = "execdrank"
-SLEEP_JOB = """\
-executable = /bin/sleep
-arguments = 300
-should_transfer_files = NO
-log = job.log
-request_cpus = 1
-request_memory = 64
-queue
-"""
 LOW_JOB = {"Cmd": "/bin/sleep", "Args": "300", "Owner": "nobody", "GlobalJobId": "low#1.0#1"}
 
 

@@ -16,18 +16,9 @@ import tempfile
 from pathlib import Path
 
 import pool_harness as harness
-from pool_node import WAIT_S, pool_knob, start_node, wait_pool
+from pool_node import SLEEP_JOB, WAIT_S, pool_knob, start_node, wait_pool
 from test_pool_daemon import chroot_condor_identity
 
-SLEEP_JOB = """\
-executable = /bin/sleep
-arguments = 300
-should_transfer_files = NO
-log = job.log
-request_cpus = 1
-request_memory = 64
-queue
-"""
 SOCKET_DIR = f"{harness.LOCAL_DIR}/lock/daemon_sock"
 
 
