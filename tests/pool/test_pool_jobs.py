@@ -19,7 +19,7 @@ import pool_harness as harness
 import pytest
 from test_pool_claims import claim_command
 from test_pool_daemon import WAIT_S, PoolNode, start_node
-from test_shadow_pool import CASES, outcome, run_on_condor_startd, submit
+from test_shadow_pool import CASES, outcome, run_on_condor_startd
 
 from execd.cgroups.discovery import discover
 from execd.cgroups.fs import CgroupFS
@@ -113,18 +113,10 @@ def submit_files(pool: harness.Pool, text: str, files: dict[str, str]) -> harnes
 
 def run_on_execd_run(pool: harness.Pool, args: str, *, unreadable: str = "",
                      until: str = "005", shebang: str = "") -> harness.SubmittedJob:  # fmt: skip
-    """test_shadow_pool's job, on the `execd run` node beside the pool."""
-    job = submit(pool, args, unreadable=unreadable, shebang=shebang)
-    try:
-        job.wait_for_event(until, WAIT_S)
-        if until == "012":
-            held = job.ad()
-            assert held is not None
-            (job.host_dir / "hold.txt").write_text(
-                f"{held['HoldReasonCode']} {held['HoldReasonSubCode']} {held['HoldReason']}")
-    finally:
-        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
-    return job
+    """test_shadow_pool's job, on the `execd run` node beside the pool: the same
+    submit-wait-record steps as its condor_startd run (they do not depend on the EP)."""
+    return run_on_condor_startd(pool, args, unreadable=unreadable, until=until,
+                                shebang=shebang, wait_s=WAIT_S)  # fmt: skip
 
 
 def test_same_user_log_on_execd_run_as_condor_startd(running_pool: harness.RunningPool) -> None:

@@ -250,13 +250,15 @@ def test_non_zero_exit_and_signal_death(pool: harness.Pool, args: str, line: str
 
 def run_on_condor_startd(pool: harness.Pool, args: str, *, unreadable: str = "",
                          until: str = "005", shebang: str = "",
-                         during: Action | None = None,
-                         extra: str = "") -> harness.SubmittedJob:  # fmt: skip
+                         during: Action | None = None, extra: str = "",
+                         wait_s: float = WAIT_S) -> harness.SubmittedJob:  # fmt: skip
+    """Submit the job, wait for `until` in its user log (recording a hold's code and
+    reason in hold.txt), remove it; whichever execute point the pool has runs it."""
     job = submit(pool, args, unreadable=unreadable, shebang=shebang, extra=extra)
     try:
         if during is not None:
             during(pool, job)
-        job.wait_for_event(until, WAIT_S)
+        job.wait_for_event(until, wait_s)
         if until == "012":
             held = job.ad()
             assert held is not None
