@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
 
 logger = log.get_logger("jobs")
-STARTER_SIGNALS = {signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGQUIT}
 
 
 @dataclass
@@ -359,14 +357,8 @@ class JobManager:
             with contextlib.suppress(FileExistsError):
                 os.mkfifo(spec.exit_fifo, 0o600)
             job_exit.listen(job, spec.exit_fifo, self.job_exited)
-        # The starter blocks its control signals once Python is up; until then their
-        # default action would kill it. Started with them blocked, it finds them pending.
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STARTER_SIGNALS)
-        try:
-            handle = launch_starter(spec, str(workdir / "spec.json"),
-                                    str(workdir / "starter.log"))
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        # (launch_starter starts it with its control signals blocked: one sent at once waits)
+        handle = launch_starter(spec, str(workdir / "spec.json"), str(workdir / "starter.log"))
         job.handle, job.hooks = handle, hooks
         job.starter_start = procwatch.start_time(handle.pid, zombies=True) or 0
         # Recorded before `activate` is acknowledged: a new daemon will find it.
