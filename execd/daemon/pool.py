@@ -38,7 +38,7 @@ from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.collector import CollectorClient
 from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive, send_release
-from execd.wire.security import CONDOR_VERSION, ClientSecurity, SessionNotFoundError
+from execd.wire.security import CONDOR_VERSION, ClientSecurity
 from execd.wire.server import CommandServer, ServerSecurity
 from execd.wire.shadow import ShadowOptions
 from execd.wire.shadow import serve_shadow as run_conversation
@@ -298,10 +298,7 @@ class PoolMember:
         (or, where the schedd has none, an authenticated one); then the session goes."""
         schedd, key = parse_sinful(ended.schedd), ended.claim.full()
         try:
-            try:
-                await send_release(schedd, key, self.client)
-            except SessionNotFoundError:
-                await send_release(schedd, key, self.client, on_claim_session=False)
+            await send_release(schedd, key, self.client)
             logger.info("pool_release_sent", slot=ended.slot, schedd=ended.schedd)
         except (ProtocolError, ExecdError, OSError) as exc:
             logger.warning("pool_release_not_sent", slot=ended.slot, schedd=ended.schedd,
@@ -380,10 +377,7 @@ class PoolMember:
     async def _alive(self, key: str, held: PoolClaim) -> None:
         schedd = parse_sinful(held.schedd)
         try:
-            try:
-                answer = await send_alive(schedd, key, self.client)
-            except SessionNotFoundError:  # no claim session there: authenticate instead
-                answer = await send_alive(schedd, key, self.client, on_claim_session=False)
+            answer = await send_alive(schedd, key, self.client)
         except (ProtocolError, ExecdError, OSError) as exc:
             logger.warning("alive_failed", slot=held.slot, claim=str(held.claim),
                            schedd=held.schedd, reason=str(exc))  # fmt: skip

@@ -75,7 +75,7 @@ def test_real_schedd_and_shadow_claim_execds_slot(pool: harness.Pool) -> None:
         note("ALIVE", await send_alive(schedd, act.claim_id, ClientSecurity(timeout_s=10)))
         stranger = ClaimIdFactory(schedd_address[0], 1).new().full()
         try:
-            await send_alive(schedd, stranger, ClientSecurity(timeout_s=10))
+            await send_alive(schedd, stranger, ClientSecurity(timeout_s=10), fallback=False)
             note("ALIVE_STRANGER", "answered")
         except SessionNotFoundError:
             note("ALIVE_STRANGER", "SID_NOT_FOUND")
