@@ -142,12 +142,7 @@ def pool_settings(settings: Any) -> PoolSettings | None:
         administrators=tuple(settings.get_list("EXECD_POOL_ADMINISTRATORS")),
         schedulers=tuple(settings.get_list("EXECD_POOL_SCHEDULERS")),
         token=_token(settings),
-        tokens=TokenIssuer(
-            trust_domain=settings.get_str("TRUST_DOMAIN") or domain,
-            pool_key_file=settings.get_str("SEC_TOKEN_POOL_SIGNING_KEY_FILE") or "",
-            password_directory=settings.get_str("SEC_PASSWORD_DIRECTORY") or "",
-            max_age_s=settings.get_int("SEC_TOKEN_MAX_AGE"),
-        ),
+        tokens=TokenIssuer.from_settings(settings, domain),
         shared_port=shared_port,
     )  # fmt: skip
 

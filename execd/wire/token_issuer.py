@@ -17,6 +17,11 @@ not its TRUST_DOMAIN: HTCondor's clients only present tokens of the server's tru
 domain, so a foreign issuer is a token from another pool. `scope` entries
 `condor:/<LEVEL>` limit what the identity may do (LimitAuthorization).
 
+SEC_TOKEN_REVOCATION_EXPR (or its old name SEC_TOKEN_BLACKLIST_EXPR) is evaluated, as
+HTCondor does, against an ad of the payload's scalar claims (sub, iss, jti, iat, exp,
+...): true revokes the token; so does a value that is not boolean-like (undefined,
+error, a string), out of caution, as HTCondor's Condor_Auth_Passwd decides.
+
 Keys are read when a token arrives (a rotated key file needs no restart) and never
 logged; errors name the file and the problem, never a key or a signature.
 """
@@ -38,6 +43,8 @@ from typing import Any
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from execd.classads import ClassAdError, Value, evaluate, new_ad, parse_expr
+from execd.errors import ConfigError
 from execd.wire.auth_fs import AuthenticationFailedError
 
 POOL_KEY_ID = "POOL"
@@ -81,6 +88,24 @@ class TokenIssuer:
     pool_key_file: str = ""
     password_directory: str = ""
     max_age_s: int | None = None
+    revocation: Any = None  # SEC_TOKEN_REVOCATION_EXPR, parsed (an ExprTree), or None
+
+    @classmethod
+    def from_settings(cls, settings: Any, domain: str) -> TokenIssuer:
+        """From the config: TRUST_DOMAIN (else `domain`), the key files, the limits."""
+        revocation = None
+        for name in ("SEC_TOKEN_REVOCATION_EXPR", "SEC_TOKEN_BLACKLIST_EXPR"):
+            if text := (settings.get_str(name) or "").strip():
+                try:
+                    revocation = parse_expr(text)
+                except ClassAdError as exc:
+                    raise ConfigError(f"{name}: {exc}") from None
+                break
+        return cls(trust_domain=settings.get_str("TRUST_DOMAIN") or domain,
+                   pool_key_file=settings.get_str("SEC_TOKEN_POOL_SIGNING_KEY_FILE") or "",
+                   password_directory=settings.get_str("SEC_PASSWORD_DIRECTORY") or "",
+                   max_age_s=settings.get_int("SEC_TOKEN_MAX_AGE"),
+                   revocation=revocation)  # fmt: skip
 
     def key_names(self) -> list[str]:
         """The kids execd can verify (the IssuerKeys it advertises), sorted."""
@@ -152,12 +177,25 @@ class TokenIssuer:
             raise TokenRefusedError("token has no id (jti)")
         if payload.get("cap") is True or not isinstance(subject, str) or not subject:
             raise TokenRefusedError("capability tokens (no subject) are not supported")
+        if self.revocation is not None and _revoked(self.revocation, payload):
+            raise TokenRefusedError("token is revoked by SEC_TOKEN_REVOCATION_EXPR")
         scope = payload.get("scope", "")
         levels = {s[len(SCOPE_PREFIX):] for s in str(scope).replace(",", " ").split()
                   if s.startswith(SCOPE_PREFIX)}  # fmt: skip
         return TokenClaims(subject, issuer, kid, jti, str(algorithm),
                            frozenset(levels) if levels else None,
                            int(exp) if isinstance(exp, int | float) else None)  # fmt: skip
+
+
+def _revoked(expr: Any, payload: dict[str, Any]) -> bool:
+    claims = new_ad({k: v for k, v in payload.items()
+                     if isinstance(v, bool | int | float | str)})  # fmt: skip
+    value = evaluate(expr, claims)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, Value):
+        return value != 0
+    return True  # undefined, error or not boolean-like: revoked, out of caution
 
 
 def _decode(header_payload: str) -> tuple[dict[str, Any], dict[str, Any]]:

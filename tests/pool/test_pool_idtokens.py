@@ -4,8 +4,9 @@ The tools run as the non-root submitter with SEC_CLIENT_AUTHENTICATION_METHODS=I
 and a token from the pool's `condor_token_create` in their token directory, so the
 only way in is the token: execd checks it against the pool's POOL signing key (the
 chroot's key file), maps it to the token's subject and authorizes that identity with
-EXECD_POOL_ADMINISTRATORS. A token with an altered signature, an expired one and one
-limited to READ are refused, each logged with its reason and no secret.
+EXECD_POOL_ADMINISTRATORS. A token with an altered signature, an expired one, one
+limited to READ and one SEC_TOKEN_REVOCATION_EXPR revokes are refused, each logged with
+its reason and no secret.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from pool_node import SLEEP_JOB, PoolNode, pool_knob, start_node, wait_pool
 
 ADMIN = "tokenadmin"
+REVOKED = "revokedadmin"  # an administrator too, but SEC_TOKEN_REVOCATION_EXPR names it
 HELD_TOKEN = f"/home/{harness.SUBMITTER}/.condor/tokens.d/token"
 
 
@@ -32,14 +34,17 @@ def token_node(pool: harness.Pool) -> Iterator[PoolNode]:
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
         try:
             yield start_node(pool, Path(tmp), f"SEC_TOKEN_POOL_SIGNING_KEY_FILE = {key}\n"
-                                              f"EXECD_POOL_ADMINISTRATORS = {ADMIN}@{domain}\n")
+                                              f"EXECD_POOL_ADMINISTRATORS = {ADMIN}@{domain} "
+                                              f"{REVOKED}@{domain}\n"
+                                              "SEC_TOKEN_REVOCATION_EXPR = "
+                                              f'sub =?= "{REVOKED}@{domain}"\n')  # fmt: skip
         finally:  # the submitter's other tools must not find these tokens
             pool.host_path(HELD_TOKEN).unlink(missing_ok=True)
 
 
-def make_token(pool: harness.Pool, *args: str) -> str:
+def make_token(pool: harness.Pool, *args: str, identity: str = ADMIN) -> str:
     domain = pool_knob(pool, "UID_DOMAIN")
-    return pool.tool("condor_token_create", "-identity", f"{ADMIN}@{domain}", *args
+    return pool.tool("condor_token_create", "-identity", f"{identity}@{domain}", *args
                      ).check().stdout.strip()  # fmt: skip
 
 
@@ -120,8 +125,16 @@ def test_bad_expired_and_read_only_tokens_are_refused(pool: harness.Pool,
     assert refused["why"] == "token limited to READ" and refused["method"] == "IDTOKENS"
     assert token_node.slots()[name]["State"] == "Unclaimed"
 
+    revoked = make_token(pool, identity=REVOKED)
+    give_token(pool, revoked)
+    ping = as_token_holder(pool, "condor_ping", "-addr", token_node.address(), "DRAIN_JOBS")
+    assert ping.returncode != 0
+    harness.wait_for("the revoked token refused", lambda: [
+        e for e in token_node.events() if e["event"] == "wire_connection_dropped"
+        and "token is revoked by SEC_TOKEN_REVOCATION_EXPR" in e["reason"]], 30, 0.1)  # fmt: skip
+
     log = token_node.log.read_text()
-    assert not [t for t in (bad, short, read_only) if t.split(".")[2] in log]
+    assert not [t for t in (bad, short, read_only, revoked) if t.split(".")[2] in log]
     assert token_node.running()
 
 

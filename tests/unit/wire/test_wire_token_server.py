@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 from wire_pairs import channel_pair, raw_pair
 
-from execd.errors import ProtocolError
+from execd.errors import ConfigError, ProtocolError
 from execd.wire.auth_fs import AuthenticationFailedError
 from execd.wire.auth_token import IdToken, authenticate_token, parse_token, serve_token
 from execd.wire.channel import Channel
@@ -155,6 +155,51 @@ def test_keys_and_claims_execd_cannot_verify_are_refused(tmp_path: Path) -> None
             issuer_.signature(checked, forged(payload, kid))
     with pytest.raises(TokenRefusedError, match="not a JWT"):
         no_pool.check("garbage")
+
+
+class Knobs:
+    """A config with only these knobs (what TokenIssuer.from_settings reads)."""
+
+    def __init__(self, **knobs: object) -> None:
+        self.knobs = knobs
+
+    def get_str(self, name: str) -> str | None:
+        value = self.knobs.get(name)
+        return None if value is None else str(value)
+
+    def get_int(self, name: str) -> int | None:
+        value = self.knobs.get(name)
+        return None if value is None else int(str(value))
+
+
+@pytest.mark.parametrize(("expr", "revoked"), [
+    ('sub =?= "alice@pool.example"', {"alice"}),  # the manual's examples
+    ('sub =?= "alice@pool.example" && iat <= 1795423826', {"alice"}),
+    ('jti =?= "cdd23771b8799eb051144bc4598f6653"', {"carol_site2"}),
+    ('iat > 1795423830', {"carol_site2"}),
+    ("exp > 0", {"alice", "carol_site2", "admin_read_only"}),  # undefined exp: revoked
+    ('"yes"', {"alice", "carol_site2", "admin_read_only"}),  # not boolean-like: revoked
+    ("false", set()),
+])  # fmt: skip
+def test_sec_token_revocation_expr_refuses_the_tokens_it_matches(expr: str,
+                                                                 revoked: set[str]) -> None:
+    issuer = TokenIssuer.from_settings(Knobs(SEC_TOKEN_REVOCATION_EXPR=expr), "pool.example")
+    for name in ("alice", "carol_site2", "admin_read_only"):
+        if name in revoked:
+            with pytest.raises(TokenRefusedError, match="revoked by SEC_TOKEN_REVOCATION_EXPR"):
+                issuer.check(token(name).header_payload)
+        else:
+            assert issuer.check(token(name).header_payload).subject.endswith("@pool.example")
+
+
+def test_sec_token_revocation_expr_old_name_and_config_errors() -> None:
+    old = TokenIssuer.from_settings(Knobs(SEC_TOKEN_BLACKLIST_EXPR='sub =?= "alice@pool.example"'),
+                                    "pool.example")  # fmt: skip
+    with pytest.raises(TokenRefusedError, match="revoked"):
+        old.check(token("alice").header_payload)
+    assert TokenIssuer.from_settings(Knobs(), "d").revocation is None
+    with pytest.raises(ConfigError, match="SEC_TOKEN_REVOCATION_EXPR: cannot parse"):
+        TokenIssuer.from_settings(Knobs(SEC_TOKEN_REVOCATION_EXPR="sub =?= ("), "d")
 
 
 # ----- the whole handshake: execd's CommandServer with IDTOKENS ----------------------
