@@ -30,6 +30,7 @@ from execd import log
 from execd.aio import cancel_until_done
 from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.daemon.control import ControlError
+from execd.daemon.pool_claimant import claimant_attributes
 from execd.errors import ConfigError, ExecdError, ProtocolError
 from execd.wire.advertiser import Advertiser, wait_event
 from execd.wire.auth_token import IdToken, parse_token
@@ -323,20 +324,8 @@ class PoolMember:
         return public, private
 
     def _claimant(self, name: str) -> dict[str, Any]:
-        """Who holds a claimed slot, as HTCondor's startd publishes it (Claim::publish):
-        the negotiator considers a slot for preemption only with a RemoteUser, and
-        preempts for RANK when the slot's Rank of a job beats its CurrentRank."""
         slot = self.daemon.engine.slots.get(name)
-        if slot is None or slot.claim is None:
-            return {}
-        out: dict[str, Any] = {"CurrentRank": float(slot.claim.rank)}
-        out |= _client(slot.claim.request_ad, "Remote", self.config.domain)
-        if slot.preempting_claim is not None:
-            out["PreemptingRank"] = float(slot.preempting_claim.rank)
-            user = _client(slot.preempting_claim.request_ad, "Remote", self.config.domain)
-            if "RemoteUser" in user:
-                out["PreemptingUser"] = user["RemoteUser"]
-        return out
+        return {} if slot is None else claimant_attributes(slot, self.config.domain)
 
     def ad_pairs(self) -> list[tuple[WireAd, WireAd]]:
         ads = self.slot_ads()
@@ -387,23 +376,6 @@ class PoolMember:
         except ControlError as exc:
             self.closed_by_schedd.discard(key)
             logger.info("alive_not_applied", slot=held.slot, reason=exc.message)
-
-
-def _client(job: Any, prefix: str, domain: str) -> dict[str, Any]:
-    """RemoteUser/RemoteOwner/AccountingGroup of a claiming job's ad."""
-    def text(attr: str) -> str | None:
-        value = job.get(attr) if job is not None else None
-        return value if isinstance(value, str) and value else None
-
-    owner, user, group = text("Owner"), text("User"), text("AccountingGroup")
-    out: dict[str, Any] = {}
-    if user or owner:
-        out[f"{prefix}User"] = user or f"{owner}@{domain}"
-    if owner:
-        out[f"{prefix}Owner"] = owner
-    if group:
-        out["AccountingGroup"] = group
-    return out
 
 
 def pool_member(daemon: Daemon) -> PoolMember | None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from execd import log
 from execd.daemon.control import ControlError
-from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobSetupError, exec_failure
+from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobSetupError, spawn_failure
 
 if TYPE_CHECKING:
     from execd.daemon.jobs import Job, JobManager
@@ -53,7 +53,9 @@ def hold_from_report(report: dict[str, Any], argv: list[str] | None) -> JobHeldE
     if reason == "spawn_failed":
         errno = int(report.get("HoldReasonSubCode") or 0)
         if argv is not None and "HoldReasonSubCode" in report:
-            return JobSetupError(exec_failure(argv, errno), errno)
+            detail = report.get("SpawnError")
+            return JobSetupError(spawn_failure(argv, errno, detail if isinstance(detail, str)
+                                               else None), errno)  # fmt: skip
         return JobSetupError(f"execd could not start the job's starter: "
                              f"{report.get('Error', 'unknown error')}")  # fmt: skip
     if reason == "starter_failed":

@@ -61,6 +61,10 @@ class JobExec(NamedTuple):
     network_namespace: bool
 
 
+# HTCondor's words for an Iwd the job cannot enter (daemon_core's Create_Process).
+IWD_UNREACHABLE = "Cannot access initial working directory"
+
+
 def _exec_job(job: JobExec) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
     if job.network_namespace:
@@ -68,7 +72,10 @@ def _exec_job(job: JobExec) -> None:
 
         loopback_only()
     _drop_privileges(job.user)
-    os.chdir(job.iwd)
+    try:
+        os.chdir(job.iwd)
+    except OSError as exc:  # not the executable's fault: say which directory
+        raise OSError(exc.errno, f'{IWD_UNREACHABLE} "{job.iwd}"') from None
     _open_stdio(0, job.stdio[0], job.iwd, write=False)
     _open_stdio(1, job.stdio[1], job.iwd, write=True)
     _open_stdio(2, job.stdio[2], job.iwd, write=True)

@@ -138,6 +138,7 @@ class Starter:
             self.status = None
             self.exit_reason = "spawn_failed"
             errno_text, _, message = failure.partition(" ")
+            self.report["SpawnError"] = message
             self.hold(
                 rpt.HOLD_FAILED_TO_CREATE_PROCESS,
                 int(errno_text or 0),

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from execd.errors import ExecdError
+from execd.starter.child import IWD_UNREACHABLE
 
 # HTCondor's hold code for a job whose process could not be created.
 HOLD_FAILED_TO_CREATE_PROCESS = 6
@@ -123,7 +124,18 @@ def exec_failure(argv: list[str], code: int, strerror: str | None = None) -> str
             if head.startswith(b"#!") and head[2:].split():
                 interpreter = head[2:].split()[0].decode(errors="replace")
                 detail = f"invalid interpreter ({interpreter}) specified on first line of script"
-    args = " ".join(argv[1:])
-    with_args = f" with arguments {args}" if args else ""
-    return (f"Failed to execute '{argv[0]}'{with_args}: {detail} "
+    return (f"{_failed_to_execute(argv)}: {detail} "
             f"(errno={code}: '{os.strerror(code)}')")  # fmt: skip
+
+
+def spawn_failure(argv: list[str], code: int, detail: str | None) -> str:
+    """The hold reason of a job the starter could not start: an Iwd it cannot enter is
+    named as daemon_core names it (without an errno); otherwise exec_failure's words."""
+    if detail is not None and detail.startswith(IWD_UNREACHABLE):
+        return f"{_failed_to_execute(argv)}: {detail}"
+    return exec_failure(argv, code)
+
+
+def _failed_to_execute(argv: list[str]) -> str:
+    args = " ".join(argv[1:])
+    return f"Failed to execute '{argv[0]}'" + (f" with arguments {args}" if args else "")

@@ -288,8 +288,7 @@ class Pool:
         """condor_submit as a non-root submitter (created if need be), in a fresh
         directory of its home."""
         self._jobs += 1
-        if user != SUBMITTER and self.tool("id", user).returncode != 0:
-            self.tool("useradd", "--create-home", "--shell", "/bin/sh", user).check()
+        self.add_user(user)
         job_dir = f"/home/{user}/job{self._jobs}"
         host_dir = self.host_path(job_dir)
         if host_dir.exists():  # an earlier session's
@@ -303,6 +302,11 @@ class Pool:
         out = self.tool("condor_submit", "-terse", "job.sub", user=user, cwd=job_dir)
         first = out.check().stdout.split()[0]  # "17.0 - 17.0"
         return SubmittedJob(self, int(first.split(".")[0]), host_dir)
+
+    def add_user(self, user: str) -> None:
+        """A submitter account in the chroot (with a home), unless it exists."""
+        if self.tool("id", user).returncode != 0:
+            self.tool("useradd", "--create-home", "--shell", "/bin/sh", user).check()
 
     def host_client_config(self, directory: Path) -> Path:
         """A CONDOR_CONFIG for HTCondor clients on the host (the htcondor wheel, execd)."""

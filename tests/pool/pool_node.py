@@ -24,11 +24,15 @@ GONE_S = 30  # an execd's ads leave the collector when it stops, or are invalida
 # this grace is stale (a killed execd's) and is invalidated.
 GRACE_S = 5
 
-# A job that holds a claim: runs in the submitter's Iwd (no file transfer).
+# A job that holds a claim while it runs. With file transfer: its Iwd (the submitter's
+# home in the chroot) does not exist on the host, where execd runs jobs (without
+# transfer execd holds it at once: Cannot access initial working directory).
 SLEEP_JOB = """\
 executable = /bin/sleep
 arguments = 300
-should_transfer_files = NO
+transfer_executable = false
+should_transfer_files = YES
+when_to_transfer_output = ON_EXIT
 log = job.log
 request_cpus = 1
 request_memory = 64

@@ -11,6 +11,7 @@ import asyncio
 import os
 import signal
 import sqlite3
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,12 +94,16 @@ def timeless(events: list[str], until: str | None = None) -> list[str]:
     return [e for e in events if e != "006"]
 
 
-def submit_files(pool: harness.Pool, text: str, files: dict[str, str]) -> harness.SubmittedJob:
+def submit_files(pool: harness.Pool, text: str, files: dict[str, str],
+                 user: str = harness.SUBMITTER) -> harness.SubmittedJob:  # fmt: skip
     """Pool.submit with subdirectories and an executable script."""
     pool._jobs += 1
-    job_dir = pool.host_path(f"/home/{harness.SUBMITTER}/job{pool._jobs}")
+    pool.add_user(user)
+    job_dir = pool.host_path(f"/home/{user}/job{pool._jobs}")
+    if job_dir.exists():  # an earlier session's (only the submitter's are wiped at start)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(job_dir)], check=True)
     job_dir.mkdir(parents=True)
-    uid, gid = pool._chroot_ids(harness.SUBMITTER)
+    uid, gid = pool._chroot_ids(user)
     for name, body in {"job.sub": text, **files}.items():
         path = job_dir / name
         path.parent.mkdir(exist_ok=True)
@@ -106,8 +111,8 @@ def submit_files(pool: harness.Pool, text: str, files: dict[str, str]) -> harnes
         path.chmod(0o755 if name.endswith(".sh") else 0o644)
     for path in [job_dir, *job_dir.rglob("*")]:
         os.chown(path, uid, gid)
-    out = pool.tool("condor_submit", "-terse", "job.sub", user=harness.SUBMITTER,
-                    cwd=f"/home/{harness.SUBMITTER}/job{pool._jobs}")  # fmt: skip
+    out = pool.tool("condor_submit", "-terse", "job.sub", user=user,
+                    cwd=f"/home/{user}/job{pool._jobs}")  # fmt: skip
     return harness.SubmittedJob(pool, int(out.check().stdout.split()[0].split(".")[0]), job_dir)
 
 
@@ -169,9 +174,9 @@ def job_cgroup(node: PoolNode, slot: str = "slot1_1") -> Path:
     return discover(CgroupFS()).mount / node.base_cgroup / f"{slot}.slice"
 
 
-def job_pids(node: PoolNode) -> list[int]:
+def job_pids(node: PoolNode, slot: str = "slot1_1") -> list[int]:
     try:
-        text = (job_cgroup(node) / "job" / "cgroup.procs").read_text()
+        text = (job_cgroup(node, slot) / "job" / "cgroup.procs").read_text()
     except OSError:
         return []
     return [int(pid) for pid in text.split()]
@@ -191,12 +196,12 @@ def comm(pid: int) -> str:
         return ""
 
 
-def running_in_cgroup(node: PoolNode) -> list[int]:
+def running_in_cgroup(node: PoolNode, slot: str = "slot1_1") -> list[int]:
     """The job's `sleep` (exec'd by its script), in its execd job cgroup, as nobody."""
     pids: list[int] = harness.wait_for(
         "the job's sleep in its cgroup",
-        lambda: (found := job_pids(node)) and all(comm(p) == "sleep" for p in found) and found,
-        WAIT_S, 0.1)  # fmt: skip
+        lambda: (found := job_pids(node, slot)) and all(comm(p) == "sleep" for p in found)
+        and found, WAIT_S, 0.1)  # fmt: skip
     assert all(uid_of(pid) == NOBODY for pid in pids), pids
     return pids
 

@@ -91,6 +91,20 @@ def test_missing_executable_holds_the_job(
     assert "/no/such/program" in str(report["HoldReason"])
 
 
+def test_an_iwd_the_job_cannot_enter_holds_it_naming_the_directory(
+    workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    missing = workdir / "no-such-iwd"
+    handle = start(make_spec("exit 0", iwd=str(missing)), workdir)
+    report = finished(handle, workdir)
+    assert report["ExitReason"] == "spawn_failed"
+    assert (report["HoldReasonCode"], report["HoldReasonSubCode"]) == (6, 2)  # ENOENT
+    # HTCondor's words: the directory is at fault, not the executable
+    assert report["HoldReason"] == (
+        f"Failed to execute '/bin/sh': Cannot access initial working directory \"{missing}\""
+    )
+
+
 def test_background_processes_left_by_the_job_are_killed_at_exit(
     tree: CgroupTree, workdir: Path, make_spec: Callable[..., StarterSpec]
 ) -> None:

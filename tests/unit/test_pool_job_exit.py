@@ -67,5 +67,19 @@ def test_a_report_that_holds_says_why_with_htcondors_codes() -> None:
                               "HoldReasonSubCode": 13}, ["/x/job.sh", "a"])  # fmt: skip
     assert spawn is not None and (spawn.code, spawn.subcode) == (6, 13)
     assert str(spawn).startswith("Failed to execute '/x/job.sh' with arguments a: ")
+    # an Iwd the job cannot enter: named as HTCondor's daemon_core names it, no errno
+    iwd = hold_from_report({"ExitReason": "spawn_failed", "HoldReasonCode": 6,
+                            "HoldReasonSubCode": 2, "SpawnError":
+                            'Cannot access initial working directory "/home/u/job1"'},
+                           ["/bin/sleep", "300"])  # fmt: skip
+    assert iwd is not None and (iwd.code, iwd.subcode) == (6, 2)
+    assert str(iwd) == ("Failed to execute '/bin/sleep' with arguments 300: Cannot access "
+                        'initial working directory "/home/u/job1"')  # fmt: skip
+    # any other spawn failure: exec_failure's words, whatever the child said
+    other = hold_from_report({"ExitReason": "spawn_failed", "HoldReasonCode": 6,
+                              "HoldReasonSubCode": 13, "SpawnError": "Permission denied: /x"},
+                             ["/x"])  # fmt: skip
+    assert str(other) == f"Failed to execute '/x': {os.strerror(13)} (errno=13: " \
+        f"'{os.strerror(13)}')"
     assert hold_from_report({"ExitReason": "exited", "ExitCode": 0}, ["/bin/true"]) is None
     assert hold_from_report({"ExitReason": "soft_killed"}, ["/bin/true"]) is None
