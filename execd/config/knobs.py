@@ -235,6 +235,8 @@ _group(
     ("SEC_PASSWORD_DIRECTORY", P, "/etc/condor/passwords.d", "Directory of the pool's token signing keys (file name = key id)."),
     ("SEC_TOKEN_POOL_SIGNING_KEY_FILE", P, "$(SEC_PASSWORD_DIRECTORY)/POOL", "The POOL signing key: execd verifies IDTOKENS signed with it (readable by execd, e.g. root-only)."),
     ("SEC_TOKEN_MAX_AGE", I, None, "Seconds after its issue (iat) a token is no longer accepted; unset: no limit."),
+    ("SEC_TOKEN_REVOCATION_EXPR", E, None, "Evaluated against a presented token's claims (sub, iss, jti, iat, exp, ...): true, or not boolean-like, refuses the token."),
+    ("SEC_TOKEN_BLACKLIST_EXPR", E, None, "The old name of SEC_TOKEN_REVOCATION_EXPR, read when that is unset."),
     ("EXECD_SHARED_PORT", S, "", "host:port of this host's condor_shared_port: execd becomes its endpoint EXECD_SHARED_PORT_ID and advertises that address (empty: execd's own port).", True),
     ("EXECD_SHARED_PORT_ID", S, "execd", "execd's endpoint name behind the shared port (the sock= of its address).", True),
     ("DAEMON_SOCKET_DIR", P, "$(LOCK)/daemon_sock", "Directory where the shared port finds its endpoints' Unix sockets (HTCondor's file fallback; the pool's $(LOCK)/daemon_sock)."),
