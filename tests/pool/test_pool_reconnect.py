@@ -10,7 +10,7 @@ import tempfile
 
 import pool_harness as harness
 from test_pool_daemon import PoolNode
-from test_pool_jobs import NOBODY, comm, job_pids, pool_node, uid_of
+from test_pool_jobs import NOBODY, comm, held_claim_id, job_pids, pool_node, uid_of
 from test_shadow_pool import WAIT_S, reconnect_outcome, restart_schedd, run_on_condor_startd
 
 
@@ -66,3 +66,50 @@ def sleeping(node: PoolNode) -> list[int]:
         WAIT_S, 0.1)  # fmt: skip
     assert all(uid_of(pid) == NOBODY for pid in pids), pids
     return sorted(pids)
+
+
+def test_a_job_runs_on_through_execds_restart_in_place_unseen_by_its_shadow(
+        pool: harness.Pool) -> None:  # fmt: skip
+    """SIGUSR2 while a condor_submit job runs: execd re-executes itself (same pid),
+    re-adopts the starter, listens on the same address, accepts the claim's session
+    again and goes on with the shadow's conversation on the connection the old image
+    handed over. The job is never restarted (one starter, the same processes in the
+    same cgroup), its output comes back, and its user log is that of an undisturbed
+    job: no disconnect (022), no reconnect (023), no second start."""
+    seen: dict[str, list[int]] = {}
+    claim_ids: list[str] = []
+
+    def restart_execd(pool: harness.Pool, job: harness.SubmittedJob) -> None:
+        job.wait_for_event("001", WAIT_S)
+        seen["before"] = sleeping(node)
+        claim_ids.append(held_claim_id(node, "slot1_1"))
+        node.send(signal.SIGUSR2)
+        node.wait_for("shadow_conversation_handed_over", slot="slot1_1", connection="kept")
+        node.wait_for("execd_stopped", how="restart")
+        recovered = node.wait_for("recovery_done")
+        assert recovered["adopted"] == 1, recovered
+        joined = node.wait_for("pool_joined")
+        assert joined["address"] == node.address(), (joined, node.address())
+        node.wait_for("pool_claim_restored", slot="slot1_1")
+        node.wait_for("shadow_conversation_resumed", connection="kept")
+        seen["after"] = sleeping(node)
+
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = pool_node(pool, tmp)
+        pid = node.proc.pid if node.proc is not None else 0
+        try:
+            job = run_on_condor_startd(pool, "sleep 20", during=restart_execd)
+            finished = node.wait_for("job_finished", slot="slot1_1", reason="exited")
+            assert starters(node) == [finished["job"]], node.events()  # not run again
+            node.wait_for("shadow_job_exited", job=finished["job"], status=0)
+            assert node.proc is not None and node.proc.pid == pid and node.running()
+            secret = claim_ids[0].rpartition("#")[2]
+            assert len(secret) >= 32 and secret not in node.log.read_text()  # never logged
+        finally:
+            node.stop(signal.SIGQUIT)
+    assert seen["before"] == seen["after"], seen  # the same processes, the same cgroup
+    events = [e for e in job.events() if e != "006"]
+    assert events == ["000", "040", "040", "001", "040", "040", "005"], job.user_log()
+    assert "Normal termination (return value 0)" in job.user_log()
+    assert job.output("result.txt").endswith("args: sleep 20\n")
+    assert job.output("out.txt") == "input one\n" and job.output("err.txt") == "oops\n"
