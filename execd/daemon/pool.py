@@ -34,22 +34,18 @@ from execd.daemon.pool_claimant import claimant_attributes
 from execd.errors import ConfigError, ExecdError, ProtocolError
 from execd.wire.advertiser import Advertiser, wait_event
 from execd.wire.auth_token import IdToken, parse_token
-from execd.wire.channel import Channel
 from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.collector import CollectorClient
 from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive, send_release
 from execd.wire.security import CONDOR_VERSION, ClientSecurity
 from execd.wire.server import CommandServer, ServerSecurity
-from execd.wire.shadow import ShadowOptions
-from execd.wire.shadow import serve_shadow as run_conversation
 from execd.wire.shared_port import SharedPortEndpoint, endpoint_address
 from execd.wire.sinful import Sinful, collector_address, parse_sinful
 from execd.wire.startd_ads import advertised_pair
 from execd.wire.token_issuer import TokenIssuer
 
 if TYPE_CHECKING:
-    from execd.daemon.pool_job import PoolJob
     from execd.daemon.runtime import Daemon
 
 logger = log.get_logger("pool")
@@ -58,28 +54,7 @@ STOP_TIMEOUT_S = 20.0  # invalidating ads on shutdown never holds the daemon lon
 # How long a preempting REQUEST_CLAIM waits for the current claim to go (retirement,
 # then the vacate); HTCondor's schedd gives a claim request 30 minutes too.
 PREEMPTION_WAIT_S = 1800.0
-
-
-async def serve_shadow(member: PoolMember, channel: Channel, claim: ClaimId,
-                       job_ad: dict[str, Any], job: PoolJob) -> None:  # fmt: skip
-    """The starter side of an activated claim: the shadow's conversation on `channel`
-    (execd.wire.shadow), its job run by execd's starter through `job`.
-
-    Called after ACTIVATE_CLAIM was accepted (the slot is Claimed/Busy; the starter
-    waits for the input transfer). Returns when the shadow has the job's exit, or the
-    hold; raises ProtocolError if the shadow goes away."""
-    daemon = member.daemon
-    slot = job.job.slot if job.job is not None else ""
-    ad = member.slot_ads().get(slot)
-    options = ShadowOptions(
-        execute_dir=daemon.paths.execute,
-        slot_name=str(ad["Name"]) if ad is not None else slot,
-        uid_domain=member.config.domain,
-        update_interval_s=float(daemon.settings.get_int("STARTER_UPDATE_INTERVAL") or 300),
-        initial_update_s=float(daemon.settings.get_int("STARTER_INITIAL_UPDATE_INTERVAL") or 8),
-        runner=job.runner,
-    )  # fmt: skip
-    await run_conversation(channel, claim, job_ad, options=options)
+LISTEN_PORT_KEY = "pool_listen_port"  # the store's meta: the command port of the last run
 
 
 @dataclass(frozen=True)
@@ -190,7 +165,9 @@ class PoolMember:
 
     # -- lifecycle ---------------------------------------------------------------------
     async def run(self) -> None:
-        await self.server.start(self.config.listen_host, self.config.listen_port)
+        from execd.daemon.pool_conversation import restore  # noqa: PLC0415
+
+        await self._listen()
         self.address = self.server.address
         endpoint = None
         if self.config.shared_port is not None:  # reached through the shared port
@@ -202,12 +179,13 @@ class PoolMember:
         logger.info("pool_joined", collector=str(self.config.collector), address=self.address)
         loops = [asyncio.create_task(self.advertiser.run()),
                  asyncio.create_task(self._alive_loop())]
+        resumed = restore(self)  # after a restart: the claims and conversations go on
         try:
             done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 task.result()  # a loop that crashed takes the daemon down, as in a TaskGroup
         finally:
-            await cancel_until_done(loops + list(self._notices))
+            await cancel_until_done(loops + resumed + list(self._notices))
             if endpoint is not None:
                 await endpoint.close()
             await self.server.close()
@@ -216,6 +194,22 @@ class PoolMember:
             except TimeoutError:
                 logger.warning("pool_invalidate_timed_out", collector=str(self.config.collector))
             logger.info("pool_left", collector=str(self.config.collector))
+
+    async def _listen(self) -> None:
+        """Listen on EXECD_COMMAND_ADDRESS; with port 0, on the port the last run had if
+        it is free: the claim ids a restart keeps name it (the shadow's reconnect)."""
+        store, port = self.daemon.jobs.store, self.config.listen_port
+        remembered = store.meta(LISTEN_PORT_KEY) if port == 0 else None
+        if remembered is not None:
+            try:
+                await self.server.start(self.config.listen_host, int(remembered))
+            except OSError as exc:
+                logger.warning("pool_port_not_reused", port=int(remembered), reason=str(exc))
+            else:
+                return
+        await self.server.start(self.config.listen_host, port)
+        if port == 0:
+            store.set_meta(LISTEN_PORT_KEY, str(self.server.port))
 
     def changed(self) -> None:
         """A slot changed state: advertise now, not at the next UPDATE_INTERVAL."""
@@ -242,9 +236,13 @@ class PoolMember:
     def new_claim_id(self) -> ClaimId:
         assert self.ids is not None, "run() first"
         claim = self.ids.new()
+        self.accept_claim(claim)
+        return claim
+
+    def accept_claim(self, claim: ClaimId) -> None:
+        """The server accepts `claim`'s security session (its holder resumes it)."""
         self.security.add_claim_session(claim_session(claim))
         self._sessions.add(claim.session_id)
-        return claim
 
     def offer_for(self, claim_id: str) -> str | None:
         """The slot whose advertised offer is exactly `claim_id` (secret compared in
@@ -281,6 +279,7 @@ class PoolMember:
             by_schedd = key in self.closed_by_schedd
             logger.info("pool_claim_ended", slot=ended.slot, claim=str(ended.claim),
                         ended_by="schedd" if by_schedd else "execd")  # fmt: skip
+            self.daemon.jobs.store.remove_pool_claim(ended.claim.session_id)
             if by_schedd:
                 self.closed_by_schedd.discard(key)
                 self.forget_session(ended.claim)
@@ -343,7 +342,16 @@ class PoolMember:
         interval = max(lease_s, 3)
         self.claims[claim.full()] = PoolClaim(claim, slot, schedd, interval,
                                               time.monotonic() + interval / 3)  # fmt: skip
+        self.daemon.jobs.store.set_pool_claim(claim.session_id, schedd, lease_s)
         self._alive_wake.set()
+
+    def schedd_moved(self, claim_id: str, schedd: str) -> None:
+        """The claim's schedd restarted (the shadow's CA_LOCATE_STARTER says where):
+        ALIVE goes there now."""
+        if (held := self.claims.get(claim_id)) is not None:
+            held.schedd = schedd
+            self.daemon.jobs.store.set_pool_claim(held.claim.session_id, schedd,
+                                                  held.alive_interval)  # fmt: skip
 
     async def _alive_loop(self) -> None:
         """Every claim's schedd gets an ALIVE every lease/3; a schedd that no

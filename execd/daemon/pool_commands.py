@@ -186,7 +186,7 @@ class PoolCommands:
         return False
 
     async def activate_claim(self, channel: Channel, command: int, peer: Peer) -> None:
-        from execd.daemon.pool import serve_shadow  # noqa: PLC0415
+        from execd.daemon.pool_conversation import serve_shadow  # noqa: PLC0415
 
         request = decode_activate_claim(channel.decoder(await channel.recv()))
         job = job_values(request.job_ad)
@@ -237,11 +237,7 @@ class PoolCommands:
     async def ca_command(self, channel: Channel, command: int, peer: Peer) -> None:
         """The shadow's reconnect (execd/wire/shadow_link.py): execd is the starter too."""
 
-        def schedd_moved(claim_id: str, schedd: str) -> None:  # ALIVE goes there now
-            if (held := self.member.claims.get(claim_id)) is not None:
-                held.schedd = schedd
-
-        await serve_ca_command(channel, peer, schedd_moved=schedd_moved)
+        await serve_ca_command(channel, peer, schedd_moved=self.member.schedd_moved)
 
     async def release_claim(self, channel: Channel, command: int, peer: Peer) -> None:
         claim_id = decode_claim_only(channel.decoder(await channel.recv()), "RELEASE_CLAIM")

@@ -84,6 +84,15 @@ class PoolJob:
         result = self.jobs.activate(self.claim_id, job_ad, gate=self.gate)
         self.job = self.jobs.jobs[result["job_id"]]
 
+    @classmethod
+    def adopted(cls, jobs: JobManager, claim_id: str, job: Job, started: int) -> PoolJob:
+        """The runner of a job a restarted daemon adopted (it runs, or ended meanwhile)."""
+        runner = cls(jobs, claim_id)
+        runner.gate.set_result(None)  # the starter was launched by the old daemon
+        runner.job = job
+        runner.started = started
+        return runner
+
     def runner(self, launch: JobLaunch) -> PoolJob:
         """The conversation's runner factory: the input is in `launch.sandbox`."""
         self.launch = launch

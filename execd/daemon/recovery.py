@@ -196,8 +196,9 @@ def remove_orphans(jobs: JobManager) -> int:
             logger.warning("orphan_cgroup_removed", cgroup=str(cgroup.slice), killed=processes)
             removed += 1
     execute = jobs.daemon.paths.execute
-    # A pool job's sandbox is named by the shadow conversation that made it, not its pid.
-    kept = {os.path.basename(job.handle.spec.sandbox) for job in jobs.running.values()
+    # A pool job's sandbox is named by the shadow conversation that made it, not its pid;
+    # it stays while the job is known (one that ended meanwhile has output to send).
+    kept = {os.path.basename(job.handle.spec.sandbox) for job in jobs.jobs.values()
             if job.handle is not None and job.handle.spec.sandbox}  # fmt: skip
     for entry in _listdir(execute):
         pid = entry.removeprefix("dir_")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,13 @@ CREATE TABLE IF NOT EXISTS broken (
     slot TEXT PRIMARY KEY,
     reason TEXT NOT NULL,             -- SlotBrokenReason
     carved TEXT                       -- JSON: a d-slot's resources, kept out of its p-slot
+);
+CREATE TABLE IF NOT EXISTS pool_claims (  -- pool mode: what a restart needs to go on
+    session_id TEXT PRIMARY KEY,      -- the claim's (claims.session_id)
+    schedd TEXT NOT NULL,             -- where its ALIVEs go
+    lease INTEGER NOT NULL,           -- the claim's lease, seconds
+    conversation TEXT,                -- JSON: the running job's shadow conversation
+    connection TEXT                   -- JSON: its connection, handed over (a secret)
 );
 CREATE TABLE IF NOT EXISTS drain (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -108,6 +115,15 @@ class JobRecord:
     hold_reason: str | None = None
     suspended: str | None = None
     evicting: str | None = None  # 'vacating' or 'killing': a restart goes on evicting it
+
+
+@dataclass(frozen=True)
+class PoolClaimRecord:
+    session_id: str
+    schedd: str
+    lease_s: int
+    conversation: dict[str, Any] | None = None
+    connection: dict[str, Any] | None = field(default=None, repr=False)  # a secret
 
 
 def carved_json(carved: DynamicSlot) -> dict[str, Any]:
@@ -248,6 +264,43 @@ class Store:
     def broken(self) -> list[tuple[str, str, dict[str, Any] | None]]:
         rows = self.db.execute("SELECT slot, reason, carved FROM broken ORDER BY slot")
         return [(str(r[0]), str(r[1]), _load(r[2])) for r in rows.fetchall()]
+
+    # -- pool mode ------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._tx():
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def set_pool_claim(self, session_id: str, schedd: str, lease_s: int) -> None:
+        """A claim made through the pool: its schedd and lease (its conversation kept)."""
+        with self._tx():
+            self.db.execute(
+                "INSERT INTO pool_claims VALUES (?, ?, ?, NULL, NULL) ON CONFLICT(session_id) "
+                "DO UPDATE SET schedd=excluded.schedd, lease=excluded.lease",
+                (session_id, schedd, lease_s))
+
+    def set_conversation(self, session_id: str, state: dict[str, Any] | None) -> None:
+        with self._tx():
+            self.db.execute("UPDATE pool_claims SET conversation=? WHERE session_id=?",
+                            (_json(state), session_id))
+
+    def set_connection(self, session_id: str, record: dict[str, Any] | None) -> None:
+        with self._tx():
+            self.db.execute("UPDATE pool_claims SET connection=? WHERE session_id=?",
+                            (_json(record), session_id))
+
+    def remove_pool_claim(self, session_id: str) -> None:
+        with self._tx():
+            self.db.execute("DELETE FROM pool_claims WHERE session_id=?", (session_id,))
+
+    def pool_claims(self) -> list[PoolClaimRecord]:
+        """Every claim made through the pool."""
+        rows = self.db.execute("SELECT * FROM pool_claims ORDER BY session_id").fetchall()
+        return [PoolClaimRecord(str(r[0]), str(r[1]), int(r[2]), _load(r[3]), _load(r[4]))
+                for r in rows]
 
     # -- drain ----------------------------------------------------------------------
     def set_drain(self, how: str, reason: str, resume: bool) -> None:

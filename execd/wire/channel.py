@@ -109,6 +109,29 @@ class Channel:
         self._sealer = PacketSealer(key)
         self._opener = PacketOpener(key)
 
+    def crypto_position(self) -> tuple[bytes, bytes, int, bytes, int] | None:
+        """(key, our base IV, packets sent, the peer's base IV, packets received): what
+        another process needs to go on with this encrypted connection once both sides
+        have sent their first packet; None before that."""
+        if self._key is None or self._sealer is None or self._opener is None \
+                or self._first_send or self._first_recv:  # fmt: skip
+            return None
+        send_iv, sent = self._sealer.position
+        recv_iv, received = self._opener.position
+        if recv_iv is None:
+            return None
+        return self._key, send_iv, sent, recv_iv, received
+
+    def resume_crypto(self, key: bytes, send_iv: bytes, sent: int, recv_iv: bytes,
+                      received: int) -> None:  # fmt: skip
+        """Go on with an encrypted connection another process began (crypto_position)."""
+        self._sent_md = self._recv_md = None
+        self._handshake_digests = (bytes(32), bytes(32))  # used by first packets only
+        self._key = key
+        self._sealer = PacketSealer.resumed(key, send_iv, sent)
+        self._opener = PacketOpener.resumed(key, recv_iv, received)
+        self._first_send = self._first_recv = False
+
     # ----- sending -----------------------------------------------------------------
     async def send(self, payload: bytes) -> None:
         """Send one whole message."""

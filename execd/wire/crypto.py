@@ -81,6 +81,17 @@ class PacketSealer:
         self._base_iv = base_iv if base_iv is not None else os.urandom(IV_BYTES)
         self._counter = 0
 
+    @property
+    def position(self) -> tuple[bytes, int]:
+        """(base IV, packets sealed): with the key, all it takes to go on sealing."""
+        return self._base_iv, self._counter
+
+    @classmethod
+    def resumed(cls, key: bytes, base_iv: bytes, counter: int) -> PacketSealer:
+        sealer = cls(key, base_iv)
+        sealer._counter = counter
+        return sealer
+
     def body_length(self, plain_length: int) -> int:
         return plain_length + TAG_BYTES + (IV_BYTES if self._counter == 0 else 0)
 
@@ -103,6 +114,17 @@ class PacketOpener:
         self._aead = AESGCM(key)
         self._base_iv: bytes | None = None
         self._counter = 0
+
+    @property
+    def position(self) -> tuple[bytes | None, int]:
+        """(the peer's base IV once known, packets opened)."""
+        return self._base_iv, self._counter
+
+    @classmethod
+    def resumed(cls, key: bytes, base_iv: bytes, counter: int) -> PacketOpener:
+        opener = cls(key)
+        opener._base_iv, opener._counter = base_iv, counter
+        return opener
 
     def open(self, body: bytes, aad: bytes) -> bytes:
         if self._counter >= _COUNTER_LIMIT:

@@ -126,6 +126,11 @@ class CommandServer:
         host, port = self._server.sockets[0].getsockname()[:2]
         return f"<{host}:{port}?addrs={host}-{port}&noUDP>"
 
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "start() first"
+        return int(self._server.sockets[0].getsockname()[1])
+
     async def wait_idle(self) -> None:
         """Until every connection accepted so far has been served or dropped."""
         while self._tasks:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 import socket
@@ -34,6 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from execd.claims.ids import ClaimId
 from execd.errors import ProtocolError
@@ -102,9 +104,15 @@ class ShadowOptions:
     links: ShadowLinks = LIVE_LINKS  # where the shadow's reconnect finds the job
     # What runs the job: a plain process here; execd's starter under `execd run`.
     runner: RunnerFactory = JobProcess.from_launch
+    # Told once the job runs, with what it takes to go on after a restart in place.
+    on_running: Callable[[Conversation], None] | None = None
+    # Asked when the conversation is cancelled, with the shadow's connection if it is
+    # between two calls: True when the daemon restarts in place and its next image goes
+    # on with the conversation (execd/wire/shadow_resume.py); the sandbox then stays.
+    handover: Callable[[MessageChannel | None], bool] | None = None
 
 
-def _values(ad: WireAd) -> dict[str, object]:
+def job_values(ad: WireAd) -> dict[str, object]:
     parsed = to_classad(ad)
     return {k: parsed.get(k) for k in parsed}
 
@@ -116,7 +124,7 @@ def _filetrans_session(info: SecSessionInfo, address: str) -> Session:
 
 
 @dataclass(frozen=True)
-class _Transfers:
+class Transfers:
     """How to reach the shadow's file transfer: its address, session, the job's key
     (those of the latest shadow, after a reconnect)."""
 
@@ -129,7 +137,7 @@ class _Transfers:
         assert self.calls.sessions is not None, "get_sec_session_info first"
         if self.link.transfer is not None:
             return (*self.link.transfer, self.calls.sessions)
-        job = _values({"TransferSocket": self.job_wire.get("TransferSocket", '""'),
+        job = job_values({"TransferSocket": self.job_wire.get("TransferSocket", '""'),
                        "TransferKey": self.job_wire.get("TransferKey", '""')})  # fmt: skip
         return str(job.get("TransferSocket") or ""), str(job.get("TransferKey") or ""), \
             self.calls.sessions  # fmt: skip
@@ -139,8 +147,9 @@ class _Transfers:
         return await _transfer(command, self, work)
 
 
-async def _transfer(command: int, how: _Transfers,
-                    work: Callable[[Channel], Awaitable[TransferResult]]) -> TransferResult:
+async def _transfer(command: int, how: Transfers,
+                    work: Callable[[Channel], Awaitable[TransferResult]],
+                    ) -> TransferResult:  # fmt: skip
     address, key, info = how.endpoint()
     if not address:
         raise ProtocolError("job ad has no TransferSocket")
@@ -188,12 +197,42 @@ def _transfer_error(job: dict[str, object], result: TransferResult) -> WireAd:
                          result.hold_code, result.hold_subcode)  # fmt: skip
 
 
-async def _run_job(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOptions) -> JobExit:
-    await calls.begin_execution()  # before the process, as HTCondor's starter (001 event)
-    await proc.start()
+@dataclass(frozen=True)
+class Conversation:
+    """What the conversation knows once its job runs: all that a restarted execd needs
+    to go on with it (execd/wire/shadow_resume.py). No secret in it."""
+
+    global_job_id: str
+    job_wire: WireAd  # the shadow's job ad
+    sandbox: str
+    inputs: list[str]  # what the input transfer brought (not sent back)
+    before: dict[str, float]  # the sandbox's files and their mtimes before the job
+    transfer: bool  # output goes back by file transfer
+    starter_ad: WireAd
+    lease_s: float | None
+    started: int  # JobStartDate
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, values: Mapping[str, Any]) -> Conversation:
+        """ValueError naming what is missing or wrong."""
+        try:
+            state = cls(**values)
+        except TypeError as exc:
+            raise ValueError(f"conversation record: {exc}") from None
+        if not isinstance(state.job_wire, dict) or not isinstance(state.starter_ad, dict):
+            raise ValueError("conversation record: ads are not objects")
+        return state
+
+
+async def watch(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOptions,
+                wait_s: float) -> JobExit:  # fmt: skip
+    """Updates to the shadow (the first after wait_s, 0: at once), until the job ends;
+    whatever ends the conversation meanwhile ends the job."""
     interval = {"_condor_JOBINFO_MAXINTERVAL": str(int(options.update_interval_s))}
-    wait_s = min(options.initial_update_s, options.update_interval_s)
-    try:  # from here on, whatever ends the conversation ends the job
+    try:
         if wait_s <= 0:  # an update at once, then every interval
             await calls.register_job_info({**proc.usage(), **interval})
             wait_s = options.update_interval_s
@@ -203,6 +242,66 @@ async def _run_job(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOption
     finally:
         proc.kill()
     return done
+
+
+async def _run_job(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOptions,
+                   started: Callable[[], None] | None = None) -> JobExit:  # fmt: skip
+    await calls.begin_execution()  # before the process, as HTCondor's starter (001 event)
+    await proc.start()
+    if started is not None:
+        started()
+    return await watch(calls, proc, options,
+                       min(options.initial_update_s, options.update_interval_s))  # fmt: skip
+
+
+async def report_hold(calls: ShadowSyscalls, job: dict[str, object], gjid: str,
+                      exc: JobHeldError) -> None:  # fmt: skip
+    """Not started (code 6), or held by the starter (34/102) or the startd's policy (21)."""
+    log.warning("shadow_job_held", job=gjid, reason=str(exc), code=exc.code)
+    await calls.ulog(_remote_error(job, str(exc), exc.code, exc.subcode))
+
+
+async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversation,
+                   done: JobExit) -> None:  # fmt: skip
+    """The job ended: the exit, the output (unless it was killed on request), job_exit."""
+    job = job_values(state.job_wire)
+    gjid, address, sandbox = state.global_job_id, transfers.starter_address, Path(state.sandbox)
+    exit_ad = done.exit_ad()
+    await calls.event_notification({"EventType": '"ActivationExecutionExit"'})
+    await calls.register_job_info({**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"})
+    if done.requested:  # vacated or removed: no output transfer (ON_EXIT), requeue
+        await calls.job_exit(done.wait_status, JOB_SHOULD_REQUEUE,
+                             {**exit_ad, "StarterIpAddr": f'"{address}"'})  # fmt: skip
+        log.info("shadow_job_evicted", job=gjid, status=done.wait_status)
+        return
+    names = output_names(sandbox, job, state.inputs, state.before)
+
+    async def send(ch: Channel) -> TransferResult:
+        return await upload_sandbox(ch, sandbox, names)
+
+    sent = await transfers.run(FILETRANS_DOWNLOAD, send) if state.transfer else TransferResult()
+    if not sent.ok:
+        await calls.ulog(_transfer_error(job, sent))
+        return
+    reason = JOB_COREDUMPED if done.core_dumped else JOB_EXITED
+    await calls.job_exit(done.wait_status, reason, {**exit_ad, "StarterIpAddr": f'"{address}"'})
+    log.info("shadow_job_exited", job=gjid, status=done.wait_status)
+
+
+def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions) -> bool:
+    """The conversation was cancelled: does the daemon's next image go on with it?"""
+    if options.handover is None:
+        return False
+    idle = not calls.in_call and not link.disconnected.is_set()
+    return options.handover(calls.channel if idle else None)
+
+
+async def remove_sandbox(sandbox: Path, options: ShadowOptions, handed_over: bool) -> None:
+    """After the conversation, unless the sandbox is kept or handed over (a restart)."""
+    if options.keep_sandbox or handed_over:
+        return
+    with contextlib.suppress(OSError):
+        await asyncio.to_thread(shutil.rmtree, sandbox)
 
 
 async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
@@ -219,7 +318,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     address = claim_text.split("#", 1)[0]
     calls = ShadowSyscalls(channel)
     job_wire = await calls.get_job_info() or dict(job_ad)
-    job = _values(job_wire)
+    job = job_values(job_wire)
     gjid = str(job.get("GlobalJobId", "?"))
     options.execute_dir.mkdir(parents=True, exist_ok=True)
     sandbox = Path(os.path.realpath(options.execute_dir)) / f"dir_{time.monotonic_ns()}"
@@ -231,11 +330,12 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                       starter_ad=starter_ad, starter_address=address)  # fmt: skip
     calls.attach(link)
     options.links.add(link)
+    handed_over = False
     try:
         uid, gid = run_as_ids(str(job.get("Owner", "")), options.run_as_fallback)
         await calls.register_starter_info(starter_ad)
         await calls.get_sec_session_info()
-        transfers = _Transfers(calls, link, job_wire, address)
+        transfers = Transfers(calls, link, job_wire, address)
         executable = str(job.get("Cmd", ""))
 
         async def receive(ch: Channel) -> TransferResult:
@@ -271,38 +371,26 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         stdin_name = os.path.basename(stdin) if isinstance(stdin, str) and stdin != "/dev/null" \
             and os.path.basename(stdin) in inputs else None  # fmt: skip
         log.info("shadow_job_starting", job=gjid, uid=uid)
+        state = Conversation(gjid, dict(job_wire), str(sandbox), inputs, before, transfer,
+                             dict(starter_ad), link.lease_s, int(time.time()))  # fmt: skip
+
+        def started() -> None:
+            if options.on_running is not None:
+                options.on_running(dataclasses.replace(state, started=int(time.time())))
+
         try:
             launch = JobLaunch(job, job_argv(job, sandbox, got.files), sandbox,
-                               job_env(job, sandbox), (uid, gid), stdin_name)
+                               job_env(job, sandbox), (uid, gid), stdin_name)  # fmt: skip
             proc = options.runner(launch if transfer else shared_fs_launch(launch))
-            done = await _run_job(calls, proc, options)
-        except JobHeldError as exc:  # not started (code 6), or the starter holds it (34)
-            log.warning("shadow_job_held", job=gjid, reason=str(exc), code=exc.code)
-            await calls.ulog(_remote_error(job, str(exc), exc.code, exc.subcode))
+            done = await _run_job(calls, proc, options, started)
+        except JobHeldError as exc:
+            await report_hold(calls, job, gjid, exc)
             return
-        exit_ad = done.exit_ad()
-        await calls.event_notification({"EventType": '"ActivationExecutionExit"'})
-        await calls.register_job_info({**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"})
-        if done.requested:  # vacated or removed: no output transfer (ON_EXIT), requeue
-            await calls.job_exit(done.wait_status, JOB_SHOULD_REQUEUE,
-                                 {**exit_ad, "StarterIpAddr": f'"{address}"'})  # fmt: skip
-            log.info("shadow_job_evicted", job=gjid, status=done.wait_status)
-            return
-        names = output_names(sandbox, job, inputs, before)
-
-        async def send(ch: Channel) -> TransferResult:
-            return await upload_sandbox(ch, sandbox, names)
-
-        sent = await transfers.run(FILETRANS_DOWNLOAD, send) if transfer else TransferResult()
-        if not sent.ok:
-            await calls.ulog(_transfer_error(job, sent))
-            return
-        reason = JOB_COREDUMPED if done.core_dumped else JOB_EXITED
-        await calls.job_exit(done.wait_status, reason, {**exit_ad, "StarterIpAddr": f'"{address}"'})
-        log.info("shadow_job_exited", job=gjid, status=done.wait_status)
+        await conclude(calls, transfers, state, done)
+    except asyncio.CancelledError:
+        handed_over = hand_over(calls, link, options)
+        raise
     finally:
         options.links.remove(link)
         link.close()
-        if not options.keep_sandbox:
-            with contextlib.suppress(OSError):
-                await asyncio.to_thread(shutil.rmtree, sandbox)
+        await remove_sandbox(sandbox, options, handed_over)

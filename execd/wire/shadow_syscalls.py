@@ -94,6 +94,9 @@ class ShadowSyscalls:
         self.link = link
         self.sessions: SecSessionInfo | None = None  # the latest get_sec_session_info
         self._lock = asyncio.Lock()
+        # True while a call is under way, and after one that did not complete (cancelled
+        # or failed): the connection may then hold half a message.
+        self.in_call = False
 
     def attach(self, link: ShadowLink) -> None:
         """Calls from now on survive a lost connection by waiting for `link`'s reconnect."""
@@ -127,8 +130,11 @@ class ShadowSyscalls:
         async with self._lock:
             while True:
                 try:
+                    self.in_call = True
                     await self._take_offered()
-                    return await self._once(build, answer)
+                    answered = await self._once(build, answer)
+                    self.in_call = False
+                    return answered
                 except ShadowConnectionLostError as exc:
                     if self.link is None:
                         raise

@@ -121,3 +121,29 @@ def test_an_unwritable_store_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "state.db").mkdir()
     with pytest.raises(StoreError, match="cannot open the state store"):
         Store(tmp_path / "state.db")
+
+
+def test_a_pool_claims_schedd_conversation_and_connection_survive_a_new_store(
+        tmp_path: Path) -> None:  # fmt: skip
+    """What a restart in place needs of a pool claim is read back; a second
+    set_pool_claim (the schedd moved) keeps the conversation; the handed-over
+    connection (a secret) is not in the record's repr."""
+    store = Store(tmp_path / "state.db")
+    store.set_pool_claim("<n>#1#1", "<schedd1>", 1200)
+    store.set_conversation("<n>#1#1", {"global_job_id": "vm#1.0#1"})
+    store.set_connection("<n>#1#1", {"fd": 9, "key": SECRET})
+    store.set_pool_claim("<n>#1#1", "<schedd2>", 1200)
+    store.set_pool_claim("<n>#1#2", "<schedd1>", 60)
+    store.set_meta("pool_listen_port", "9618")
+    store.db.close()
+
+    again = Store(tmp_path / "state.db")
+    first, second = again.pool_claims()
+    assert (first.session_id, first.schedd, first.lease_s) == ("<n>#1#1", "<schedd2>", 1200)
+    assert first.conversation == {"global_job_id": "vm#1.0#1"}
+    assert first.connection == {"fd": 9, "key": SECRET} and SECRET not in repr(first)
+    assert (second.conversation, second.connection) == (None, None)
+    assert again.meta("pool_listen_port") == "9618" and again.meta("nothing") is None
+    again.set_connection("<n>#1#1", None)
+    again.remove_pool_claim("<n>#1#2")
+    assert [(c.session_id, c.connection) for c in again.pool_claims()] == [("<n>#1#1", None)]

@@ -1,0 +1,156 @@
+"""The starter side of a pool claim: the shadow's conversation, served on ACTIVATE_CLAIM
+and gone on with after a restart in place.
+
+What a restart needs is in the store (`pool_claims`): each claim made through the pool
+with its schedd and lease (the ALIVEs go on), and, once its job runs, the conversation's
+state (execd.wire.shadow.Conversation: the job ad, sandbox, what the input brought; no
+secret, the claim id stays in `claims`), and, written as the old image stops, the
+shadow's connection handed over (execd.wire.handover; a secret). The new daemon accepts
+the claims' security sessions again (the shadow's CA_CMDs resume them), listens on the
+address the claim ids name (execd.daemon.pool binds the remembered port), and goes on
+with each conversation whose job it adopted (execd.wire.shadow_resume): on the kept
+connection, so that the shadow notices nothing, or else once the shadow reconnects,
+within the job lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from execd import log
+from execd.claims.ids import ClaimId
+from execd.daemon.pool_job import PoolJob
+from execd.errors import ExecdError, ProtocolError
+from execd.wire.channel import Channel
+from execd.wire.handover import adopt_connection, export_connection, release_connection
+from execd.wire.shadow import Conversation, ShadowOptions
+from execd.wire.shadow import serve_shadow as run_conversation
+from execd.wire.shadow_resume import resume_shadow
+from execd.wire.shadow_syscalls import MessageChannel
+
+if TYPE_CHECKING:
+    from execd.daemon.jobs import Job
+    from execd.daemon.pool import PoolMember
+
+logger = log.get_logger("pool")
+
+
+def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob,
+                   handed_over: list[bool]) -> ShadowOptions:  # fmt: skip
+    """How execd's starter side serves the shadow of `claim`'s job (run by `job`);
+    `handed_over` says, once it ended, whether the conversation went to the next image."""
+    daemon = member.daemon
+    store = daemon.jobs.store
+    slot = job.job.slot if job.job is not None else ""
+    ad = member.slot_ads().get(slot)
+
+    def on_running(state: Conversation) -> None:
+        store.set_conversation(claim.session_id, state.to_json())
+
+    def handover(channel: MessageChannel | None) -> bool:
+        """Restarting in place: the next image goes on (with the connection, if the
+        conversation was between two calls and the job runs)."""
+        if daemon.stopping != "restart":
+            return False
+        record = export_connection(channel) if isinstance(channel, Channel) else None
+        store.set_connection(claim.session_id, record)
+        logger.info("shadow_conversation_handed_over", slot=slot,
+                    connection="kept" if record is not None else "dropped")  # fmt: skip
+        handed_over.append(True)
+        return True
+
+    return ShadowOptions(
+        execute_dir=daemon.paths.execute,
+        slot_name=str(ad["Name"]) if ad is not None else slot,
+        uid_domain=member.config.domain,
+        update_interval_s=float(daemon.settings.get_int("STARTER_UPDATE_INTERVAL") or 300),
+        initial_update_s=float(daemon.settings.get_int("STARTER_INITIAL_UPDATE_INTERVAL") or 8),
+        runner=job.runner, on_running=on_running, handover=handover,
+    )  # fmt: skip
+
+
+def _ended(member: PoolMember, claim: ClaimId, handed_over: list[bool]) -> None:
+    """The conversation is over, unless it went to the daemon's next image."""
+    if not handed_over:
+        member.daemon.jobs.store.set_conversation(claim.session_id, None)
+
+
+async def serve_shadow(member: PoolMember, channel: Channel, claim: ClaimId,
+                       job_ad: dict[str, Any], job: PoolJob) -> None:  # fmt: skip
+    """The shadow's conversation on the activation socket (execd.wire.shadow), its job
+    run by execd's starter through `job`.
+
+    Called after ACTIVATE_CLAIM was accepted (the slot is Claimed/Busy; the starter
+    waits for the input transfer). Returns when the shadow has the job's exit, or the
+    hold; raises ProtocolError if the shadow goes away."""
+    handed_over: list[bool] = []
+    options = shadow_options(member, claim, job, handed_over)
+    try:
+        await run_conversation(channel, claim, job_ad, options=options)
+    finally:
+        _ended(member, claim, handed_over)
+
+
+def restore(member: PoolMember) -> list[asyncio.Task[None]]:
+    """After a restart: the claims made through the pool are served (their sessions),
+    kept alive (ALIVE), and their jobs' conversations go on; returns those tasks."""
+    daemon = member.daemon
+    store = daemon.jobs.store
+    by_session = {claim.session_id: (slot, claim) for slot, claim in daemon.jobs.claims.values()}
+    tasks = []
+    for held in store.pool_claims():
+        session, connection = held.session_id, held.connection
+        if connection is not None:  # valid for this image only: taken now or never
+            store.set_connection(session, None)
+        if session not in by_session:  # the claim did not come back
+            store.remove_pool_claim(session)
+            if connection is not None:
+                release_connection(connection)
+            continue
+        slot, claim = by_session[session]
+        member.accept_claim(claim)
+        member.track(claim, slot, held.schedd, held.lease_s)
+        logger.info("pool_claim_restored", slot=slot, claim=str(claim), schedd=held.schedd)
+        job = _job_of(member, claim)
+        conversation = None
+        try:
+            if held.conversation is not None and job is not None:
+                conversation = Conversation.from_json(held.conversation)
+        except ValueError as exc:
+            logger.error("shadow_conversation_not_restored", slot=slot, error=str(exc))
+        if conversation is None or job is None:
+            store.set_conversation(session, None)
+            if connection is not None:
+                release_connection(connection)
+            continue
+        tasks.append(asyncio.get_running_loop().create_task(
+            _resume(member, claim, conversation, job, connection)))  # fmt: skip
+    return tasks
+
+
+def _job_of(member: PoolMember, claim: ClaimId) -> Job | None:
+    """The claim's latest job (running, or ended while execd restarted)."""
+    jobs = [job for job in member.daemon.jobs.jobs.values()
+            if job.claim.session_id == claim.session_id]  # fmt: skip
+    return max(jobs, key=lambda job: job.started, default=None)
+
+
+async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: Job,
+                  connection: dict[str, Any] | None) -> None:  # fmt: skip
+    runner = PoolJob.adopted(member.daemon.jobs, claim.full(), job, state.started)
+    handed_over: list[bool] = []
+    options = shadow_options(member, claim, runner, handed_over)
+    try:
+        channel = None if connection is None else \
+            await adopt_connection(connection, timeout_s=member.security.timeout_s)  # fmt: skip
+        await resume_shadow(claim.full(), state, runner, options, channel)
+    except (ProtocolError, ExecdError, OSError) as exc:
+        logger.warning("shadow_conversation_ended", slot=job.slot, job=job.job_id,
+                       why=str(exc))  # fmt: skip
+    except Exception as exc:  # a bug here is logged; the daemon and other jobs go on
+        logger.exception("shadow_conversation_failed", slot=job.slot, job=job.job_id,
+                         error=str(exc))  # fmt: skip
+    finally:
+        runner.close()
+        _ended(member, claim, handed_over)

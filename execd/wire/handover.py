@@ -1,0 +1,92 @@
+"""Handing a live, encrypted CEDAR connection to this process's next image.
+
+A restart in place re-executes the same process (same pid). A descriptor without
+close-on-exec survives the exec, so a connection can outlive it: the peer sees nothing
+as long as the new image goes on where the old one stopped. The old image exports
+the connection between two messages (`export_connection`: a duplicate of the socket,
+made inheritable, and the AES-GCM position of both directions); the new image
+adopts it (`adopt_connection`) and the next message is sealed and opened as if one
+process had sent them all.
+
+An exported record is a secret (it holds the session key): it lives in the state
+store (root's, 0600) and never in the log. It names the pid and the socket's inode,
+so that after anything but an exec of the same process (a crash, a reboot) no
+unrelated descriptor that happens to have the same number is ever taken for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import socket
+import stat
+from typing import Any
+
+from execd.log import get_logger
+from execd.wire.channel import Channel
+
+log = get_logger("wire")
+
+
+def export_connection(channel: Channel) -> dict[str, Any] | None:
+    """Make `channel`'s connection survive an exec; what the next image needs to go on
+    with it, or None if it cannot (not encrypted yet, or closing). Call it only between
+    two messages (nothing half sent, nothing unread)."""
+    position = channel.crypto_position()
+    sock = channel.writer.get_extra_info("socket")
+    if position is None or sock is None or channel.writer.is_closing():
+        return None
+    key, send_iv, sent, recv_iv, received = position
+    fd = os.dup(sock.fileno())
+    os.set_inheritable(fd, True)
+    b64 = base64.b64encode
+    return {"pid": os.getpid(), "fd": fd, "inode": os.fstat(fd).st_ino, "peer": channel.peer,
+            "key": b64(key).decode(), "send_iv": b64(send_iv).decode(), "sent": sent,
+            "recv_iv": b64(recv_iv).decode(), "received": received}  # fmt: skip
+
+
+def _inherited(record: dict[str, Any]) -> int | None:
+    """The record's descriptor if this process inherited it through its own exec."""
+    fd = record.get("fd")
+    if record.get("pid") != os.getpid() or not isinstance(fd, int):
+        return None
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return None
+    if not stat.S_ISSOCK(info.st_mode) or info.st_ino != record.get("inode"):
+        return None
+    return fd
+
+
+def release_connection(record: dict[str, Any]) -> None:
+    """An inherited connection nobody goes on with: closed (the peer sees it end)."""
+    fd = _inherited(record)
+    if fd is not None:
+        os.close(fd)
+
+
+async def adopt_connection(record: dict[str, Any], *, timeout_s: float) -> Channel | None:
+    """The connection `record` describes, as a Channel that goes on where the old image
+    stopped; None if this process did not inherit it (it was not an exec) or the record
+    is unusable (logged)."""
+    fd = _inherited(record)
+    if fd is None:
+        return None
+    try:
+        key, send_iv, recv_iv = (base64.b64decode(record[name], validate=True)
+                                 for name in ("key", "send_iv", "recv_iv"))  # fmt: skip
+        sent, received = int(record["sent"]), int(record["received"])
+        sock = socket.socket(fileno=fd)
+    except (KeyError, ValueError, TypeError, OSError) as exc:
+        log.error("connection_not_adopted", peer=record.get("peer"), error=str(exc))
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        return None
+    sock.set_inheritable(False)
+    reader, writer = await asyncio.open_connection(sock=sock)
+    channel = Channel(reader, writer, peer=str(record.get("peer", "")), timeout_s=timeout_s)
+    channel.resume_crypto(key, send_iv, sent, recv_iv, received)
+    return channel

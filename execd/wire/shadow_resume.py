@@ -1,0 +1,102 @@
+"""Going on with a shadow conversation that a restarted execd inherited.
+
+A restart in place (SIGUSR2) leaves the job running but closes the shadow's syscall
+connection with the old process. The shadow treats that as any lost connection: it logs
+the disconnect (022) and, within the job lease, asks the startd where the starter is
+(CA_LOCATE_STARTER) and reconnects to it (CA_RECONNECT_JOB). The new execd has the
+conversation's state from its store (`Conversation`, written once the job ran); it
+goes on with the connection the old image handed over (execd/wire/handover.py), so
+that the shadow notices nothing; where there is none (the old image was cut off in the
+middle of a call, or this is no exec), it starts the conversation again *disconnected*:
+its first call finds no connection and waits for the reconnect, as the call of a
+conversation whose shadow went away does (shadow_link.py). Then updates, the exit, the
+output transfer and job_exit follow as if nothing had happened. The lease is counted
+from the restart (HTCondor's starter counts from its last contact with the shadow,
+seconds earlier). A lease that runs out ends the conversation, and with it the job.
+
+Why the connection is handed over rather than dropped: HTCondor 25's shadow stops its
+file transfer server when it loses the starter's connection (remoteresource.cpp
+disconnectClaimSock -> abortFileTransfer: the transfer key is unregistered) and never
+registers it again when the *same* shadow reconnects (initFileTransfer runs once), so
+after such a reconnect the output transfer is refused ("transkey is invalid"). A new
+shadow (after its schedd restarted) starts a new server and is not affected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from execd.errors import RemoteProtocolError
+from execd.log import get_logger
+from execd.wire.encoding import Decoder, Encoder
+from execd.wire.job_runner import JobHeldError, JobRunner
+from execd.wire.shadow import (
+    Conversation,
+    ShadowOptions,
+    Transfers,
+    conclude,
+    hand_over,
+    job_values,
+    remove_sandbox,
+    report_hold,
+    watch,
+)
+from execd.wire.shadow_link import ShadowLink
+from execd.wire.shadow_syscalls import MessageChannel, ShadowSyscalls
+
+log = get_logger("wire")
+
+
+class LostConnection:
+    """The syscall connection that went with the old process: every call fails (and so
+    waits for the shadow's reconnect)."""
+
+    async def send(self, payload: bytes) -> None:
+        raise RemoteProtocolError("the shadow's connection closed when execd restarted")
+
+    async def recv(self, timeout_s: float | None = None) -> bytes:
+        raise RemoteProtocolError("the shadow's connection closed when execd restarted")
+
+    def encoder(self) -> Encoder:
+        return Encoder()
+
+    def decoder(self, payload: bytes) -> Decoder:
+        return Decoder(payload)
+
+
+async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
+                        options: ShadowOptions,
+                        channel: MessageChannel | None = None) -> None:  # fmt: skip
+    """The rest of the conversation of `state`'s job (run by `proc`, adopted by the new
+    daemon) to job_exit: on `channel`, the connection the old image handed over, else
+    once the shadow has reconnected. Raises ProtocolError when the shadow does not come
+    back within the job lease."""
+    address = claim_id.split("#", 1)[0]
+    channel = channel or LostConnection()
+    calls = ShadowSyscalls(channel)
+    link = ShadowLink(channel, claim_id=claim_id, global_job_id=state.global_job_id,
+                      lease_s=state.lease_s, starter_ad=state.starter_ad,
+                      starter_address=address)  # fmt: skip
+    calls.attach(link)
+    options.links.add(link)
+    log.info("shadow_conversation_resumed", job=state.global_job_id, lease_s=state.lease_s,
+             connection="kept" if not isinstance(channel, LostConnection) else "lost")
+    handed_over = False
+    try:
+        transfers = Transfers(calls, link, state.job_wire, address)
+        if not isinstance(channel, LostConnection):  # the kept connection: the file
+            await calls.get_sec_session_info()  # transfer session, as after a reconnect
+        try:
+            done = await watch(calls, proc, options, 0)  # its first call waits for the shadow
+        except JobHeldError as exc:
+            await report_hold(calls, job_values(state.job_wire), state.global_job_id, exc)
+            return
+        await conclude(calls, transfers, state, done)
+    except asyncio.CancelledError:  # restarting again?
+        handed_over = hand_over(calls, link, options)
+        raise
+    finally:
+        options.links.remove(link)
+        link.close()
+        await remove_sandbox(Path(state.sandbox), options, handed_over)

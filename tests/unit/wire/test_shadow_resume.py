@@ -1,0 +1,147 @@
+"""A conversation a restarted daemon goes on with (execd.wire.shadow_resume), with a real
+job process (as nobody) and real socket pairs: on the connection the old image handed
+over, it asks for the file transfer session and goes on to job_exit; without one it
+waits for the shadow's reconnect; cancelled again (another restart) between two calls,
+it hands its connection over and its sandbox stays."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_shadow_reconnect_job import CLAIM, shadow
+from wire_pairs import channel_pair
+
+from execd.wire.reconnect import ReconnectJob
+from execd.wire.shadow import Conversation, ShadowOptions
+from execd.wire.shadow_job import JobProcess, run_as_ids
+from execd.wire.shadow_link import ShadowLinks, session_id
+from execd.wire.shadow_resume import resume_shadow
+from execd.wire.shadow_syscalls import (
+    EVENT_NOTIFICATION,
+    GET_SEC_SESSION_INFO,
+    JOB_EXIT,
+    REGISTER_JOB_INFO,
+    MessageChannel,
+)
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as nobody: needs root")
+
+
+@pytest.fixture
+def box() -> Iterator[tuple[Path, tuple[int, int]]]:
+    path = Path(tempfile.mkdtemp(prefix="execd-resumetest-", dir="/var/tmp"))
+    os.chmod(path, 0o755)
+    ids = run_as_ids("no-such-user-here")
+    os.chown(path, *ids)
+    try:
+        yield path, ids
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def conversation(sandbox: Path) -> Conversation:
+    """A job without file transfer (its output stays where it is)."""
+    return Conversation("vm#1.0#1", {"ClusterId": "1", "ProcId": "0"}, str(sandbox), [], {},
+                        False, {"Name": '"slot1_1@vm"'}, 30.0, 1795423816)  # fmt: skip
+
+
+def started(path: Path, ids: tuple[int, int], script: str) -> JobProcess:
+    return JobProcess(["/bin/sh", "-c", script], path, {"PATH": "/bin:/usr/bin"}, ids, None)
+
+
+def test_on_the_kept_connection_it_goes_on_to_job_exit(
+        box: tuple[Path, tuple[int, int]]) -> None:  # fmt: skip
+    path, ids = box
+    proc = started(path, ids, "sleep 0.5; exit 3")
+
+    async def scenario() -> list[int]:
+        await proc.start()  # the old image's job, adopted
+        ours, theirs = await channel_pair()
+        calls: list[int] = []
+        peer = asyncio.create_task(shadow(theirs, calls, asyncio.Event()))
+        options = ShadowOptions(update_interval_s=0.2, links=ShadowLinks(), keep_sandbox=True)
+        await resume_shadow(CLAIM, conversation(path), proc, options, ours)
+        peer.cancel()
+        await ours.close()
+        await theirs.close()
+        return calls
+
+    calls = asyncio.run(scenario())
+    assert calls[0] == GET_SEC_SESSION_INFO and calls[1] == REGISTER_JOB_INFO
+    assert calls[-3:] == [EVENT_NOTIFICATION, REGISTER_JOB_INFO, JOB_EXIT]
+
+
+def test_without_a_connection_it_waits_for_the_shadows_reconnect(
+        box: tuple[Path, tuple[int, int]]) -> None:  # fmt: skip
+    path, ids = box
+    proc = started(path, ids, "sleep 1; exit 0")
+
+    async def scenario() -> list[int]:
+        await proc.start()
+        links = ShadowLinks()
+        options = ShadowOptions(update_interval_s=0.2, links=links, keep_sandbox=True)
+        resumed = asyncio.create_task(resume_shadow(CLAIM, conversation(path), proc, options))
+        while (link := links.by_session(session_id(CLAIM))) is None:
+            await asyncio.sleep(0.01)  # the task has not run yet: nothing to await
+        await link.disconnected.wait()  # its first call found no connection
+        ours, theirs = await channel_pair()
+        calls: list[int] = []
+        peer = asyncio.create_task(shadow(theirs, calls, asyncio.Event()))
+        handler = asyncio.create_task(link.offer(ours, ReconnectJob(
+            "<shadow>", "", "vm", "<shadow>", "1#key")))  # fmt: skip
+        await resumed
+        await handler
+        peer.cancel()
+        await ours.close()
+        await theirs.close()
+        return calls
+
+    calls = asyncio.run(scenario())
+    assert calls[0] == GET_SEC_SESSION_INFO and calls[-1] == JOB_EXIT
+
+
+def test_cancelled_between_two_calls_it_hands_its_connection_over(
+        box: tuple[Path, tuple[int, int]]) -> None:  # fmt: skip
+    path, ids = box
+    proc = started(path, ids, "sleep 30")
+    (path / "output.txt").write_text("kept\n")
+    offered: list[MessageChannel | None] = []
+
+    def handover(channel: MessageChannel | None) -> bool:
+        offered.append(channel)
+        return True
+
+    async def scenario() -> bool:
+        await proc.start()
+        ours, theirs = await channel_pair()
+        calls: list[int] = []
+        seen = asyncio.Event()
+        peer = asyncio.create_task(shadow(theirs, calls, seen))
+        links = ShadowLinks()
+        options = ShadowOptions(update_interval_s=5, links=links, handover=handover)
+        resumed = asyncio.create_task(resume_shadow(CLAIM, conversation(path), proc, options,
+                                                    ours))  # fmt: skip
+        while REGISTER_JOB_INFO not in calls:
+            seen.clear()
+            await seen.wait()
+        link = links.by_session(session_id(CLAIM))
+        assert link is not None
+        answered = link.last_rpc
+        while link.last_rpc == answered:  # until the update's answer is in: between calls
+            await asyncio.sleep(0.01)
+        resumed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await resumed
+        peer.cancel()
+        await ours.close()
+        await theirs.close()
+        return offered == [ours]
+
+    assert asyncio.run(scenario())
+    assert (path / "output.txt").read_text() == "kept\n"  # the sandbox stays
