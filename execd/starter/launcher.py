@@ -188,8 +188,9 @@ class StarterZygote:
     """The daemon's side of execd/starter/zygote.py: ask it to fork a starter.
 
     Started by start() (the daemon, as it starts serving) or else on first use; until
-    it answers, and whenever it is gone, starters are launched cold. Starters it forks are its children, not ours: the handle follows
-    them through a pidfd opened before the zygote can reap them.
+    it answers, and whenever it is gone, starters are launched cold. Starters it forks
+    are its children, not ours: the handle follows them through a pidfd opened before
+    the zygote can reap them.
     """
 
     def __init__(self) -> None:
