@@ -5,6 +5,8 @@ Why: a cold starter spends most of its launch starting Python and importing (~40
 ~50 here) and keeps ~3 MB of private pages for its modules. A starter forked from the
 zygote starts at once, and its modules stay pages shared with the zygote and its
 siblings (gc.freeze keeps the collector from touching, and so copying, them).
+A page stays shared only while neither side writes to it: what a starter costs is the
+pages it writes and the pages the zygote writes between two forks (bench/README.md).
 
 Protocol on stdin/stdout: the daemon writes `SPEC_PATH NUL LOG_PATH NL`; the zygote reads
 the spec and plans the job (execd.starter.run.prepare: no side effect yet), forks, the
