@@ -26,6 +26,7 @@ from execd.daemon.backfill import BackfillClient, backfill_program
 from execd.daemon.broken import record_broken
 from execd.daemon.control import Authorizer, ControlServer, Verb
 from execd.daemon.fetch_work import FetchWorker
+from execd.daemon.footprint import limit_malloc_arenas, small_default_executor
 from execd.daemon.jobs import JobManager
 from execd.daemon.node import Node, Paths
 from execd.daemon.policy_glue import log_action, now, policy_config, slot_facts
@@ -42,6 +43,7 @@ from execd.hooks.cron import CronManager, CronUpdate
 from execd.hooks.cron_config import cron_settings
 from execd.policy import actions as act
 from execd.policy.engine import PolicyEngine
+from execd.starter.launcher import ZYGOTE
 
 logger = log.get_logger("daemon")
 
@@ -309,8 +311,10 @@ class Daemon:
 
     async def serve(self) -> int:
         loop = asyncio.get_running_loop()
+        small_default_executor(loop)
         self.signals.install(loop)
         self.recovered = recover(self.jobs)  # before any command can change the state
+        ZYGOTE.start()  # the starters' parent, up before the first job as a startd is
         admin = self.settings.get_str("EXECD_ADMIN_GROUP")
         schedulers = frozenset(self.settings.get_list("EXECD_SCHEDULER_USERS"))
         self.control = ControlServer(self.paths.socket, self.verbs(), Authorizer(admin, schedulers))
@@ -353,6 +357,7 @@ class Daemon:
 
 
 def run_daemon(config_path: Path, *, log_to_stderr: bool = False) -> int:
+    limit_malloc_arenas()  # before any thread starts
     daemon = Daemon(config_path, log_to_stderr=log_to_stderr)
     try:
         daemon.start()

@@ -187,14 +187,24 @@ ZYGOTE_ANSWER_SECONDS = 5.0
 class StarterZygote:
     """The daemon's side of execd/starter/zygote.py: ask it to fork a starter.
 
-    Started on first use; until it answers, and whenever it is gone, starters are
-    launched cold. Starters it forks are its children, not ours: the handle follows
-    them through a pidfd opened before the zygote can reap them.
+    Started by start() (the daemon, as it starts serving) or else on first use; until
+    it answers, and whenever it is gone, starters are launched cold. Starters it forks
+    are its children, not ours: the handle follows them through a pidfd opened before
+    the zygote can reap them.
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start it now if it is not up: the daemon does so when it starts, so that the
+        zygote is a part of the EP's fixed cost and the first job's starter is forked."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                if self.proc is not None:
+                    self._discard(self.proc)
+                self.proc = self._spawn()
 
     def fork_starter(self, spec_path: str, log_path: str) -> tuple[int, int | None] | None:
         """(pid, pidfd) of a new starter for this spec, or None: launch it cold.

@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from execd.cgroups.discovery import Hierarchy
 from execd.cgroups.fs import CgroupFS
@@ -68,6 +68,7 @@ class Starter:
             ),
             self.tree.controllers,
         )
+        self.user = resolve_user(spec, os.geteuid())
         self.report: dict[str, Any] = {"StarterPid": os.getpid(), "JobId": spec.job_id}
         self.pid = 0
         self.last_usage: Usage | None = None
@@ -84,8 +85,7 @@ class Starter:
 
     # -- setup ---------------------------------------------------------------
     def start(self) -> None:
-        spec = self.spec
-        user = resolve_user(spec, os.geteuid())
+        spec, user = self.spec, self.user
         if self.cgroup.populated():
             # A job left behind (unkillable, or still running under a starter we do not
             # know): never start another in its cgroup, never kill it from here.
@@ -385,6 +385,67 @@ class Starter:
             event("job_oom_held", job=self.spec.job_id, limit_mb=limit_mb, usage_mb=used_mb)
 
 
+class BadSpec(NamedTuple):
+    """The spec could not be read: no report can be written (no report path)."""
+
+    error: Exception
+
+
+class FailedSetup(NamedTuple):
+    """The spec was read but the starter cannot be set up: a report says why."""
+
+    spec: StarterSpec
+    error: Exception
+
+
+Prepared = Starter | BadSpec | FailedSetup
+
+
+def prepare(spec_path: str) -> Prepared:
+    """Read the spec and plan the job, with no side effect on the job's cgroup or files.
+
+    The starter zygote does this before it forks the starter, so that the objects it
+    makes are in pages the starters share (a starter's own memory is what it writes)."""
+    try:
+        with open(spec_path) as f:
+            spec = StarterSpec.from_dict(json.load(f))
+    except (OSError, ValueError) as exc:
+        return BadSpec(exc)
+    try:
+        return Starter(spec)
+    except (ExecdError, OSError) as exc:
+        return FailedSetup(spec, exc)
+
+
+def _failed(spec: StarterSpec, exc: Exception) -> int:
+    event("starter_failed", job=spec.job_id, error=repr(str(exc)))
+    rpt.write_durably(
+        spec.report_path,
+        {"JobId": spec.job_id, "ExitReason": "starter_failed", "StarterError": str(exc)},
+    )
+    return 1
+
+
+def run(prepared: Prepared) -> int:
+    """Run the prepared job to its end: 0 done, 1 the starter failed (reported), 2 no spec."""
+    if isinstance(prepared, BadSpec):
+        sys.stderr.write(f"starter_bad_spec error={prepared.error!r}\n")
+        return 2
+    if isinstance(prepared, FailedSetup):
+        return _failed(prepared.spec, prepared.error)
+    starter = prepared
+    starter.report["StarterPid"] = os.getpid()  # prepared in the zygote, run here
+    try:
+        starter.start()
+        if starter.exit_reason != "spawn_failed":
+            starter.watch()
+        starter.announce_exit()
+        starter.finish()
+    except (ExecdError, OSError) as exc:
+        return _failed(starter.spec, exc)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         sys.stderr.write("usage: python -S -m execd.starter SPEC.json\n")
@@ -392,25 +453,4 @@ def main(argv: list[str]) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, CONTROL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the daemon going away is not our end
-    try:
-        with open(argv[0]) as f:
-            spec = StarterSpec.from_dict(json.load(f))
-    except (OSError, ValueError) as exc:
-        sys.stderr.write(f"starter_bad_spec error={exc!r}\n")
-        return 2
-    try:
-        starter = Starter(spec)
-        starter.start()
-        if starter.exit_reason != "spawn_failed":
-            starter.watch()
-        starter.announce_exit()
-        starter.finish()
-    except (ExecdError, OSError) as exc:
-        event("starter_failed", job=spec.job_id, error=repr(str(exc)))
-        rpt.write_durably(
-            spec.report_path,
-            {"JobId": spec.job_id, "ExitReason": "starter_failed", "StarterError": str(exc)},
-        )
-        return 1
-    return 0
-
+    return run(prepare(argv[0]))

@@ -5,9 +5,12 @@ Why: a cold starter spends most of its launch starting Python and importing (~40
 ~50 here) and keeps ~3 MB of private pages for its modules. A starter forked from the
 zygote starts at once, and its modules stay pages shared with the zygote and its
 siblings (gc.freeze keeps the collector from touching, and so copying, them).
+A page stays shared only while neither side writes to it: what a starter costs is the
+pages it writes and the pages the zygote writes between two forks (bench/README.md).
 
-Protocol on stdin/stdout: the daemon writes `SPEC_PATH NUL LOG_PATH NL`; the zygote forks,
-the starter leads a new session and runs as `python -m execd.starter SPEC_PATH` would,
+Protocol on stdin/stdout: the daemon writes `SPEC_PATH NUL LOG_PATH NL`; the zygote reads
+the spec and plans the job (execd.starter.run.prepare: no side effect yet), forks, the
+starter leads a new session and runs the job as `python -m execd.starter SPEC_PATH` would,
 and the zygote answers `PID NL`. The zygote reaps finished starters only when the next
 request comes, so a starter's pid cannot be reused before the daemon has opened a pidfd
 on it. EOF (the daemon gone) ends the zygote; running starters carry on.
@@ -20,7 +23,7 @@ import os
 import signal
 import sys
 
-from execd.starter.run import CONTROL, main
+from execd.starter.run import CONTROL, Prepared, prepare, run
 
 
 def _reap_finished() -> None:
@@ -33,7 +36,7 @@ def _reap_finished() -> None:
             return
 
 
-def _become_starter(spec_path: str, log_path: str) -> int:
+def _become_starter(prepared: Prepared, log_path: str) -> int:
     os.setsid()  # its own session, as a cold starter: it outlives the daemon
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -42,7 +45,8 @@ def _become_starter(spec_path: str, log_path: str) -> int:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    return main([spec_path])
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    return run(prepared)
 
 
 def zygote_main() -> int:
@@ -61,11 +65,15 @@ def zygote_main() -> int:
             return 0  # EOF: the daemon went away
         _reap_finished()
         spec_path, log_path = line[:-1].decode().split("\0", 1)
+        # Read and planned here, not in the starter: what this makes, the starter
+        # inherits in pages shared with the zygote (what it writes is its own memory).
+        prepared = prepare(spec_path)
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
-                code = _become_starter(spec_path, log_path)
+                code = _become_starter(prepared, log_path)
             finally:
                 os._exit(code)
+        del prepared
         os.write(1, f"{pid}\n".encode())

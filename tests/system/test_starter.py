@@ -285,6 +285,39 @@ def test_starters_are_forked_from_the_zygote_and_a_dead_zygote_is_replaced(
     assert ZYGOTE.proc is not None and ZYGOTE.proc.pid != zygote.pid, "a new zygote is up"
 
 
+def test_a_zygote_forked_starter_reports_as_itself_and_fails_setup_as_a_cold_one(
+    workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    """The zygote reads the spec and plans the job before it forks: what the starter
+    reports (its pid, a setup failure, a bad spec) is still the starter's own."""
+    import select
+
+    from execd.starter.launcher import ZYGOTE
+
+    ZYGOTE.start()  # up before the first job, as the daemon starts it
+    handle = start(make_spec("exit 0"), workdir)
+    assert handle.proc is None, "forked by the zygote"
+    assert finished(handle, workdir)["StarterPid"] == handle.pid
+    for zygote in (True, False):
+        (workdir / "report.json").unlink(missing_ok=True)
+        spec = make_spec("touch started", base_cgroup="no-such-base-execd")
+        handle = launch_starter(spec, str(workdir / "spec.json"), str(workdir / "starter.log"),
+                                zygote=zygote)  # fmt: skip
+        assert (handle.proc is None) == zygote
+        assert handle.wait(timeout=30) == 1
+        report = handle.report()
+        assert report["ExitReason"] == "starter_failed"
+        assert "no-such-base-execd" in str(report["StarterError"])
+        assert not (workdir / "iwd/started").exists()
+    (workdir / "garbage.json").write_text("{not json")
+    forked = ZYGOTE.fork_starter(str(workdir / "garbage.json"), str(workdir / "bad.log"))
+    assert forked is not None and forked[1] is not None
+    assert select.select([forked[1]], [], [], 30)[0], "the starter ends at once"
+    os.close(forked[1])
+    wait_until(lambda: "starter_bad_spec" in (workdir / "bad.log").read_text(),
+               "the bad spec named in the starter's log")  # fmt: skip
+
+
 def test_a_slot_whose_cgroup_still_holds_a_job_is_not_reused(
     tree: CgroupTree, workdir: Path, make_spec: Callable[..., StarterSpec]
 ) -> None:
