@@ -141,6 +141,8 @@ def test_cancelled_between_two_calls_it_hands_its_connection_over(
         peer.cancel()
         await ours.close()
         await theirs.close()
+        proc.kill()  # the job a next image would adopt: ended here, reaped in this loop
+        await proc.wait(10)
         return offered == [ours]
 
     assert asyncio.run(scenario())
