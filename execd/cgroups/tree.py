@@ -99,11 +99,14 @@ class CgroupTree:
         return usage
 
     def remove(self) -> None:
-        """Remove the whole subtree (tests; uninstall). Kills what is still inside."""
+        """Remove the whole subtree once the daemon has exited (tests; uninstall). Kills
+        what is still inside: jobs, and in the daemon's leaf a killed daemon's starter
+        zygote that has not yet seen its request pipe close."""
         for name in self.fs.children(self.base):
             if name == DAEMON_LEAF:
                 continue
             JobCgroup(self.fs, self.base / name, frozenset()).destroy()
+        JobCgroup(self.fs, self.base / DAEMON_LEAF, frozenset()).kill()
         self.fs.rmdir(self.base / DAEMON_LEAF)
         self.fs.rmdir(self.base)
 
