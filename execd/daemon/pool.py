@@ -77,6 +77,7 @@ async def serve_shadow(member: PoolMember, channel: Channel, claim: ClaimId,
         update_interval_s=float(daemon.settings.get_int("STARTER_UPDATE_INTERVAL") or 300),
         initial_update_s=float(daemon.settings.get_int("STARTER_INITIAL_UPDATE_INTERVAL") or 8),
         runner=job.runner,
+        slot_ad=ad,
     )  # fmt: skip
     await run_conversation(channel, claim, job_ad, options=options)
 
