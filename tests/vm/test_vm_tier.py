@@ -36,15 +36,13 @@ def test_guest_session_completed(guest_run: harness.GuestRun) -> None:
         _fail_with_logs(guest_run, "the guest never recorded pytest's exit status")
     if guest_run.exit_status not in PYTEST_RAN_TESTS or not guest_run.cases:
         _fail_with_logs(guest_run, f"guest pytest exited {guest_run.exit_status}")
-    known = set(harness.guest_test_functions()) - set(harness.pending_off())
+    known = set(harness.guest_test_functions())
     unexpected = {n for n in guest_run.cases if n.split("[")[0] not in known}
     assert not unexpected, f"guest results the host does not report by name: {unexpected}"
 
 
 @pytest.mark.parametrize("function", harness.guest_test_functions())
 def test_guest(function: str, guest_run: harness.GuestRun) -> None:
-    if function in harness.pending_off():
-        pytest.skip(f"pending: {harness.pending_off()[function]}")
     cases = [c for nodeid, c in guest_run.cases.items() if nodeid.split("[")[0] == function]
     if not cases:
         _fail_with_logs(guest_run, f"the guest did not report {function}")

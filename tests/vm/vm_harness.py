@@ -73,31 +73,6 @@ class GuestRun:
         return "\n".join(parts)
 
 
-# Guest tests that wait on work not merged yet, each with the variable that turns it on
-# and why it is off. Off, a test is deselected in the guest (no boot time spent on it)
-# and skipped on the host with that reason, which CI shows; remove the entry once the
-# work has landed.
-PENDING = {
-    "test_pool_oom::test_execd_holds_the_oom_job_like_condor_startd": (
-        "EXECD_POOL_JOBS_COMPLETE",
-        "jobs on `execd run` do not run to the end yet (the starter's shadow side comes "
-        "with branch `join`); EXECD_POOL_JOBS_COMPLETE=1 runs it",
-    ),
-}
-
-
-def pending_off() -> dict[str, str]:
-    """The PENDING guest tests not turned on here, with why they are off."""
-    return {name: why for name, (switch, why) in PENDING.items()
-            if os.environ.get(switch, "") in ("", "0")}  # fmt: skip
-
-
-def guest_nodeid(name: str) -> str:
-    """pytest's node id in the guest (rootdir: the checkout) of `<file stem>::<test>`."""
-    stem, test = name.split("::", 1)
-    return f"{(GUEST_TESTS / stem).relative_to(REPO)}.py::{test}"
-
-
 def pool_env() -> dict[str, str]:
     """What the guest's pool tests (guest/guest_pool.py) need to know from the host."""
     if tiers.pool_built():
@@ -127,7 +102,6 @@ def guest_script(results: Path) -> str:
         sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
         "-p", "no:hypothesispytest", "--rootdir", str(REPO),
         f"--junitxml={results / 'guest.xml'}", str(GUEST_TESTS),
-        *(f"--deselect={guest_nodeid(name)}" for name in pending_off()),
     ]  # fmt: skip
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return (

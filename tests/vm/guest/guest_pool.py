@@ -29,10 +29,12 @@ for extra in (TESTS, TESTS / "pool"):  # tiers and pool_harness, as on the host
 
 import pool_harness as harness  # noqa: E402 (needs the paths above)
 import tiers  # noqa: E402 (needs the paths above)
+import user_log_view  # noqa: E402 (needs the paths above)
 
 CGROUP_MOUNT = "/sys/fs/cgroup"
 OVERLAY = Path("/run/execd-vm-pool")  # a tmpfs in the guest
 ROOT_CONTROLLERS = "+cpu +io +memory +pids"
+__all__ = ["CGROUP_MOUNT", "GuestPools", "harness", "user_log_view"]
 
 
 class GuestPool(harness.Pool):

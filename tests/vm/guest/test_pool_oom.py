@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from execd_node import running_node
-from guest_pool import CGROUP_MOUNT, GuestPools, harness
+from guest_pool import CGROUP_MOUNT, GuestPools, harness, user_log_view
 
 REQUEST_MB = 64
 # Software emulation: a pool's negotiation cycle, a transfer and an OOM take a while.
@@ -68,6 +68,8 @@ class Outcome:
     hold_subcode: int
     hold_reason: str  # normalized()
     allocated_mb: int | None  # the slot's Memory in the execute event (request, rounded up)
+    execute_resources: list[list[str]]  # 001's lines: SlotName, CondorScratchDir, Cpus, ...
+    resource_tables: list[tuple[str, list[tuple[str, str, str, str]]]]  # 004's, no usage
     limits: dict[str, int]  # cgroup path -> memory.max in bytes ("max" left out)
     oom_kills: int  # memory.events oom_kill of the job's top cgroup under the root
     user_log: str
@@ -153,6 +155,8 @@ def run_oom_job(pool: harness.Pool) -> Outcome:
             hold_subcode=int(ad["HoldReasonSubCode"]),
             hold_reason=normalized(str(ad["HoldReason"])),
             allocated_mb=allocated_memory(job.user_log()),
+            execute_resources=user_log_view.execute_resources(job.user_log()),
+            resource_tables=user_log_view.resource_tables(job.user_log()),
             limits=limits,
             oom_kills=oom_kills(top),
             user_log=job.user_log(),
@@ -180,6 +184,10 @@ def test_condor_startd_holds_the_oom_job_with_code_34(reference: Outcome) -> Non
     limit = f"cgroup memory limit of {reference.allocated_mb} megabytes"
     assert limit in reference.hold_reason, reference.hold_reason
     assert min(reference.limits.values()) == reference.allocated_mb << 20, reference.limits
+    # the slot's resources as the shadow has them from HTCondor's starter (what execd's
+    # half is compared with): the execute event's lines and the eviction's table
+    assert f"Memory = {reference.allocated_mb}" in reference.execute_resources[0], reference
+    assert [code for code, _ in reference.resource_tables] == ["004"], reference.user_log
     assert reference.oom_kills >= 1
     # submitted, executing, the starter's error, evicted, held: never terminated (005)
     codes = [code for code in reference.events if code != "006"]
@@ -190,8 +198,10 @@ def test_condor_startd_holds_the_oom_job_with_code_34(reference: Outcome) -> Non
 
 def test_execd_holds_the_oom_job_like_condor_startd(pools: GuestPools,
                                                      reference: Outcome) -> None:
-    """Pending (vm_harness.PENDING) until jobs run to the end on `execd run`: the host
-    deselects it unless EXECD_POOL_JOBS_COMPLETE=1."""
+    """The same job on a real `execd run` joined to the pool without its startd: the
+    same hold (34/102, HTCondor's words), user log (events, the execute event's slot
+    resources, the eviction's resource table) and cgroup memory.max, under execd's
+    own base cgroup, with the kernel's OOM kill counted there."""
     pool = pools.get(with_startd=False)
     with running_node(pool) as node:
         ours = run_oom_job(pool)
@@ -208,6 +218,8 @@ def test_execd_holds_the_oom_job_like_condor_startd(pools: GuestPools,
             ("hold subcode", ours.hold_subcode, reference.hold_subcode),
             ("hold reason", ours.hold_reason, reference.hold_reason),
             ("slot memory in the execute event", ours.allocated_mb, reference.allocated_mb),
+            ("execute event resources", ours.execute_resources, reference.execute_resources),
+            ("resource tables", ours.resource_tables, reference.resource_tables),
             ("user log", ours.summary, reference.summary),
         )
         if mine != theirs
