@@ -110,6 +110,11 @@ def _machine_totals(facts: MachineFacts) -> dict[str, Any]:
         "TotalCpus": _number(facts.total_cpus), "TotalMemory": facts.total_memory_mb,
         "TotalDisk": facts.total_disk_kb, "TotalVirtualMemory": facts.total_swap_kb,
     }
+    # The resources every slot of the machine may have, in HTCondor's order: the standard
+    # four, then the machine's own (GPUs always) sorted as its case-blind map sorts them.
+    # The schedd, the starter and the shadow read the slot's amounts by these names.
+    custom = sorted({"GPUs", *(res.name for res in facts.custom.values())}, key=str.lower)
+    attrs["MachineResources"] = " ".join(["Cpus", "Memory", "Disk", "Swap", *custom])
     gpu_ids = [g.id for g in facts.gpus]
     attrs["TotalGPUs"] = len(gpu_ids)
     attrs["DetectedGPUs"] = ", ".join(gpu_ids) if gpu_ids else 0

@@ -15,9 +15,11 @@ HOLD_FAILED_TO_CREATE_PROCESS = 6
 
 
 def memory_hold_reason(limit_mb: int, usage_mb: int) -> str:
+    """HTCondor's starter's words (vanilla_proc.cpp), two spaces before "Consider"
+    included: the user sees them in the hold reason and the user log."""
     return (
         f"Job has gone over cgroup memory limit of {limit_mb} megabytes. "
-        f"Last measured usage: {usage_mb} megabytes. "
+        f"Last measured usage: {usage_mb} megabytes.  "
         "Consider resubmitting with a higher request_memory."
     )
 

@@ -4,9 +4,10 @@
 has answered ACTIVATE_CLAIM with OK. In the order HTCondor's starter uses
 (condor_starter.V6.1/jic_shadow.cpp, job1.pcap):
 
-get_job_info -> register_starter_info (our CondorVersion, slot name, scratch dir) ->
-get_sec_session_info (the filetrans session) -> input transfer (FILETRANS_UPLOAD on
-the job's TransferSocket) -> register_job_info -> begin_execution -> the job runs;
+get_job_info -> register_starter_info (our CondorVersion, slot name, scratch dir, the
+slot's resources) -> get_sec_session_info (the filetrans session) -> input transfer
+(FILETRANS_UPLOAD on the job's TransferSocket) -> register_job_info (the resources
+provisioned) -> begin_execution -> the job runs;
 register_job_info at start and every `update_interval_s` -> event_notification
 (ActivationExecutionExit) -> register_job_info with the exit -> output transfer
 (FILETRANS_DOWNLOAD) -> job_exit (wait status, reason 100, exit ad).
@@ -80,6 +81,7 @@ from execd.wire.shadow_syscalls import (
     ShadowSyscalls,
 )
 from execd.wire.sinful import parse_sinful
+from execd.wire.slot_resources import provisioned_resources, starter_info_resources
 
 log = get_logger("wire")
 ULOG_REMOTE_ERROR = 21
@@ -110,6 +112,9 @@ class ShadowOptions:
     # between two calls: True when the daemon restarts in place and its next image goes
     # on with the conversation (execd/wire/shadow_resume.py); the sandbox then stays.
     handover: Callable[[MessageChannel | None], bool] | None = None
+    # The claimed slot's ad (a classad2 ClassAd): its resources go to the shadow, which
+    # shows them in the user log (slot_resources.py). None: none are sent.
+    slot_ad: Any = None
 
 
 def job_values(ad: WireAd) -> dict[str, object]:
@@ -173,7 +178,8 @@ async def _transfer(command: int, how: Transfers,
 
 
 def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
-    return from_values({
+    resources = starter_info_resources(options.slot_ad) if options.slot_ad is not None else {}
+    return resources | from_values({
         "Name": options.slot_name, "Machine": socket.gethostname(),
         "MyAddress": address, "StarterIpAddr": address,
         "UidDomain": options.uid_domain, "FileSystemDomain": options.uid_domain,
@@ -361,7 +367,10 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         # next calls. HTCondor's starter is slower here by tens of milliseconds, so its
         # user logs have 040 before 001 (begin_execution): give the shadow that time.
         await asyncio.sleep(SHADOW_SETTLE_S if transfer else 0)
-        await calls.register_job_info(from_values({"_condor_JOBINFO_MAXINTERVAL": -1}))
+        provisioned = provisioned_resources(options.slot_ad) if options.slot_ad is not None \
+            else {}  # fmt: skip
+        await calls.register_job_info(provisioned |
+                                      from_values({"_condor_JOBINFO_MAXINTERVAL": -1}))
         for root, dirs, files in os.walk(sandbox):
             for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
                 os.lchown(name, uid, gid)

@@ -58,9 +58,11 @@ def test_oom_kill_holds_with_code_34_subcode_102_and_htcondor_message() -> None:
     s.check_oom()
     assert s.report["HoldReasonCode"] == 34
     assert s.report["HoldReasonSubCode"] == 102
+    # HTCondor's starter's words to the letter (vanilla_proc.cpp): two spaces before
+    # "Consider", as in the reference half of tests/vm/guest/test_pool_oom.py
     assert s.report["HoldReason"] == (
         "Job has gone over cgroup memory limit of 100 megabytes. Last measured usage: "
-        "99 megabytes. Consider resubmitting with a higher request_memory."
+        "99 megabytes.  Consider resubmitting with a higher request_memory."
     )
 
 

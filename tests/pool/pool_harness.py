@@ -94,6 +94,8 @@ class Tool:
 class Pool:
     """One HTCondor pool in the chroot; start() then stop() (stop is always safe)."""
 
+    start_timeout_s: float = START_TIMEOUT_S  # a slower machine (the VM tier's) sets more
+
     def __init__(self, root: Path | None = None, *, with_startd: bool = False,
                  idtokens: bool = False) -> None:  # fmt: skip
         self.root = (root or tiers.pool_root()).resolve()
@@ -142,9 +144,11 @@ class Pool:
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )  # fmt: skip
-            wait_for("the collector to list the schedd", self._schedd_listed, START_TIMEOUT_S)
+            wait_for("the collector to list the schedd", self._schedd_listed,
+                     self.start_timeout_s)  # fmt: skip
             if self.with_startd:
-                wait_for("the startd's slot ad", lambda: self.status("-slots"), START_TIMEOUT_S)
+                wait_for("the startd's slot ad", lambda: self.status("-slots"),
+                         self.start_timeout_s)  # fmt: skip
         except BaseException:
             self.stop()
             raise

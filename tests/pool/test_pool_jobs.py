@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pool_harness as harness
 import pytest
+import user_log_view
 from test_pool_claims import claim_command
 from test_pool_daemon import WAIT_S, PoolNode, start_node
 from test_shadow_pool import CASES, outcome, run_on_condor_startd
@@ -124,27 +125,49 @@ def run_on_execd_run(pool: harness.Pool, args: str, *, unreadable: str = "",
                                 shebang=shebang, wait_s=WAIT_S)  # fmt: skip
 
 
+SlotView = tuple[list[list[str]], list[tuple[str, list[tuple[str, str, str, str]]]]]
+
+
+def slot_view(job: harness.SubmittedJob, until: str) -> SlotView:
+    """What the user log says of the slot the job ran in (user_log_view.py): the
+    execute event's resource lines, the resource tables of 004/005, up to `until`."""
+    log = job.user_log()
+    end = log.find(f"\n{until} (")
+    log = log if end < 0 else log[:log.find("...\n", end) + 4]
+    return user_log_view.execute_resources(log), user_log_view.resource_tables(log)
+
+
 def test_same_user_log_on_execd_run_as_condor_startd(running_pool: harness.RunningPool) -> None:
     """Echo to output files, input files and a directory, exit 3, death by signal 9, an
     unreadable input (held 13), a missing interpreter (held 6): the same user-log
-    events, termination lines, output files and hold reasons as condor_startd's."""
+    events, termination lines, output files and hold reasons as condor_startd's, and
+    the same slot resources in the execute event (001: Cpus, Disk, GPUs, Memory) and in
+    the termination's resource table (Request, Allocated)."""
     pool = running_pool.get(with_startd=False)
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
         node = pool_node(pool, tmp)
         try:
-            ours = [outcome(run_on_execd_run(pool, a, unreadable=u, until=e, shebang=b))
+            jobs = [run_on_execd_run(pool, a, unreadable=u, until=e, shebang=b)
                     for a, u, e, b in CASES]  # fmt: skip
+            # before the pool restarts (it wipes the submitter's job directories)
+            ours = [(outcome(job), slot_view(job, case[2]))
+                    for job, case in zip(jobs, CASES, strict=True)]
             ran = [e for e in node.events() if e["event"] == "starter_spawned"]
             assert len(ran) >= 3  # the jobs that ran, ran through execd's starter
         finally:
             node.stop(signal.SIGQUIT)
     reference = running_pool.get(with_startd=True)
-    theirs = [outcome(run_on_condor_startd(reference, a, unreadable=u, until=e, shebang=b))
-              for a, u, e, b in CASES]  # fmt: skip
-    for case, mine, real in zip(CASES, ours, theirs, strict=True):
+    theirs = []
+    for a, u, e, b in CASES:
+        job = run_on_condor_startd(reference, a, unreadable=u, until=e, shebang=b)
+        theirs.append((outcome(job), slot_view(job, e)))
+    for case, (mine, my_slot), (real, real_slot) in zip(CASES, ours, theirs, strict=True):
         until = case[2]  # what came after it (condor_rm's 009 of a held job) may be late
         assert (timeless(mine[0], until), *mine[1:-1]) == \
             (timeless(real[0], until), *real[1:-1]), (case, mine, real)
+        assert my_slot == real_slot, (case, my_slot, real_slot)
+    # the jobs that ran: the dynamic slot's resources, request_memory 64 rounded up
+    assert ["Memory = 128" in lines for lines in ours[2][1][0]] == [True], ours[2]
 
 
 SLEEP_SCRIPT = "#!/bin/sh\necho started\nexec sleep 300\n"

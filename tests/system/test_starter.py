@@ -209,7 +209,7 @@ def test_memory_over_the_limit_on_a_controller_less_host_is_held_by_policy(
         "Job has gone over cgroup memory limit of 30 megabytes. Last measured usage: "
     )
     assert str(report["HoldReason"]).endswith(
-        "megabytes. Consider resubmitting with a higher request_memory."
+        "megabytes.  Consider resubmitting with a higher request_memory."
     )
     assert int(str(report["MemoryUsage"])) >= 30  # the kernel caps it at the limit
 

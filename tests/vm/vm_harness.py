@@ -26,10 +26,15 @@ REPO = TESTS.parent
 
 GUEST_TESTS = Path(__file__).resolve().parent / "guest"
 # Whole-VM budget: boot is ~20 s, Python ~10x slower than the host; the tier must stay
-# well inside CI's time on 2 cores.
-BOOT_TIMEOUT_S = 300
+# well inside CI's time on 2 cores. The pool tests (guest/test_pool_oom.py) take ~90 s
+# of it per pool start and job.
+BOOT_TIMEOUT_S = 600
 GUEST_MEMORY = "2G"
 GUEST_CPUS = "2"
+# The directory holding the pool tier's chroot, read-only in the guest (guest_pool.py
+# lays a writable overlay over it there): not at its host path, because virtme-ng hides
+# the host's /var/cache (where it lives as root) under a tmpfs.
+POOL_GUEST_PATH = "/tmp/execd-vm-pool-chroots"
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,18 @@ class GuestRun:
         return "\n".join(parts)
 
 
+def pool_env() -> dict[str, str]:
+    """What the guest's pool tests (guest/guest_pool.py) need to know from the host."""
+    if tiers.pool_built():
+        return {"EXECD_VM_POOL_CHROOT": f"{POOL_GUEST_PATH}/{tiers.pool_root().name}"}
+    return {"EXECD_VM_POOL_WHY_NOT": tiers.why_not("pool") or "no built pool chroot"}
+
+
+def pool_dirs() -> list[str]:
+    """vng's option sharing the directory that holds the pool chroot (read-only)."""
+    return [f"--rodir={POOL_GUEST_PATH}={tiers.pool_root().parent}"] if tiers.pool_built() else []
+
+
 def guest_script(results: Path) -> str:
     """The shell command the guest runs: pytest on the guest tests, status to a file."""
     env = {
@@ -77,6 +94,9 @@ def guest_script(results: Path) -> str:
         "PYTHONDONTWRITEBYTECODE": "1",
         "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": "/tmp",
+        # Guest tests may leave diagnostics (daemon logs) beside the guest's pytest output.
+        "EXECD_VM_RESULTS": str(results),
+        **pool_env(),
     }
     pytest = [
         sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
@@ -102,6 +122,7 @@ def boot_and_run(results: Path, timeout_s: float = BOOT_TIMEOUT_S) -> GuestRun:
         str(vng), "--verbose", "--disable-kvm", "--run", str(kernel),
         "--memory", GUEST_MEMORY, "--cpus", GUEST_CPUS, f"--rwdir={results}",
         "--user", "root",  # the guest tests own the guest's cgroup tree
+        *pool_dirs(),
         "--", guest_script(results),
     ]  # fmt: skip
     # vng runs its helpers (virtme-run) from PATH: put this interpreter's bin first.

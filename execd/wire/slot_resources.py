@@ -1,0 +1,78 @@
+"""What the starter tells the shadow about the resources of the slot it runs in.
+
+HTCondor's starter sends them twice (condor_starter.V6.1/jic_shadow.cpp and
+starter.cpp; job1.pcap has both), and the user sees both in the job's user log:
+
+- register_starter_info: the slot's `MachineResources` list, each listed resource's
+  amount (`Cpus = 1`, `Memory = 128`, ...) and, where the slot has one, its
+  `Available<Res>` list with the nested ads it names (a GPU's properties). The shadow
+  copies the amounts into the execute event (001): the `Cpus = 1`, `Disk = 102400`,
+  `GPUs = 0`, `Memory = 128` lines under `SlotName:`.
+- the first register_job_info: `ProvisionedResources` (the same list) with
+  `<Res>Provisioned` and `Assigned<Res>`. The shadow puts them in the job ad; its
+  eviction (004) and termination (005) events show them as the "Allocated" and
+  "Assigned" columns of their "Partitionable Resources" table. (The schedd copied them
+  from the partitionable slot it matched, whose amounts are the whole slot's: the
+  starter's update corrects them to the dynamic slot's.)
+
+An amount a slot ad does not have (there is no `Swap` attribute) is left out, as
+HTCondor's CopyAttribute leaves it. execd's slot ads carry `AssignedGPUs = ""` and
+`AvailableGPUs = {}` for a slot without GPUs, where HTCondor's have neither: an empty
+list is not passed on (the shadow would print it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from execd.classads import ExprTree
+from execd.wire.classad_codec import WireAd, unparse_old
+
+# What HTCondor assumes of a slot ad without MachineResources.
+DEFAULT_RESOURCES = "CPUs, Disk, Memory"
+
+
+def resource_names(slot_ad: Any) -> list[str]:
+    """The slot's resources, as its MachineResources names them."""
+    listed = slot_ad.get("MachineResources")
+    text = listed if isinstance(listed, str) else DEFAULT_RESOURCES
+    return [name for name in text.replace(",", " ").split() if name]
+
+
+def _empty(value: Any) -> bool:
+    """An empty string or list: what execd's ads say where HTCondor's say nothing."""
+    if isinstance(value, ExprTree):
+        value = value.eval()
+    return value == "" or (isinstance(value, list) and not value)
+
+
+def _copy(slot_ad: Any, name: str, out: WireAd, as_name: str | None = None) -> bool:
+    if name not in slot_ad or _empty(slot_ad.lookup(name)):
+        return False
+    out[as_name or name] = unparse_old(slot_ad.lookup(name))
+    return True
+
+
+def starter_info_resources(slot_ad: Any) -> WireAd:
+    """register_starter_info's resource attributes (HTCondor's CopyMachineResources)."""
+    out: WireAd = {}
+    if isinstance(slot_ad.get("MachineResources"), str):
+        out["MachineResources"] = unparse_old(slot_ad["MachineResources"])
+    for name in resource_names(slot_ad):
+        _copy(slot_ad, name, out)
+        if _copy(slot_ad, f"Available{name}", out):
+            # the nested ads it lists (GPUs_GPU_<id>), so the shadow can evaluate it
+            for ref in slot_ad.internalRefs(slot_ad.lookup(f"Available{name}")):
+                _copy(slot_ad, ref, out)
+    return out
+
+
+def provisioned_resources(slot_ad: Any) -> WireAd:
+    """The first register_job_info's ProvisionedResources, <Res>Provisioned, Assigned<Res>."""
+    out: WireAd = {}
+    if isinstance(slot_ad.get("MachineResources"), str):
+        out["ProvisionedResources"] = unparse_old(slot_ad["MachineResources"])
+    for name in resource_names(slot_ad):
+        _copy(slot_ad, name, out, f"{name}Provisioned")
+        _copy(slot_ad, f"Assigned{name}", out)
+    return out
