@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +17,7 @@ from execd.errors import ProtocolError
 from execd.wire.channel import Channel
 from execd.wire.reconnect import ReconnectJob
 from execd.wire.shadow import ShadowOptions, _run_job
-from execd.wire.shadow_job import JobExit, JobProcess, run_as_ids
+from execd.wire.shadow_job import JobExit, JobProcess
 from execd.wire.shadow_link import ShadowLink
 from execd.wire.shadow_syscalls import GET_SEC_SESSION_INFO, REGISTER_JOB_INFO, ShadowSyscalls
 
@@ -42,18 +39,6 @@ async def shadow(channel: Channel, calls: list[int], seen: asyncio.Event,
                 enc.put_string(value)
         await channel.send(enc.payload())
     await channel.close()
-
-
-@pytest.fixture
-def box() -> Iterator[tuple[Path, tuple[int, int]]]:
-    path = Path(tempfile.mkdtemp(prefix="execd-jobtest-", dir="/var/tmp"))
-    os.chmod(path, 0o755)
-    ids = run_as_ids("no-such-user-here")
-    os.chown(path, *ids)
-    try:
-        yield path, ids
-    finally:
-        shutil.rmtree(path)
 
 
 def linked(channel: Channel, lease_s: float) -> tuple[ShadowSyscalls, ShadowLink]:

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +16,7 @@ from wire_pairs import channel_pair
 
 from execd.wire.reconnect import ReconnectJob
 from execd.wire.shadow import Conversation, ShadowOptions
-from execd.wire.shadow_job import JobProcess, run_as_ids
+from execd.wire.shadow_job import JobProcess
 from execd.wire.shadow_link import ShadowLinks, session_id
 from execd.wire.shadow_resume import resume_shadow
 from execd.wire.shadow_syscalls import (
@@ -31,18 +28,6 @@ from execd.wire.shadow_syscalls import (
 )
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as nobody: needs root")
-
-
-@pytest.fixture
-def box() -> Iterator[tuple[Path, tuple[int, int]]]:
-    path = Path(tempfile.mkdtemp(prefix="execd-resumetest-", dir="/var/tmp"))
-    os.chmod(path, 0o755)
-    ids = run_as_ids("no-such-user-here")
-    os.chown(path, *ids)
-    try:
-        yield path, ids
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def conversation(sandbox: Path) -> Conversation:
