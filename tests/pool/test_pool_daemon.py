@@ -19,6 +19,7 @@ from typing import Any
 import pool_harness as harness
 import pytest
 from pool_node import (
+    SLEEP_JOB,
     WAIT_S,
     PoolNode,
     clear_execute_points,
@@ -29,18 +30,6 @@ from pool_node import (
 )
 
 from execd.daemon.client import ControlClient
-
-SLEEP_JOB = """\
-executable = /bin/sleep
-arguments = 300
-transfer_executable = false
-should_transfer_files = YES
-when_to_transfer_output = ON_EXIT
-log = job.log
-request_cpus = 1
-request_memory = 64
-queue
-"""
 
 
 @pytest.fixture
