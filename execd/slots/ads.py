@@ -172,10 +172,17 @@ def build_slot_ad(
             continue
         attrs[name] = _number(got.amount)
         attrs[f"TotalSlot{name}"] = _number(res.total_slot_custom.get(name, got.amount))
-        if got.ids or name == "GPUs" or (name in facts.custom and facts.custom[name].instances):
+        # As condor_startd: Assigned<Res> exists once the slot was bound to instances
+        # (a d-slot given some; a partitionable slot keeps an empty list when all
+        # are carved away), never on a slot with none of them.
+        has_instances = bool(facts.gpus) if name == "GPUs" else bool(
+            name in facts.custom and facts.custom[name].instances)
+        if got.ids or (has_instances and res.slot_type == "Partitionable"
+                       and res.total_slot_custom.get(name, 0) > 0):
             attrs[f"Assigned{name}"] = ",".join(got.ids)  # HTCondor joins without spaces
-        if name == "GPUs":
-            # each GPU's properties in a nested ad (GPUs_GPU_ed351562), listed by AvailableGPUs
+        if name == "GPUs" and has_instances:
+            # each GPU's properties in a nested ad (GPUs_GPU_ed351562), listed by
+            # AvailableGPUs, which every slot of a node with GPUs has (empty: none here)
             refs = []
             for gid in got.ids:
                 ref = "GPUs_" + gid.replace("-", "_")

@@ -16,16 +16,14 @@ starter.cpp; job1.pcap has both), and the user sees both in the job's user log:
   starter's update corrects them to the dynamic slot's.)
 
 An amount a slot ad does not have (there is no `Swap` attribute) is left out, as
-HTCondor's CopyAttribute leaves it. execd's slot ads carry `AssignedGPUs = ""` and
-`AvailableGPUs = {}` for a slot without GPUs, where HTCondor's have neither: an empty
-list is not passed on (the shadow would print it).
+HTCondor's CopyAttribute leaves it; so are `Assigned<Res>` and `AvailableGPUs` where the
+slot ad has none (a slot never bound to a GPU, a node without GPUs; execd/slots/ads.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from execd.classads import ExprTree
 from execd.wire.classad_codec import WireAd, unparse_old
 
 # What HTCondor assumes of a slot ad without MachineResources.
@@ -39,15 +37,8 @@ def resource_names(slot_ad: Any) -> list[str]:
     return [name for name in text.replace(",", " ").split() if name]
 
 
-def _empty(value: Any) -> bool:
-    """An empty string or list: what execd's ads say where HTCondor's say nothing."""
-    if isinstance(value, ExprTree):
-        value = value.eval()
-    return value == "" or (isinstance(value, list) and not value)
-
-
 def _copy(slot_ad: Any, name: str, out: WireAd, as_name: str | None = None) -> bool:
-    if name not in slot_ad or _empty(slot_ad.lookup(name)):
+    if name not in slot_ad:
         return False
     out[as_name or name] = unparse_old(slot_ad.lookup(name))
     return True

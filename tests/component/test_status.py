@@ -84,8 +84,8 @@ def test_static_slots_with_gpu_constraint_and_custom_resource() -> None:
         "Name", "Cpus", "GPUs", "AssignedGPUs", "Cogs", "favorite_color", "slot3_State"]))
     assert out.splitlines() == [
         "slot1@gpu1.example 8 1 GPU-ed351562 3 blue Unclaimed",
-        "slot2@gpu1.example 4 0  0 green Unclaimed",
-        "slot3@gpu1.example 4 0  0 blue Unclaimed",
+        "slot2@gpu1.example 4 0 undefined 0 green Unclaimed",  # not bound to a GPU
+        "slot3@gpu1.example 4 0 undefined 0 blue Unclaimed",
     ]
 
 

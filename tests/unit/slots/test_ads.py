@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from execd.classads import evaluate, is_true, new_ad
@@ -50,6 +51,26 @@ def test_partitionable_and_dynamic_slot_ads() -> None:
         assert (ad["State"], ad["Activity"], ad["MyCurrentTime"]) == ("Unclaimed", "Idle", 1000)
         assert (ad["TotalLoadAvg"], ad["KeyboardIdle"], ad["ConsoleIdle"]) == (0.5, 7, 9)
         assert ad["DetectedGPUs"] == "GPU-ed351562"
+
+
+def test_gpu_attributes_only_where_condor_startd_has_them() -> None:
+    """Assigned<Res> only on a slot bound to instances, AvailableGPUs only on a node with
+    GPUs (ResAttributes.cpp); job1.pcap's GPU-less slot ad has neither."""
+    no_gpus = dataclasses.replace(FACTS, gpus=())
+    node = NodeSlots(no_gpus, build_layout(default_slot_types(), no_gpus))
+    node.partitionable[1].carve(ResourceRequest(cpus=1, memory_mb=128, disk_kb=1024))
+    for ad in node.build_ads(now=1000):
+        assert (ad["GPUs"], ad["TotalSlotGPUs"], ad["TotalGPUs"]) == (0, 0, 0)
+        assert "AssignedGPUs" not in ad and "AvailableGPUs" not in ad
+    # a node with one GPU and two static slots: the one without it has no AssignedGPUs,
+    # and an empty AvailableGPUs
+    node = NodeSlots(FACTS, build_layout([SlotTypeInput(1, "gpus=1, 50%", 1),
+                                          SlotTypeInput(2, "gpus=0, 50%", 1)], FACTS))
+    with_gpu, without = ads_by_name(node).values()
+    assert (with_gpu["AssignedGPUs"], evaluate("size(AvailableGPUs)", with_gpu)) == (
+        "GPU-ed351562", 1)
+    assert without["GPUs"] == 0 and "AssignedGPUs" not in without
+    assert list(without.eval("AvailableGPUs")) == []
 
 
 def test_policy_facts_and_requirements_evaluate_against_a_job() -> None:

@@ -67,7 +67,7 @@ def test_execds_dynamic_slot_without_gpus_sends_what_htcondors_would() -> None:
     info = starter_info_resources(ad)
     assert info == {"MachineResources": '"Cpus Memory Disk Swap GPUs"', "Cpus": "1",
                     "Memory": "128", "Disk": "102400", "GPUs": "0"}  # fmt: skip
-    # no AssignedGPUs = "" nor AvailableGPUs = {}: the shadow would print them
+    # no AssignedGPUs nor AvailableGPUs: the slot ad has neither, as on condor_startd
     assert provisioned_resources(ad) == {
         "ProvisionedResources": '"Cpus Memory Disk Swap GPUs"', "CpusProvisioned": "1",
         "MemoryProvisioned": "128", "DiskProvisioned": "102400", "GPUsProvisioned": "0"}
