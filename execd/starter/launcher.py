@@ -33,13 +33,9 @@ from execd.cgroups.fs import CgroupFS
 from execd.cgroups.tree import JobCgroup
 from execd.errors import CgroupError
 from execd.starter.report import read_report, write_durably
-from execd.starter.spec import StarterSpec
+from execd.starter.spec import CONTROL_SIGNALS, StarterSpec
 
 PACKAGE_PARENT = str(Path(execd.__file__).resolve().parent.parent)
-# What the daemon controls a starter with. Their default action ends a process, and a
-# starter blocks them only once its main() runs: it is started with them blocked, so that
-# one sent before (a Suspend at once after the activation) waits for it.
-CONTROL_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGQUIT})
 
 
 @contextlib.contextmanager

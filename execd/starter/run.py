@@ -33,9 +33,10 @@ from execd.starter.sandbox import (
     remove_scratch,
     resolve_user,
 )
-from execd.starter.spec import StarterSpec
+from execd.starter.spec import CONTROL_SIGNALS, StarterSpec
 
-CONTROL = {signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGQUIT, signal.SIGCHLD}
+# Taken with sigtimedwait: the daemon's control signals, and the job's end.
+CONTROL = {*CONTROL_SIGNALS, signal.SIGCHLD}
 
 
 def event(name: str, **kv: object) -> None:

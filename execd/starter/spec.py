@@ -40,6 +40,12 @@ def parse_signal(name: str | int) -> int:
         raise ValueError(f"KillSig {name!r} is not a signal name") from None
 
 
+# What the daemon controls a starter with (execd/starter/run.py says what each does).
+# Their default action ends a process, and a starter blocks them only once its main()
+# runs: it is started with them blocked, so that one sent before (a Suspend at once
+# after the activation) waits for it.
+CONTROL_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGQUIT})
+
 # STARTER_NUM_THREADS_ENV_VARS's default: each is set to the job's number of CPUs.
 THREAD_ENV_VARS = [
     "CUBACORES", "GOMAXPROCS", "JULIA_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
