@@ -477,7 +477,8 @@ class RunningPool:
     One pool runs in the chroot at a time (it mounts over the chroot's /run).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, make: Callable[..., Pool] = Pool) -> None:
+        self.make = make  # make(with_startd=..., idtokens=...): a Pool, not started
         self.current: Pool | None = None
 
     def get(self, *, with_startd: bool, idtokens: bool = False) -> Pool:
@@ -485,7 +486,7 @@ class RunningPool:
                 with_startd, idtokens):  # fmt: skip
             return self.current
         self.close()
-        started = Pool(with_startd=with_startd, idtokens=idtokens)
+        started = self.make(with_startd=with_startd, idtokens=idtokens)
         started.start()  # stops what it started itself when it fails
         self.current = started
         return started

@@ -34,7 +34,7 @@ import user_log_view  # noqa: E402 (needs the paths above)
 CGROUP_MOUNT = "/sys/fs/cgroup"
 OVERLAY = Path("/run/execd-vm-pool")  # a tmpfs in the guest
 ROOT_CONTROLLERS = "+cpu +io +memory +pids"
-__all__ = ["CGROUP_MOUNT", "GuestPools", "harness", "user_log_view"]
+__all__ = ["CGROUP_MOUNT", "guest_pools", "harness", "user_log_view"]
 
 
 class GuestPool(harness.Pool):
@@ -94,22 +94,7 @@ def writable_chroot() -> Path:
     return merged / name
 
 
-class GuestPools:
-    """The module's one pool, restarted only when a test needs the other mode."""
-
-    def __init__(self) -> None:
-        self.current: GuestPool | None = None
-
-    def get(self, *, with_startd: bool) -> GuestPool:
-        if self.current is not None and self.current.with_startd == with_startd:
-            return self.current
-        self.close()
-        started = GuestPool(writable_chroot(), with_startd=with_startd)
-        started.start()  # stops what it started itself when it fails
-        self.current = started
-        return started
-
-    def close(self) -> None:
-        if self.current is not None:
-            current, self.current = self.current, None
-            current.stop()
+def guest_pools() -> harness.RunningPool:
+    """The module's one GuestPool (on a writable chroot), restarted only when a test needs
+    the other mode."""
+    return harness.RunningPool(lambda **mode: GuestPool(writable_chroot(), **mode))

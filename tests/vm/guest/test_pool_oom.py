@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from execd_node import running_node
-from guest_pool import CGROUP_MOUNT, GuestPools, harness, user_log_view
+from guest_pool import CGROUP_MOUNT, guest_pools, harness, user_log_view
 
 REQUEST_MB = 64
 # Software emulation: a pool's negotiation cycle, a transfer and an OOM take a while.
@@ -76,8 +76,8 @@ class Outcome:
 
 
 @pytest.fixture(scope="module")
-def pools() -> Iterator[GuestPools]:
-    holder = GuestPools()
+def pools() -> Iterator[harness.RunningPool]:
+    holder = guest_pools()
     try:
         yield holder
     finally:
@@ -166,7 +166,7 @@ def run_oom_job(pool: harness.Pool) -> Outcome:
 
 
 @pytest.fixture(scope="module")
-def reference(pools: GuestPools) -> Outcome:
+def reference(pools: harness.RunningPool) -> Outcome:
     """The job on HTCondor's own condor_startd, cgroups on (its defaults); also kept
     beside the guest's results (oom-reference.json) for whoever compares by hand."""
     outcome = run_oom_job(pools.get(with_startd=True))
@@ -196,7 +196,7 @@ def test_condor_startd_holds_the_oom_job_with_code_34(reference: Outcome) -> Non
     assert "Code 34 Subcode 102" in reference.summary[-1], reference.summary
 
 
-def test_execd_holds_the_oom_job_like_condor_startd(pools: GuestPools,
+def test_execd_holds_the_oom_job_like_condor_startd(pools: harness.RunningPool,
                                                      reference: Outcome) -> None:
     """The same job on a real `execd run` joined to the pool without its startd: the
     same hold (34/102, HTCondor's words), user log (events, the execute event's slot
