@@ -6,6 +6,15 @@ only the negotiator may read, as HTCondor's startd builds it (Resource::publish_
 MyType, Name, the address, ClaimId (the slot's current claim id, secret included),
 Capability = ClaimId (the old name the negotiator still reads) and, for a partitionable
 slot, ChildClaimIds (its dynamic slots' claim ids).
+
+The negotiator matches a job only with a slot whose Requirements hold, and condor_startd
+publishes Requirements = Start && WithinResourceLimits on every slot: a job that asks
+for more CPUs, memory, disk or GPUs than the slot has is not matched there (a
+partitionable slot whose CPUs are all carved off matches nothing, and a claimed dynamic
+slot is considered for RANK preemption instead). execd's ad keeps its policy's
+Requirements (False while Matched, Preempting or Drained); the public ad ands it with
+WITHIN_RESOURCE_LIMITS, as condor_startd 25.x publishes it less the common-files
+catalog term (execd has no catalogs: a job's RequestDisk is compared whole).
 """
 
 from __future__ import annotations
@@ -16,6 +25,12 @@ from typing import Any
 from execd.claims.ids import ClaimId
 from execd.errors import LocalProtocolError
 from execd.wire.classad_codec import WireAd, from_classad, from_values, public_part
+
+WITHIN_RESOURCE_LIMITS = (
+    "MY.Cpus > 0 && TARGET.RequestCpus <= MY.Cpus && MY.Memory > 0"
+    " && TARGET.RequestMemory <= MY.Memory && MY.Disk > 0 && TARGET.RequestDisk <= MY.Disk"
+    " && (TARGET.RequestGPUs =?= undefined || MY.GPUs >= TARGET.RequestGPUs)"
+)
 
 
 def advertised_pair(
@@ -31,6 +46,10 @@ def advertised_pair(
         if needed not in public:
             raise LocalProtocolError(f"slot ad has no {needed}: the collector cannot key it")
     public.update(from_values({"MyAddress": address, "StartdIpAddr": address}))
+    public["WithinResourceLimits"] = WITHIN_RESOURCE_LIMITS
+    requirements = public.get("Requirements", "true")
+    if requirements != "false":  # a slot that matches nothing stays so
+        public["Requirements"] = f"({requirements}) && WithinResourceLimits"
     secret = from_values({"ClaimId": claim_id.full()})
     private: WireAd = {"MyType": public["MyType"], "Name": public["Name"],
                        **from_values({"MyAddress": address, "StartdIpAddr": address}),

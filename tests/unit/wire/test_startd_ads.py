@@ -1,0 +1,54 @@
+"""The public slot ad the negotiator matches: Requirements = the slot's own && its
+resource limits (WithinResourceLimits), as condor_startd publishes them. Evaluated by
+the real ClassAd library against job ads as condor_submit writes their requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import classad2
+import pytest
+
+from execd.claims.ids import ClaimIdFactory
+from execd.classads import evaluate, is_true
+from execd.wire.classad_codec import to_classad
+from execd.wire.startd_ads import advertised_pair
+
+ADDRESS = "<127.0.0.1:9618>"
+
+
+def _public(requirements: Any = True, **resources: Any) -> Any:
+    slot = classad2.ClassAd({"MyType": "Machine", "Name": "slot1@host", "Cpus": 2,
+                             "Memory": 1024, "Disk": 100000, "GPUs": 0,
+                             "Requirements": requirements, **resources})  # fmt: skip
+    public, _ = advertised_pair(slot, address=ADDRESS, claim_id=ClaimIdFactory(ADDRESS, 1).new())
+    return to_classad(public)
+
+
+def _matches(public: Any, **request: Any) -> bool:
+    job = classad2.ClassAd({"RequestCpus": 1, "RequestMemory": 64, "RequestDisk": 10,
+                            "Owner": "alice", **request})  # fmt: skip
+    return is_true(evaluate(public.lookup("Requirements"), public, job))
+
+
+def test_a_job_that_fits_matches() -> None:
+    assert _matches(_public(), RequestCpus=2, RequestMemory=1024)
+
+
+@pytest.mark.parametrize(("resources", "asked"), [
+    ({"Cpus": 0, "Memory": 896}, {}),  # a p-slot whose CPUs are all carved off
+    ({}, {"RequestCpus": 3}),
+    ({}, {"RequestMemory": 2048}),
+    ({}, {"RequestDisk": 200000}),
+    ({}, {"RequestGPUs": 1}),
+])  # fmt: skip
+def test_a_job_beyond_the_slots_resources_does_not_match(
+        resources: dict[str, Any], asked: dict[str, Any]) -> None:  # fmt: skip
+    assert not _matches(_public(**resources), **asked)
+
+
+def test_the_slots_own_requirements_still_apply() -> None:
+    public = _public(classad2.ExprTree('TARGET.Owner == "bob"'))
+    assert not _matches(public)
+    assert _matches(public, Owner="bob")
+    assert not _matches(_public(False))  # Matched, Preempting, Drained: nothing matches
