@@ -11,12 +11,18 @@ logs 004 and the schedd requeues it, Idle), the slot passes through Preempting a
 Claimed by the new claim; only then is the schedd's REQUEST_CLAIM answered, and the
 ranked job runs there. The same two jobs on the pool's own condor_startd, configured
 alike, leave the same user-log events.
+
+The same on a dynamic slot of execd's default partitionable slot: the negotiator
+preempts a claimed d-slot for rank as a static slot once the job fits nowhere else
+(HTCondor 25.14.1's condor_startd: Claimed/Busy -> Preempting/Vacating -> Claimed/Idle
+on the d-slot, which keeps its resources for the new claim).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 import signal
 import tempfile
@@ -25,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import pool_harness as harness
-from pool_node import WAIT_S, PoolNode, start_node, wait_pool
+import pytest
+from pool_node import WAIT_S, PoolNode, pool_slots, start_node, wait_pool
 from test_pool_claims import offered_claim, request_claim
 from test_pool_jobs import (
     NOBODY,
@@ -40,19 +47,53 @@ from test_pool_jobs import (
 from execd.wire.commands import Reply
 
 RANKED = "execdrank"
-SLOT_CONFIG = f'SLOT_TYPE_1_PARTITIONABLE = False\nRANK = TARGET.Owner == "{RANKED}"\n'
-# condor_startd laid out as execd's node: one static slot of 2 CPUs / 1024 MB.
+RANK_CONFIG = f'RANK = TARGET.Owner == "{RANKED}"\n'
+SLOT_CONFIG = "SLOT_TYPE_1_PARTITIONABLE = False\n" + RANK_CONFIG
+# condor_startd laid out as execd's node: one slot of 2 CPUs / 1024 MB.
 REFERENCE_CONFIG = "/etc/condor/config.d/99-execd-rank-preemption.conf"
-REFERENCE_SLOT = ("NUM_CPUS = 2\nMEMORY = 1024\nNUM_SLOTS_TYPE_1 = 1\nSLOT_TYPE_1 = 100%\n"
-                  + SLOT_CONFIG)  # fmt: skip
+REFERENCE_NODE = "NUM_CPUS = 2\nMEMORY = 1024\nNUM_SLOTS_TYPE_1 = 1\nSLOT_TYPE_1 = 100%\n"
 SLEEP = {"job.sh": SLEEP_SCRIPT}
 
 
-def slot_ad(pool: harness.Pool, probe: Any) -> dict[str, Any]:
-    """The one slot's condor_status ad once probe(ad) holds."""
-    ad: dict[str, Any] = wait_pool(pool, "the slot in condor_status", lambda s: len(s) == 1 and (
-        ad := next(iter(s.values()))) and probe(ad) and ad)  # fmt: skip
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where the two jobs meet: execd's slot config, condor_startd's alike, the slot
+    the low-ranked job runs in, and that job's submit extras."""
+
+    execd: str
+    slot: str
+    low_extra: str
+
+    @property
+    def reference(self) -> str:
+        return REFERENCE_NODE + self.execd
+
+    @property
+    def partitionable(self) -> bool:
+        return self.slot != "slot1"
+
+
+STATIC = Layout(SLOT_CONFIG, "slot1", "")
+# The default p-slot. The low-ranked job asks for all of it (2 CPUs), so the ranked job
+# fits nowhere but in its d-slot: otherwise the negotiator gives it the p-slot's rest.
+PARTITIONABLE = Layout("SLOT_TYPE_1_PARTITIONABLE = True\n" + RANK_CONFIG, "slot1_1",
+                       "request_cpus = 2")  # fmt: skip
+
+
+def slot_ad(pool: harness.Pool, probe: Any, slot: str = "slot1") -> dict[str, Any]:
+    """The condor_status ad of `slot` (slot1: the pool's only slot) once probe(ad) holds."""
+    ad: dict[str, Any] = wait_pool(pool, f"{slot} in condor_status", lambda s: (
+        ad := named(s, slot)) and (slot != "slot1" or len(s) == 1)
+        and probe(ad) and ad)  # fmt: skip
     return ad
+
+
+def named(slots: dict[str, dict[str, Any]], slot: str) -> dict[str, Any] | None:
+    return next((ad for name, ad in slots.items() if name.split("@")[0] == slot), None)
+
+
+def resources(ad: dict[str, Any]) -> tuple[Any, ...]:
+    return ad["SlotType"], ad["Cpus"], ad["Memory"], ad["State"], ad["Activity"]
 
 
 def claimant(ad: dict[str, Any]) -> str | None:
@@ -77,19 +118,22 @@ def job_status(job: harness.SubmittedJob) -> int | None:
     return None if ad is None else int(ad["JobStatus"])
 
 
-def preempted_for_rank(pool: harness.Pool, node: PoolNode | None) -> tuple[Any, ...]:
-    """A low-ranked job runs on the pool's only slot; a job of RANKED preempts it. What
-    users see: both user logs' events, the eviction's line, condor_q, condor_status."""
-    low = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP)
+def preempted_for_rank(pool: harness.Pool, node: PoolNode | None,
+                       layout: Layout = STATIC) -> tuple[Any, ...]:  # fmt: skip
+    """A low-ranked job runs in layout.slot; a job of RANKED preempts it. What users
+    see: both user logs' events, the eviction's line, condor_q, condor_status (on a
+    p-slot: the d-slot's and the p-slot's resources and states)."""
+    start_log = len(pool.daemon_log("StartLog"))
+    low = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=layout.low_extra), SLEEP)
     high: harness.SubmittedJob | None = None
     low_pids: list[int] = []
     low_starter = 0
     try:
         low.wait_for_event("001", WAIT_S)
         if node is not None:  # execd's starter runs it, in the slot's cgroup, as nobody
-            low_pids = running_in_cgroup(node, "slot1")
-            low_starter = node.wait_for("starter_spawned", slot="slot1")["pid"]
-        claimed = slot_ad(pool, lambda ad: claimant(ad) == harness.SUBMITTER)
+            low_pids = running_in_cgroup(node, layout.slot)
+            low_starter = node.wait_for("starter_spawned", slot=layout.slot)["pid"]
+        claimed = slot_ad(pool, lambda ad: claimant(ad) == harness.SUBMITTER, layout.slot)
         assert (claimed["State"], claimed["Activity"]) == ("Claimed", "Busy")
         assert claimed["CurrentRank"] == 0.0
 
@@ -99,7 +143,7 @@ def preempted_for_rank(pool: harness.Pool, node: PoolNode | None) -> tuple[Any, 
         # vanilla: the evicted job is requeued, Idle again (never completed)
         harness.wait_for("the evicted job Idle in condor_q", lambda: job_status(low) == 1,
                          WAIT_S, 0.2)  # fmt: skip
-        taken = slot_ad(pool, lambda ad: claimant(ad) == RANKED)
+        taken = slot_ad(pool, lambda ad: claimant(ad) == RANKED, layout.slot)
         assert (taken["State"], taken["Activity"]) == ("Claimed", "Busy")
         assert taken["CurrentRank"] == 1.0
         # the negotiator's own words: it matched the ranked job preempting the submitter
@@ -107,35 +151,45 @@ def preempted_for_rank(pool: harness.Pool, node: PoolNode | None) -> tuple[Any, 
                    if f"Matched {high.cluster}.0 {RANKED}@" in line]  # fmt: skip
         assert matched and f"preempting {harness.SUBMITTER}@" in matched[0], matched
         if node is not None:
-            assert_execd_preempted(node, low_pids, low_starter)
-        return (timeless(low.events()), evicted_lines(low_log), timeless(high.events()))
+            assert_execd_preempted(node, low_pids, low_starter, layout.slot)
+        else:  # condor_startd's slot moves as execd's (which retires on the way)
+            moves = re.findall(rf"{layout.slot}: Changing state and activity: (\S+) -> (\S+)",
+                               pool.daemon_log("StartLog")[start_log:])  # fmt: skip
+            assert moves == [("Claimed/Busy", "Preempting/Vacating"),
+                             ("Preempting/Vacating", "Claimed/Idle")], moves  # fmt: skip
+        ads: tuple[Any, ...] = ()
+        if layout.partitionable:
+            pslot = named(pool_slots(pool), "slot1") or {}
+            ads = (resources(claimed), resources(taken), resources(pslot))
+        return (timeless(low.events()), evicted_lines(low_log), timeless(high.events()), ads)
     finally:
         for job, user in ((low, harness.SUBMITTER), (high, RANKED)):
             if job is not None:
                 pool.tool("condor_rm", str(job.cluster), user=user)
 
 
-def assert_execd_preempted(node: PoolNode, low_pids: list[int], low_starter: int) -> None:
+def assert_execd_preempted(node: PoolNode, low_pids: list[int], low_starter: int,
+                           slot: str) -> None:  # fmt: skip
     """execd's side: the machine-rank preemption, the slot's moves, the evicted job's
     starter and processes gone, the ranked job in the slot's cgroup."""
-    preempting = node.wait_for("preempting_claim", slot="slot1",
+    preempting = node.wait_for("preempting_claim", slot=slot,
                                why="preempting claim based on machine rank")  # fmt: skip
-    node.wait_for("pool_claim_preempting", slot="slot1")
-    evicted = node.wait_for("job_finished", slot="slot1")
+    node.wait_for("pool_claim_preempting", slot=slot)
+    evicted = node.wait_for("job_finished", slot=slot)
     assert evicted["reason"] == "soft_killed", evicted
     events = node.events()
-    spawned = [e for e in events if e["event"] == "starter_spawned" and e["slot"] == "slot1"]
+    spawned = [e for e in events if e["event"] == "starter_spawned" and e["slot"] == slot]
     assert len(spawned) == 2 and spawned[0]["job"] == evicted["job"], spawned
     after = events[events.index(preempting):events.index(spawned[1])]
     moves = [e["new"] for e in after
-             if e["event"] == "slot_state_changed" and e["slot"] == "slot1"]  # fmt: skip
+             if e["event"] == "slot_state_changed" and e["slot"] == slot]  # fmt: skip
     # the slot leaves through Preempting and the new claim holds it before it runs
     assert moves[:2] == ["Claimed/Retiring", "Preempting/Vacating"], moves
     assert moves[-2:] == ["Claimed/Idle", "Claimed/Busy"], moves
     assert evicted in after  # the evicted job ended before the ranked one started
     # the evicted job's processes are gone; the slot's job cgroup holds the new job's
     assert not [pid for pid in (*low_pids, low_starter) if Path(f"/proc/{pid}").exists()]
-    high_pids = running_in_cgroup(node, "slot1")
+    high_pids = running_in_cgroup(node, slot)
     assert not set(high_pids) & set(low_pids)
     assert all(uid_of(pid) == NOBODY for pid in high_pids)
 
@@ -164,16 +218,17 @@ def test_a_preempting_claim_id_without_a_higher_rank_is_refused(pool: harness.Po
 
 
 @contextlib.contextmanager
-def reference_slot_layout(pool: harness.Pool) -> Iterator[None]:
+def reference_slot_layout(pool: harness.Pool, layout: Layout) -> Iterator[None]:
     """condor_startd restarted with execd's slot and RANK, and back afterwards."""
     config = pool.host_path(REFERENCE_CONFIG)
-    config.write_text(REFERENCE_SLOT)
+    config.write_text(layout.reference)
+    kind = "Partitionable" if layout.partitionable else "Static"
     try:
-        restart_startd(pool, lambda ad: ad.get("SlotType") == "Static" and ad.get("Rank"))
+        restart_startd(pool, lambda ad: ad.get("SlotType") == kind and ad.get("Rank"))
         yield
     finally:
         config.unlink()
-        restart_startd(pool, lambda ad: ad.get("SlotType") != "Static" or not ad.get("Rank"))
+        restart_startd(pool, lambda ad: ad.get("SlotType") != kind or not ad.get("Rank"))
 
 
 def restart_startd(pool: harness.Pool, probe: Any) -> None:
@@ -181,20 +236,24 @@ def restart_startd(pool: harness.Pool, probe: Any) -> None:
     slot_ad(pool, lambda ad: ad["State"] == "Unclaimed" and probe(ad))
 
 
+@pytest.mark.parametrize("layout", [STATIC, PARTITIONABLE], ids=["static", "dynamic"])
 def test_a_higher_ranked_job_preempts_a_running_job_as_on_condor_startd(
-        running_pool: harness.RunningPool) -> None:  # fmt: skip
+        running_pool: harness.RunningPool, layout: Layout) -> None:  # fmt: skip
     """The submitter's job runs on execd; execdrank's job preempts it: 004 and Idle for
     the first, 001 and Claimed/Busy with RemoteOwner execdrank@... for the second — the
-    same user-log events as on condor_startd with the same slot and RANK."""
+    same user-log events as on condor_startd with the same slot and RANK. On a p-slot
+    (dynamic): the low-ranked job takes the whole p-slot, so the ranked job fits only in
+    its d-slot, which the negotiator preempts for rank as a static slot; the d-slot keeps
+    its resources for the new claim, as on condor_startd."""
     pool = running_pool.get(with_startd=False)
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
-        node = start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + SLOT_CONFIG)
+        node = start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + layout.execd)
         try:
-            ours = preempted_for_rank(pool, node)
+            ours = preempted_for_rank(pool, node, layout)
         finally:
             node.stop(signal.SIGQUIT)
     reference = running_pool.get(with_startd=True)
-    with reference_slot_layout(reference):
-        theirs = preempted_for_rank(reference, None)
+    with reference_slot_layout(reference, layout):
+        theirs = preempted_for_rank(reference, None, layout)
     assert ours == theirs
     assert ours[0][-1] == "004" and "005" not in ours[0], ours
