@@ -13,7 +13,7 @@ for more CPUs, memory, disk or GPUs than the slot has is not matched there (a
 partitionable slot whose CPUs are all carved off matches nothing, and a claimed dynamic
 slot is considered for RANK preemption instead). execd's ad keeps its policy's
 Requirements (False while Matched, Preempting or Drained); the public ad ands it with
-WITHIN_RESOURCE_LIMITS, as condor_startd 25.x publishes it less the common-files
+WithinResourceLimits, as condor_startd 25.x publishes it less the common-files
 catalog term (execd has no catalogs: a job's RequestDisk is compared whole).
 """
 
@@ -25,12 +25,21 @@ from typing import Any
 from execd.claims.ids import ClaimId
 from execd.errors import LocalProtocolError
 from execd.wire.classad_codec import WireAd, from_classad, from_values, public_part
+from execd.wire.slot_resources import resource_names
 
-WITHIN_RESOURCE_LIMITS = (
+STANDARD_LIMITS = (
     "MY.Cpus > 0 && TARGET.RequestCpus <= MY.Cpus && MY.Memory > 0"
     " && TARGET.RequestMemory <= MY.Memory && MY.Disk > 0 && TARGET.RequestDisk <= MY.Disk"
-    " && (TARGET.RequestGPUs =?= undefined || MY.GPUs >= TARGET.RequestGPUs)"
 )
+
+
+def within_resource_limits(slot_ad: Any) -> str:
+    """WithinResourceLimits: the standard resources, then one term per other machine
+    resource (GPUs, MACHINE_RESOURCE_<name>) that a job need not request, as
+    condor_startd's MachAttributes::withinLimitsExpression builds it."""
+    names = [n for n in resource_names(slot_ad) if n not in ("Cpus", "Memory", "Disk", "Swap")]
+    return STANDARD_LIMITS + "".join(
+        f" && (TARGET.Request{n} =?= undefined || MY.{n} >= TARGET.Request{n})" for n in names)
 
 
 def advertised_pair(
@@ -46,7 +55,7 @@ def advertised_pair(
         if needed not in public:
             raise LocalProtocolError(f"slot ad has no {needed}: the collector cannot key it")
     public.update(from_values({"MyAddress": address, "StartdIpAddr": address}))
-    public["WithinResourceLimits"] = WITHIN_RESOURCE_LIMITS
+    public["WithinResourceLimits"] = within_resource_limits(slot_ad)
     requirements = public.get("Requirements", "true")
     if requirements != "false":  # a slot that matches nothing stays so
         public["Requirements"] = f"({requirements}) && WithinResourceLimits"

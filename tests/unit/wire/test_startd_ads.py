@@ -19,7 +19,8 @@ ADDRESS = "<127.0.0.1:9618>"
 
 def _public(requirements: Any = True, **resources: Any) -> Any:
     slot = classad2.ClassAd({"MyType": "Machine", "Name": "slot1@host", "Cpus": 2,
-                             "Memory": 1024, "Disk": 100000, "GPUs": 0,
+                             "Memory": 1024, "Disk": 100000, "GPUs": 0, "Cogs": 1,
+                             "MachineResources": "Cpus Memory Disk Swap GPUs Cogs",
                              "Requirements": requirements, **resources})  # fmt: skip
     public, _ = advertised_pair(slot, address=ADDRESS, claim_id=ClaimIdFactory(ADDRESS, 1).new())
     return to_classad(public)
@@ -33,6 +34,7 @@ def _matches(public: Any, **request: Any) -> bool:
 
 def test_a_job_that_fits_matches() -> None:
     assert _matches(_public(), RequestCpus=2, RequestMemory=1024)
+    assert _matches(_public(), RequestCogs=1, RequestGPUs=0)
 
 
 @pytest.mark.parametrize(("resources", "asked"), [
@@ -41,6 +43,7 @@ def test_a_job_that_fits_matches() -> None:
     ({}, {"RequestMemory": 2048}),
     ({}, {"RequestDisk": 200000}),
     ({}, {"RequestGPUs": 1}),
+    ({}, {"RequestCogs": 2}),  # a custom machine resource (MACHINE_RESOURCE_Cogs)
 ])  # fmt: skip
 def test_a_job_beyond_the_slots_resources_does_not_match(
         resources: dict[str, Any], asked: dict[str, Any]) -> None:  # fmt: skip
