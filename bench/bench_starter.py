@@ -23,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.starter_dirs
 
+from ep_memory import smaps_rollup_kb
+
 from execd.cgroups.tree import CgroupTree
 from execd.starter.launcher import launch_starter
 from execd.starter.spec import StarterSpec
@@ -106,8 +108,7 @@ def starter_memory(tree: CgroupTree, work: Path) -> tuple[float, float]:
     )
     while not (work / "iwd" / "ready").exists():
         time.sleep(0.01)
-    rollup = Path(f"/proc/{h.pid}/smaps_rollup").read_text()
-    fields = {ln.split(":")[0]: int(ln.split()[1]) for ln in rollup.splitlines()[1:]}
+    fields = smaps_rollup_kb(h.pid)
     h.hard_kill()
     h.wait()
     uss = fields["Private_Clean"] + fields["Private_Dirty"]

@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from ep_memory import smaps_rollup_kb  # bench/, beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # for tests.starter_dirs
 
@@ -54,10 +56,7 @@ def spec(where: tuple[str, str, Path], name: str, cmd: str, args: list[str]) -> 
 
 
 def private_dirty_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Private_Dirty:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no Private_Dirty for {pid}")
+    return smaps_rollup_kb(pid)["Private_Dirty"]
 
 
 def wait_stopped(pid: int) -> None:

@@ -46,16 +46,19 @@ def _stat(pid: str) -> tuple[int, str] | None:
     return int(text[text.rindex(")") + 2 :].split()[1]), comm
 
 
+def smaps_rollup_kb(pid: int) -> dict[str, int]:
+    """A process's /proc/PID/smaps_rollup, field -> kB (Rss, Pss, Private_Dirty, ...);
+    OSError once it has gone."""
+    lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]  # [1:]: the range
+    return {line.split(":")[0]: int(line.split()[1]) for line in lines}
+
+
 def pss_kb(pid: int) -> int:
     """A process's PSS in kB (0 once it has gone)."""
     try:
-        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        return smaps_rollup_kb(pid).get("Pss", 0)
     except OSError:
         return 0
-    for line in rollup.splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1])
-    return 0
 
 
 def ep_processes(root: int, ep_names: frozenset[str]) -> tuple[list[int], int]:
