@@ -114,7 +114,7 @@ def _machine_totals(facts: MachineFacts) -> dict[str, Any]:
     # four, then the machine's own (GPUs always) sorted as its case-blind map sorts them.
     # The schedd, the starter and the shadow read the slot's amounts by these names.
     custom = sorted({"GPUs", *(res.name for res in facts.custom.values())}, key=str.lower)
-    attrs["MachineResources"] = " ".join(["Cpus", "Memory", "Disk", "Swap", *custom])
+    attrs["MachineResources"] = " ".join([*STANDARD, *custom])
     gpu_ids = [g.id for g in facts.gpus]
     attrs["TotalGPUs"] = len(gpu_ids)
     attrs["DetectedGPUs"] = ", ".join(gpu_ids) if gpu_ids else 0

@@ -24,9 +24,11 @@ from typing import Any
 
 from execd.claims.ids import ClaimId
 from execd.errors import LocalProtocolError
+from execd.slots.layout import STANDARD
 from execd.wire.classad_codec import WireAd, from_classad, from_values, public_part
 from execd.wire.slot_resources import resource_names
 
+_STANDARD_LOWER = frozenset(n.lower() for n in STANDARD)  # attribute names are case-blind
 STANDARD_LIMITS = (
     "MY.Cpus > 0 && TARGET.RequestCpus <= MY.Cpus && MY.Memory > 0"
     " && TARGET.RequestMemory <= MY.Memory && MY.Disk > 0 && TARGET.RequestDisk <= MY.Disk"
@@ -37,7 +39,7 @@ def within_resource_limits(slot_ad: Any) -> str:
     """WithinResourceLimits: the standard resources, then one term per other machine
     resource (GPUs, MACHINE_RESOURCE_<name>) that a job need not request, as
     condor_startd's MachAttributes::withinLimitsExpression builds it."""
-    names = [n for n in resource_names(slot_ad) if n not in ("Cpus", "Memory", "Disk", "Swap")]
+    names = [n for n in resource_names(slot_ad) if n.lower() not in _STANDARD_LOWER]
     return STANDARD_LIMITS + "".join(
         f" && (TARGET.Request{n} =?= undefined || MY.{n} >= TARGET.Request{n})" for n in names)
 
