@@ -239,6 +239,7 @@ class JobManager:
                 actions = engine.vacate(slot, moment)
             elif verb == "alive":
                 actions = engine.alive(slot, moment, claim)
+                self.store.renew_claim(claim.session_id, moment.wall)
             elif verb == "suspend":
                 actions = commands.suspend_claim(engine, slot, moment)
             elif verb == "continue":

@@ -117,13 +117,16 @@ def _restore_claim(jobs: JobManager, claim: ClaimRecord, moment: Now) -> str | N
             raise ExecdError(f"no slot named {name} any more")
         daemon.execute(commands.restore_claim(
             engine, name, claim_id, claim.request_ad or {}, moment,
-            lease_duration=claim.lease_duration))
+            lease_duration=claim.lease_duration, renewed_wall=claim.last_renewed))
     except (ExecdError, ValueError, KeyError, TypeError) as exc:
         logger.error("claim_not_restored", slot=name, claim=claim.session_id, error=str(exc))
         jobs.store.remove_claim(claim.session_id)
         return None
     jobs.claims[claim_id.full()] = (name, claim_id)
-    logger.info("claim_restored", slot=name, claim=claim.session_id)
+    lease = engine.slot(name).claim
+    left = max(0.0, lease.lease.expires_at() - moment.mono) if lease is not None else 0.0
+    logger.info("claim_restored", slot=name, claim=claim.session_id,
+                lease_left_s=round(left, 1))
     return name
 
 

@@ -26,9 +26,10 @@ from execd.errors import ExecdError
 from execd.slots.layout import Assigned
 from execd.slots.partitionable import DynamicSlot
 
-# 2: jobs.evicting. The broken table came later without a new version: CREATE TABLE IF
-# NOT EXISTS adds it to an older file, and an older execd ignores it.
-SCHEMA_VERSION = 2
+# 3: claims.renewed. 2: jobs.evicting. The broken table came later without a new
+# version: CREATE TABLE IF NOT EXISTS adds it to an older file, and an older execd
+# ignores it.
+SCHEMA_VERSION = 3
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS claims (
@@ -39,7 +40,8 @@ CREATE TABLE IF NOT EXISTS claims (
     carved TEXT,                      -- JSON: the d-slot's resources, to carve it again
     request_ad TEXT NOT NULL,         -- JSON
     lease_duration REAL NOT NULL,
-    granted REAL NOT NULL             -- wall time
+    granted REAL NOT NULL,            -- wall time
+    renewed REAL                      -- wall time of the last ALIVE; NULL: none yet
 );
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
@@ -79,6 +81,11 @@ CREATE TABLE IF NOT EXISTS drain (
 """
 
 
+# From schema N to N+1 (the added columns read NULL: not evicting, no ALIVE recorded).
+MIGRATIONS = {1: "ALTER TABLE jobs ADD COLUMN evicting TEXT",
+              2: "ALTER TABLE claims ADD COLUMN renewed REAL"}
+
+
 class StoreError(ExecdError):
     """The state store cannot be opened or written."""
 
@@ -93,6 +100,12 @@ class ClaimRecord:
     request_ad: dict[str, Any] | None = None
     lease_duration: float = 0.0
     granted: float = 0.0
+    renewed: float | None = None  # wall time of the last ALIVE (None: none since granted)
+
+    @property
+    def last_renewed(self) -> float:
+        """Wall time the claim's lease runs from: its last ALIVE, else its grant."""
+        return self.granted if self.renewed is None else self.renewed
 
     def __repr__(self) -> str:
         return f"ClaimRecord({self.session_id!r}, slot={self.slot!r})"
@@ -173,9 +186,10 @@ class Store:
         row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         if row is None:
             self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) == 1:  # execd before jobs.evicting: add it (NULL: not evicting)
+        elif int(row[0]) in MIGRATIONS:  # an older execd's file: add what it lacks
             with self._tx():
-                self.db.execute("ALTER TABLE jobs ADD COLUMN evicting TEXT")
+                for version in range(int(row[0]), SCHEMA_VERSION):
+                    self.db.execute(MIGRATIONS[version])
                 self.db.execute("UPDATE meta SET value=? WHERE key='schema'",
                                 (str(SCHEMA_VERSION),))
         elif int(row[0]) != SCHEMA_VERSION:
@@ -192,10 +206,17 @@ class Store:
     def add_claim(self, claim: ClaimRecord) -> None:
         with self._tx():
             self.db.execute(
-                "INSERT OR REPLACE INTO claims VALUES (?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO claims (session_id, claim_id, slot, parent, carved,"
+                " request_ad, lease_duration, granted, renewed) VALUES (?,?,?,?,?,?,?,?,?)",
                 (claim.session_id, claim.claim_id, claim.slot, claim.parent,
                  _json(claim.carved), _json(claim.request_ad or {}), claim.lease_duration,
-                 claim.granted))
+                 claim.granted, claim.renewed))
+
+    def renew_claim(self, session_id: str, wall: float) -> None:
+        """An ALIVE renewed the claim's lease: a restarted daemon counts it from here."""
+        with self._tx():
+            self.db.execute("UPDATE claims SET renewed=? WHERE session_id=?",
+                            (wall, session_id))
 
     def remove_claim(self, session_id: str) -> None:
         """The claim is gone, and with it the finished jobs its holder did not take."""
@@ -205,8 +226,10 @@ class Store:
                             (session_id,))
 
     def claims(self) -> list[ClaimRecord]:
-        rows = self.db.execute("SELECT * FROM claims ORDER BY granted").fetchall()
-        return [ClaimRecord(r[0], r[1], r[2], r[3], _load(r[4]), _load(r[5]), r[6], r[7])
+        rows = self.db.execute(
+            "SELECT session_id, claim_id, slot, parent, carved, request_ad, lease_duration,"
+            " granted, renewed FROM claims ORDER BY granted").fetchall()
+        return [ClaimRecord(r[0], r[1], r[2], r[3], _load(r[4]), _load(r[5]), r[6], r[7], r[8])
                 for r in rows]
 
     # -- jobs -----------------------------------------------------------------------

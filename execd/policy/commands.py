@@ -92,13 +92,16 @@ def _restore_state(slot: Slot, state: State, activity: Activity, now: Now, out: 
 
 
 def restore_claim(engine: PolicyEngine, name: str, claim_id: ClaimId, request_ad: Any,
-                  now: Now, *, lease_duration: float) -> Actions:
-    """Claimed/Idle with the claim the old daemon granted (its lease starts afresh)."""
+                  now: Now, *, lease_duration: float, renewed_wall: float) -> Actions:
+    """Claimed/Idle with the claim the old daemon granted. Its lease runs on from its
+    last renewal (`renewed_wall`, wall time): the outage counts, as if the old daemon had
+    kept running; a lease that ran out meanwhile expires at the next evaluation."""
     slot = engine.slot(name)
     out: Actions = []
     job = classads.new_ad(request_ad) if isinstance(request_ad, dict) else request_ad
     rank = engine._number(slot, "RANK", engine.machine_ad(slot, now), job, out) or 0.0
-    slot.claim = Claim(claim_id, job, rank, Lease(lease_duration, now.mono), now.mono)
+    since = min(max(0.0, now.wall - renewed_wall), lease_duration)  # a clock step: clamped
+    slot.claim = Claim(claim_id, job, rank, Lease(lease_duration, now.mono - since), now.mono)
     slot.claimed_once = True
     _restore_state(slot, S.CLAIMED, A.IDLE, now, out)
     return out

@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -235,3 +236,27 @@ def test_drain_state_survives_kill_9_and_its_cancel_does_too(node: RunningDaemon
     assert last_event(node, "drain_restored")["reason"] == "kernel update"
     assert node.execd("drain", "-cancel").returncode == 0
     assert kill_and_restart()[0].split()[0] in ("Owner", "Unclaimed")
+
+
+def test_a_claim_lease_that_ran_out_while_no_daemon_ran_kills_the_job_at_restart(
+        node: RunningDaemon, fifos: Path) -> None:
+    """The lease runs from the last ALIVE the old daemon recorded, not from the restart:
+    a claim whose JobLeaseDuration passed during the outage is not given a new one; the
+    new daemon expires it at once and kills its job."""
+    assert node.proc is not None
+    ad = {**fifo_job(fifos, 0), "JobLeaseDuration": 3}
+    with ControlClient(socket_path(node)) as c:
+        claim = c.call("request_claim", {"job": ad})
+        job = c.call("activate", {"claim_id": claim["claim_id"], "job": ad})
+        c.call("alive", {"claim_id": claim["claim_id"]})
+    renewed = time.time()
+    node.proc.send_signal(signal.SIGKILL)
+    node.proc.communicate(timeout=30)
+    # the lease itself is what must pass: no event marks it while no daemon runs
+    time.sleep(max(0.0, renewed + 3.5 - time.time()))
+    node.start()
+    restored = last_event(node, "claim_restored")
+    assert (restored["slot"], restored["lease_left_s"]) == (claim["slot"], 0)
+    node.wait_for("claim_lease_expired", slot=claim["slot"])
+    finished = node.wait_for("job_finished", job=job["job_id"])
+    assert finished["reason"] == "hard_killed"

@@ -66,7 +66,7 @@ def test_restore_puts_back_claimed_busy_and_suspended_with_run_time_kept() -> No
     claim = d.ids.new()
     now = d.clock.now()
     d.do(commands.restore_claim(d.engine, "slot1", claim, {"Owner": "alice"}, now,
-                                lease_duration=1200))
+                                lease_duration=1200, renewed_wall=now.wall))
     assert d.pair == "Claimed/Idle"
     assert d.slot.claim.id == claim
     d.do(commands.restore_job(d.engine, "slot1", {"Owner": "alice"}, now,
@@ -79,3 +79,32 @@ def test_restore_puts_back_claimed_busy_and_suspended_with_run_time_kept() -> No
     assert [a.fields["new"] for a in restored] == ["Claimed/Idle", "Claimed/Suspended"]
     d.starter_exited()  # the job ended: the claim lives on
     assert d.pair == "Claimed/Idle"
+
+
+def lease_expiries(d: Driver) -> list[act.LogEvent]:
+    return [a for a in d.actions
+            if isinstance(a, act.LogEvent) and a.event == "claim_lease_expired"]
+
+
+def test_a_restored_claims_lease_runs_on_from_its_last_renewal_before_the_outage() -> None:
+    """Renewed 1190 s before the restart with a 1200 s lease: 10 s are left, not 1200."""
+    d = Driver(POLICY)
+    d.tick()
+    now = d.clock.now()
+    d.do(commands.restore_claim(d.engine, "slot1", d.ids.new(), {"Owner": "alice"}, now,
+                                lease_duration=1200, renewed_wall=now.wall - 1190))
+    d.tick(5)
+    assert d.pair == "Claimed/Idle" and not lease_expiries(d)
+    d.tick(6)
+    assert lease_expiries(d)
+    assert d.slot.claim is None
+
+
+def test_a_claim_whose_lease_ran_out_during_the_outage_expires_at_once() -> None:
+    d = Driver(POLICY)
+    d.tick()
+    now = d.clock.now()
+    d.do(commands.restore_claim(d.engine, "slot1", d.ids.new(), {"Owner": "alice"}, now,
+                                lease_duration=60, renewed_wall=now.wall - 3600))
+    d.tick(0)
+    assert lease_expiries(d)

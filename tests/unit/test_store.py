@@ -20,6 +20,18 @@ def claim(session: str = "<n>#1#1") -> ClaimRecord:
                        lease_duration=1200.0, granted=1.0)
 
 
+def schema_before(version: int) -> str:
+    """The tables as execd with schema `version` made them."""
+    older = re.sub(r"granted REAL NOT NULL,(\s+-- wall time)\n\s+renewed REAL[^\n]*\n",
+                   r"granted REAL NOT NULL\1\n", SCHEMA)
+    assert "renewed" not in older
+    if version == 1:  # and no jobs.evicting
+        older = re.sub(r"TEXT,(\s+-- NULL, or who suspended[^\n]*)\n\s+evicting TEXT[^\n]*\n",
+                       r"TEXT\1\n", older)
+        assert "evicting" not in older
+    return older
+
+
 def job(job_id: str, session: str = "<n>#1#1") -> JobRecord:
     return JobRecord(job_id, "slot1_1", session, {"Cmd": "/bin/true"}, {"report_path": "/r"},
                      4242, 99, "/sys/fs/cgroup/x/slot1_1.slice", "/execute/dir_4242", 5.0)
@@ -77,18 +89,15 @@ def test_a_store_from_another_schema_is_refused_naming_both(tmp_path: Path) -> N
     db.execute("UPDATE meta SET value='99' WHERE key='schema'")
     db.commit()
     db.close()
-    with pytest.raises(StoreError, match="schema 99, execd knows 2"):
+    with pytest.raises(StoreError, match="schema 99, execd knows 3"):
         Store(tmp_path / "state.db")
 
 
 def test_a_store_of_schema_1_gains_the_eviction_column_and_keeps_its_jobs(
         tmp_path: Path) -> None:
     # the tables as execd with schema 1 made them: no jobs.evicting
-    v1 = re.sub(r"TEXT,(\s+-- NULL, or who suspended[^\n]*)\n\s+evicting TEXT[^\n]*\n",
-                r"TEXT\1\n", SCHEMA)
-    assert "evicting" not in v1
     db = sqlite3.connect(tmp_path / "state.db")
-    db.executescript(v1)
+    db.executescript(schema_before(1))
     db.execute("INSERT INTO meta VALUES ('schema', '1')")
     db.execute("INSERT INTO jobs VALUES ('1.1','slot1_1','s','{}','{}',1,2,'c','d',5.0,"
                "NULL,NULL,NULL,NULL)")
@@ -103,7 +112,8 @@ def test_a_store_of_schema_1_gains_the_eviction_column_and_keeps_its_jobs(
 
 
 def test_a_store_made_before_broken_slots_were_kept_gains_their_table(tmp_path: Path) -> None:
-    older = re.sub(r"CREATE TABLE IF NOT EXISTS broken \(.*?\);\n", "", SCHEMA, flags=re.S)
+    older = re.sub(r"CREATE TABLE IF NOT EXISTS broken \(.*?\);\n", "", schema_before(2),
+                   flags=re.S)
     assert "broken" not in older
     db = sqlite3.connect(tmp_path / "state.db")
     db.executescript(older)
@@ -115,6 +125,28 @@ def test_a_store_made_before_broken_slots_were_kept_gains_their_table(tmp_path: 
     again.set_broken("slot2", "stuck", None)
     again.remove_broken("slot2")
     assert again.broken() == []
+
+
+def test_a_claims_lease_runs_from_its_last_alive_across_stores_and_from_schema_2(
+        tmp_path: Path) -> None:
+    """A new daemon counts a claim's lease from the last ALIVE the old one recorded
+    (from the grant when there was none); a schema-2 file gains the column."""
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.executescript(schema_before(2))
+    db.execute("INSERT INTO meta VALUES ('schema', '2')")
+    db.execute("INSERT INTO claims VALUES ('<n>#1#1','<n>#1#1#[]x','slot1',NULL,NULL,'{}',"
+               "1200.0,1.0)")
+    db.commit()
+    db.close()
+    store = Store(tmp_path / "state.db")
+    (old,) = store.claims()
+    assert (old.renewed, old.last_renewed) == (None, 1.0)
+    store.renew_claim("<n>#1#1", 50.0)
+    store.add_claim(claim("<n>#1#2"))
+    store.db.close()  # as after kill -9
+    again = Store(tmp_path / "state.db")
+    assert [(c.session_id, c.last_renewed) for c in again.claims()] == [
+        ("<n>#1#1", 50.0), ("<n>#1#2", 1.0)]
 
 
 def test_an_unwritable_store_is_a_clear_error(tmp_path: Path) -> None:
