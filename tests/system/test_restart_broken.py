@@ -1,11 +1,13 @@
-"""A broken d-slot is still broken after kill -9 and a restart: still advertised with its
-SlotBrokenReason, and its resources still out of the partitionable slot.
+"""A broken d-slot is still broken after kill -9 and a restart while its cgroup holds a
+process: still advertised with its SlotBrokenReason, and its resources still out of the
+partitionable slot. Once that process is gone, a restart clears the mark.
 
 Real daemon, real starter and job. A process that SIGKILL cannot end cannot be made on
 demand here, so the broken state comes the way the daemon learns it: the starter's
 durable report names SlotBrokenReason (tests/component/test_starter_broken_slot.py shows
 the starter writing it). The daemon is stopped (SIGSTOP) while the job ends, the report
-gets the reason, and the daemon carries on and reads it.
+gets the reason, and the daemon carries on and reads it. What could not be killed is a
+process the test puts in the slot's cgroup (the daemon leaves a broken slot's cgroup be).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import select
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,6 +94,10 @@ def test_a_broken_dslot_stays_broken_after_kill_9_and_restart(
         c.call("release", {"claim_id": claim["claim_id"]})
     node.wait_for("broken_dynamic_slot_kept", slot="slot1_1")
     assert_broken(node)
+    leaf = node.cgroup_base / "slot1_1.slice" / "job"
+    leaf.mkdir(parents=True)
+    leftover = subprocess.Popen(["sleep", "300"])
+    (leaf / "cgroup.procs").write_text(str(leftover.pid))
 
     assert node.proc is not None
     node.proc.send_signal(signal.SIGKILL)
@@ -99,3 +106,22 @@ def test_a_broken_dslot_stays_broken_after_kill_9_and_restart(
     assert_broken(node)
     restored = [e for e in node.events() if e["event"] == "recovery_done"][-1]
     assert (restored["claims"], restored["broken"]) == (0, 2)  # slot1_1 and its slot1
+    assert leftover.poll() is None  # a broken slot's cgroup is left alone
+
+    # The leftover dies at last: a restart (in place) clears both marks, gives the
+    # CPU back and removes the empty cgroup; the marks do not come back after that.
+    leftover.kill()
+    leftover.wait(timeout=30)
+    assert node.execd("restart").returncode == 0
+    node.wait_for("broken_slot_cleared", slot="slot1_1")
+    node.wait_for("broken_slot_cleared", slot="slot1")
+    node.wait_for("execd_started")
+    ads = slot_ads(node)
+    assert "slot1_1" not in ads
+    assert (ads["slot1"]["Cpus"], ads["slot1"].get("SlotBrokenReason")) == (4, None)
+    assert not (node.cgroup_base / "slot1_1.slice").exists()
+    with client(node) as c:
+        again = c.call("request_claim", {"job": {"RequestCpus": 4, "RequestMemory": 64}})
+        c.call("release", {"claim_id": again["claim_id"]})
+    restarted = [e for e in node.events() if e["event"] == "recovery_done"][-1]
+    assert restarted["broken"] == 0
