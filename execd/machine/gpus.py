@@ -4,6 +4,10 @@ Ids are HTCondor's short UUIDs, ``GPU-`` and the first 8 hex digits of the devic
 (``GPU-ed351562``). Properties use the names HTCondor's GPU discovery publishes in each
 GPU's nested ad. No driver, no library, or any NVML error means zero GPUs and one log
 event saying why, never an exception: a node without GPUs is still a node.
+
+Each GPU's device file is /dev/nvidia<minor>, the minor number NVML reports, with the
+major number the NVIDIA driver always registers (195, as /dev/nvidiactl's): the
+starter hides the GPUs a job was not given by these numbers (STARTER_HIDE_GPU_DEVICES).
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from execd.log import get_logger
 from execd.machine.facts import GpuInfo
 
 log = get_logger(__name__)
+
+# The character major of /dev/nvidia0-254 and /dev/nvidiactl, fixed by the driver.
+NVIDIA_MAJOR = 195
 
 
 def short_gpu_id(uuid: str) -> str:
@@ -76,7 +83,9 @@ def detect_gpus(nvml: Any) -> tuple[GpuInfo, ...]:
         for index in range(int(nvml.nvmlDeviceGetCount())):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             gpu_id, props = _device_properties(nvml, handle, cuda_driver)
-            gpus.append(GpuInfo(id=gpu_id, properties=props))
+            minor = _optional(nvml.nvmlDeviceGetMinorNumber, handle)
+            device = (NVIDIA_MAJOR, int(minor)) if minor is not None else None
+            gpus.append(GpuInfo(id=gpu_id, properties=props, device=device))
         return tuple(gpus)
     except Exception as exc:
         log.warning("gpu_detection_failed", error=str(exc), error_type=type(exc).__name__)
