@@ -26,7 +26,6 @@ import contextlib
 import ctypes
 import errno
 import os
-import platform
 import struct
 import sys
 from collections.abc import Sequence
@@ -90,9 +89,10 @@ class _Bpf:
     """bpf(2) through libc's syscall(); errno comes back as an OSError."""
 
     def __init__(self) -> None:
-        number = _SYS_BPF.get(platform.machine())
+        machine = os.uname().machine
+        number = _SYS_BPF.get(machine)
         if number is None:
-            raise CgroupError(f"bpf(2) has no known system call number on {platform.machine()}")
+            raise CgroupError(f"bpf(2) has no known system call number on {machine}")
         self.number = number
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.libc.syscall.restype = ctypes.c_long
