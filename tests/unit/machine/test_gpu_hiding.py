@@ -16,6 +16,7 @@ from execd.cgroups.tree import CgroupTree
 from execd.config.loader import parse_config_text
 from execd.config.settings import load_settings
 from execd.daemon.starter_spec import starter_spec
+from execd.machine.detect import DetectionParams, detect_machine
 from execd.machine.facts import GpuInfo
 from execd.machine.gpu_hiding import gpus_to_hide
 from execd.machine.gpus import detect_gpus
@@ -74,6 +75,35 @@ def test_a_gpu_without_a_minor_number_cannot_be_hidden_and_is_named() -> None:
     hiding = gpus_to_hide(gpus, [])
     assert hiding.devices == ((195, 0),)
     assert hiding.problem is not None and "GPU-6a96bd13" in hiding.problem
+
+
+# The driver's information file, as it reads on a node (the H100's UUID; minor 3).
+INFORMATION = """Model: \t\t NVIDIA H100 80GB HBM3
+IRQ:   \t\t 42
+GPU UUID: \t GPU-ed351562-b6da-78d5-6864-16084094a18f
+Video BIOS: \t 96.00.99.00.01
+Bus Type: \t PCIe
+DMA Size: \t 52 bits
+DMA Mask: \t 0xfffffffffffff
+Bus Location: \t 0000:00:06.0
+Device Minor: \t 3
+GPU Excluded:\t No
+"""
+
+
+def test_without_nvmls_minor_number_the_drivers_proc_file_gives_it(node_copy: Any) -> None:
+    """condor_starter's own source: /proc/driver/nvidia/gpus/<pci>/information."""
+    root = node_copy("h100-node")
+    info = root / "proc/driver/nvidia/gpus/0000:00:06.0/information"
+    info.parent.mkdir(parents=True)
+    info.write_text(INFORMATION)
+    rec = h100_recording()
+    del rec["devices"][0]["minor_number"]  # NVML: NotSupported
+    nvml = RecordedNvml(rec)
+    facts = detect_machine(FixtureHostReader(root, nvml=nvml),
+                           DetectionParams(execute_dir="/tmp", hostname="h100"))
+    assert [(g.id, g.device) for g in facts.gpus] == [(H100, (195, 3))]
+    assert detect_gpus(nvml) == (GpuInfo(H100, facts.gpus[0].properties, None),)  # no reader
 
 
 def test_gpus_named_in_the_config_have_no_device_to_hide() -> None:
