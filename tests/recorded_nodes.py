@@ -4,6 +4,7 @@ node's real pynvml answered (no GPU exists on the CI machine)."""
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from collections import namedtuple
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,25 @@ class RecordedNvml:
     def nvmlDeviceGetEccMode(self, h: dict[str, Any]) -> tuple[int, int]:
         return (h["ecc_mode"][0], h["ecc_mode"][1])
 
+    def nvmlDeviceGetMinorNumber(self, h: dict[str, Any]) -> int:
+        if "minor_number" not in h:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(h["minor_number"])
+
+
+def smi_minor_numbers(node: str = "h100-node") -> dict[str, int]:
+    """UUID -> device minor number, as nvidia-smi -q (NVML's nvmlDeviceGetMinorNumber)
+    reported it on the recorded node."""
+    root = ET.parse(FIXTURES / node / "nvml/nvidia-smi-q.xml").getroot()
+    return {str(gpu.findtext("uuid")): int(str(gpu.findtext("minor_number")))
+            for gpu in root.iter("gpu")}
+
 
 def h100_recording() -> dict[str, Any]:
+    """pynvml.json, each device with the minor number nvidia-smi -q recorded for it."""
     loaded: dict[str, Any] = json.loads((FIXTURES / "h100-node/nvml/pynvml.json").read_text())
+    minors = smi_minor_numbers()
+    for device in loaded["devices"]:
+        if device["uuid"] in minors:
+            device["minor_number"] = minors[device["uuid"]]
     return loaded

@@ -414,7 +414,8 @@ class JobManager:
         facts = known.facts if known is not None else self._facts(job.slot)  # no ad rebuild
         spec = starter_spec(job.job_id, job.slot, job.ad, facts,
                             settings=self.daemon.settings, execute=self.daemon.paths.execute,
-                            tree=self.tree, workdir=workdir)
+                            tree=self.tree, workdir=workdir,
+                            node_gpus=self.daemon.node.slots.facts.gpus)
         return spec._replace(**job.overrides) if job.overrides else spec
 
     async def _watch(self, job: Job, pidfd: int) -> None:
@@ -467,6 +468,9 @@ class JobManager:
             job.report = job.handle.report()
         except (OSError, ValueError) as exc:
             job.report = {"ExitReason": "no_report", "Error": str(exc)}
+        if job.report.get("GpuHidingProblem"):  # STARTER_HIDE_GPU_DEVICES fell short
+            logger.warning("gpu_devices_not_hidden", slot=job.slot, job=job.job_id,
+                           reason=job.report["GpuHidingProblem"])
         if job.report.get("SlotBrokenReason"):  # before the engine may delete the d-slot
             self.daemon.node.mark_broken(job.slot, str(job.report["SlotBrokenReason"]))
 

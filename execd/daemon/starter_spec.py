@@ -8,23 +8,32 @@ report, status and job-exit notice (the job's directory in SPOOL).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from execd.cgroups.tree import CgroupTree
 from execd.config.settings import Settings
+from execd.machine.facts import GpuInfo
+from execd.machine.gpu_hiding import GpuHiding, gpus_to_hide
 from execd.starter.spec import StarterSpec, parse_signal
 
 
 def starter_spec(job_id: str, slot: str, ad: dict[str, Any], facts: dict[str, Any], *,
-                 settings: Settings, execute: Path, tree: CgroupTree, workdir: Path
-                 ) -> StarterSpec:
+                 settings: Settings, execute: Path, tree: CgroupTree, workdir: Path,
+                 node_gpus: Sequence[GpuInfo] = ()) -> StarterSpec:
+    """node_gpus: every GPU of the node (the ones not the slot's are hidden from the job)."""
     args = ad.get("Args", ad.get("Arguments", []))
     if isinstance(args, str):
         args = args.split()
     env = ad.get("Env", {})
     if isinstance(env, str):
         env = dict(p.split("=", 1) for p in env.split(";") if "=" in p)
+    # The d-slot's own GPUs (AssignedGPUs), and only those, are the job's.
+    gpus = [g for g in str(facts.get("AssignedGPUs", "")).replace(" ", "").split(",") if g]
+    hiding = GpuHiding()
+    if settings.get_bool("STARTER_HIDE_GPU_DEVICES", True) and (node_gpus or gpus):
+        hiding = gpus_to_hide(node_gpus, gpus)
     return StarterSpec(
         job_id=job_id,
         slot_name=slot,
@@ -39,9 +48,7 @@ def starter_spec(job_id: str, slot: str, ad: dict[str, Any], facts: dict[str, An
         base_cgroup=str(tree.base.relative_to(tree.hierarchy.mount)),
         cpus=float(facts.get("Cpus", 1)),
         memory_mb=int(facts.get("Memory", 0)),
-        # The d-slot's own GPUs (AssignedGPUs), and only those, are the job's.
-        gpus=[g for g in str(facts.get("AssignedGPUs", "")).replace(" ", "").split(",")
-              if g],
+        gpus=gpus,
         stdin=ad.get("In"),
         stdout=ad.get("Out"),
         stderr=ad.get("Err"),
@@ -59,4 +66,6 @@ def starter_spec(job_id: str, slot: str, ad: dict[str, Any], facts: dict[str, An
         pid_namespace=settings.get_bool("USE_PID_NAMESPACES"),
         network_namespace=settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
         thread_env_vars=settings.get_list("STARTER_NUM_THREADS_ENV_VARS"),
+        hide_devices=[list(device) for device in hiding.devices],
+        gpu_hiding_problem=hiding.problem,
     )

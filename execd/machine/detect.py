@@ -53,7 +53,7 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
         if custom[configured].instances or custom[configured].count == 0:
             gpus = tuple(GpuInfo(id=i) for i in custom.pop(configured).instances)
     elif params.detect_gpus:
-        gpus = detect_gpus(reader.nvml())
+        gpus = detect_gpus(reader.nvml(), reader)
     osinfo = detect_os(reader, params.arch)
     return MachineFacts(
         detected_cpus=cpus.detected_cpus,

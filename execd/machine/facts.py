@@ -17,6 +17,9 @@ class GpuInfo:
 
     id: str  # short form, e.g. "GPU-6a96bd13"
     properties: dict[str, object] = field(default_factory=dict)  # DeviceName, Capability, ...
+    # Its device file's (major, minor): /dev/nvidia<minor> is (195, minor). None: unknown
+    # (a GPU named in MACHINE_RESOURCE_GPUs, or NVML without the minor number).
+    device: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -4,16 +4,27 @@ Ids are HTCondor's short UUIDs, ``GPU-`` and the first 8 hex digits of the devic
 (``GPU-ed351562``). Properties use the names HTCondor's GPU discovery publishes in each
 GPU's nested ad. No driver, no library, or any NVML error means zero GPUs and one log
 event saying why, never an exception: a node without GPUs is still a node.
+
+Each GPU's device file is /dev/nvidia<minor>, the minor number NVML reports (else the
+driver's /proc/driver/nvidia/gpus/<pci>/information, which condor_starter reads), with
+the major number the NVIDIA driver always registers (195, as /dev/nvidiactl's): the
+starter hides the GPUs a job was not given by these numbers (STARTER_HIDE_GPU_DEVICES).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from execd.log import get_logger
 from execd.machine.facts import GpuInfo
+from execd.machine.reader import HostReader
 
 log = get_logger(__name__)
+
+# The character major of /dev/nvidia0-254 and /dev/nvidiactl, fixed by the driver.
+NVIDIA_MAJOR = 195
+PROC_GPUS = "/proc/driver/nvidia/gpus"
 
 
 def short_gpu_id(uuid: str) -> str:
@@ -60,8 +71,38 @@ def _device_properties(
     return gpu_id, props
 
 
-def detect_gpus(nvml: Any) -> tuple[GpuInfo, ...]:
-    """Every GPU NVML reports; () when NVML is missing or fails (logged)."""
+def proc_minor_numbers(reader: HostReader) -> dict[str, int]:
+    """Full UUID (GPU-...) -> device minor, from the driver's own information files."""
+    minors: dict[str, int] = {}
+    for pci in reader.listdir(PROC_GPUS):
+        text = reader.read_text(f"{PROC_GPUS}/{pci}/information") or ""
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        uuid = fields.get("GPU UUID", "").strip()
+        minor = fields.get("Device Minor", "").strip()
+        if uuid and minor.isdigit():
+            minors[uuid] = int(minor)
+    return minors
+
+
+def _with_proc_minors(gpus: list[GpuInfo], reader: HostReader | None) -> list[GpuInfo]:
+    """GPUs NVML gave no minor number get the driver's, where it says."""
+    if reader is None or all(gpu.device is not None for gpu in gpus):
+        return gpus
+    minors = proc_minor_numbers(reader)
+    filled = []
+    for gpu in gpus:
+        minor = minors.get(f"GPU-{gpu.properties['DeviceUuid']}")
+        if gpu.device is None and minor is not None:
+            filled.append(dataclasses.replace(gpu, device=(NVIDIA_MAJOR, minor)))
+        else:
+            filled.append(gpu)
+    return filled
+
+
+def detect_gpus(nvml: Any, reader: HostReader | None = None) -> tuple[GpuInfo, ...]:
+    """Every GPU NVML reports; () when NVML is missing or fails (logged).
+
+    reader: where the driver's /proc files are read when NVML has no minor number."""
     if nvml is None:
         log.info("gpu_detection_skipped", reason="the pynvml module is not installed")
         return ()
@@ -76,8 +117,10 @@ def detect_gpus(nvml: Any) -> tuple[GpuInfo, ...]:
         for index in range(int(nvml.nvmlDeviceGetCount())):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             gpu_id, props = _device_properties(nvml, handle, cuda_driver)
-            gpus.append(GpuInfo(id=gpu_id, properties=props))
-        return tuple(gpus)
+            minor = _optional(nvml.nvmlDeviceGetMinorNumber, handle)
+            device = (NVIDIA_MAJOR, int(minor)) if minor is not None else None
+            gpus.append(GpuInfo(id=gpu_id, properties=props, device=device))
+        return tuple(_with_proc_minors(gpus, reader))
     except Exception as exc:
         log.warning("gpu_detection_failed", error=str(exc), error_type=type(exc).__name__)
         return ()

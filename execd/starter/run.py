@@ -25,6 +25,7 @@ from execd.errors import CgroupError, ExecdError
 from execd.starter import report as rpt
 from execd.starter.child import become_job
 from execd.starter.clone import fork_into_cgroup
+from execd.starter.hiding import hide_gpu_devices
 from execd.starter.sandbox import (
     adopt_scratch,
     disk_usage_kb,
@@ -94,9 +95,20 @@ class Starter:
                 f"{self.cgroup.slice} still holds processes of an earlier job; "
                 f"job {spec.job_id} is not started in it"
             )
+        if self.fs.exists(self.cgroup.slice):
+            # Empty, but left by a starter that did not finish: it may still carry that
+            # job's limits and device program. A fresh one carries only this job's.
+            self.cgroup.destroy()
         self.cgroup.create()
         self.cgroup.apply_limits(self.plan.writes)
         event("cgroup_limits", slot=spec.slot_name, enforcement=repr(self.plan.describe()))
+        hiding = hide_gpu_devices(spec, self.cgroup.slice)
+        self.report.update(hiding)
+        if "HiddenDevices" in hiding:
+            event("gpu_devices_hidden", job=spec.job_id, devices=hiding["HiddenDevices"])
+        if "GpuHidingProblem" in hiding:
+            event("gpu_devices_not_hidden", job=spec.job_id,
+                  reason=repr(hiding["GpuHidingProblem"]))
         self.scratch = (adopt_scratch(spec.sandbox, user) if spec.sandbox
                         else make_scratch(spec.execute_dir, os.getpid(), user))
         iwd = spec.iwd or self.scratch

@@ -97,6 +97,10 @@ class StarterSpec(NamedTuple):
     # it). The starter gives it to the job's user and leaves it in place when the job
     # ends (its output is transferred afterwards); None: EXECUTE/dir_<starter pid>.
     sandbox: str | None = None
+    # STARTER_HIDE_GPU_DEVICES: (major, minor) of each device file the job may not open,
+    # and why a GPU not the job's stays visible (logged and reported by the starter).
+    hide_devices: list[list[int]] = []  # noqa: RUF012 - NamedTuple default, never mutated
+    gpu_hiding_problem: str | None = None
 
     @property
     def slot_number(self) -> str:
@@ -112,6 +116,10 @@ class StarterSpec(NamedTuple):
             raise ValueError("starter spec 'args' must be a list of strings")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise ValueError("starter spec 'env' must map strings to strings")
+        hide_devices = _opt(d, "hide_devices", list, [])
+        if not all(isinstance(dev, list) and len(dev) == 2
+                   and all(type(n) is int and n >= 0 for n in dev) for dev in hide_devices):
+            raise ValueError("starter spec 'hide_devices' must be a list of [major, minor]")
         return cls(
             job_id=_req(d, "job_id", str),
             slot_name=_req(d, "slot_name", str),
@@ -148,4 +156,6 @@ class StarterSpec(NamedTuple):
             network_namespace=_opt(d, "network_namespace", bool, False),
             thread_env_vars=_opt(d, "thread_env_vars", list, THREAD_ENV_VARS),
             sandbox=_opt(d, "sandbox", str, None),
+            hide_devices=hide_devices,
+            gpu_hiding_problem=_opt(d, "gpu_hiding_problem", str, None),
         )

@@ -53,6 +53,18 @@ def test_cuda_visible_devices_names_only_the_assigned_gpus(node: RunningDaemon) 
     assert done.stdout.split() in (["GPU-aa11"] * 2, ["GPU-bb22"] * 2)
 
 
+def test_gpus_the_daemon_cannot_hide_are_said_so_and_the_job_runs(node: RunningDaemon) -> None:
+    """GPUs named in MACHINE_RESOURCE_GPUs have no known device file: STARTER_HIDE_GPU_DEVICES
+    cannot deny the job the other one, and the daemon's log says which (the mechanism
+    itself: tests/system/test_device_hiding.py)."""
+    done = job(node, "--gpus", "1", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES")
+    assert done.returncode == 0, done.stderr
+    other = {"GPU-aa11": "GPU-bb22", "GPU-bb22": "GPU-aa11"}[done.stdout.strip()]
+    warned = node.wait_for("gpu_devices_not_hidden")
+    assert warned["level"] == "warning"
+    assert f"no device file is known for {other} " in warned["reason"]
+
+
 def test_a_job_over_starter_evict_is_evicted(node: RunningDaemon) -> None:
     script = "for i in 1 2 3 4 5 6; do sleep 1000 & done; wait"
     done = job(node, "--", "sh", "-c", script)
