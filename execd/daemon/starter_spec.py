@@ -32,7 +32,11 @@ def starter_spec(job_id: str, slot: str, ad: dict[str, Any], facts: dict[str, An
     # The d-slot's own GPUs (AssignedGPUs), and only those, are the job's.
     gpus = [g for g in str(facts.get("AssignedGPUs", "")).replace(" ", "").split(",") if g]
     hiding = GpuHiding()
-    if settings.get_bool("STARTER_HIDE_GPU_DEVICES", True) and (node_gpus or gpus):
+    # Only GPUs detected through NVML have device files to hide: a node whose GPUs are
+    # only configured (MACHINE_RESOURCE_GPUs) has nothing to hide, and says so once, at
+    # detection (gpu_detection_skipped / _failed), not at every job.
+    if settings.get_bool("STARTER_HIDE_GPU_DEVICES", True) and any(
+            gpu.device is not None for gpu in node_gpus):
         hiding = gpus_to_hide(node_gpus, gpus)
     return StarterSpec(
         job_id=job_id,
