@@ -2,8 +2,9 @@
 
 The contract between the daemon and a starter (execd/starter/spec.py): the job's command,
 user, files and environment from its ad; its resources from its slot (the d-slot's own
-GPUs, and only those); limits and policies from the config; where the starter writes its
-report, status and job-exit notice (the job's directory in SPOOL).
+GPUs, and only those) with the variables condor_starter sets for them (from the slot's
+ad: execd/daemon/assigned_env.py); limits and policies from the config; where the
+starter writes its report, status and job-exit notice (the job's directory in SPOOL).
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from typing import Any
 
 from execd.cgroups.tree import CgroupTree
 from execd.config.settings import Settings
+from execd.daemon.assigned_env import assigned_resource_env
 from execd.starter.spec import StarterSpec, parse_signal
 
 
 def starter_spec(job_id: str, slot: str, ad: dict[str, Any], facts: dict[str, Any], *,
-                 settings: Settings, execute: Path, tree: CgroupTree, workdir: Path
-                 ) -> StarterSpec:
+                 settings: Settings, execute: Path, tree: CgroupTree, workdir: Path,
+                 slot_ad: Any = None) -> StarterSpec:
     args = ad.get("Args", ad.get("Arguments", []))
     if isinstance(args, str):
         args = args.split()
@@ -42,6 +44,9 @@ def starter_spec(job_id: str, slot: str, ad: dict[str, Any], facts: dict[str, An
         # The d-slot's own GPUs (AssignedGPUs), and only those, are the job's.
         gpus=[g for g in str(facts.get("AssignedGPUs", "")).replace(" ", "").split(",")
               if g],
+        resource_env={} if slot_ad is None else assigned_resource_env(
+            slot_ad, settings.get_str,
+            settings.get_bool("AUTO_SET_NVIDIA_VISIBLE_DEVICES", True)),
         stdin=ad.get("In"),
         stdout=ad.get("Out"),
         stderr=ad.get("Err"),
