@@ -4,9 +4,11 @@ Both execute points get their GPUs from the same configuration, `use feature : G
 (MACHINE_RESOURCE_INVENTORY_GPUs = condor_gpu_discovery -properties
 $(GPU_DISCOVERY_EXTRA)), and one partitionable slot of 3 CPUs / 1024 MB:
 
-- `simulated` (always): `GPU_DISCOVERY_EXTRA = -simulate:2,2`, two simulated Tesla V100s.
-  execd runs on the host, so its LIBEXEC holds a `condor_gpu_discovery` that runs the
-  chroot's (`chroot <root> /usr/libexec/condor/condor_gpu_discovery "$@"`).
+- `simulated` (always): `GPU_DISCOVERY_EXTRA = -simulate:2,2`, two simulated Tesla V100s;
+  `simulated-mig`: `-simulate:5,1`, an A100 split into two MIG devices (their
+  NVIDIA_VISIBLE_DEVICES is the MIG-... DeviceUuid itself). execd runs on the host, so
+  its LIBEXEC holds a `condor_gpu_discovery` that runs the chroot's
+  (`chroot <root> /usr/libexec/condor/condor_gpu_discovery "$@"`).
 - `real` (only with EXECD_GPU_POOL=1, on a machine with NVIDIA GPUs; otherwise not even
   collected): condor_startd runs the chroot's condor_gpu_discovery on the real GPUs (the
   chroot must see the driver's libraries), execd has no condor_gpu_discovery and asks
@@ -14,8 +16,9 @@ $(GPU_DISCOVERY_EXTRA)), and one partitionable slot of 3 CPUs / 1024 MB:
 
 Jobs: as many 1-GPU jobs as there are GPUs (at most 2) and one with `request_gpus = 0`,
 running at the same time, each in its own d-slot (each waits until the test has seen
-every one of them Busy in condor_status). Each prints its GPU variables (CUDA_VISIBLE_DEVICES,
-GPU_DEVICE_ORDINAL, NVIDIA_VISIBLE_DEVICES, _CONDOR_Assigned*), sorted. Compared: the
+every one of them Busy in condor_status). Each prints its GPU variables
+(CUDA_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL, NVIDIA_VISIBLE_DEVICES, _CONDOR_Assigned*),
+sorted. Compared: the
 user-log events, the 001 resource lines (AvailableGPUs, the GPU's nested ad) and the 005
 resource table (its Assigned column), the exit status, the output files, and the slot
 ads' GPU attributes (GPUs, AssignedGPUs, AvailableGPUs, DetectedGPUs, the GPUs_<prop>
@@ -82,12 +85,16 @@ class GpuSource:
         """condor_startd's (and, LIBEXEC aside, execd's) GPU configuration."""
         return f"use feature : GPUs\nGPU_DISCOVERY_EXTRA = {self.discovery_extra}\n"
 
+    @property
+    def simulated(self) -> bool:
+        return "-simulate" in self.discovery_extra
+
     def execd_config(self, pool: harness.Pool, root: Path) -> str:
         """execd on the host: the chroot's condor_gpu_discovery through a LIBEXEC of its
         own when simulated; an empty LIBEXEC (NVML) with real GPUs."""
         libexec = root / "libexec"
         libexec.mkdir()
-        if self.name == "simulated":
+        if self.simulated:
             discovery = libexec / "condor_gpu_discovery"
             discovery.write_text(f'#!/bin/sh\nexec chroot {pool.root} '
                                  f'/usr/libexec/condor/condor_gpu_discovery "$@"\n')  # fmt: skip
@@ -96,8 +103,9 @@ class GpuSource:
 
 
 SIMULATED = GpuSource("simulated", "-simulate:2,2")  # two Tesla V100-PCIE-16GB
+MIG = GpuSource("simulated-mig", "-simulate:5,1")  # an A100 as two MIG devices
 REAL = GpuSource("real", "")
-SOURCES = [SIMULATED, *([REAL] * (os.environ.get("EXECD_GPU_POOL") == "1"))]
+SOURCES = [SIMULATED, MIG, *([REAL] * (os.environ.get("EXECD_GPU_POOL") == "1"))]
 
 
 @dataclasses.dataclass
@@ -200,3 +208,6 @@ def test_gpu_jobs_see_only_their_gpus_as_on_condor_startd(
     if source is SIMULATED:
         assert sorted(assigned) == ["GPU-a0223334", "GPU-b1223334"]
         assert ours.idle_slots["slot1"]["DetectedGPUs"] == "GPU-a0223334, GPU-b1223334"
+    if source is MIG:
+        assert all(env["NVIDIA_VISIBLE_DEVICES"] == env["_CONDOR_AssignedGPUs"]
+                   and env["_CONDOR_AssignedGPUs"].startswith("MIG-GPU-") for env in outputs)
