@@ -212,8 +212,13 @@ def gpu_attributes(bound: Sequence[str], available: Sequence[str],
     publish_slot_dynamic): `GPUs_<prop>` for each property all its bound GPUs share, a
     nested ad `GPUs_<id>` of each bound GPU's properties and Id, and AvailableGPUs, the
     list of those not carved into a dynamic slot (every slot of a node with GPUs has it,
-    empty when none is there)."""
+    empty when none is there). GPUs without any properties (ids configured with
+    MACHINE_RESOURCE_GPUs) get AvailableGPUs only, as from condor_startd."""
     attrs: dict[str, Any] = {}
+    refs = ["GPUs_" + property_attr(gid) for gid in available]
+    attrs["AvailableGPUs"] = _expr("{ " + ", ".join(refs) + " }")
+    if not any(props.values()):  # ids without properties (MACHINE_RESOURCE_GPUs): no ads
+        return attrs
     known = [gid for gid in bound if gid in props]
     if known:
         first = {k: v for k, v in props[known[0]].items() if k.lower() != "id"}
@@ -224,8 +229,6 @@ def gpu_attributes(bound: Sequence[str], available: Sequence[str],
     for gid in bound:
         own = {k: v for k, v in props.get(gid, {}).items() if k.lower() != "id"}
         attrs["GPUs_" + property_attr(gid)] = new_ad({"Id": gid, **own})
-    refs = ["GPUs_" + property_attr(gid) for gid in available]
-    attrs["AvailableGPUs"] = _expr("{ " + ", ".join(refs) + " }")
     return attrs
 
 
