@@ -100,4 +100,4 @@ def detected_ids(name: str, output: str) -> tuple[str, ...]:
 
 def run_inventory(reader: HostReader, name: str, command: str) -> CustomResource:
     ids = detected_ids(name, inventory_output(reader, name, command))
-    return CustomResource(name=name, count=len(ids), instances=ids)
+    return CustomResource(name=name, count=len(ids), instances=ids, inventory=True)

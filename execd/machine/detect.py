@@ -74,9 +74,11 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
     # explicit GPUs resource replaces condor_gpu_discovery's
     configured = next((n for n in custom if n.lower() == "gpus"), None)
     gpus: tuple[GpuInfo, ...] = ()
+    gpus_configured = False
     if configured is not None:
         if custom[configured].instances or custom[configured].count == 0:
             gpus = tuple(GpuInfo(id=i) for i in custom.pop(configured).instances)
+            gpus_configured = True
     elif gpu_inventory is not None:
         gpus = inventory_gpus(reader, gpu_inventory, nvml_too=params.detect_gpus)
     elif params.detect_gpus:
@@ -95,6 +97,7 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
         ),
         total_swap_kb=detect_swap_kb(reader),
         gpus=gpus,
+        gpus_configured=gpus_configured,
         custom=custom,
         arch=osinfo.arch,
         opsys=osinfo.opsys,

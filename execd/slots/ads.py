@@ -122,10 +122,12 @@ def _machine_totals(facts: MachineFacts) -> dict[str, Any]:
     attrs["MachineResources"] = " ".join([*STANDARD, *custom])
     gpu_ids = [g.id for g in facts.gpus]
     attrs["TotalGPUs"] = len(gpu_ids)
-    attrs["DetectedGPUs"] = ", ".join(gpu_ids) if gpu_ids else 0
+    # Detected<Res>: an inventory's (or NVML's) id list, else the number of them
+    attrs["DetectedGPUs"] = ", ".join(gpu_ids) if gpu_ids and not facts.gpus_configured \
+        else len(gpu_ids)
     for res in facts.custom.values():
         attrs[f"Total{res.name}"] = _number(res.count)
-        attrs[f"Detected{res.name}"] = ", ".join(res.instances) if res.instances else _number(
+        attrs[f"Detected{res.name}"] = ", ".join(res.instances) if res.inventory else _number(
             res.count)
     return attrs
 

@@ -173,3 +173,19 @@ def test_a_malformed_entry_is_logged_and_ends_the_list() -> None:
     (ignored,) = events
     assert (ignored["event"], ignored["variable"]) == ("assigned_env_ignored", "B")
     assert "missing replacement end marker" in ignored["why"]
+
+
+def test_configured_gpu_ids_are_published_as_condor_startd_publishes_them(
+        h100_reader: FixtureHostReader) -> None:  # fmt: skip
+    """MACHINE_RESOURCE_GPUs = GPU-aa11, GPU-bb22 (no properties), as condor_startd
+    25.14.1 showed it in the pool: DetectedGPUs is their number, AvailableGPUs names them
+    but no nested ad exists, so NVIDIA's runtime gets none of them."""
+    facts = detect_machine(h100_reader, DetectionParams(
+        execute_dir="/tmp", hostname="h", machine_resources={"GPUs": "GPU-aa11, GPU-bb22",
+                                                             "Bar": "b1, b2"}))  # fmt: skip
+    d = carved(facts, 1)["slot1_1"]
+    assert (d["DetectedGPUs"], d["AssignedGPUs"], d["DetectedBar"]) == (2, "GPU-aa11", 2)
+    assert evaluate("size(AvailableGPUs)", d) == 1 and "GPUs_GPU_aa11" not in d
+    assert not [key for key in d if key.startswith("GPUs_")]
+    assert job_env(d) == {"GPU_DEVICE_ORDINAL": "GPU-aa11", "CUDA_VISIBLE_DEVICES": "GPU-aa11",
+                          "_CONDOR_AssignedGPUs": "GPU-aa11", "NVIDIA_VISIBLE_DEVICES": "none"}
