@@ -1,8 +1,9 @@
 """GPUs through NVML (the nvidia-ml-py ``pynvml`` module).
 
 Ids are HTCondor's short UUIDs, ``GPU-`` and the first 8 hex digits of the device UUID
-(``GPU-ed351562``). Properties use the names HTCondor's GPU discovery publishes in each
-GPU's nested ad. No driver, no library, or any NVML error means zero GPUs and one log
+(``GPU-ed351562``). Properties are those `condor_gpu_discovery -properties` publishes
+in each GPU's nested ad (setPropertiesFromBasicProps, without `-extra`), by its names
+and in its forms. No driver, no library, or any NVML error means zero GPUs and one log
 event saying why, never an exception: a node without GPUs is still a node.
 """
 
@@ -35,7 +36,7 @@ def _optional(fn: Any, *args: Any) -> Any:
 
 
 def _device_properties(
-    nvml: Any, handle: Any, cuda_driver: int | None
+    nvml: Any, handle: Any, cuda_driver: int | None, driver: str | None
 ) -> tuple[str, dict[str, object]]:
     uuid = _text(nvml.nvmlDeviceGetUUID(handle))
     gpu_id = short_gpu_id(uuid)
@@ -47,17 +48,23 @@ def _device_properties(
         props["Capability"] = float(f"{cc[0]}.{cc[1]}")
     pci = _optional(nvml.nvmlDeviceGetPciInfo, handle)
     if pci is not None:
-        props["DevicePciBusId"] = _text(pci.busId)
-    clock = _optional(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_SM)
-    if clock is not None:
-        props["ClockMhz"] = int(clock)
+        props["DevicePciBusId"] = legacy_bus_id(_text(pci.busId))
     ecc = _optional(nvml.nvmlDeviceGetEccMode, handle)
     if ecc is not None:
         props["ECCEnabled"] = bool(ecc[0])
+    if driver is not None:
+        props["NvidiaDriver"] = driver
     if cuda_driver is not None:
-        props["DriverVersion"] = round(cuda_driver / 1000, 2)
+        # condor_gpu_discovery's "%d.%d" of (version / 1000, version % 100)
+        props["DriverVersion"] = float(f"{cuda_driver // 1000}.{cuda_driver % 100}")
         props["MaxSupportedVersion"] = int(cuda_driver)
     return gpu_id, props
+
+
+def legacy_bus_id(bus_id: str) -> str:
+    """`00000000:00:06.0` -> `0000:00:06.0` (a 4-digit domain, as CUDA names it)."""
+    domain, sep, rest = bus_id.partition(":")
+    return f"{domain[-4:]}{sep}{rest}" if sep and len(domain) > 4 else bus_id
 
 
 def detect_gpus(nvml: Any) -> tuple[GpuInfo, ...]:
@@ -72,10 +79,12 @@ def detect_gpus(nvml: Any) -> tuple[GpuInfo, ...]:
         return ()
     try:
         cuda_driver = _optional(nvml.nvmlSystemGetCudaDriverVersion)
+        driver = _optional(nvml.nvmlSystemGetDriverVersion)
         gpus = []
         for index in range(int(nvml.nvmlDeviceGetCount())):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            gpu_id, props = _device_properties(nvml, handle, cuda_driver)
+            gpu_id, props = _device_properties(nvml, handle, cuda_driver,
+                                               None if driver is None else _text(driver))
             gpus.append(GpuInfo(id=gpu_id, properties=props))
         return tuple(gpus)
     except Exception as exc:
