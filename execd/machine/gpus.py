@@ -42,7 +42,8 @@ def _device_properties(
     gpu_id = short_gpu_id(uuid)
     props: dict[str, object] = {"Id": gpu_id, "DeviceUuid": uuid.removeprefix("GPU-")}
     props["DeviceName"] = _text(nvml.nvmlDeviceGetName(handle))
-    props["GlobalMemoryMb"] = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024)
+    # "%.0f" of the MiB, as condor_gpu_discovery writes it
+    props["GlobalMemoryMb"] = round(int(nvml.nvmlDeviceGetMemoryInfo(handle).total) / 1048576)
     cc = _optional(nvml.nvmlDeviceGetCudaComputeCapability, handle)
     if cc is not None:
         props["Capability"] = float(f"{cc[0]}.{cc[1]}")
