@@ -163,6 +163,11 @@ def run_gpu_jobs(pool: harness.Pool, node: PoolNode | None) -> Seen:
 @contextlib.contextmanager
 def reference_gpus(pool: harness.Pool, source: GpuSource) -> Iterator[None]:
     """condor_startd restarted with the GPUs and execd's node size, and back afterwards."""
+    if not source.simulated:  # say why condor_startd would show no GPU
+        found = pool.tool("/usr/libexec/condor/condor_gpu_discovery", "-properties")
+        assert 'DetectedGPUs="' in found.stdout.replace(" ", ""), (
+            "the chroot's condor_gpu_discovery finds no GPU (the chroot needs the NVIDIA "
+            f"driver's libraries): {found.stdout.strip()} {found.stderr.strip()}")
     config = pool.host_path(REFERENCE_CONFIG)
     config.write_text(NODE + source.config)
     try:
