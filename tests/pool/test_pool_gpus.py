@@ -186,9 +186,12 @@ def test_gpu_jobs_see_only_their_gpus_as_on_condor_startd(
         node = start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + NODE
                           + source.execd_config(pool, Path(tmp)))  # fmt: skip
         try:
+            if source is REAL:  # execd looked for them through NVML as it started
+                found = {e["event"]: e for e in node.events()}
+                assert found["gpu_inventory_not_installed"]["instead"] == "NVML"
+                assert "gpu_detection_skipped" not in found, \
+                    f"NVML on this host finds no GPU: {found['gpu_detection_skipped']}"
             ours = run_gpu_jobs(pool, node)
-            if source is REAL:  # execd found them through NVML
-                node.wait_for("gpu_inventory_not_installed", instead="NVML")
         finally:
             node.stop(signal.SIGQUIT)
     reference = running_pool.get(with_startd=True)
