@@ -136,16 +136,18 @@ def run_gpu_jobs(pool: harness.Pool, node: PoolNode | None) -> Seen:
     """The GPU jobs and the job without a GPU, all at once in their own d-slots."""
     idle = wait_pool(pool, "the p-slot with its GPUs", lambda s: len(s) == 1 and all(
         ad.get("TotalGPUs") for ad in s.values()) and s)
-    count = min(2, int(next(iter(idle.values()))["TotalGPUs"]))
+    total = int(next(iter(idle.values()))["TotalGPUs"])
+    count = min(2, total)
     go = Path(f"/tmp/execd-gpus-{os.getpid()}-{pool._jobs}")  # one /tmp: host and chroot
     jobs: list[harness.SubmittedJob] = []
     try:
         for gpus in [1] * count + [0]:
             jobs.append(submit_files(pool, GPU_SUBMIT.format(go=go, gpus=gpus),
                                      {"job.sh": GPU_SCRIPT}))  # fmt: skip
-        busy = wait_pool(pool, "every job running", lambda s: sum(
+        busy = wait_pool(pool, "every job running, the p-slot's ad updated", lambda s: sum(
             ad.get("SlotType") == "Dynamic" and ad.get("Activity") == "Busy"
-            for ad in s.values()) == len(jobs) and s)  # fmt: skip
+            for ad in s.values()) == len(jobs) and [ad.get("GPUs") for ad in s.values()
+            if ad.get("SlotType") == "Partitionable"] == [total - count] and s)  # fmt: skip
         go.touch()
         done = [seen(job) for job in jobs]
         if node is not None:  # they ran through execd's starter
