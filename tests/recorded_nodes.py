@@ -42,6 +42,9 @@ class RecordedNvml:
     def nvmlSystemGetCudaDriverVersion(self) -> int:
         return int(self.rec["cuda_driver"])
 
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return str(self.rec["driver"])
+
     def nvmlDeviceGetCount(self) -> int:
         self._maybe_fail("nvmlDeviceGetCount")
         return len(self.rec["devices"])

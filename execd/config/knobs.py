@@ -189,6 +189,11 @@ _group(
 _group(
     "Jobs, starter and cgroups",
     ("STARTER_ALLOW_RUNAS_OWNER", B, "true", "Run jobs as their Owner when that user exists."),
+    ("ENVIRONMENT_FOR_Assigned<name>", S, None, "Job environment variables for the ids of resource <name> assigned to its slot: NAME alone, or NAME=/regex/replacement/ applied to each id (several, space separated)."),
+    ("ENVIRONMENT_FOR_AssignedGPUs", S, "GPU_DEVICE_ORDINAL=/(CUDA|OCL)//  CUDA_VISIBLE_DEVICES=/CUDA//", "ENVIRONMENT_FOR_Assigned<name> for GPUs."),
+    ("ENVIRONMENT_VALUE_FOR_UnAssigned<name>", S, None, "The ids ENVIRONMENT_FOR_Assigned<name> and _CONDOR_Assigned<name> get when the slot has none of resource <name>."),
+    ("ENVIRONMENT_VALUE_FOR_UnAssignedGPUs", S, "10000", "ENVIRONMENT_VALUE_FOR_UnAssigned<name> for GPUs."),
+    ("AUTO_SET_NVIDIA_VISIBLE_DEVICES", B, "true", "Set NVIDIA_VISIBLE_DEVICES (and CUDA_VISIBLE_DEVICES) to GPU-<DeviceUuid> of the slot's GPUs, or none."),
     ("STARTER_NUM_THREADS_ENV_VARS", L, "CUBACORES GOMAXPROCS JULIA_NUM_THREADS MKL_NUM_THREADS NUMEXPR_NUM_THREADS OMP_NUM_THREADS OMP_THREAD_LIMIT OPENBLAS_NUM_THREADS PYTHON_CPU_COUNT ROOT_MAX_THREADS TF_LOOP_PARALLEL_ITERATIONS TF_NUM_THREADS", "Environment variables set to the job's number of CPUs (at least 1)."),
     ("USE_PID_NAMESPACES", B, "false", "Run each job in its own PID namespace: as with condor_pid_ns_init, the job is pid 2 under a small init (pid 1) that forwards signals and reaps, and /proc shows only the job's processes. Needs root."),
     ("BASE_CGROUP", S, "htcondor", "cgroup subtree execd owns; jobs get <slot>.slice below it."),

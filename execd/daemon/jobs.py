@@ -182,11 +182,15 @@ class JobManager:
                 return name
         raise ControlError("refused", "no slot is free to claim")
 
-    def _facts(self, name: str) -> dict[str, Any]:
+    def _slot_ad(self, name: str) -> Any:
         for ad in self.daemon.node.ads():
             if str(ad["Name"]).split("@")[0] == name:
-                return slot_facts(ad)
-        return {}
+                return ad
+        return None
+
+    def _facts(self, name: str) -> dict[str, Any]:
+        ad = self._slot_ad(name)
+        return {} if ad is None else slot_facts(ad)
 
     def lookup(self, claim_id: Any) -> tuple[str, ClaimId]:
         if not isinstance(claim_id, str) or claim_id not in self.claims:
@@ -414,7 +418,7 @@ class JobManager:
         facts = known.facts if known is not None else self._facts(job.slot)  # no ad rebuild
         spec = starter_spec(job.job_id, job.slot, job.ad, facts,
                             settings=self.daemon.settings, execute=self.daemon.paths.execute,
-                            tree=self.tree, workdir=workdir,
+                            tree=self.tree, workdir=workdir, slot_ad=self._slot_ad(job.slot),
                             node_gpus=self.daemon.node.slots.facts.gpus)
         return spec._replace(**job.overrides) if job.overrides else spec
 

@@ -2,8 +2,9 @@
 
 The contract between the daemon and a starter (execd/starter/spec.py): the job's command,
 user, files and environment from its ad; its resources from its slot (the d-slot's own
-GPUs, and only those); limits and policies from the config; where the starter writes its
-report, status and job-exit notice (the job's directory in SPOOL).
+GPUs, and only those) with the variables condor_starter sets for them (from the slot's
+ad: execd/daemon/assigned_env.py); limits and policies from the config; where the
+starter writes its report, status and job-exit notice (the job's directory in SPOOL).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from execd.cgroups.tree import CgroupTree
 from execd.config.settings import Settings
+from execd.daemon.assigned_env import assigned_resource_env
 from execd.machine.facts import GpuInfo
 from execd.machine.gpu_hiding import GpuHiding, gpus_to_hide
 from execd.starter.spec import StarterSpec, parse_signal
@@ -21,7 +23,7 @@ from execd.starter.spec import StarterSpec, parse_signal
 
 def starter_spec(job_id: str, slot: str, ad: dict[str, Any], facts: dict[str, Any], *,
                  settings: Settings, execute: Path, tree: CgroupTree, workdir: Path,
-                 node_gpus: Sequence[GpuInfo] = ()) -> StarterSpec:
+                 slot_ad: Any = None, node_gpus: Sequence[GpuInfo] = ()) -> StarterSpec:
     """node_gpus: every GPU of the node (the ones not the slot's are hidden from the job)."""
     args = ad.get("Args", ad.get("Arguments", []))
     if isinstance(args, str):
@@ -53,6 +55,9 @@ def starter_spec(job_id: str, slot: str, ad: dict[str, Any], facts: dict[str, An
         cpus=float(facts.get("Cpus", 1)),
         memory_mb=int(facts.get("Memory", 0)),
         gpus=gpus,
+        resource_env={} if slot_ad is None else assigned_resource_env(
+            slot_ad, settings.get_str,
+            settings.get_bool("AUTO_SET_NVIDIA_VISIBLE_DEVICES", True)),
         stdin=ad.get("In"),
         stdout=ad.get("Out"),
         stderr=ad.get("Err"),

@@ -18,6 +18,11 @@ from execd.machine.reader import HostReader
 _ID = re.compile(r"^[A-Za-z0-9_.:/-]+$")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 INVENTORY_TIMEOUT_S = 60.0
+NOT_FOUND = 127  # HostReader.run_command's (and a shell's) status for a missing program
+
+
+class InventoryNotInstalledError(ResourceError):
+    """The inventory's program does not exist here."""
 
 
 def _check_name(name: str) -> None:
@@ -51,7 +56,9 @@ def parse_machine_resource(name: str, value: str) -> CustomResource:
     return CustomResource(name=name, count=count)
 
 
-def run_inventory(reader: HostReader, name: str, command: str) -> CustomResource:
+def inventory_output(reader: HostReader, name: str, command: str) -> str:
+    """The standard output of MACHINE_RESOURCE_INVENTORY_<name>'s command (ResourceError
+    if it cannot be split or run, or fails)."""
     _check_name(name)
     source = f"MACHINE_RESOURCE_INVENTORY_{name}"
     try:
@@ -61,13 +68,21 @@ def run_inventory(reader: HostReader, name: str, command: str) -> CustomResource
     if not argv:
         raise ResourceError(f"{source} is empty")
     result = reader.run_command(argv, INVENTORY_TIMEOUT_S)
+    if result.returncode == NOT_FOUND:
+        raise InventoryNotInstalledError(f"{source}: {argv[0]} is not installed")
     if result.returncode != 0:
         raise ResourceError(
             f"{source}: {argv[0]} exited with status {result.returncode}: "
             f"{result.stderr.strip()[:200]}"
         )
+    return result.stdout
+
+
+def detected_ids(name: str, output: str) -> tuple[str, ...]:
+    """The ids of an inventory's ``Detected<name> = "id1, id2"`` line."""
+    source = f"MACHINE_RESOURCE_INVENTORY_{name}"
     wanted = f"detected{name}".lower()
-    for line in result.stdout.splitlines():
+    for line in output.splitlines():
         attr, eq, value = line.partition("=")
         if not eq or attr.strip().lower() != wanted:
             continue
@@ -76,9 +91,13 @@ def run_inventory(reader: HostReader, name: str, command: str) -> CustomResource
             raise ResourceError(
                 f"{source}: expected Detected{name} = \"id1, id2, ...\", got {line.strip()!r}"
             )
-        ids = _ids(name, value[1:-1], source)
-        return CustomResource(name=name, count=len(ids), instances=ids)
-    first = result.stdout.strip().splitlines()[0][:100] if result.stdout.strip() else "<empty>"
+        return _ids(name, value[1:-1], source)
+    first = output.strip().splitlines()[0][:100] if output.strip() else "<empty>"
     raise ResourceError(
-        f"{source}: the output of {argv[0]} has no Detected{name} line (first line: {first!r})"
+        f"{source}: the output has no Detected{name} line (first line: {first!r})"
     )
+
+
+def run_inventory(reader: HostReader, name: str, command: str) -> CustomResource:
+    ids = detected_ids(name, inventory_output(reader, name, command))
+    return CustomResource(name=name, count=len(ids), instances=ids, inventory=True)

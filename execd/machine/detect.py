@@ -9,15 +9,38 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 
+from execd.log import get_logger
 from execd.machine.cgroup_limits import enclosing_limits
 from execd.machine.cpus import detect_cpus
-from execd.machine.custom import parse_machine_resource, run_inventory
+from execd.machine.custom import (
+    InventoryNotInstalledError,
+    inventory_output,
+    parse_machine_resource,
+    run_inventory,
+)
 from execd.machine.disk import detect_disk_kb
 from execd.machine.facts import CustomResource, GpuInfo, MachineFacts
-from execd.machine.gpus import detect_gpus
+from execd.machine.gpu_inventory import parse_gpu_inventory
+from execd.machine.gpus import detect_gpus, with_proc_minors
 from execd.machine.memory import detect_memory_mb, detect_swap_kb, total_memory_mb
 from execd.machine.os_info import detect_os
 from execd.machine.reader import HostReader
+
+log = get_logger(__name__)
+
+
+def inventory_gpus(reader: HostReader, command: str, *, nvml_too: bool) -> tuple[GpuInfo, ...]:
+    """MACHINE_RESOURCE_INVENTORY_GPUs (`use feature : GPUs`: condor_gpu_discovery); where
+    its program is not installed (execd without HTCondor), NVML's GPUs instead."""
+    try:
+        output = inventory_output(reader, "GPUs", command)
+    except InventoryNotInstalledError as exc:
+        log.info("gpu_inventory_not_installed", why=str(exc),
+                 instead="NVML" if nvml_too else "no GPUs")  # fmt: skip
+        return detect_gpus(reader.nvml(), reader) if nvml_too else ()
+    # condor_gpu_discovery names no device file: the driver's /proc says, by DeviceUuid
+    # (as condor_starter finds what to hide), so that these GPUs can be hidden too.
+    return tuple(with_proc_minors(parse_gpu_inventory(output), reader))
 
 
 @dataclass(frozen=True)
@@ -43,15 +66,23 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
     custom: dict[str, CustomResource] = {}
     for name, value in params.machine_resources.items():
         custom[name] = parse_machine_resource(name, value)
+    gpu_inventory: str | None = None
     for name, command in params.machine_inventories.items():
+        if name.lower() == "gpus":
+            gpu_inventory = command
+            continue
         custom[name] = run_inventory(reader, name, command)
-    # MACHINE_RESOURCE_GPUs = id, id... (or 0) replaces NVML detection, as in HTCondor an
+    # MACHINE_RESOURCE_GPUs = id, id... (or 0) replaces detection, as in HTCondor an
     # explicit GPUs resource replaces condor_gpu_discovery's
     configured = next((n for n in custom if n.lower() == "gpus"), None)
     gpus: tuple[GpuInfo, ...] = ()
+    gpus_configured = False
     if configured is not None:
         if custom[configured].instances or custom[configured].count == 0:
             gpus = tuple(GpuInfo(id=i) for i in custom.pop(configured).instances)
+            gpus_configured = True
+    elif gpu_inventory is not None:
+        gpus = inventory_gpus(reader, gpu_inventory, nvml_too=params.detect_gpus)
     elif params.detect_gpus:
         gpus = detect_gpus(reader.nvml(), reader)
     osinfo = detect_os(reader, params.arch)
@@ -68,6 +99,7 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
         ),
         total_swap_kb=detect_swap_kb(reader),
         gpus=gpus,
+        gpus_configured=gpus_configured,
         custom=custom,
         arch=osinfo.arch,
         opsys=osinfo.opsys,

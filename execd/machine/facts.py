@@ -29,6 +29,9 @@ class CustomResource:
     name: str  # as configured, e.g. "Bar" (slot ads use it as-is: Bar, TotalBar, AssignedBar)
     count: float
     instances: tuple[str, ...] = ()  # ids when the resource is an inventory; else empty
+    # The ids came from MACHINE_RESOURCE_INVENTORY_<name>'s output (Detected<name> is
+    # that output's id list), not from the config (Detected<name> is their number).
+    inventory: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class MachineFacts:
     total_disk_kb: int  # free space of EXECUTE minus RESERVED_DISK
     total_swap_kb: int  # swap (VirtualMemory)
     gpus: tuple[GpuInfo, ...] = ()
+    gpus_configured: bool = False  # listed in MACHINE_RESOURCE_GPUs: DetectedGPUs = count
     custom: dict[str, CustomResource] = field(default_factory=dict)
     arch: str = "X86_64"
     opsys: str = "LINUX"

@@ -1,8 +1,9 @@
 """GPUs through NVML (the nvidia-ml-py ``pynvml`` module).
 
 Ids are HTCondor's short UUIDs, ``GPU-`` and the first 8 hex digits of the device UUID
-(``GPU-ed351562``). Properties use the names HTCondor's GPU discovery publishes in each
-GPU's nested ad. No driver, no library, or any NVML error means zero GPUs and one log
+(``GPU-ed351562``). Properties are those `condor_gpu_discovery -properties` publishes
+in each GPU's nested ad (setPropertiesFromBasicProps, without `-extra`), by its names
+and in its forms. No driver, no library, or any NVML error means zero GPUs and one log
 event saying why, never an exception: a node without GPUs is still a node.
 
 Each GPU's device file is /dev/nvidia<minor>, the minor number NVML reports (else the
@@ -14,6 +15,7 @@ starter hides the GPUs a job was not given by these numbers (STARTER_HIDE_GPU_DE
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from execd.log import get_logger
@@ -46,29 +48,36 @@ def _optional(fn: Any, *args: Any) -> Any:
 
 
 def _device_properties(
-    nvml: Any, handle: Any, cuda_driver: int | None
+    nvml: Any, handle: Any, cuda_driver: int | None, driver: str | None
 ) -> tuple[str, dict[str, object]]:
     uuid = _text(nvml.nvmlDeviceGetUUID(handle))
     gpu_id = short_gpu_id(uuid)
     props: dict[str, object] = {"Id": gpu_id, "DeviceUuid": uuid.removeprefix("GPU-")}
     props["DeviceName"] = _text(nvml.nvmlDeviceGetName(handle))
-    props["GlobalMemoryMb"] = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024)
+    # "%.0f" of the MiB, as condor_gpu_discovery writes it
+    props["GlobalMemoryMb"] = round(int(nvml.nvmlDeviceGetMemoryInfo(handle).total) / 1048576)
     cc = _optional(nvml.nvmlDeviceGetCudaComputeCapability, handle)
     if cc is not None:
         props["Capability"] = float(f"{cc[0]}.{cc[1]}")
     pci = _optional(nvml.nvmlDeviceGetPciInfo, handle)
     if pci is not None:
-        props["DevicePciBusId"] = _text(pci.busId)
-    clock = _optional(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_SM)
-    if clock is not None:
-        props["ClockMhz"] = int(clock)
+        props["DevicePciBusId"] = legacy_bus_id(_text(pci.busId))
     ecc = _optional(nvml.nvmlDeviceGetEccMode, handle)
     if ecc is not None:
         props["ECCEnabled"] = bool(ecc[0])
+    if driver is not None:
+        props["NvidiaDriver"] = driver
     if cuda_driver is not None:
-        props["DriverVersion"] = round(cuda_driver / 1000, 2)
+        # condor_gpu_discovery's "%d.%d" of (version / 1000, version % 100)
+        props["DriverVersion"] = float(f"{cuda_driver // 1000}.{cuda_driver % 100}")
         props["MaxSupportedVersion"] = int(cuda_driver)
     return gpu_id, props
+
+
+def legacy_bus_id(bus_id: str) -> str:
+    """`00000000:00:06.0` -> `0000:00:06.0` (a 4-digit domain, as CUDA names it)."""
+    domain, sep, rest = bus_id.partition(":")
+    return f"{domain[-4:]}{sep}{rest}" if sep and len(domain) > 4 else bus_id
 
 
 def proc_minor_numbers(reader: HostReader) -> dict[str, int]:
@@ -84,14 +93,16 @@ def proc_minor_numbers(reader: HostReader) -> dict[str, int]:
     return minors
 
 
-def _with_proc_minors(gpus: list[GpuInfo], reader: HostReader | None) -> list[GpuInfo]:
-    """GPUs NVML gave no minor number get the driver's, where it says."""
+def with_proc_minors(gpus: Sequence[GpuInfo], reader: HostReader | None) -> list[GpuInfo]:
+    """GPUs with no minor number yet (NVML had none, or they came from
+    condor_gpu_discovery) get the driver's, matched by DeviceUuid, where it says."""
     if reader is None or all(gpu.device is not None for gpu in gpus):
-        return gpus
+        return list(gpus)
     minors = proc_minor_numbers(reader)
     filled = []
     for gpu in gpus:
-        minor = minors.get(f"GPU-{gpu.properties['DeviceUuid']}")
+        uuid = str(gpu.properties.get("DeviceUuid", ""))
+        minor = minors.get(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
         if gpu.device is None and minor is not None:
             filled.append(dataclasses.replace(gpu, device=(NVIDIA_MAJOR, minor)))
         else:
@@ -113,14 +124,16 @@ def detect_gpus(nvml: Any, reader: HostReader | None = None) -> tuple[GpuInfo, .
         return ()
     try:
         cuda_driver = _optional(nvml.nvmlSystemGetCudaDriverVersion)
+        driver = _optional(nvml.nvmlSystemGetDriverVersion)
         gpus = []
         for index in range(int(nvml.nvmlDeviceGetCount())):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            gpu_id, props = _device_properties(nvml, handle, cuda_driver)
+            gpu_id, props = _device_properties(nvml, handle, cuda_driver,
+                                               None if driver is None else _text(driver))
             minor = _optional(nvml.nvmlDeviceGetMinorNumber, handle)
             device = (NVIDIA_MAJOR, int(minor)) if minor is not None else None
             gpus.append(GpuInfo(id=gpu_id, properties=props, device=device))
-        return tuple(_with_proc_minors(gpus, reader))
+        return tuple(with_proc_minors(gpus, reader))
     except Exception as exc:
         log.warning("gpu_detection_failed", error=str(exc), error_type=type(exc).__name__)
         return ()

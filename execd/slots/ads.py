@@ -7,6 +7,7 @@ expression text (the caller looked up ``SLOT<N>_<name>`` before ``<name>``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -50,6 +51,9 @@ class SlotResources:
     total_slot_disk_kb: int
     custom: Mapping[str, Assigned] = field(default_factory=dict)  # what the slot has now
     total_slot_custom: Mapping[str, float] = field(default_factory=dict)
+    # The instance ids bound to the slot (Assigned<Res>): a partitionable slot's all of
+    # its own, also those carved into its dynamic slots; absent: those it has now.
+    bound_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     num_dynamic_slots: int = 0
 
 
@@ -73,6 +77,7 @@ def partitionable_resources(p: PartitionableSlot, facts: MachineFacts) -> SlotRe
         total_slot_cpus=d.cpus, total_slot_memory_mb=d.memory_mb,
         total_slot_disk_kb=p.total_disk_kb, custom=p.remaining(),
         total_slot_custom={n: a.amount for n, a in d.custom.items()},
+        bound_ids={n: a.ids for n, a in d.custom.items() if a.ids},
         num_dynamic_slots=len(p.dynamic),
     )
 
@@ -117,10 +122,12 @@ def _machine_totals(facts: MachineFacts) -> dict[str, Any]:
     attrs["MachineResources"] = " ".join([*STANDARD, *custom])
     gpu_ids = [g.id for g in facts.gpus]
     attrs["TotalGPUs"] = len(gpu_ids)
-    attrs["DetectedGPUs"] = ", ".join(gpu_ids) if gpu_ids else 0
+    # Detected<Res>: an inventory's (or NVML's) id list, else the number of them
+    attrs["DetectedGPUs"] = ", ".join(gpu_ids) if gpu_ids and not facts.gpus_configured \
+        else len(gpu_ids)
     for res in facts.custom.values():
         attrs[f"Total{res.name}"] = _number(res.count)
-        attrs[f"Detected{res.name}"] = ", ".join(res.instances) if res.instances else _number(
+        attrs[f"Detected{res.name}"] = ", ".join(res.instances) if res.inventory else _number(
             res.count)
     return attrs
 
@@ -172,23 +179,14 @@ def build_slot_ad(
             continue
         attrs[name] = _number(got.amount)
         attrs[f"TotalSlot{name}"] = _number(res.total_slot_custom.get(name, got.amount))
-        # As condor_startd: Assigned<Res> exists once the slot was bound to instances
-        # (a d-slot given some; a partitionable slot keeps an empty list when all
-        # are carved away), never on a slot with none of them.
-        has_instances = bool(facts.gpus) if name == "GPUs" else bool(
-            name in facts.custom and facts.custom[name].instances)
-        if got.ids or (has_instances and res.slot_type == "Partitionable"
-                       and res.total_slot_custom.get(name, 0) > 0):
-            attrs[f"Assigned{name}"] = ",".join(got.ids)  # HTCondor joins without spaces
-        if name == "GPUs" and has_instances:
-            # each GPU's properties in a nested ad (GPUs_GPU_ed351562), listed by
-            # AvailableGPUs, which every slot of a node with GPUs has (empty: none here)
-            refs = []
-            for gid in got.ids:
-                ref = "GPUs_" + gid.replace("-", "_")
-                attrs[ref] = new_ad({"Id": gid, **gpu_props.get(gid, {})})
-                refs.append(ref)
-            attrs["AvailableGPUs"] = _expr("{ " + ", ".join(refs) + " }")
+        # As condor_startd: Assigned<Res> exists once the slot was bound to instances (a
+        # partitionable slot keeps all of its own, carved or not), never on a slot with
+        # none of them.
+        bound = res.bound_ids.get(name, got.ids)
+        if bound:
+            attrs[f"Assigned{name}"] = ",".join(bound)  # HTCondor joins without spaces
+        if name == "GPUs" and facts.gpus:
+            attrs.update(gpu_attributes(bound, got.ids, gpu_props))
     if address is not None:
         attrs["MyAddress"] = address
         attrs["StartdIpAddr"] = address
@@ -203,6 +201,37 @@ def build_slot_ad(
         except ClassAdError as exc:
             log.warning("startd_attr_skipped", slot=res.name, attr=name, error=str(exc))
     return ad
+
+
+def property_attr(gid: str) -> str:
+    """`GPU-a0223334` -> `GPU_a0223334`: HTCondor's cleanStringForUseAsAttr(id, '_')."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", gid.strip()).replace("__", "_")
+
+
+def gpu_attributes(bound: Sequence[str], available: Sequence[str],
+                   props: Mapping[str, Mapping[str, object]]) -> dict[str, Any]:  # fmt: skip
+    """A slot's GPU properties as condor_startd publishes them (ComputeDevProps,
+    publish_slot_dynamic): `GPUs_<prop>` for each property all its bound GPUs share, a
+    nested ad `GPUs_<id>` of each bound GPU's properties and Id, and AvailableGPUs, the
+    list of those not carved into a dynamic slot (every slot of a node with GPUs has it,
+    empty when none is there). GPUs without any properties (ids configured with
+    MACHINE_RESOURCE_GPUs) get AvailableGPUs only, as from condor_startd."""
+    attrs: dict[str, Any] = {}
+    refs = ["GPUs_" + property_attr(gid) for gid in available]
+    attrs["AvailableGPUs"] = _expr("{ " + ", ".join(refs) + " }")
+    if not any(props.values()):  # ids without properties (MACHINE_RESOURCE_GPUs): no ads
+        return attrs
+    known = [gid for gid in bound if gid in props]
+    if known:
+        first = {k: v for k, v in props[known[0]].items() if k.lower() != "id"}
+        shared = {k: v for k, v in first.items()
+                  if all(props[gid].get(k) == v for gid in known[1:])}  # fmt: skip
+        for key, value in shared.items():
+            attrs[f"GPUs_{key}"] = value
+    for gid in bound:
+        own = {k: v for k, v in props.get(gid, {}).items() if k.lower() != "id"}
+        attrs["GPUs_" + property_attr(gid)] = new_ad({"Id": gid, **own})
+    return attrs
 
 
 def cross_post(ads: Sequence[tuple[str, Any]], attrs: Sequence[str]) -> None:

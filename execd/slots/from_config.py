@@ -86,8 +86,6 @@ def detection_params(
             continue
         if wanted and name.lower() not in wanted:
             continue
-        if target is inventories and name.lower() == "gpus":
-            continue  # execd asks NVML itself instead of running condor_gpu_discovery
         value = _text(config, full)
         if value is not None:
             target[name] = value

@@ -89,9 +89,7 @@ def job_environment(spec: StarterSpec, scratch: str) -> dict[str, str]:
     threads = str(max(1, int(spec.cpus)))
     for name in spec.thread_env_vars:  # STARTER_NUM_THREADS_ENV_VARS
         env[name] = threads
-    # Only the GPUs assigned to this slot are visible; none assigned means none visible.
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
-    env["_CONDOR_AssignedGPUs"] = ",".join(spec.gpus)
-    if spec.gpus:
-        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
+    # The slot's assigned resources, as condor_starter names them (the daemon computed
+    # them from the slot's ad: _CONDOR_AssignedGPUs, CUDA_VISIBLE_DEVICES, ...)
+    env.update(spec.resource_env)
     return env

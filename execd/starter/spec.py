@@ -25,6 +25,13 @@ def _opt(d: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     return _req(d, key, kind) if d.get(key) is not None else default
 
 
+def _string_map(d: dict[str, Any], key: str) -> dict[str, str]:
+    found: dict[str, str] = _opt(d, key, dict, {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
+        raise ValueError(f"starter spec {key!r} must map strings to strings")
+    return found
+
+
 def parse_signal(name: str | int) -> int:
     """KillSig as HTCondor writes it: SIGTERM, TERM, or a number."""
     if isinstance(name, int):
@@ -68,6 +75,9 @@ class StarterSpec(NamedTuple):
     cpus: float = 1.0
     memory_mb: int = 0
     gpus: list[str] = []  # noqa: RUF012 - NamedTuple default, never mutated
+    # The variables of the slot's assigned resources (execd/daemon/assigned_env.py):
+    # _CONDOR_AssignedGPUs, CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, ...
+    resource_env: dict[str, str] = {}  # noqa: RUF012 - NamedTuple default, never mutated
     stdin: str | None = None
     stdout: str | None = None
     stderr: str | None = None
@@ -111,11 +121,9 @@ class StarterSpec(NamedTuple):
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StarterSpec:
         args = _opt(d, "args", list, [])
-        env = _opt(d, "env", dict, {})
+        env = _string_map(d, "env")
         if not all(isinstance(a, str) for a in args):
             raise ValueError("starter spec 'args' must be a list of strings")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise ValueError("starter spec 'env' must map strings to strings")
         hide_devices = _opt(d, "hide_devices", list, [])
         if not all(isinstance(dev, list) and len(dev) == 2
                    and all(type(n) is int and n >= 0 for n in dev) for dev in hide_devices):
@@ -134,6 +142,7 @@ class StarterSpec(NamedTuple):
             cpus=_opt(d, "cpus", float, 1.0),
             memory_mb=_opt(d, "memory_mb", int, 0),
             gpus=_opt(d, "gpus", list, []),
+            resource_env=_string_map(d, "resource_env"),
             stdin=_opt(d, "stdin", str, None),
             stdout=_opt(d, "stdout", str, None),
             stderr=_opt(d, "stderr", str, None),

@@ -132,7 +132,8 @@ def test_a_job_sees_only_the_gpus_of_its_dynamic_slot(tmp_path: Path) -> None:
         assert both.stdout.split() == ["gpus=GPU-aaaa1111,GPU-bbbb2222",
                                        "assigned=GPU-aaaa1111,GPU-bbbb2222"]
         none = daemon.execd("job", "--", "sh", "-c", show, timeout=60)
-        assert none.stdout.split() == ["gpus=", "assigned="]
+        # none: condor_starter's ENVIRONMENT_VALUE_FOR_UnAssignedGPUs
+        assert none.stdout.split() == ["gpus=10000", "assigned=10000"]
     finally:
         daemon.stop(signal.SIGQUIT)
         CgroupTree(CgroupFS(), discover(CgroupFS()), base).remove()

@@ -24,7 +24,10 @@ def test_job_runs_as_nobody_inside_its_cgroup_with_htcondor_environment(
         "stat -c '%U %a' $_CONDOR_SCRATCH_DIR; grep NoNewPrivs /proc/self/status; "
         "echo oops >&2; exit 3"
     )
-    handle = start(make_spec(script, gpus=["GPU-1"]), workdir)
+    # the variables the daemon computed for the slot's GPUs win over the job's own
+    spec = make_spec(script, env={"FROM_JOB": "yes", "CUDA_VISIBLE_DEVICES": "all"},
+                     gpus=["GPU-1"], resource_env={"CUDA_VISIBLE_DEVICES": "GPU-1"})
+    handle = start(spec, workdir)
     report = finished(handle, workdir)
     out = (workdir / "iwd/out.txt").read_text().splitlines()
     leaf = "/" + str((tree.base / "slot1_1.slice/job").relative_to(tree.hierarchy.mount))

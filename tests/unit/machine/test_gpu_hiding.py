@@ -20,7 +20,7 @@ from execd.machine.detect import DetectionParams, detect_machine
 from execd.machine.facts import GpuInfo
 from execd.machine.gpu_hiding import gpus_to_hide
 from execd.machine.gpus import detect_gpus
-from execd.machine.reader import FixtureHostReader
+from execd.machine.reader import CommandResult, FixtureHostReader
 from execd.starter.spec import StarterSpec
 
 H100 = "GPU-ed351562"
@@ -148,3 +148,25 @@ def test_a_bad_hide_devices_in_the_spec_is_refused_naming_it(bad: object) -> Non
     spec["hide_devices"] = bad
     with pytest.raises(ValueError, match="hide_devices"):
         StarterSpec.from_dict(spec)
+
+
+def test_gpus_from_condor_gpu_discovery_get_their_device_from_the_drivers_proc_file(
+        node_copy: Any) -> None:
+    """`use feature : GPUs` reads condor_gpu_discovery, which names no device file: the
+    driver's information file gives it by DeviceUuid, so that those GPUs are hidden too
+    (condor_starter finds what to hide there, by the same UUID)."""
+    root = node_copy("h100-node")
+    info = root / "proc/driver/nvidia/gpus/0000:00:06.0/information"
+    info.parent.mkdir(parents=True)
+    info.write_text(INFORMATION)
+    discovery = ('DetectedGPUs="GPU-ed351562"\n'
+                 'Common=[ DeviceName="NVIDIA H100 80GB HBM3"; ]\n'
+                 'GPU_ed351562=[ id="GPU-ed351562"; DevicePciBusId="0000:00:06.0"; '
+                 'DeviceUuid="ed351562-b6da-78d5-6864-16084094a18f"; ]\n')
+    reader = FixtureHostReader(root, commands={
+        "/usr/libexec/condor/condor_gpu_discovery": CommandResult(0, discovery, "")})
+    command = "/usr/libexec/condor/condor_gpu_discovery -properties"
+    facts = detect_machine(reader, DetectionParams(
+        execute_dir="/tmp", hostname="h100", machine_inventories={"GPUs": command}))
+    assert [(g.id, g.device) for g in facts.gpus] == [(H100, (195, 3))]
+    assert gpus_to_hide(facts.gpus, []).devices == ((195, 3),)

@@ -19,12 +19,22 @@ def test_h100_properties_from_recorded_nvml(h100_nvml: RecordedNvml) -> None:
     assert p["DeviceName"] == "NVIDIA H100 80GB HBM3"
     assert p["Capability"] == 9.0
     assert p["GlobalMemoryMb"] == 81559  # nvidia-smi said 81559 MiB on that node
-    assert p["DevicePciBusId"] == "00000000:00:06.0"
-    assert p["ClockMhz"] == 1980
+    # as condor_gpu_discovery -properties names them: CUDA's bus id, no ClockMhz (-extra)
+    assert p["DevicePciBusId"] == "0000:00:06.0"
+    assert "ClockMhz" not in p
+    assert p["NvidiaDriver"] == "580.159.04"
+    assert p["MaxSupportedVersion"] == 13000
     assert p["ECCEnabled"] is True
     assert p["DriverVersion"] == 13.0
     assert p["DeviceUuid"] == "ed351562-b6da-78d5-6864-16084094a18f"
     assert h100_nvml.initialised == 0  # shut NVML down again
+
+
+def test_driver_version_is_written_as_condor_gpu_discovery_writes_it() -> None:
+    rec = dict(h100_recording(), cuda_driver=12040)  # "%d.%d" of 12, 40: 12.40, not 12.04
+    ((gpu),) = detect_gpus(RecordedNvml(rec))
+    assert (gpu.properties["DriverVersion"], gpu.properties["MaxSupportedVersion"]) == (
+        12.4, 12040)
 
 
 def test_short_id() -> None:

@@ -33,7 +33,10 @@ def test_partitionable_and_dynamic_slot_ads() -> None:
     p, d = ads["slot1@node.example"], ads["slot1_1@node.example"]
     assert (p["SlotType"], p["PartitionableSlot"], p["SlotID"], p["SlotTypeID"]) == (
         "Partitionable", True, 1, 1)
-    assert (p["Cpus"], p["Memory"], p["GPUs"], p["AssignedGPUs"]) == (14, 128887 - 2048, 0, "")
+    # as on condor_startd, the p-slot keeps its GPU bound (AssignedGPUs, its nested ad and
+    # the shared GPUs_<prop>), but has it no longer available
+    assert (p["Cpus"], p["Memory"], p["GPUs"], p["AssignedGPUs"]) == (
+        14, 128887 - 2048, 0, "GPU-ed351562")
     totals = (p["TotalSlotCpus"], p["TotalCpus"], p["DetectedCpus"], p["TotalGPUs"])
     assert totals == (16, 16, 16, 1)
     assert p["NumDynamicSlots"] == 1
@@ -44,7 +47,10 @@ def test_partitionable_and_dynamic_slot_ads() -> None:
     assert d["GPUs_GPU_ed351562"]["Capability"] == 9.0
     assert evaluate("AvailableGPUs[0].Id", d) == "GPU-ed351562"
     assert evaluate("size(AvailableGPUs)", d) == 1
-    assert "GPUs_GPU_ed351562" not in p and list(p.eval("AvailableGPUs")) == []
+    assert list(p.eval("AvailableGPUs")) == []
+    assert p["GPUs_GPU_ed351562"]["Id"] == "GPU-ed351562"
+    for ad in (p, d):  # what all the slot's GPUs share, for matchmaking
+        assert (ad["GPUs_DeviceName"], ad["GPUs_Capability"]) == ("NVIDIA H100 80GB HBM3", 9.0)
     for ad in (p, d):
         assert (ad["Machine"], ad["Arch"], ad["OpSys"], ad["OpSysAndVer"]) == (
             "node.example", "X86_64", "LINUX", "Debian12")
