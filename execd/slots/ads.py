@@ -187,6 +187,11 @@ def build_slot_ad(
             attrs[f"Assigned{name}"] = ",".join(bound)  # HTCondor joins without spaces
         if name == "GPUs" and facts.gpus:
             attrs.update(gpu_attributes(bound, got.ids, gpu_props))
+        elif name in facts.custom and facts.custom[name].instances:
+            # A resource with ids: which of them this slot still has, as references to
+            # their (absent) property ads, as condor_startd publishes for evalInEachContext.
+            attrs[f"Available{name}"] = _expr(
+                "{ " + ", ".join(property_attr(f"{name}_{i}") for i in got.ids) + " }")
     if address is not None:
         attrs["MyAddress"] = address
         attrs["StartdIpAddr"] = address

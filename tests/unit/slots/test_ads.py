@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from execd.classads import evaluate, is_true, new_ad
-from execd.machine.facts import GpuInfo, MachineFacts, MachineLoad
+from execd.machine.facts import CustomResource, GpuInfo, MachineFacts, MachineLoad
 from execd.slots.ads import PolicyFacts
 from execd.slots.layout import SlotTypeInput, build_layout, default_slot_types
 from execd.slots.node import NodeSlots
@@ -77,6 +77,30 @@ def test_gpu_attributes_only_where_condor_startd_has_them() -> None:
         "GPU-ed351562", 1)
     assert without["GPUs"] == 0 and "AssignedGPUs" not in without
     assert list(without.eval("AvailableGPUs")) == []
+
+
+def text(ad: Any, attr: str) -> str:
+    """An attribute's expression as text, without the unparser's layout."""
+    return "".join(str(ad.lookup(attr)).split())
+
+
+def test_a_resource_with_ids_publishes_which_are_available_as_condor_startd() -> None:
+    """MACHINE_RESOURCE_Cogs = c1 c2 c3 on condor_startd 25.14.1 (checked in the pool's):
+    AvailableCogs = { Cogs_c1,Cogs_c2,Cogs_c3 } on the p-slot; a d-slot names its own,
+    the p-slot what is left; a counted resource (Widgets = 2) has no Available<Res>."""
+    facts = dataclasses.replace(FACTS, gpus=(), custom={
+        "Cogs": CustomResource("Cogs", 3, ("c1", "c2", "c3")),
+        "Widgets": CustomResource("Widgets", 2)})
+    node = NodeSlots(facts, build_layout(default_slot_types(), facts))
+    (idle,) = node.build_ads(now=1000)
+    assert text(idle, "AvailableCogs") == "{Cogs_c1,Cogs_c2,Cogs_c3}"
+    assert "AvailableWidgets" not in idle and idle["Widgets"] == 2
+    node.partitionable[1].carve(ResourceRequest(cpus=1, memory_mb=128, disk_kb=1024,
+                                                custom={"Cogs": 1}))
+    ads = ads_by_name(node)
+    p, d = ads["slot1@node.example"], ads["slot1_1@node.example"]
+    assert (text(d, "AvailableCogs"), d["AssignedCogs"]) == ("{Cogs_c1}", "c1")
+    assert text(p, "AvailableCogs") == "{Cogs_c2,Cogs_c3}"
 
 
 def test_policy_facts_and_requirements_evaluate_against_a_job() -> None:
