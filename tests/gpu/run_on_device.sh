@@ -13,6 +13,8 @@
 #   EXECD_GPU_SMOKE      the existing pool test run after them
 #   EXECD_GPU_DEADLINE_S seconds the whole run may take (default 570: the call's 600 s
 #                        limit less a margin for the copy of $OUT)
+#   EXECD_GPU_DRIVER_DIRS where to look for the NVIDIA libraries when `ldconfig -p` does
+#                        not name them (default: /usr/local/nvidia/lib64 and the usual)
 set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 : "${OUT:?set OUT to the folder the logs go to}"
@@ -23,6 +25,7 @@ SITE=${EXECD_GPU_SITE:-/tmp/site}
 GPU_TESTS=${EXECD_GPU_TESTS:-tests/pool/test_pool_gpus.py}
 SMOKE=${EXECD_GPU_SMOKE:-tests/pool/test_pool_jobs.py::test_same_user_log_on_execd_run_as_condor_startd}
 DEADLINE_S=${EXECD_GPU_DEADLINE_S:-570}
+DRIVER_DIRS=${EXECD_GPU_DRIVER_DIRS:-/usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64}
 # The device image's pytest has plugins this repo does not use; -p no: keeps them out
 # (pytest-benchmark and xdist add options and warnings that the strict config refuses).
 PYTEST=(python3 -m pytest -p no:cacheprovider -p no:benchmark -p no:xdist -rA -v)
@@ -62,7 +65,7 @@ give_chroot_the_driver() {
 	local lib dir found target=$ROOT/usr/lib/x86_64-linux-gnu
 	for lib in libnvidia-ml.so.1 libcuda.so.1 libnvidia-ptxjitcompiler.so.1; do
 		found=$(ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l && /x86-64/ { print $NF; exit }')
-		for dir in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64; do
+		for dir in $DRIVER_DIRS; do
 			[ -n "$found" ] && break
 			[ -e "$dir/$lib" ] && found=$dir/$lib
 		done
@@ -86,7 +89,7 @@ discover_gpus() {
 	ls -la /dev/nvidia*
 	mount --bind /dev "$ROOT/dev" && mount -t proc proc "$ROOT/proc" &&
 		mount -t sysfs sysfs "$ROOT/sys" &&
-		chroot "$ROOT" /usr/libexec/condor/condor_gpu_discovery -properties -extra
+		chroot "$ROOT" /usr/libexec/condor/condor_gpu_discovery -properties -extra -diagnostic
 	echo "condor_gpu_discovery exited $?"
 	unmount_under "$ROOT"
 	(cd "$REPO" && python3 -m execd status --local -long 2>&1 | grep -Ei 'gpu|cuda' | head -40)
