@@ -107,6 +107,12 @@ host_facts() {
 		printf '%-11s %s\n' "$tool" "$(command -v "$tool" || echo MISSING)"
 	done
 	(cd "$REPO" && python3 tests/tiers.py check)
+	# The whole pool talks over 127.0.0.1; a VM without network may come with lo down.
+	if ! python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+socket.create_connection(s.getsockname(), timeout=5)' 2>/dev/null; then
+		echo "loopback unusable: ip link set lo up"
+		ip link set lo up
+	fi
 }
 
 run_tests() {  # name, timeout_s, pytest args...
