@@ -1,7 +1,8 @@
 #!/bin/bash
 # The pool tier on the GPU machine, in one device call: unpack .gpu/ (tests/gpu/bundle.py),
 # give the chroot the host's NVIDIA driver libraries, run the GPU pool tests and one
-# existing pool test, and leave the logs in $OUT (at most 8 files, none deeper than 1).
+# existing pool test, and leave the logs in $OUT (4 files: run.log, gpu.xml, smoke.xml,
+# pool-logs.tar.gz).
 # Run from anywhere, as root; tests/gpu/README.md has the exact device call.
 #
 # Environment (all optional but OUT):
@@ -115,12 +116,11 @@ socket.create_connection(s.getsockname(), timeout=5)' 2>/dev/null; then
 	fi
 }
 
-run_tests() {  # name, timeout_s, pytest args...
-	local name=$1 limit=$2
-	shift 2
-	step "$name: ${PYTEST[*]} $* (at most ${limit}s)"
-	(cd "$REPO" && timeout -k 10 "$limit" "${PYTEST[@]}" --basetemp="$WORK/pytest-$name" \
-		--junitxml="$OUT/$name.xml" "$@")
+# The pool wipes its LOCAL_DIR (logs included) at each start: keep the daemons' logs of
+# the last pool a test run used before the next run starts one.
+keep_pool_logs() {
+	rm -rf "$WORK/pool-logs-$1"
+	cp -a "$ROOT/var/lib/execd-pool/log" "$WORK/pool-logs-$1" 2>/dev/null
 }
 
 main() {
@@ -143,18 +143,21 @@ main() {
 		# Whatever is left, less 150 s for the smoke test.
 		local limit=$((DEADLINE_S - SECONDS - 150))
 		[ "$limit" -ge 120 ] || limit=120
-		step "GPU tests (EXECD_GPU_POOL=${gpu_env:+1})"
+		step "GPU tests (EXECD_GPU_POOL=${gpu_env:+1}), at most ${limit}s"
 		(cd "$REPO" && timeout -k 10 "$limit" "${gpu_env[@]}" "${PYTEST[@]}" \
-			--basetemp="$WORK/pytest-gpu" --junitxml="$OUT/gpu.xml" "$GPU_TESTS")
+			--junitxml="$OUT/gpu.xml" "$GPU_TESTS")
 		gpu_rc=$?
+		keep_pool_logs gpu
 	else
 		step "GPU tests: $GPU_TESTS is not in this tree"
 		gpu_rc=2
 	fi
 	local left=$((DEADLINE_S - SECONDS - 15))
 	if [ "$left" -ge 60 ]; then
-		run_tests smoke "$left" "$SMOKE"
+		step "smoke test, at most ${left}s"
+		(cd "$REPO" && timeout -k 10 "$left" "${PYTEST[@]}" --junitxml="$OUT/smoke.xml" "$SMOKE")
 		smoke_rc=$?
+		keep_pool_logs smoke
 	else
 		step "smoke test skipped: only ${left}s left"
 		smoke_rc=124
@@ -166,7 +169,7 @@ main() {
 mkdir -p "$OUT" "$WORK"
 main 2>&1 | tee "$OUT/run.log"
 rc=${PIPESTATUS[0]}
-# The pool's daemon logs and the execds' (pytest's basetemp): one file back.
-tar -czf "$OUT/logs.tar.gz" -C "$WORK" --ignore-failed-read \
-	pool/var/lib/execd-pool/log pytest-gpu pytest-smoke 2>/dev/null
+# The pool daemons' logs of both runs: one file back.
+tar -czf "$OUT/pool-logs.tar.gz" -C "$WORK" --ignore-failed-read pool-logs-gpu pool-logs-smoke \
+	2>/dev/null
 exit "$rc"
