@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint venv clean docs bench bench-pool
+.PHONY: run test lint venv clean docs bench bench-pool gpu-bundle
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ bench: $(STAMP)
 # BENCH_POOL_ARGS passes options (e.g. --check, --jobs 50, --only condor).
 bench-pool: $(STAMP)
 	$(PY) bench/bench_pool.py $(BENCH_POOL_ARGS)
+
+# .gpu/: the pool chroot pruned and compressed, plus wheels, for a GPU machine without
+# network (tests/gpu/README.md); as root, from EXECD_POOL_ROOT's chroot.
+gpu-bundle: $(STAMP)
+	$(PY) tests/gpu/bundle.py build
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

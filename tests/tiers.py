@@ -191,12 +191,17 @@ def _pool() -> str | None:
         return "the pool tier needs root (it chroots and mounts /proc, /sys, /dev, /run)"
     missing = []
     sbin = f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
-    for tool, package in (("debootstrap", "debootstrap"), ("chroot", "coreutils"),
-                          ("mount", "mount"), ("umount", "mount")):  # fmt: skip
+    root = pool_root()
+    built = pool_built(root)
+    # debootstrap only builds the chroot: a machine given a built one (the GPU bundle,
+    # tests/gpu/) runs the tier without it.
+    tools = (("chroot", "coreutils"), ("mount", "mount"), ("umount", "mount"))
+    if not built:
+        tools = (("debootstrap", "debootstrap"), *tools)
+    for tool, package in tools:
         if shutil.which(tool, path=sbin) is None:
             missing.append(f"{tool} (apt package {package})")
-    root = pool_root()
-    if not pool_built(root):
+    if not built:
         missing.append(
             f"the HTCondor chroot at {root} (no completed build: {pool_stamp(root)} absent)"
         )
