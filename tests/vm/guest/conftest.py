@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from guest_cgroups import CGROUP_ROOT, SUITE, TestCgroup, enable_controllers, serial
+
+from execd.cgroups.tree import CgroupTree
+from tests.starter_dirs import job_workdir, private_tree
 
 
 @pytest.fixture
@@ -22,3 +26,16 @@ def cgroup() -> Iterator[TestCgroup]:
         yield test_cgroup
     finally:
         test_cgroup.remove()
+
+
+@pytest.fixture
+def tree() -> Iterator[CgroupTree]:
+    """A private cgroup tree for a real starter's jobs."""
+    with private_tree("execd-vm") as t:
+        yield t
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    with job_workdir("execd-vm-") as path:
+        yield path

@@ -4,15 +4,11 @@ as nobody in its real cgroup, cannot open the devices its starter was told to hi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from execd.cgroups.tree import CgroupTree
 from execd.starter.launcher import launch_starter
 from execd.starter.spec import StarterSpec
-from tests.starter_dirs import job_workdir, private_tree
 
 # /dev/zero (1:5) hidden, /dev/null (1:3) not: each opened for reading and for writing.
 PROBE = (
@@ -21,18 +17,6 @@ PROBE = (
     "&& echo $d $m ok || echo $d $m denied; done; done; "
     "python3 -c \"import os; os.open('/dev/zero', os.O_RDONLY)\" 2>&1 | tail -1"
 )
-
-
-@pytest.fixture
-def tree() -> Iterator[CgroupTree]:
-    with private_tree("execd-vm") as t:
-        yield t
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    with job_workdir("execd-vm-") as path:
-        yield path
 
 
 def test_a_hidden_device_cannot_be_opened_by_the_job(tree: CgroupTree, workdir: Path) -> None:

@@ -5,27 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from execd.cgroups.tree import CgroupTree
 from execd.starter.launcher import launch_starter
 from execd.starter.spec import StarterSpec
-from tests.starter_dirs import job_workdir, private_tree
-
-
-@pytest.fixture
-def tree() -> Iterator[CgroupTree]:
-    with private_tree("execd-vm") as t:
-        yield t
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    with job_workdir("execd-vm-") as path:
-        yield path
 
 
 def run_job(tree: CgroupTree, workdir: Path, script: str, **kw: object) -> dict[str, object]:
