@@ -18,7 +18,9 @@ Jobs: as many 1-GPU jobs as there are GPUs (at most 2) and one with `request_gpu
 running at the same time, each in its own d-slot (each waits until the test has seen
 every one of them Busy in condor_status). Each prints its GPU variables
 (CUDA_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL, NVIDIA_VISIBLE_DEVICES, _CONDOR_Assigned*),
-sorted. Compared: the
+sorted, and whether it can open each /dev/nvidia<N> (none exist where GPUs are simulated;
+with real ones, a GPU job opens its own only and the job without one opens none:
+STARTER_HIDE_GPU_DEVICES). Compared: the
 user-log events, the 001 resource lines (AvailableGPUs, the GPU's nested ad) and the 005
 resource table (its Assigned column), the exit status, the output files, and the slot
 ads' GPU attributes (GPUs, AssignedGPUs, AvailableGPUs, DetectedGPUs, the GPUs_<prop>
@@ -47,6 +49,10 @@ GPU_VARIABLES = "^(CUDA_VISIBLE_DEVICES|GPU_DEVICE_ORDINAL|NVIDIA_VISIBLE_DEVICE
 # $1: a file the test creates once it has seen every GPU job running (at most 2 minutes)
 GPU_SCRIPT = f"""#!/bin/sh
 env | grep -E '{GPU_VARIABLES}' | sort
+for d in /dev/nvidia[0-9]*; do
+    [ -e "$d" ] || continue
+    if (: <> "$d") 2>/dev/null; then echo "DEVICE $d=open"; else echo "DEVICE $d=denied"; fi
+done
 n=0
 while [ -n "$1" ] && [ ! -e "$1" ]; do
     n=$((n + 1)); [ $n -gt 1200 ] && exit 7
@@ -210,9 +216,16 @@ def test_gpu_jobs_see_only_their_gpus_as_on_condor_startd(
     assert len(set(assigned)) == len(assigned) and all("," not in a for a in assigned)
     for env in outputs:
         assert env["NVIDIA_VISIBLE_DEVICES"] == env["CUDA_VISIBLE_DEVICES"] != "none"
-    assert ours.no_gpu_job[2].splitlines() == [
+    no_gpu = ours.no_gpu_job[2].splitlines()
+    assert [line for line in no_gpu if not line.startswith("DEVICE ")] == [
         "CUDA_VISIBLE_DEVICES=10000", "GPU_DEVICE_ORDINAL=10000",
         "NVIDIA_VISIBLE_DEVICES=none", "_CONDOR_AssignedGPUs=10000"]  # fmt: skip
+    if source is REAL:  # and at the device files (STARTER_HIDE_GPU_DEVICES): its own only
+        for env in outputs:
+            opened = [k for k, v in env.items() if k.startswith("DEVICE ") and v == "open"]
+            assert len(opened) == 1, env
+        hidden = [line for line in no_gpu if line.startswith("DEVICE ")]
+        assert hidden and all(line.endswith("=denied") for line in hidden), no_gpu
     assert all(exit_line == "Normal termination (return value 0)"
                for _events, exit_line, _out, _view in [*ours.gpu_jobs, ours.no_gpu_job])
     if source is SIMULATED:
