@@ -39,7 +39,7 @@ def test_live_inventory_garbage_and_missing_command(tmp_path: Path) -> None:
     script.chmod(0o755)
     with pytest.raises(ResourceError, match="no DetectedWidget line"):
         run_inventory(LiveHostReader(), "Widget", str(script))
-    with pytest.raises(ResourceError, match="status 127"):
+    with pytest.raises(ResourceError, match="absent is not installed"):
         run_inventory(LiveHostReader(), "Widget", str(tmp_path / "absent"))
 
 
