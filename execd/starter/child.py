@@ -65,8 +65,19 @@ class JobExec(NamedTuple):
 IWD_UNREACHABLE = "Cannot access initial working directory"
 
 
+def _reset_ignored_signals() -> None:
+    """An ignored signal stays ignored across exec. The starter ignores SIGHUP (the
+    daemon going away is not its end) and Python ignores SIGXFSZ: the job gets their
+    defaults. SIGPIPE stays ignored, as under condor_starter (a daemon-core process
+    ignores it, and its jobs inherit that: SigIgn 0x1000 in the pool's jobs)."""
+    for signum in signal.valid_signals():
+        if signum != signal.SIGPIPE and signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
+
+
 def _exec_job(job: JobExec) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    _reset_ignored_signals()
     if job.network_namespace:
         from execd.starter.namespaces import loopback_only  # noqa: PLC0415 - only when asked
 

@@ -93,3 +93,14 @@ def test_slot_ads_and_log_say_who_enforces_each_limit(node: RunningDaemon) -> No
     assert announced["memory"] == "policy"
     assert announced["cpu"] == announced["pids"] == "none"
     assert line == "memory:policy cpu:none pids:none policy none none"
+
+
+def test_a_job_starts_with_the_signal_dispositions_a_condor_starter_job_has(
+        node: RunningDaemon) -> None:
+    """Only SIGPIPE ignored (SigIgn 0x1000), as a job of condor_starter 25.14.1 (checked
+    in the pool tier's pool): the starter's own SIGHUP ignore must not reach the job,
+    where an ignored signal would stay ignored across exec (not even a shell's trap
+    could catch it). Nothing blocked."""
+    done = job(node, "--", "sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["SigBlk:", "0" * 16, "SigIgn:", "0000000000001000"]
