@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from collections.abc import Iterator
 
@@ -103,4 +104,10 @@ def test_a_job_starts_with_the_signal_dispositions_a_condor_starter_job_has(
     could catch it). Nothing blocked."""
     done = job(node, "--", "sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["SigBlk:", "0" * 16, "SigIgn:", "0000000000001000"]
+    blocked, ignored = (int(v, 16) for k, v in zip(*[iter(done.stdout.split())] * 2,
+                                                   strict=True) if k in ("SigBlk:", "SigIgn:"))
+    assert blocked == 0
+    # Signals 1-31: 32 and 33 are glibc's own (a job's libc sets them up itself), and
+    # whoever started the test may have them ignored (GNU make does): glibc will not let
+    # them be reset, nor does a job care.
+    assert ignored & 0x7FFFFFFF == 1 << (signal.SIGPIPE - 1)
