@@ -182,15 +182,11 @@ class JobManager:
                 return name
         raise ControlError("refused", "no slot is free to claim")
 
-    def _slot_ad(self, name: str) -> Any:
+    def _facts(self, name: str) -> dict[str, Any]:
         for ad in self.daemon.node.ads():
             if str(ad["Name"]).split("@")[0] == name:
-                return ad
-        return None
-
-    def _facts(self, name: str) -> dict[str, Any]:
-        ad = self._slot_ad(name)
-        return {} if ad is None else slot_facts(ad)
+                return slot_facts(ad)
+        return {}
 
     def lookup(self, claim_id: Any) -> tuple[str, ClaimId]:
         if not isinstance(claim_id, str) or claim_id not in self.claims:
@@ -416,10 +412,12 @@ class JobManager:
         assert self.tree is not None
         known = self.daemon.engine.slots.get(job.slot)  # the facts of its last policy pass:
         facts = known.facts if known is not None else self._facts(job.slot)  # no ad rebuild
+        slots = self.daemon.node.slots
         spec = starter_spec(job.job_id, job.slot, job.ad, facts,
                             settings=self.daemon.settings, execute=self.daemon.paths.execute,
-                            tree=self.tree, workdir=workdir, slot_ad=self._slot_ad(job.slot),
-                            node_gpus=self.daemon.node.slots.facts.gpus)
+                            tree=self.tree, workdir=workdir,
+                            slot_ad=slots.resource_ad(job.slot, int(time.time())),
+                            node_gpus=slots.facts.gpus)
         return spec._replace(**job.overrides) if job.overrides else spec
 
     async def _watch(self, job: Job, pidfd: int) -> None:

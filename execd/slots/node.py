@@ -46,6 +46,14 @@ class NodeSlots:
                 out.append(dynamic_resources(p.dynamic[sub], p, self.facts))
         return out
 
+    def resource_ad(self, name: str, now: int) -> Any | None:
+        """One slot's ad with its resources only (no policy, load or STARTD_ATTRS): what
+        a job's resource environment is computed from, without building every slot's."""
+        for res in self.resources():
+            if res.name == name:
+                return build_slot_ad(self.facts, res, now=now)
+        return None
+
     def build_ads(
         self,
         *,
