@@ -86,13 +86,20 @@ def lease_expiries(d: Driver) -> list[act.LogEvent]:
             if isinstance(a, act.LogEvent) and a.event == "claim_lease_expired"]
 
 
-def test_a_restored_claims_lease_runs_on_from_its_last_renewal_before_the_outage() -> None:
-    """Renewed 1190 s before the restart with a 1200 s lease: 10 s are left, not 1200."""
+def restored(lease_duration: float, renewed_ago: float) -> Driver:
+    """A claim put back by a new daemon, last renewed `renewed_ago` s before the restart."""
     d = Driver(POLICY)
     d.tick()
     now = d.clock.now()
     d.do(commands.restore_claim(d.engine, "slot1", d.ids.new(), {"Owner": "alice"}, now,
-                                lease_duration=1200, renewed_wall=now.wall - 1190))
+                                lease_duration=lease_duration,
+                                renewed_wall=now.wall - renewed_ago))
+    return d
+
+
+def test_a_restored_claims_lease_runs_on_from_its_last_renewal_before_the_outage() -> None:
+    """Renewed 1190 s before the restart with a 1200 s lease: 10 s are left, not 1200."""
+    d = restored(1200, 1190)
     d.tick(5)
     assert d.pair == "Claimed/Idle" and not lease_expiries(d)
     d.tick(6)
@@ -101,10 +108,6 @@ def test_a_restored_claims_lease_runs_on_from_its_last_renewal_before_the_outage
 
 
 def test_a_claim_whose_lease_ran_out_during_the_outage_expires_at_once() -> None:
-    d = Driver(POLICY)
-    d.tick()
-    now = d.clock.now()
-    d.do(commands.restore_claim(d.engine, "slot1", d.ids.new(), {"Owner": "alice"}, now,
-                                lease_duration=60, renewed_wall=now.wall - 3600))
+    d = restored(60, 3600)
     d.tick(0)
     assert lease_expiries(d)

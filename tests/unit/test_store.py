@@ -32,6 +32,17 @@ def schema_before(version: int) -> str:
     return older
 
 
+def write_old_store(path: Path, schema: str, version: int, *inserts: str) -> None:
+    """A state file as an older execd left it: its tables, its version, its rows."""
+    db = sqlite3.connect(path)
+    db.executescript(schema)
+    db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(version),))
+    for insert in inserts:
+        db.execute(insert)
+    db.commit()
+    db.close()
+
+
 def job(job_id: str, session: str = "<n>#1#1") -> JobRecord:
     return JobRecord(job_id, "slot1_1", session, {"Cmd": "/bin/true"}, {"report_path": "/r"},
                      4242, 99, "/sys/fs/cgroup/x/slot1_1.slice", "/execute/dir_4242", 5.0)
@@ -96,13 +107,9 @@ def test_a_store_from_another_schema_is_refused_naming_both(tmp_path: Path) -> N
 def test_a_store_of_schema_1_gains_the_eviction_column_and_keeps_its_jobs(
         tmp_path: Path) -> None:
     # the tables as execd with schema 1 made them: no jobs.evicting
-    db = sqlite3.connect(tmp_path / "state.db")
-    db.executescript(schema_before(1))
-    db.execute("INSERT INTO meta VALUES ('schema', '1')")
-    db.execute("INSERT INTO jobs VALUES ('1.1','slot1_1','s','{}','{}',1,2,'c','d',5.0,"
-               "NULL,NULL,NULL,NULL)")
-    db.commit()
-    db.close()
+    write_old_store(tmp_path / "state.db", schema_before(1), 1,
+                    "INSERT INTO jobs VALUES ('1.1','slot1_1','s','{}','{}',1,2,'c','d',5.0,"
+                    "NULL,NULL,NULL,NULL)")
     again = Store(tmp_path / "state.db")
     (record,) = again.jobs()
     assert (record.job_id, record.evicting) == ("1.1", None)
@@ -115,11 +122,7 @@ def test_a_store_made_before_broken_slots_were_kept_gains_their_table(tmp_path: 
     older = re.sub(r"CREATE TABLE IF NOT EXISTS broken \(.*?\);\n", "", schema_before(2),
                    flags=re.S)
     assert "broken" not in older
-    db = sqlite3.connect(tmp_path / "state.db")
-    db.executescript(older)
-    db.execute("INSERT INTO meta VALUES ('schema', '2')")
-    db.commit()
-    db.close()
+    write_old_store(tmp_path / "state.db", older, 2)
     again = Store(tmp_path / "state.db")
     assert again.broken() == []
     again.set_broken("slot2", "stuck", None)
@@ -131,13 +134,9 @@ def test_a_claims_lease_runs_from_its_last_alive_across_stores_and_from_schema_2
         tmp_path: Path) -> None:
     """A new daemon counts a claim's lease from the last ALIVE the old one recorded
     (from the grant when there was none); a schema-2 file gains the column."""
-    db = sqlite3.connect(tmp_path / "state.db")
-    db.executescript(schema_before(2))
-    db.execute("INSERT INTO meta VALUES ('schema', '2')")
-    db.execute("INSERT INTO claims VALUES ('<n>#1#1','<n>#1#1#[]x','slot1',NULL,NULL,'{}',"
-               "1200.0,1.0)")
-    db.commit()
-    db.close()
+    write_old_store(tmp_path / "state.db", schema_before(2), 2,
+                    "INSERT INTO claims VALUES ('<n>#1#1','<n>#1#1#[]x','slot1',NULL,NULL,"
+                    "'{}',1200.0,1.0)")
     store = Store(tmp_path / "state.db")
     (old,) = store.claims()
     assert (old.renewed, old.last_renewed) == (None, 1.0)
