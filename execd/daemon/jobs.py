@@ -1,9 +1,9 @@
-"""Claims and jobs on this node: carving d-slots, claim ids, starters, outcomes.
+"""Claims and jobs on this node: carving d-slots, claim ids, the engine's job actions.
 
 The policy engine decides; this module carries its decisions out: it carves a dynamic
-slot for a claim on a partitionable slot, launches a starter for SpawnStarter, signals
-it for Suspend/Continue/SoftKill/HardKill/KillStarterFamily, waits for it off the event
-loop, reads its durable report and tells the engine the starter exited.
+slot for a claim on a partitionable slot, starts a starter for SpawnStarter and signals
+it for Suspend/Continue/SoftKill/HardKill/KillStarterFamily. Launching a starter,
+awaiting it and taking its report are execd.daemon.job_launch's (a base class).
 
 Every claim and job is written to the state store (execd.daemon.store) before the
 command that made it is acknowledged; execd.daemon.recovery rebuilds this manager from
@@ -13,12 +13,9 @@ the store after a restart.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execd import log
@@ -28,22 +25,19 @@ from execd.cgroups.fs import CgroupFS
 from execd.cgroups.tree import CgroupTree
 from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.classads import new_ad
-from execd.daemon import job_exit, procwatch
 from execd.daemon.control import ControlError
+from execd.daemon.job_launch import StarterLifecycle
 from execd.daemon.matching import Matches
-from execd.daemon.policy_glue import now, slot_facts
-from execd.daemon.starter_spec import starter_spec
-from execd.daemon.store import ClaimRecord, JobRecord, Store, StoreError, carved_json
+from execd.daemon.policy_glue import now
+from execd.daemon.store import ClaimRecord, Store, StoreError, carved_json
 from execd.errors import CgroupError, ConfigError, ExecdError, ResourceError
 from execd.hooks import job_hook_runs
 from execd.policy import actions as act
 from execd.policy import commands
-from execd.policy.states import Activity, State, label
+from execd.policy.states import State, label
 from execd.slots import from_config
 from execd.slots.requests import RequestModifier
-from execd.starter.follow import follow_starter
-from execd.starter.launcher import StarterHandle, launch_starter
-from execd.starter.spec import StarterSpec
+from execd.starter.launcher import StarterHandle
 
 if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
@@ -77,7 +71,7 @@ class Job:
     state_changed: asyncio.Event = field(default_factory=asyncio.Event)  # (un)suspended
 
 
-class JobManager:
+class JobManager(StarterLifecycle):
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         self.claims: dict[str, tuple[str, ClaimId]] = {}  # full claim id -> (slot, claim)
@@ -182,12 +176,6 @@ class JobManager:
                 return name
         raise ControlError("refused", "no slot is free to claim")
 
-    def _facts(self, name: str) -> dict[str, Any]:
-        for ad in self.daemon.node.ads():
-            if str(ad["Name"]).split("@")[0] == name:
-                return slot_facts(ad)
-        return {}
-
     def lookup(self, claim_id: Any) -> tuple[str, ClaimId]:
         if not isinstance(claim_id, str) or claim_id not in self.claims:
             raise ControlError("refused", "unknown or stale claim id")
@@ -270,25 +258,6 @@ class JobManager:
         return {"job_id": job.job_id, "slot": job.slot, "done": done,
                 "report": job.report, "hold_reason": job.hold_reason}
 
-    def forget(self, job: Job) -> None:
-        """The holder has the outcome (or gave up the claim): drop record and workdir."""
-        self.store.remove_job(job.job_id)
-        self.jobs.pop(job.job_id, None)
-        shutil.rmtree(self.workdir(job.job_id), ignore_errors=True)
-
-    def forget_when_done(self, job: Job) -> None:
-        """The holder has (or will have) the outcome another way (a pool job's shadow)."""
-        async def when_done() -> None:
-            await job.done.wait()
-            if self.jobs.get(job.job_id) is job:
-                self.forget(job)
-
-        if job.done.is_set():
-            if self.jobs.get(job.job_id) is job:
-                self.forget(job)
-            return
-        self._track(when_done())
-
     def _claim_gone(self, claim: ClaimId) -> None:
         """The claim ended: its record goes, with the outcomes its holder did not take."""
         if self.claims.pop(claim.full(), None) is None:
@@ -307,196 +276,7 @@ class JobManager:
             self.store.clear_drain()
             self.drain_recorded = False
 
-    def workdir(self, job_id: str) -> Path:
-        return self.daemon.paths.spool / "jobs" / job_id.replace("/", "_")
-
     # -- actions ------------------------------------------------------------------------
-    def spawn(self, slot: str) -> None:
-        job = self.running.get(slot)
-        if job is None or self.tree is None:
-            logger.error("spawn_without_job", slot=slot)
-            return
-        workdir = self.workdir(job.job_id)
-        workdir.mkdir(parents=True, exist_ok=True)
-        if job.gate is not None and job.overrides is None:
-            self._track(self._gate_then_spawn(job))
-            return
-        spec = self.spec(job, workdir)
-        hooks = job_hook_runs.job_hooks_for(self.daemon.settings, job.ad, spec)
-        if hooks is not None and "PREPARE_JOB" in hooks.config.paths:
-            self._track(self._prepare_then_launch(job, workdir, hooks))
-            return
-        self._launch(job, workdir, hooks, spec)
-
-    async def _gate_then_spawn(self, job: Job) -> None:
-        """A pool job's starter starts once its sandbox holds the shadow's input."""
-        assert job.gate is not None
-        overrides = await job.gate
-        if overrides is None or job.evicted or self.running.get(job.slot) is not job:
-            job.report = {"ExitReason": "evicted_before_start" if job.evicted
-                          else "not_started"}  # fmt: skip
-            self._finished(job)
-            return
-        job.overrides = overrides
-        try:
-            self.spawn(job.slot)
-        except (ExecdError, OSError) as exc:
-            logger.error("starter_spawn_failed", slot=job.slot, job=job.job_id, error=str(exc))
-            job.report = {"ExitReason": "spawn_failed", "Error": str(exc)}
-            self._finished(job)
-
-    def _track(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    def _launch(self, job: Job, workdir: Path, hooks: job_hook_runs.JobHooks | None,
-                spec: StarterSpec) -> None:
-        assert self.tree is not None
-        slot = job.slot
-        if spec.exit_fifo is not None:  # open before the starter can write to it
-            with contextlib.suppress(FileExistsError):
-                os.mkfifo(spec.exit_fifo, 0o600)
-            job_exit.listen(job, spec.exit_fifo, self.job_exited)
-        # (launch_starter starts it with its control signals blocked: one sent at once waits)
-        handle = launch_starter(spec, str(workdir / "spec.json"), str(workdir / "starter.log"))
-        job.handle, job.hooks = handle, hooks
-        job.starter_start = procwatch.start_time(handle.pid, zombies=True) or 0
-        # Recorded before `activate` is acknowledged: a new daemon will find it.
-        self.store.add_job(JobRecord(
-            job.job_id, slot, job.claim.session_id, job.ad, spec._asdict(), handle.pid,
-            job.starter_start, str(self.tree.job(slot).slice),
-            spec.sandbox or os.path.join(spec.execute_dir, f"dir_{handle.pid}"), job.started),
-            sequence=("job", self.sequence))
-        logger.info("starter_spawned", slot=slot, job=job.job_id, pid=handle.pid)
-        self.watch(job, os.pidfd_open(handle.pid))
-
-    async def _prepare_then_launch(self, job: Job, workdir: Path,
-                                   hooks: job_hook_runs.JobHooks) -> None:
-        """PREPARE_JOB first (seed 003): run the edited ad, or hold it, or send it back."""
-        outcome = await hooks.prepare(job.ad)
-        if outcome is not None and outcome.action != "run":
-            if outcome.action == "hold":
-                job.hold_reason = outcome.message
-                job.report = {"ExitReason": "held", "HoldReason": outcome.message,
-                              "HoldReasonCode": job_hook_runs.HOLD_PREPARE_JOB_FAILED,
-                              "HoldReasonSubCode": outcome.code}
-            else:  # 300 and up: back to idle, to be run again elsewhere or later
-                job.report = {"ExitReason": "returned_to_idle", "HookStatusCode": outcome.code,
-                              "HookStatusMessage": outcome.message}
-            self._finished(job)
-            return
-        if job.evicted:  # vacated while the hook ran: never start it
-            job.report = {"ExitReason": "evicted_before_start"}
-            self._finished(job)
-            return
-        try:
-            # PREPARE_JOB may have edited the ad: the spec is built from the edited one.
-            self._launch(job, workdir, hooks, self.spec(job, workdir))
-        except (ExecdError, OSError) as exc:
-            logger.error("starter_spawn_failed", slot=job.slot, job=job.job_id, error=str(exc))
-            job.report = {"ExitReason": "spawn_failed", "Error": str(exc)}
-            self._finished(job)
-
-    def watch(self, job: Job, pidfd: int) -> None:
-        self._track(self._watch(job, pidfd))
-        # seed 002's STARTER_* policy each poll; a broken slot when the starter is gone.
-        # Adopted starters (after a restart) are followed as well.
-        assert job.handle is not None
-        if job.exit_fifo is None and job.handle.spec.exit_fifo is not None:  # adopted
-            job_exit.listen(job, job.handle.spec.exit_fifo, self.job_exited)
-        follow_starter(self.tasks, job, job.handle, job.handle.spec,
-                       settings=self.daemon.settings, mark_broken=self.daemon.node.mark_broken)
-
-    def spec(self, job: Job, workdir: Path) -> StarterSpec:
-        assert self.tree is not None
-        known = self.daemon.engine.slots.get(job.slot)  # the facts of its last policy pass:
-        facts = known.facts if known is not None else self._facts(job.slot)  # no ad rebuild
-        slots = self.daemon.node.slots
-        spec = starter_spec(job.job_id, job.slot, job.ad, facts,
-                            settings=self.daemon.settings, execute=self.daemon.paths.execute,
-                            tree=self.tree, workdir=workdir,
-                            slot_ad=slots.resource_ad(job.slot, int(time.time())),
-                            node_gpus=slots.facts.gpus)
-        return spec._replace(**job.overrides) if job.overrides else spec
-
-    async def _watch(self, job: Job, pidfd: int) -> None:
-        """Await the starter's exit on its pidfd: no thread per job, adopted ones too.
-        UPDATE_JOB_INFO runs meanwhile and JOB_EXIT is awaited before the outcome counts."""
-        assert job.handle is not None
-        hooks, status_path = job.hooks, job.handle.spec.status_path
-        updates = None
-        if hooks is not None:
-            updates = asyncio.ensure_future(hooks.update_loop(
-                lambda: {**job.ad, **job_hook_runs.status_attributes(status_path, job.started)}))
-        await procwatch.wait_exit(pidfd)
-        if job.handle.proc is not None:
-            job.handle.proc.wait()  # our child: reap it
-        else:
-            procwatch.reap(job.handle.pid)  # our child only after a restart in place
-        if updates is not None:
-            updates.cancel()
-            await asyncio.gather(updates, return_exceptions=True)
-        self._read_report(job)
-        if hooks is not None:
-            assert job.report is not None
-            await hooks.job_exit({**job.ad, **job_hook_runs.status_attributes(
-                status_path, job.started), **job_hook_runs.exit_attributes(
-                job.report, time.time() - job.started)}, job.report, evicted=job.evicted)
-        self._finished(job)
-
-    def job_exited(self, job: Job) -> None:
-        """The starter says the job has exited and it is cleaning up: Busy -> Cleaning."""
-        slot = self.daemon.engine.slots.get(job.slot)
-        if self.running.get(job.slot) is not job or slot is None \
-                or slot.state is not State.CLAIMED \
-                or slot.activity not in (Activity.BUSY, Activity.RETIRING, Activity.SUSPENDED):
-            return  # being vacated or killed: the starter's exit ends it
-        logger.info("job_exited", slot=job.slot, job=job.job_id)
-        try:
-            self.daemon.execute(self.daemon.engine.job_exited(job.slot, now()))
-        except ExecdError as exc:
-            logger.error("job_exit_not_applied", slot=job.slot, error=str(exc))
-
-    def finish(self, job: Job) -> None:
-        """The starter is gone: take its durable report, record it, tell the engine."""
-        self._read_report(job)
-        self._finished(job)
-
-    def _read_report(self, job: Job) -> None:
-        assert job.handle is not None
-        job_exit.take(job, self.job_exited)  # said just before it went: that comes first
-        try:
-            job.report = job.handle.report()
-        except (OSError, ValueError) as exc:
-            job.report = {"ExitReason": "no_report", "Error": str(exc)}
-        if job.report.get("GpuHidingProblem"):  # STARTER_HIDE_GPU_DEVICES fell short
-            logger.warning("gpu_devices_not_hidden", slot=job.slot, job=job.job_id,
-                           reason=job.report["GpuHidingProblem"])
-        if job.report.get("SlotBrokenReason"):  # before the engine may delete the d-slot
-            self.daemon.node.mark_broken(job.slot, str(job.report["SlotBrokenReason"]))
-
-    def _finished(self, job: Job) -> None:
-        """Record the outcome (memory and store) and tell the engine the starter is gone."""
-        assert job.report is not None
-        logger.info("job_finished", slot=job.slot, job=job.job_id,
-                    exit_code=job.report.get("ExitCode"), reason=job.report.get("ExitReason"),
-                    hold=job.report.get("HoldReason"))
-        if self.running.get(job.slot) is job:
-            del self.running[job.slot]
-        try:
-            self.store.finish_job(job.job_id, time.time(), job.report, job.hold_reason)
-            if job.claim.full() not in self.claims:
-                self.forget(job)  # its holder released the claim: nobody will ask
-        except StoreError as exc:  # the outcome is still served from memory
-            logger.error("job_outcome_not_stored", job=job.job_id, error=str(exc))
-        job.done.set()
-        self.daemon.wake.set()
-        try:
-            self.daemon.execute(self.daemon.engine.starter_exited(job.slot, now()))
-        except ExecdError as exc:
-            logger.error("starter_exit_not_applied", slot=job.slot, error=str(exc))
-
     def act(self, action: Any) -> bool:
         """Carry out one engine action; False when it is not a job action."""
         job = self.running.get(getattr(action, "slot", ""))
