@@ -15,7 +15,8 @@ import signal
 import sys
 
 from execd.starter import zygote as z
-from execd.starter.run import CONTROL, Prepared, Starter, prepare, run
+from execd.starter.program import Prepared, prepare, run
+from execd.starter.run import CONTROL, Starter
 
 
 def stop_at(stage: str) -> None:

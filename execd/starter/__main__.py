@@ -13,6 +13,6 @@ if __name__ == "__main__":
         from execd.starter.zygote import zygote_main
 
         sys.exit(zygote_main())
-    from execd.starter.run import main
+    from execd.starter.program import main
 
     sys.exit(main(sys.argv[1:]))

@@ -9,7 +9,7 @@ A page stays shared only while neither side writes to it: what a starter costs i
 pages it writes and the pages the zygote writes between two forks (bench/README.md).
 
 Protocol on stdin/stdout: the daemon writes `SPEC_PATH NUL LOG_PATH NL`; the zygote reads
-the spec and plans the job (execd.starter.run.prepare: no side effect yet), forks, the
+the spec and plans the job (execd.starter.program.prepare: no side effect yet), forks, the
 starter leads a new session and runs the job as `python -m execd.starter SPEC_PATH` would,
 and the zygote answers `PID NL`. The zygote reaps finished starters only when the next
 request comes, so a starter's pid cannot be reused before the daemon has opened a pidfd
@@ -23,7 +23,8 @@ import os
 import signal
 import sys
 
-from execd.starter.run import CONTROL, Prepared, prepare, run
+from execd.starter.program import Prepared, prepare, run
+from execd.starter.run import CONTROL
 
 
 def _reap_finished() -> None:
