@@ -144,8 +144,9 @@ class PoolJob:
         if job.hold_reason:  # the startd's policy (WANT_HOLD) evicted it to hold it
             raise JobHeldError(job.hold_reason, HOLD_STARTD_HELD_JOB, job.hold_subcode)
         duration = float(report.get("RemoteWallClockTime") or time.time() - job.started)
-        return JobExit(wait_status(report), duration,
-                       requested=report.get("ExitReason") != "exited")  # fmt: skip
+        reason = report.get("ExitReason")
+        return JobExit(wait_status(report), duration, requested=reason != "exited",
+                       graceful=reason == "soft_killed")  # fmt: skip
 
     def _raise_if_held(self, report: dict[str, Any]) -> None:
         error = hold_from_report(report, self.launch.argv if self.launch else None)

@@ -5,7 +5,8 @@ session the shadow handed it (get_sec_session_info), sends FILETRANS_UPLOAD (610
 shadow uploads the input sandbox) or FILETRANS_DOWNLOAD (61001: the shadow downloads
 the output), then the job's secret TransferKey. On that AES-GCM connection:
 
-- the uploader sends int final_transfer (0 input, 1 output) + ad {SandboxSize};
+- the uploader sends int final_transfer (1 for the output, 0 for the input and for an
+  evicted ON_EXIT_OR_EVICT job's sandbox, which the shadow spools) + ad {SandboxSize};
 - per file: int command (1 file, 6 mkdir, 0 finished), the name; before the first file
   the GoAhead exchange: the downloader reads the uploader's alive interval and sends
   {Result = 2 (go ahead always), MaxTransferBytes}, sends its own alive interval and
@@ -272,13 +273,15 @@ async def _send_file(ch: MessageChannel, path: Path) -> int:
     return sent
 
 
-async def upload_sandbox(ch: MessageChannel, sandbox: Path,
-                         names: Sequence[str]) -> TransferResult:  # fmt: skip
-    """Send these sandbox files to the shadow (after FILETRANS_DOWNLOAD + key)."""
+async def upload_sandbox(ch: MessageChannel, sandbox: Path, names: Sequence[str], *,
+                         final: bool = True) -> TransferResult:  # fmt: skip
+    """Send these sandbox files to the shadow (after FILETRANS_DOWNLOAD + key); `final`
+    False: an evicted job's sandbox, which the shadow keeps in the job's spool (and
+    sends back as input to its next run) instead of delivering it."""
     result = TransferResult()
     paths = [(n, sandbox / n) for n in names]
     total = sum(p.stat().st_size for _, p in paths if p.is_file())
-    header = ch.encoder().put_int(1)
+    header = ch.encoder().put_int(1 if final else 0)
     await ch.send(encode_ad(header, {"SandboxSize": str(total)}).payload())
     for i, (name, path) in enumerate(paths):
         await _send_int(ch, CMD_FILE)

@@ -50,11 +50,14 @@ class JobSetupError(JobHeldError):
 @dataclass(frozen=True)
 class JobExit:
     """How the job ended. `requested`: it was killed on request (vacate, remove, a
-    deactivated claim), which HTCondor's starter reports as JOB_SHOULD_REQUEUE."""
+    deactivated claim), which HTCondor's starter reports as JOB_SHOULD_REQUEUE;
+    `graceful`: by a soft kill it obeyed (a vacate, not a fast shutdown), after which an
+    ON_EXIT_OR_EVICT job's sandbox goes back to the shadow, as condor_starter sends it."""
 
     wait_status: int
     duration_s: float
     requested: bool = False
+    graceful: bool = False
 
     @property
     def by_signal(self) -> bool:

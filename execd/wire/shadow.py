@@ -15,7 +15,9 @@ register_job_info at start and every `update_interval_s` -> event_notification
 Cancelling the task that runs serve_shadow kills the job. The job is run by
 `options.runner` (execd/wire/job_runner.py): a plain process by default, execd's own
 starter under `execd run`; a job killed on request (vacate, remove) gets job_exit with
-JOB_SHOULD_REQUEUE and no output transfer, as HTCondor's starter does.
+JOB_SHOULD_REQUEUE and no output transfer, as HTCondor's starter does, unless it asked for
+`when_to_transfer_output = ON_EXIT_OR_EVICT` and was vacated gracefully: then its sandbox
+goes to the shadow first (a non-final transfer, which the shadow spools).
 A shadow that goes away while the job runs may come back (its schedd restarted): the
 job's ShadowLink (shadow_link.py) waits for the reconnect for the job lease and moves
 the conversation to the new connection; a lease that runs out kills the job.
@@ -269,25 +271,31 @@ async def report_hold(calls: ShadowSyscalls, job: dict[str, object], gjid: str,
 
 async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversation,
                    done: JobExit) -> None:  # fmt: skip
-    """The job ended: the exit, the output (unless it was killed on request), job_exit."""
+    """The job ended: the exit, the output (unless it was killed on request: then an
+    ON_EXIT_OR_EVICT job's sandbox to be spooled, after a graceful kill), job_exit."""
     job = job_values(state.job_wire)
     gjid, address, sandbox = state.global_job_id, transfers.starter_address, Path(state.sandbox)
     exit_ad = done.exit_ad()
     await calls.event_notification({"EventType": '"ActivationExecutionExit"'})
     await calls.register_job_info({**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"})
-    if done.requested:  # vacated or removed: no output transfer (ON_EXIT), requeue
+    # Vacated or removed: requeued, its output not delivered. A graceful eviction of an
+    # ON_EXIT_OR_EVICT job first sends the sandbox to be spooled (final_transfer 0).
+    spool = done.requested and done.graceful and \
+        str(job.get("WhenToTransferOutput", "")).upper() == "ON_EXIT_OR_EVICT"
+    if state.transfer and (spool or not done.requested):
+        names = output_names(sandbox, job, state.inputs, state.before)
+
+        async def send(ch: Channel) -> TransferResult:
+            return await upload_sandbox(ch, sandbox, names, final=not done.requested)
+
+        sent = await transfers.run(FILETRANS_DOWNLOAD, send)
+        if not sent.ok:
+            await calls.ulog(_transfer_error(job, sent))
+            return
+    if done.requested:
         await calls.job_exit(done.wait_status, JOB_SHOULD_REQUEUE,
                              {**exit_ad, "StarterIpAddr": f'"{address}"'})  # fmt: skip
-        log.info("shadow_job_evicted", job=gjid, status=done.wait_status)
-        return
-    names = output_names(sandbox, job, state.inputs, state.before)
-
-    async def send(ch: Channel) -> TransferResult:
-        return await upload_sandbox(ch, sandbox, names)
-
-    sent = await transfers.run(FILETRANS_DOWNLOAD, send) if state.transfer else TransferResult()
-    if not sent.ok:
-        await calls.ulog(_transfer_error(job, sent))
+        log.info("shadow_job_evicted", job=gjid, status=done.wait_status, spooled=spool)
         return
     reason = JOB_COREDUMPED if done.core_dumped else JOB_EXITED
     await calls.job_exit(done.wait_status, reason, {**exit_ad, "StarterIpAddr": f'"{address}"'})
