@@ -132,6 +132,7 @@ _group(
     ("KILL_VANILLA", E, None, "KILL for vanilla-universe jobs, if set."),
     ("WANT_SUSPEND_VANILLA", E, None, "WANT_SUSPEND for vanilla-universe jobs, if set."),
     ("WANT_VACATE_VANILLA", E, None, "WANT_VACATE for vanilla-universe jobs, if set."),
+    ("SLOT_WEIGHT", E, "Cpus", "The slot's weight, published as SlotWeight: what the negotiator charges a submitter for a claim of it (NEGOTIATOR_USE_SLOT_WEIGHTS)."),
     ("RUNBENCHMARKS", E, "False", "When true in Unclaimed, run the Mips/KFlops benchmarks."),
     ("ENABLE_BACKFILL", B, "false", "Whether idle slots run backfill work."),
     ("BACKFILL_SYSTEM", S, "BOINC", "Names the one backfill client; <SYSTEM>_Executable, "

@@ -35,6 +35,8 @@ EXPRESSION_DEFAULTS: dict[str, str] = {
     "WANT_HOLD_SUBCODE": "UNDEFINED",
     # CpuBusy/CpuBusyTime in the ad follow it (seed 000 3.5.3); desktop policies set it
     "CPUBusy": "False",
+    # what the negotiator charges a claim of the slot (published, not evaluated here)
+    "SLOT_WEIGHT": "Cpus",
 }
 # Expressions with a _VANILLA variant used for vanilla-universe jobs when configured.
 VANILLA_VARIANTS = ("SUSPEND", "CONTINUE", "PREEMPT", "KILL", "WANT_SUSPEND", "WANT_VACATE")

@@ -14,7 +14,7 @@ from execd import classads
 from execd.claims.ids import ClaimId
 from execd.errors import PolicyError
 from execd.policy import actions as act
-from execd.policy import backfill, claiming, drain
+from execd.policy import backfill, claiming, drain, drain_estimates
 from execd.policy.adcache import AdCache, own_facts, references
 from execd.policy.config import PolicyConfig
 from execd.policy.evaluate import evaluate_slot
@@ -39,6 +39,7 @@ class PolicyEngine:
         self.drain_resume = False
         self.draining_badput = 0.0  # TotalMachineDrainingBadput (cpu-seconds)
         self.draining_unclaimed = 0.0  # TotalMachineDrainingUnclaimedTime (cpu-seconds)
+        self.drain_estimate = drain_estimates.DrainEstimate()  # as of the last pass
         self.scavenging = False  # draining under a start expression (drain.py)
         self.start_override: tuple[Any, str] | None = None  # (expression, text) for START
         self.backfill_client = backfill.STOPPED  # the daemon's one client: stopped/running/killing
@@ -86,6 +87,12 @@ class PolicyEngine:
             attrs["Requirements"] = True  # START is true whatever the job (seed 000, 3.5.2)
         attrs["TotalMachineDrainingBadput"] = int(self.draining_badput)
         attrs["TotalMachineDrainingUnclaimedTime"] = int(self.draining_unclaimed)
+        attrs.update(self.drain_estimate.attributes())
+        # published as configured, as condor_startd does (the negotiator's accounting
+        # charges a claim its SlotWeight; condor_status shows the policy's times)
+        attrs["SlotWeight"] = self.config.expr("SLOT_WEIGHT")
+        attrs["MaxJobRetirementTime"] = self.config.expr("MAXJOBRETIREMENTTIME")
+        attrs["MachineMaxVacateTime"] = self.config.expr("MachineMaxVacateTime")
         if self.draining:
             attrs["DrainReason"] = self.drain_reason
         return attrs
@@ -160,6 +167,7 @@ class PolicyEngine:
         self._check_scavenging(now, out)
         for slot in list(self.slots.values()):
             out += self._evaluate_slot(slot, now)
+        self.drain_estimate = drain_estimates.estimate(self, now, self.drain_estimate)
         return out
 
     tick = evaluate

@@ -220,8 +220,11 @@ def test_facts_update_in_place_and_policy_attributes_win_over_facts() -> None:
     assert full["Activity"] == "Suspended" and full["KeyboardIdle"] == 1
     d.do(d.engine.drain("graceful", d.clock.now(), start="True"))
     written = set(d.slot.ad_policy_values) | set(d.engine.attributes("slot1", d.clock.now()))
-    assert written - POLICY_ATTRIBUTES == {"TotalMachineDrainingBadput",
-                                           "TotalMachineDrainingUnclaimedTime", "DrainReason"}
+    assert written - POLICY_ATTRIBUTES == {
+        "TotalMachineDrainingBadput", "TotalMachineDrainingUnclaimedTime", "DrainReason",
+        "ExpectedMachineGracefulDrainingBadput", "ExpectedMachineQuickDrainingBadput",
+        "ExpectedMachineGracefulDrainingCompletion", "ExpectedMachineQuickDrainingCompletion",
+        "SlotWeight", "MaxJobRetirementTime", "MachineMaxVacateTime"}
 
 
 def test_release_names_the_claim_it_ends() -> None:

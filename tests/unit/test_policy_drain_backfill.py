@@ -210,3 +210,59 @@ def test_an_idle_scavenging_claim_is_kept_while_its_job_satisfies_the_start() ->
                                        d.clock.now()))
     d.tick_with_alives(30, step=10)  # the claim waits, idle, for its job
     assert pair(d, "slot2") == "Claimed/Idle"
+
+
+# ---- ExpectedMachine*Draining* (condor_defrag's view) ----------------------------------
+def test_drain_estimates_count_the_running_jobs_cpu_seconds_and_wait() -> None:
+    """condor_startd's ResMgr::compute_draining_attrs: a 2-CPU job 100 s in, with 3600 s
+    of retirement and a 600 s vacate time, loses 2*(100+600) cpu-seconds if drained
+    fast, 2*(100+3500) if drained gracefully, and is gone in 600 or 3500 s."""
+    d = two_slots({"MAXJOBRETIREMENTTIME": "3600", "MachineMaxVacateTime": "10 * 60"},
+                  Cpus=2)
+    d.busy()
+    d.tick(100)
+    attrs = d.engine.attributes("slot2", d.clock.now())  # every slot says it
+    wall = int(d.clock.wall)
+    assert {k: v for k, v in attrs.items() if k.startswith("ExpectedMachine")} == {
+        "ExpectedMachineQuickDrainingBadput": 2 * (100 + 600),
+        "ExpectedMachineGracefulDrainingBadput": 2 * (100 + 3500),
+        "ExpectedMachineQuickDrainingCompletion": wall + 600,
+        "ExpectedMachineGracefulDrainingCompletion": wall + 3500,
+    }
+
+
+def test_drain_estimates_of_an_idle_machine_keep_the_time_it_became_idle() -> None:
+    d = Driver()
+    d.tick(1)
+    idle_since = int(d.clock.wall)
+    d.tick(300)
+    attrs = d.engine.attributes("slot1", d.clock.now())
+    assert attrs["ExpectedMachineGracefulDrainingCompletion"] == idle_since
+    assert attrs["ExpectedMachineQuickDrainingCompletion"] == idle_since
+    assert attrs["ExpectedMachineGracefulDrainingBadput"] == 0
+    d.busy()  # a job (vacate time 600 by default), then idle again: a new "since"
+    d.tick(10)
+    assert d.engine.attributes("slot1", d.clock.now())[
+        "ExpectedMachineQuickDrainingCompletion"] == int(d.clock.wall) + 600
+    d.starter_exited()
+    d.tick(5)
+    assert d.engine.attributes("slot1", d.clock.now())[
+        "ExpectedMachineQuickDrainingCompletion"] == int(d.clock.wall)
+
+
+def test_an_endless_retirement_is_a_capped_integer() -> None:
+    d = Driver({"MAXJOBRETIREMENTTIME": "2147483647 * 4"})
+    d.busy()
+    d.tick(5)
+    attrs = d.engine.attributes("slot1", d.clock.now())
+    assert attrs["ExpectedMachineGracefulDrainingCompletion"] == 2**31 - 1
+    assert attrs["ExpectedMachineGracefulDrainingBadput"] == 2**31 - 1
+
+
+def test_slot_weight_and_the_policy_times_are_published_as_configured() -> None:
+    d = Driver({"SLOT_WEIGHT": "Cpus * 2", "MAXJOBRETIREMENTTIME": "3600"})
+    attrs = d.engine.attributes("slot1", d.clock.now())
+    assert str(attrs["SlotWeight"]) == "Cpus * 2"
+    assert str(attrs["MaxJobRetirementTime"]) == "3600"
+    assert str(attrs["MachineMaxVacateTime"]) == "600"
+    assert str(Driver().engine.attributes("slot1", d.clock.now())["SlotWeight"]) == "Cpus"
