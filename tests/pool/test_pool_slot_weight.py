@@ -1,0 +1,76 @@
+"""The slot's SLOT_WEIGHT is what the pool charges a submitter for a claim of it: the
+negotiator's accountant reads the SlotWeight the slot ad publishes (condor_userprio's
+WeightedResourcesUsed). With the same SLOT_WEIGHT and retirement policy, a 2-CPU job on
+`execd run` is charged as on the pool's own condor_startd, and both publish the same
+policy expressions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pool_harness as harness
+from test_pool_daemon import WAIT_S, start_node
+from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, submit_files
+from test_pool_preemption import restart_startd
+
+POLICY = "SLOT_WEIGHT = 3 * Cpus\nMAXJOBRETIREMENTTIME = 2 * 60\nMachineMaxVacateTime = 45\n"
+REFERENCE_CONFIG = "/etc/condor/config.d/99-execd-slot-weight.conf"
+PUBLISHED = ("SlotWeight", "MaxJobRetirementTime", "MachineMaxVacateTime")
+
+
+def weighted_use(pool: harness.Pool) -> tuple[float, dict[str, object]]:
+    """A 2-CPU job runs: what the accountant charges its submitter, and the policy
+    attributes of the partitionable slot."""
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra="request_cpus = 2"),
+                       {"job.sh": SLEEP_SCRIPT})  # fmt: skip
+    try:
+        job.wait_for_event("001", WAIT_S)
+
+        def charged() -> float:
+            text = pool.tool("condor_userprio", "-allusers", "-l").stdout
+            found = re.findall(r"^WeightedResourcesUsed = ([0-9.]+)$", text, re.M)
+            return max((float(v) for v in found), default=0.0)
+
+        used: float = harness.wait_for("the submitter charged", charged, WAIT_S, 0.5)
+        pslot = next(ad for ad in pool.status("-slots")
+                     if ad.get("SlotType") == "Partitionable")  # fmt: skip
+        return used, {name: pslot.get(name) for name in PUBLISHED}
+    finally:
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+
+
+@contextlib.contextmanager
+def reference_policy(pool: harness.Pool) -> Iterator[None]:
+    """condor_startd restarted with POLICY, and back afterwards."""
+    config = pool.host_path(REFERENCE_CONFIG)
+    config.write_text(POLICY)
+    try:
+        restart_startd(pool, lambda ad: ad.get("SlotWeight") != "/Expr(Cpus)/")
+        yield
+    finally:
+        config.unlink()
+        restart_startd(pool, lambda ad: ad.get("SlotWeight") == "/Expr(Cpus)/")
+
+
+def test_a_claim_is_charged_its_slot_weight_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    pool = running_pool.get(with_startd=False)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = start_node(pool, Path(tmp), POLICY)
+        try:
+            ours = weighted_use(pool)
+        finally:
+            node.stop(signal.SIGQUIT)
+    reference = running_pool.get(with_startd=True)
+    with reference_policy(reference):
+        theirs = weighted_use(reference)
+    assert ours == theirs
+    assert ours == (6.0, {"SlotWeight": "/Expr(3 * Cpus)/",
+                          "MaxJobRetirementTime": "/Expr(2 * 60)/",
+                          "MachineMaxVacateTime": 45})
