@@ -7,7 +7,7 @@ import pwd
 from typing import NamedTuple
 
 from execd.errors import SpawnNoPermissionError
-from execd.starter.spec import StarterSpec
+from execd.starter.spec import SCRATCH_DIR_PLACEHOLDER, StarterSpec
 
 
 class JobUser(NamedTuple):
@@ -92,4 +92,6 @@ def job_environment(spec: StarterSpec, scratch: str) -> dict[str, str]:
     # The slot's assigned resources, as condor_starter names them (the daemon computed
     # them from the slot's ad: _CONDOR_AssignedGPUs, CUDA_VISIBLE_DEVICES, ...)
     env.update(spec.resource_env)
+    if any(SCRATCH_DIR_PLACEHOLDER in value for value in env.values()):  # $$(CondorScratchDir)
+        env = {k: v.replace(SCRATCH_DIR_PLACEHOLDER, scratch) for k, v in env.items()}
     return env

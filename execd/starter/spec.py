@@ -47,6 +47,11 @@ def parse_signal(name: str | int) -> int:
         raise ValueError(f"KillSig {name!r} is not a signal name") from None
 
 
+# A slot ad's CondorScratchDir, as condor_startd's: a job's $$(CondorScratchDir) is
+# expanded to it at match time, and the starter replaces it in the job's environment
+# with the job's scratch directory.
+SCRATCH_DIR_PLACEHOLDER = "#CoNdOrScRaTcHdIr#"
+
 # What the daemon controls a starter with (execd/starter/run.py says what each does).
 # Their default action ends a process, and a starter blocks them only once its main()
 # runs: it is started with them blocked, so that one sent before (a Suspend at once

@@ -25,6 +25,7 @@ from typing import Any
 from execd.claims.ids import ClaimId
 from execd.errors import LocalProtocolError
 from execd.slots.layout import STANDARD
+from execd.starter.spec import SCRATCH_DIR_PLACEHOLDER
 from execd.wire.classad_codec import WireAd, from_classad, from_values, public_part
 from execd.wire.slot_resources import resource_names
 
@@ -58,6 +59,9 @@ def advertised_pair(
             raise LocalProtocolError(f"slot ad has no {needed}: the collector cannot key it")
     public.update(from_values({"MyAddress": address, "StartdIpAddr": address}))
     public["WithinResourceLimits"] = within_resource_limits(slot_ad)
+    # What a job's $$(CondorScratchDir) becomes at match time; the starter puts the
+    # job's scratch directory in its place (the real path is not known before).
+    public["CondorScratchDir"] = f'"{SCRATCH_DIR_PLACEHOLDER}"'
     requirements = public.get("Requirements", "true")
     if requirements != "false":  # a slot that matches nothing stays so
         public["Requirements"] = f"({requirements}) && WithinResourceLimits"
