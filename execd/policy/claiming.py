@@ -138,8 +138,9 @@ def job_exited(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
     if slot.state != S.CLAIMED or slot.activity not in (A.BUSY, A.RETIRING, A.SUSPENDED):
         raise PolicyError(f"job exited on {slot.name} in {label(slot.state, slot.activity)}")
     engine._end_job(slot, now)
-    if slot.activity == A.SUSPENDED:
-        slot.activity = A.BUSY  # a suspended job can only end by being killed
+    if slot.activity == A.SUSPENDED:  # a suspended job can only end by being killed
+        slot.leave_activity(now.mono)
+        slot.activity, slot.entered_activity = A.BUSY, now.mono
     engine._move(slot, "job_exited", now, out)
     return out
 

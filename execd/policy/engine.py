@@ -151,6 +151,7 @@ class PolicyEngine:
         old = label(slot.state, slot.activity)
         new_state, new_activity = t.target
         assert (new_state, new_activity) in VALID_PAIRS
+        slot.leave_activity(now.mono)
         if new_state != slot.state:
             slot.entered_state, slot.entered_state_wall = now.mono, now.wall
         slot.state, slot.activity = new_state, new_activity

@@ -68,6 +68,13 @@ class Slot:
     ad_keys: set[str] = field(default_factory=set)  # lower-cased attribute names in ad
     target_free: dict[str, bool] = field(default_factory=dict)  # see adcache.py
     logged_errors: set[tuple[str, str]] = field(default_factory=set)
+    # seconds spent in each (state, activity) left so far: TotalTime<State><Activity>
+    state_times: dict[tuple[State, Activity], float] = field(default_factory=dict)
+
+    def leave_activity(self, now: float) -> None:
+        """Count the time in the current state and activity, which the slot leaves now."""
+        pair = (self.state, self.activity)
+        self.state_times[pair] = self.state_times.get(pair, 0.0) + now - self.entered_activity
 
     def job_run_time(self, now: float) -> float:
         """Time since the job started, minus its suspensions (seed 000, transition 18)."""
@@ -79,8 +86,28 @@ class Slot:
         return max(0.0, now - self.job_start - suspended)
 
 
+# The time spent in each state and activity, as condor_startd publishes it.
+TOTAL_TIME_ATTRIBUTES = {
+    (State.OWNER, Activity.IDLE): "TotalTimeOwnerIdle",
+    (State.UNCLAIMED, Activity.IDLE): "TotalTimeUnclaimedIdle",
+    (State.UNCLAIMED, Activity.BENCHMARKING): "TotalTimeUnclaimedBenchmarking",
+    (State.MATCHED, Activity.IDLE): "TotalTimeMatchedIdle",
+    (State.CLAIMED, Activity.IDLE): "TotalTimeClaimedIdle",
+    (State.CLAIMED, Activity.BUSY): "TotalTimeClaimedBusy",
+    (State.CLAIMED, Activity.SUSPENDED): "TotalTimeClaimedSuspended",
+    (State.CLAIMED, Activity.RETIRING): "TotalTimeClaimedRetiring",
+    (State.CLAIMED, Activity.CLEANING): "TotalTimeClaimedCleaning",
+    (State.PREEMPTING, Activity.VACATING): "TotalTimePreemptingVacating",
+    (State.PREEMPTING, Activity.KILLING): "TotalTimePreemptingKilling",
+    (State.BACKFILL, Activity.IDLE): "TotalTimeBackfillIdle",
+    (State.BACKFILL, Activity.BUSY): "TotalTimeBackfillBusy",
+    (State.BACKFILL, Activity.KILLING): "TotalTimeBackfillKilling",
+    (State.DRAINED, Activity.IDLE): "TotalTimeDrainedIdle",
+    (State.DRAINED, Activity.RETIRING): "TotalTimeDrainedRetiring",
+}
+
 # Every attribute slot_policy_attributes (and the engine) may write into a slot's ad.
-POLICY_ATTRIBUTES = frozenset({
+POLICY_ATTRIBUTES = frozenset(TOTAL_TIME_ATTRIBUTES.values()) | frozenset({
     "State", "Activity", "EnteredCurrentState", "EnteredCurrentActivity", "MyCurrentTime",
     "CurrentTime", "ClockMin", "ClockDay", "TotalJobRunTime", "TotalJobSuspendTime",
     "TotalClaimRunTime", "TotalClaimSuspendTime", "CpuBusy", "CpuBusyTime", "Start",
@@ -116,6 +143,12 @@ def slot_policy_attributes(slot: Slot, now: Now, start_expr: Any = True) -> dict
         "Start": False if lies else start_expr,
         "Requirements": False if lies else start_expr,
     }
+    for (state, activity), name in TOTAL_TIME_ATTRIBUTES.items():
+        total = slot.state_times.get((state, activity), 0.0)
+        if (state, activity) == (slot.state, slot.activity):
+            total += now.mono - slot.entered_activity
+        if int(total):  # as condor_startd: only the pairs the slot has spent time in
+            attrs[name] = int(total)
     if slot.job_start is not None:
         attrs["JobStart"] = wall(slot.job_start)
     if slot.claim is not None:

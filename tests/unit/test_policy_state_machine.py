@@ -170,3 +170,20 @@ PolicyMachine.TestCase.settings = settings(
     max_examples=60, stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 test_policy_state_machine = PolicyMachine.TestCase
+
+
+def test_time_in_each_state_and_activity_is_published_as_condor_startd_does() -> None:
+    """TotalTime<State><Activity>: the seconds spent in each pair so far, the current
+    one included; pairs never visited (or for less than a second) are not published."""
+    d = Driver()  # Unclaimed at once (IS_OWNER false)
+    d.tick(30)
+    d.busy()
+    d.tick(100)
+    attrs = d.engine.attributes("slot1", d.clock.now())
+    times = {k: v for k, v in attrs.items() if k.startswith("TotalTime")}
+    assert times == {"TotalTimeUnclaimedIdle": 30, "TotalTimeClaimedBusy": 100}, times
+    d.starter_exited()
+    d.tick(20)
+    attrs = d.engine.attributes("slot1", d.clock.now())
+    assert attrs["TotalTimeClaimedBusy"] == 100  # left: no longer growing
+    assert attrs["TotalTimeClaimedIdle"] == 20
