@@ -6,8 +6,9 @@
   then the exponent. Decoding computes ldexp(mantissa / 2147483647, exponent); the round
   trip keeps 31 bits of mantissa, as HTCondor's does.
 - A string is its bytes and a NUL. Once the connection is encrypted every string is
-  preceded by an integer length (NUL included). A lone 0xFF byte (or a 0xFF first byte
-  of an encrypted string) is HTCondor's NULL string, read as "".
+  preceded by an integer length (NUL included). A lone 0xAD byte (or a 0xAD first byte
+  of an encrypted string: stream.cpp's BIN_NULL_CHAR, "\255" in octal) is HTCondor's NULL
+  string, read as "".
 
 Decoder errors are RemoteProtocolError naming the value and offset; the Decoder never
 raises anything else on any input (tests/unit/wire/test_wire_fuzz.py).
@@ -27,7 +28,7 @@ INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
 # HTCondor refuses an encrypted string longer than this (stream.cpp get_string_ptr).
 MAX_STRING_BYTES = 10_000_000
-NULL_STRING_MARK = 0xFF
+NULL_STRING_MARK = 0xAD  # BIN_NULL_CHAR, "\255": octal
 
 _I64 = struct.Struct("!q")
 
@@ -64,6 +65,13 @@ class Encoder:
         if self.encrypted:
             self.put_int(len(raw) + 1)
         self._buf += raw + b"\0"
+        return self
+
+    def put_null_string(self) -> Encoder:
+        """CEDAR's null string (put_nullstr(NULL)): "no value at all", not even ""."""
+        if self.encrypted:
+            self.put_int(1)
+        self._buf.append(NULL_STRING_MARK)
         return self
 
     def put_bytes(self, value: bytes) -> Encoder:

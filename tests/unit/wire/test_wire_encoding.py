@@ -74,10 +74,17 @@ def test_encrypted_strings_carry_their_length() -> None:
 
 
 def test_null_string_marker_reads_as_empty() -> None:
-    dec = Decoder(b"\xff" + b"next\0")
+    """stream.cpp's BIN_NULL_CHAR is "\\255": octal, the byte 0xAD (not 0xFF)."""
+    dec = Decoder(b"\xad" + b"next\0")
     assert dec.get_string() == ""
     assert dec.get_string() == "next"
-    assert Decoder((1).to_bytes(8, "big") + b"\xff", encrypted=True).get_string() == ""
+    assert Decoder((1).to_bytes(8, "big") + b"\xad", encrypted=True).get_string() == ""
+
+
+def test_null_string_is_written_as_htcondor_writes_it() -> None:
+    assert Encoder().put_null_string().put_string("x").payload() == b"\xadx\0"
+    assert Encoder(encrypted=True).put_null_string().payload() == \
+        (1).to_bytes(8, "big") + b"\xad"
 
 
 def test_non_utf8_bytes_round_trip() -> None:
