@@ -6,7 +6,8 @@ socket's own `vacate`, `drain` and `cancel_drain` verbs. Nothing here decides po
 Authorization (before any handler runs, in the wire server's hook): claim commands
 only from the holder of a claim id (the claim's own session, which only the
 negotiator's match gives a schedd) or an EXECD_POOL_SCHEDULERS identity; vacate and
-drain only from EXECD_POOL_ADMINISTRATORS. Every refusal is logged with the peer, the
+drain (and the daemon-core reconfig and shutdown commands, execd.daemon.pool_admin) only
+from EXECD_POOL_ADMINISTRATORS. Every refusal is logged with the peer, the
 command and the claim's public session id, never the claim id's secret.
 """
 
@@ -21,6 +22,7 @@ from execd.claims.ids import ClaimId
 from execd.daemon.control import ControlError, Role
 from execd.daemon.control import Peer as LocalPeer
 from execd.daemon.control import Request as LocalRequest
+from execd.daemon.pool_admin import ADMIN_DAEMON_COMMANDS, READ_DAEMON_COMMANDS, DaemonCommands
 from execd.daemon.pool_job import PoolJob
 from execd.wire.channel import Channel
 from execd.wire.claim_messages import (
@@ -92,20 +94,24 @@ class PoolCommands:
             Command.DRAIN_JOBS: self.drain,
             Command.CANCEL_DRAIN_JOBS: self.cancel_drain,
             Command.CA_CMD: self.ca_command,
+            **DaemonCommands(self.daemon).handlers(),  # condor_reconfig, condor_config_val
         }
 
     def authorize(self, command: int, peer: Peer) -> bool:
         config = self.member.config
         if command in CLAIM_COMMANDS:
             allowed = peer.user == MATCH_SESSION_USER or matches(peer.user, config.schedulers)
-        elif command in ADMIN_COMMANDS:
+        elif command in ADMIN_COMMANDS or command in ADMIN_DAEMON_COMMANDS:
             allowed = matches(peer.user, config.administrators)
+        elif command in READ_DAEMON_COMMANDS:
+            allowed = True  # any authenticated peer, as HTCondor's default ALLOW_READ
         else:
             allowed = False
         if not allowed:
             logger.warning("pool_command_refused", peer=peer.address, user=peer.user,
                            method=peer.method, command=command,
-                           why="not an administrator" if command in ADMIN_COMMANDS
+                           why="not an administrator"
+                           if command in ADMIN_COMMANDS or command in ADMIN_DAEMON_COMMANDS
                            else "not a claim holder or pool scheduler")  # fmt: skip
         return allowed
 

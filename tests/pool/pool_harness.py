@@ -263,8 +263,8 @@ class Pool:
         full = ["chroot", *spec, str(self.root), "env", "-i", f"PATH={CHROOT_PATH}",
                 f"HOME={home}", f"USER={user or 'root'}", "sh", "-c", script]  # fmt: skip
         done = subprocess.run(
-            full, capture_output=True, text=True, timeout=timeout_s, check=False,
-            start_new_session=True,
+            full, capture_output=True, text=True, errors="replace", timeout=timeout_s,
+            check=False, start_new_session=True,
         )  # fmt: skip
         return Tool(argv, done.returncode, done.stdout, done.stderr)
 
