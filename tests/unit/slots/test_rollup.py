@@ -32,7 +32,10 @@ def node_with(*requests: ResourceRequest) -> NodeSlots:
     return node
 
 
-def rolled_up(node: NodeSlots, settings: RollupSettings = RollupSettings(),
+DEFAULTS = RollupSettings()
+
+
+def rolled_up(node: NodeSlots, settings: RollupSettings = DEFAULTS,
               **claimed: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """The node's ads by slot name, each claimed slot's extra attributes merged in (as
     the daemon merges state and claimant) before the roll-up."""
@@ -155,5 +158,5 @@ def test_the_knobs(text: str, enabled: bool, extra: tuple[str, ...]) -> None:
 
 
 def test_rolled_up_attributes_leave_out_the_standard_resources() -> None:
-    names = rolled_up_attributes("Cpus Memory Disk Swap GPUs Cogs".split(), ["Foo"])
+    names = rolled_up_attributes(["Cpus", "Memory", "Disk", "Swap", "GPUs", "Cogs"], ["Foo"])
     assert names == [*FIXED, "GPUs", "Cogs", "Foo"]
