@@ -10,7 +10,8 @@ Compared, idle and while both run: the p-slot's `PslotRollupInformation`,
 JSON keeps strings, integers, reals and undefined apart), and each d-slot's `DSlotId`
 and `PslotRollupInformation`. Values that legitimately differ are compared by form:
 the host part of `ChildName`, `ChildEnteredCurrentState` (times) and `ChildDisk` (the
-execute directories' free space).
+execute directories' free space). `[rollup-off]`: both with
+`ADVERTISE_PSLOT_ROLLUP_INFORMATION = false` publish `NumDynamicSlots` alone.
 
 Seen on condor_startd: the p-slot's roll-up reaches the collector in the same update as
 the d-slots' new state (the same LastHeardFrom); execd advertises every slot at once on
@@ -28,12 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import pool_harness as harness
+import pytest
 from pool_node import PoolNode, start_node, wait_pool
 from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, submit_files
 from test_pool_preemption import restart_startd
 
 NODE = ("NUM_CPUS = 3\nMEMORY = 1024\nMACHINE_RESOURCE_Cogs = c1 c2 c3\n"
         "STARTD_PARTITIONABLE_SLOT_ATTRS = Arch, NoSuchAttr\n")  # fmt: skip
+ROLLUP_OFF = "ADVERTISE_PSLOT_ROLLUP_INFORMATION = false\n"
 REFERENCE_CONFIG = "/etc/condor/config.d/99-execd-rollup.conf"
 # (submit extras, what the d-slot gets): the first job's d-slot is slot1_1 on both
 JOBS = ("request_cpus = 2\nrequest_memory = 200\nrequest_cogs = 1", "request_cpus = 1")
@@ -88,10 +91,10 @@ def run_jobs(pool: harness.Pool, node: PoolNode | None = None) -> tuple[Any, Any
 
 
 @contextlib.contextmanager
-def reference_node(pool: harness.Pool) -> Iterator[None]:
+def reference_node(pool: harness.Pool, knob: str) -> Iterator[None]:
     """condor_startd restarted with execd's node, and back afterwards."""
     config = pool.host_path(REFERENCE_CONFIG)
-    config.write_text(NODE)
+    config.write_text(NODE + knob)
     try:
         restart_startd(pool, lambda ad: ad.get("TotalCogs") == 3)
         yield
@@ -100,21 +103,29 @@ def reference_node(pool: harness.Pool) -> Iterator[None]:
         restart_startd(pool, lambda ad: not ad.get("TotalCogs"))
 
 
+@pytest.mark.parametrize("knob", ["", ROLLUP_OFF], ids=["rollup", "rollup-off"])
 def test_pslot_rollup_of_running_dslots_as_on_condor_startd(
-        running_pool: harness.RunningPool) -> None:  # fmt: skip
+        running_pool: harness.RunningPool, knob: str) -> None:  # fmt: skip
     pool = running_pool.get(with_startd=False)
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
-        node: PoolNode = start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + NODE)
+        node: PoolNode = start_node(pool, Path(tmp),
+                                    "STARTER_UPDATE_INTERVAL = 2\n" + NODE + knob)  # fmt: skip
         try:
             ours_idle, ours_busy, shown = run_jobs(pool, node)
         finally:
             node.stop(signal.SIGQUIT)
     reference = running_pool.get(with_startd=True)
-    with reference_node(reference):
+    with reference_node(reference, knob):
         theirs_idle, theirs_busy, _ = run_jobs(reference)
     assert ours_idle == theirs_idle
     assert ours_busy == theirs_busy
+    # `execd status` shows the roll-up the collector got
+    assert slots_seen(shown) == ours_busy
     p = ours_busy["slot1"]
+    if knob:  # NumDynamicSlots alone, on condor_startd too
+        assert [k for ad in ours_busy.values() for k in ad if k not in ("SlotType", "DSlotId")
+                ] == ["NumDynamicSlots"]  # fmt: skip
+        return
     assert p["PslotRollupInformation"] == "true"
     assert p["ChildCpus"] == "[2, 1]" and p["ChildMemory"] == "[256, 128]"
     assert p["ChildCogs"] == "[1, 0]" and p["ChildNoSuchAttr"] == "[null, null]"
@@ -122,5 +133,3 @@ def test_pslot_rollup_of_running_dslots_as_on_condor_startd(
     assert json.loads(p["ChildRemoteUser"]) == [json.loads(p["ChildRemoteOwner"])[0]] * 2
     assert all("Child" + a in p for a in ("DSlotId", "CurrentRank", "AccountingGroup",
                                           "RetirementTimeRemaining", "GPUs", "Arch"))  # fmt: skip
-    # `execd status` shows the roll-up the collector got
-    assert slots_seen(shown) == ours_busy
