@@ -72,7 +72,7 @@ def main() -> None:
     print(f"carve   (request eval + carve): {t_carve / N * 1e6:8.1f} us per dynamic slot")
     print(f"release                       : {t_release / N * 1e6:8.1f} us per dynamic slot")
     print(f"build ads ({len(ads)} ads)          : {t_ads / len(ads) * 1e6:8.1f} us per ad")
-    print(f"roll-up of {N} d-slots         : {t_rollup * 1e3:8.1f} ms "
+    print(f"roll-up of {N} d-slots       : {t_rollup * 1e3:8.1f} ms "
           f"({t_rollup / N * 1e6:.1f} us per d-slot)")
     print(f"RSS growth with {N} slots + ads held: {(held - base) / 1024:.0f} KB total, "
           f"{(held - base) / N / 1024:.1f} KB per dynamic slot (goal < 50 KB)")
