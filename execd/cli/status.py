@@ -28,6 +28,7 @@ from execd.machine.reader import HostReader, LiveHostReader
 from execd.slots import from_config
 from execd.slots.layout import build_layout
 from execd.slots.node import NodeSlots
+from execd.slots.rollup import publish_child_summaries
 from execd.slots.status_view import format_autoformat, format_long, format_table, select
 
 
@@ -81,7 +82,7 @@ def local_ads(
     policies = {d.name: from_config.idle_policy(config, d.slot_id, now) for d in node.definitions}
     # no jobs yet: all of the machine's load is owner load, split as seed 000 describes
     slots = [SlotLoadInput(res.name, 0.0) for res in node.resources()]
-    return node.build_ads(
+    ads = node.build_ads(
         now=now,
         machine_load=load,
         load_for=split_load(load.total_load_avg, slots),
@@ -89,6 +90,8 @@ def local_ads(
         startd_attrs_for=lambda slot_id: from_config.startd_attrs(config, slot_id),
         slot_attrs=from_config.startd_slot_attrs(config),
     )
+    publish_child_summaries(ads, from_config.rollup_settings(config))
+    return ads
 
 
 def render(ads: list[Any], args: argparse.Namespace) -> str:

@@ -319,10 +319,10 @@ class PoolMember:
                  "FileSystemDomain": self.config.filesystem_domain, "HasFileTransfer": True}
         for key, value in from_values(extra).items():
             public.setdefault(key, value)
-        public.update(from_values(self._claimant(name)))
         return public, private
 
-    def _claimant(self, name: str) -> dict[str, Any]:
+    def claimant(self, name: str) -> dict[str, Any]:
+        """Who holds the slot's claim (RemoteUser, CurrentRank, ...), for its ad."""
         slot = self.daemon.engine.slots.get(name)
         return {} if slot is None else claimant_attributes(slot, self.config.domain)
 

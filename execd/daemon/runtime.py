@@ -43,6 +43,8 @@ from execd.hooks.cron import CronManager, CronUpdate
 from execd.hooks.cron_config import cron_settings
 from execd.policy import actions as act
 from execd.policy.engine import PolicyEngine
+from execd.slots import from_config
+from execd.slots.rollup import publish_child_summaries
 from execd.starter.launcher import ZYGOTE
 
 logger = log.get_logger("daemon")
@@ -181,7 +183,8 @@ class Daemon:
         self.wake.set()
 
     def ads(self) -> list[Any]:
-        """Slot ads with the policy engine's state, activity and timers merged in."""
+        """Slot ads with the policy engine's state, activity and timers merged in, the
+        claimant of each pool claim, and last each p-slot's roll-up of its d-slots."""
         moment = now()
         ads = self.resource_ads()
         for ad in ads:
@@ -190,6 +193,9 @@ class Daemon:
                 ad.update(self.engine.attributes(name, moment))
             elif "SlotBrokenReason" in ad:  # a broken d-slot kept out of use
                 ad.update(State="Owner", Activity="Idle", Start=False, Requirements=False)
+            if self.pool is not None:
+                ad.update(self.pool.claimant(name))
+        publish_child_summaries(ads, from_config.rollup_settings(self.config))
         return ads
 
     def execute(self, actions: list[Any]) -> None:

@@ -24,6 +24,7 @@ from execd.policy.transitions import lookup, state_edge
 
 S, A = State, Activity
 Actions = list[act.Action]
+INT_MAX = 2**31 - 1  # HTCondor's endless retirement (a C int)
 _BOOL_EXPRS = frozenset({"START", "IS_OWNER", "SUSPEND", "CONTINUE", "PREEMPT", "KILL",
                          "WANT_SUSPEND", "WANT_VACATE", "RUNBENCHMARKS", "START_BACKFILL",
                          "EVICT_BACKFILL", "WANT_HOLD", "CPUBusy"})
@@ -85,6 +86,7 @@ class PolicyEngine:
         if attrs["Requirements"] is not False and classads.evaluate(
                 self.start_expr(), self.machine_ad(slot, now, full=True)) is True:
             attrs["Requirements"] = True  # START is true whatever the job (seed 000, 3.5.2)
+        attrs["RetirementTimeRemaining"] = self.retirement_remaining(slot, now)
         attrs["TotalMachineDrainingBadput"] = int(self.draining_badput)
         attrs["TotalMachineDrainingUnclaimedTime"] = int(self.draining_unclaimed)
         attrs.update(self.drain_estimate.attributes())
@@ -307,6 +309,17 @@ class PolicyEngine:
             if job is not None:
                 return min(machine, job)
         return machine
+
+    def retirement_remaining(self, slot: Slot, now: Now) -> int:
+        """RetirementTimeRemaining as the startd publishes it: the seconds of retirement
+        the running job has left (HTCondor's INT_MAX less its age where retirement is
+        endless), 0 without a job."""
+        if slot.job_start is None:
+            return 0
+        left = self.retirement_left(slot, now)
+        if math.isinf(left):
+            return max(0, INT_MAX - int(slot.job_run_time(now.mono)))
+        return int(left)
 
     def retirement_left(self, slot: Slot, now: Now) -> float:
         total = self.retirement_time(slot, now)

@@ -55,6 +55,7 @@ class SlotResources:
     # its own, also those carved into its dynamic slots; absent: those it has now.
     bound_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     num_dynamic_slots: int = 0
+    dslot_id: int = 0  # a dynamic slot's number under its parent (slot1_2: 2)
 
 
 def static_resources(d: SlotDefinition, facts: MachineFacts) -> SlotResources:
@@ -89,6 +90,7 @@ def dynamic_resources(s: DynamicSlot, p: PartitionableSlot, facts: MachineFacts)
         swap_kb=int(p.definition.swap_fraction * facts.total_swap_kb),
         total_slot_cpus=s.cpus, total_slot_memory_mb=s.memory_mb, total_slot_disk_kb=s.disk_kb,
         custom=s.custom, total_slot_custom={n: a.amount for n, a in s.custom.items()},
+        dslot_id=s.sub_id,
     )
 
 
@@ -173,6 +175,8 @@ def build_slot_ad(
     elif res.slot_type == "Dynamic":
         attrs["DynamicSlot"] = True
         attrs["ParentSlotName"] = f"slot{res.slot_id}@{facts.hostname}"
+        attrs["ParentSlotId"] = res.slot_id
+        attrs["DSlotId"] = res.dslot_id
     gpu_props = {g.id: g.properties for g in facts.gpus}
     for name, got in res.custom.items():
         if name in STANDARD:

@@ -11,10 +11,12 @@ import math
 from collections.abc import Iterable
 from typing import Protocol
 
+from execd.config.settings import parse_bool
 from execd.errors import ConfigError
 from execd.machine.detect import DetectionParams
 from execd.slots.ads import PolicyFacts
 from execd.slots.layout import SlotTypeInput, default_slot_types
+from execd.slots.rollup import RollupSettings
 
 MAX_SLOT_TYPES_DEFAULT = 10  # HTCondor's MAX_SLOT_TYPES
 DEFAULT_EXECUTE = "/var/lib/execd/execute"
@@ -61,6 +63,18 @@ def _bool(config: ConfigLookup, name: str, default: bool) -> bool:
     if text.lower() in ("false", "no", "0"):
         return False
     raise ConfigError(f"{name} = {text!r} is not True or False")
+
+
+def _setting_bool(config: ConfigLookup, name: str, default: bool) -> bool:
+    """A boolean as the knob registry validates it (true/false, yes/no, on/off, an
+    expression), for knobs that only ever had that reading."""
+    text = _text(config, name)
+    if text is None:
+        return default
+    try:
+        return parse_bool(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 def _list(text: str | None) -> list[str]:
@@ -147,6 +161,14 @@ def startd_attrs(config: ConfigLookup, slot_id: int) -> dict[str, str]:
 
 def startd_slot_attrs(config: ConfigLookup) -> list[str]:
     return _list(_text(config, "STARTD_SLOT_ATTRS")) + _list(_text(config, "STARTD_SLOT_EXPRS"))
+
+
+def rollup_settings(config: ConfigLookup) -> RollupSettings:
+    """ADVERTISE_PSLOT_ROLLUP_INFORMATION and STARTD_PARTITIONABLE_SLOT_ATTRS."""
+    return RollupSettings(
+        enabled=_setting_bool(config, "ADVERTISE_PSLOT_ROLLUP_INFORMATION", True),
+        extra_attrs=tuple(_list(_text(config, "STARTD_PARTITIONABLE_SLOT_ATTRS"))),
+    )
 
 
 def idle_policy(config: ConfigLookup, slot_id: int, now: int) -> PolicyFacts:

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from execd.classads import ClassAdError, Value, evaluate, is_true, parse_expr
+from execd.classads import ClassAdError, Value, evaluate, is_true, new_ad, parse_expr
 
 TABLE_HEADER = ("Name", "OpSys", "Arch", "State", "Activity", "LoadAv", "Mem", "ActvtyTime")
 # condor_status's summary columns; Drain counts Drained slots, BkIdle Backfill/Idle ones
@@ -106,6 +106,8 @@ def _af_value(ad: Any, attr: str) -> str:
         return "error"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list):  # as condor_status -af: `{ "Claimed","Claimed" }`
+        return str(new_ad({"X": value}).printOld()).split("=", 1)[1].strip()
     return str(value)
 
 

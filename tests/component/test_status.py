@@ -68,6 +68,17 @@ def test_autoformat_shows_gpu_and_resource_attributes() -> None:
     assert out == "slot1@gpu1.example 16 1 GPU-ed351562 67089804 true\n"
 
 
+def test_local_pslot_shows_its_empty_rollup_and_lists_as_condor_status() -> None:
+    values = {"MACHINE_RESOURCE_Cogs": "4", "STARTD_PARTITIONABLE_SLOT_ATTRS": "Foo"}
+    out = render(ads_for(values), args(autoformat=[
+        "PslotRollupInformation", "NumDynamicSlots", "ChildCpus", "ChildCogs", "ChildFoo"]))
+    assert out == "true 0 {  } {  } {  }\n"
+    quiet = ads_for({**values, "ADVERTISE_PSLOT_ROLLUP_INFORMATION": "false"})
+    out = render(quiet, args(autoformat=["PslotRollupInformation", "NumDynamicSlots",
+                                         "ChildCpus"]))  # fmt: skip
+    assert out == "undefined 0 undefined\n"
+
+
 def test_static_slots_with_gpu_constraint_and_custom_resource() -> None:
     values = {
         "MACHINE_RESOURCE_Cogs": "4",

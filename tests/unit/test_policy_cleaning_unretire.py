@@ -222,6 +222,7 @@ def test_facts_update_in_place_and_policy_attributes_win_over_facts() -> None:
     written = set(d.slot.ad_policy_values) | set(d.engine.attributes("slot1", d.clock.now()))
     assert written - POLICY_ATTRIBUTES == {
         "TotalMachineDrainingBadput", "TotalMachineDrainingUnclaimedTime", "DrainReason",
+        "RetirementTimeRemaining",
         "ExpectedMachineGracefulDrainingBadput", "ExpectedMachineQuickDrainingBadput",
         "ExpectedMachineGracefulDrainingCompletion", "ExpectedMachineQuickDrainingCompletion",
         "SlotWeight", "MaxJobRetirementTime", "MachineMaxVacateTime"}
@@ -237,3 +238,26 @@ def test_release_names_the_claim_it_ends() -> None:
     assert d.pair == "Preempting/Killing"
     d.starter_exited()
     assert d.pair == "Claimed/Idle" and d.slot.claim.id == boss  # the waiting claim got it
+
+
+def test_retirement_time_remaining_is_published_as_the_startd_does() -> None:
+    """RetirementTimeRemaining (rolled up as ChildRetirementTimeRemaining): 0 without a
+    job, MAXJOBRETIREMENTTIME less the job's run time (a job may lower it), and
+    HTCondor's INT_MAX less the run time while a peaceful shutdown retires it."""
+    d = Driver({"MAXJOBRETIREMENTTIME": "100"})
+    assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == 0
+    d.busy()
+    d.tick(30)
+    assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == 70
+    d.tick(80)
+    assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == 0
+    lower = Driver({"MAXJOBRETIREMENTTIME": "100"})
+    lower.busy({"Owner": "alice", "MaxJobRetirementTime": 40})
+    lower.tick(10)
+    assert lower.engine.attributes("slot1", lower.clock.now())["RetirementTimeRemaining"] == 30
+    peaceful = Driver()
+    peaceful.busy()
+    peaceful.tick(5)
+    peaceful.do(peaceful.engine.shutdown("peaceful", peaceful.clock.now()))
+    attrs = peaceful.engine.attributes("slot1", peaceful.clock.now())
+    assert attrs["RetirementTimeRemaining"] == 2**31 - 1 - 5
