@@ -16,6 +16,7 @@ from typing import Any
 from execd.classads import ClassAdError, new_ad, parse_expr
 from execd.log import get_logger
 from execd.machine.facts import MachineFacts, MachineLoad
+from execd.machine.host_attrs import host_attributes
 from execd.slots.layout import STANDARD, Assigned, SlotDefinition
 from execd.slots.partitionable import DynamicSlot, PartitionableSlot
 
@@ -129,6 +130,7 @@ def _machine_totals(facts: MachineFacts) -> dict[str, Any]:
         attrs[f"Total{res.name}"] = _number(res.count)
         attrs[f"Detected{res.name}"] = ", ".join(res.instances) if res.inventory else _number(
             res.count)
+    attrs.update(host_attributes(facts))  # has_*, Microarch, Cpu*, Utsname*, OpSys*
     return attrs
 
 
