@@ -108,7 +108,6 @@ def _machine_totals(facts: MachineFacts) -> dict[str, Any]:
         "Machine": facts.hostname,
         "Arch": facts.arch, "OpSys": facts.opsys,
         "OpSysAndVer": facts.opsys_and_ver or facts.opsys,
-        "OpSysVer": facts.opsys_ver, "OpSysMajorVer": facts.opsys_ver // 100,
         "OpSysName": facts.opsys_name or facts.opsys,
         "OpSysLongName": facts.opsys_long_name or facts.opsys,
         "DetectedCpus": facts.detected_cpus, "DetectedCores": facts.detected_cores,

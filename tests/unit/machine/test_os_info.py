@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
+from execd.machine.detect import DetectionParams, detect_machine
 from execd.machine.os_info import OsInfo, detect_os
 from execd.machine.reader import FixtureHostReader
+from execd.slots.layout import build_layout, default_slot_types
+from execd.slots.node import NodeSlots
 
 BOOKWORM_OS_RELEASE = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\n'
 
@@ -58,3 +61,21 @@ def test_linux_distributions(node_copy: Any, files: dict[str, str],
 def test_arch_from_uname(node_copy: Any) -> None:
     info = os_of(node_copy("hybrid-cgroup-node"), {"issue": "Debian GNU/Linux 12 \\n \\l\n"})
     assert info.arch == "X86_64"  # FixtureHostReader's uname machine is x86_64
+
+
+@pytest.mark.parametrize(("issue", "published"), [
+    ("Debian GNU/Linux 12 \\n \\l\n", {"OpSysAndVer": "Debian12", "OpSysVer": 1200,
+                                        "OpSysMajorVer": 12}),
+    # condor_startd publishes OpSysVer and OpSysMajorVer only when they are not 0
+    ("Debian GNU/Linux forky/sid \\n \\l\n", {"OpSysAndVer": "Debian0", "OpSysVer": None,
+                                              "OpSysMajorVer": None}),
+])  # fmt: skip
+def test_slot_ad_os_attributes(node_copy: Any, issue: str, published: dict[str, Any]) -> None:
+    root = node_copy("hybrid-cgroup-node")
+    os_of(root, {"issue": issue})
+    facts = detect_machine(FixtureHostReader(root), DetectionParams(execute_dir="/tmp",
+                                                                    hostname="h"))  # fmt: skip
+    (ad,) = NodeSlots(facts, build_layout(default_slot_types(), facts)).build_ads(now=1000)
+    expected = {**published, "OpSys": "LINUX", "OpSysLegacy": "LINUX", "OpSysName": "Debian",
+                "OpSysShortName": "Debian"}  # fmt: skip
+    assert {k: ad.get(k) for k in expected} == expected
