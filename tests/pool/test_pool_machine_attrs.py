@@ -12,19 +12,31 @@ chroot's (Debian sid: "Debian0"), execd runs on the host and reads the host's, s
 values differ where those files differ. What is compared for them: execd's rules applied
 to the chroot's /etc give condor_startd's values, and execd's ad has
 OpSysShortName == OpSysName as condor_startd's has.
+
+The derivation from /proc/cpuinfo is also judged on CPUs this machine does not have:
+the recorded nodes' cpuinfo (tests/fixtures: an Intel Sapphire Rapids and an AMD Zen 4,
+both x86_64-v4) and edits of it, bind-mounted over the chroot's /proc/cpuinfo for
+condor_startd, give the attributes execd computes from the same text.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import subprocess
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pool_harness as harness
+import pytest
 from pool_node import WAIT_S, start_node, wait_pool
+from recorded_nodes import FIXTURES
 from test_pool_harness import ECHO_JOB
+from test_pool_preemption import slot_ad
 
+from execd.machine.cpu_flags import cpu_attributes, parse_cpuinfo
 from execd.machine.os_info import detect_os
 from execd.machine.reader import FixtureHostReader, LiveHostReader
 
@@ -47,6 +59,74 @@ def requirements_of(ad: dict[str, Any]) -> str:
     if ad.get("Microarch"):
         terms.append(f'Microarch == "{ad["Microarch"]}"')
     return " && ".join(terms)
+
+
+def edited(node: str, edit: Callable[[list[str]], list[str]]) -> str:
+    """A recorded node's /proc/cpuinfo with its flags lines rewritten by edit."""
+    lines = (FIXTURES / node / "proc/cpuinfo").read_text().splitlines()
+    return "".join((head + ": " + " ".join(edit(flags.split(" "))) if line.startswith("flags")
+                    else line) + "\n"
+                   for line in lines for head, _, flags in [line.partition(": ")])  # fmt: skip
+
+
+def no_avx512(*names: str) -> Callable[[list[str]], list[str]]:
+    return lambda flags: [f for f in flags if f not in names and not f.startswith("avx512")]
+
+
+CPUINFOS = {
+    "h100-node": edited("h100-node", lambda flags: flags),
+    "hybrid-cgroup-node": edited("hybrid-cgroup-node", lambda flags: flags),
+    # the flag printed last is never seen (HTCondor keeps the newline on it): v3
+    "avx512f-last": edited("h100-node",
+                           lambda fl: [f for f in fl if f != "avx512f"] + ["avx512f"]),
+    "v4-without-avx": edited("h100-node", lambda fl: [f for f in fl if f != "avx"]),
+    "v2": edited("hybrid-cgroup-node", no_avx512("avx")),
+    "v3-without-lahf_lm": edited("hybrid-cgroup-node", no_avx512("lahf_lm")),
+    "v1": edited("hybrid-cgroup-node", no_avx512("avx", "popcnt")),
+}  # fmt: skip
+
+
+def cpu_part(ad: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in ad.items() if k.startswith("has_") or k in (
+        "Microarch", "CpuFamily", "CpuModelNumber", "CpuCacheSize")}  # fmt: skip
+
+
+def startd_off(pool: harness.Pool) -> None:
+    pool.tool("condor_off", "-startd").check()
+    harness.wait_for("condor_startd's slot gone", lambda: not pool.status("-slots"), WAIT_S, 0.2)
+
+
+def startd_on(pool: harness.Pool) -> dict[str, Any]:
+    """condor_on, not condor_restart: the master restarts a daemon that exited after a
+    growing delay (10 s, 11 s, 13 s, ...), but starts one turned off at once."""
+    pool.tool("condor_on", "-startd").check()
+    return slot_ad(pool, lambda ad: True)
+
+
+@contextlib.contextmanager
+def startd_reading(pool: harness.Pool, cpuinfo: str) -> Iterator[dict[str, Any]]:
+    """condor_startd started anew with this text as its /proc/cpuinfo (its slot ad), and
+    again on the real one afterwards."""
+    fake = pool.host_path(f"/tmp/execd-cpuinfo-{len(cpuinfo)}")
+    fake.write_text(cpuinfo)
+    target = str(pool.host_path("/proc/cpuinfo"))
+    startd_off(pool)
+    subprocess.run(["mount", "--bind", str(fake), target], check=True)
+    try:
+        yield startd_on(pool)
+        startd_off(pool)
+    finally:
+        subprocess.run(["umount", target], check=True)
+        fake.unlink()
+        if not pool.status("-slots"):
+            startd_on(pool)
+
+
+@pytest.mark.parametrize("name", CPUINFOS)
+def test_cpu_attributes_from_cpuinfo_as_condor_startd(
+        running_pool: harness.RunningPool, name: str) -> None:  # fmt: skip
+    with startd_reading(running_pool.get(with_startd=True), CPUINFOS[name]) as theirs:
+        assert cpu_part(theirs) == cpu_attributes(parse_cpuinfo(CPUINFOS[name], "x86_64"))
 
 
 def test_machine_attributes_as_on_condor_startd(running_pool: harness.RunningPool) -> None:
