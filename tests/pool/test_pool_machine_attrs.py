@@ -16,7 +16,8 @@ OpSysShortName == OpSysName as condor_startd's has.
 The derivation from /proc/cpuinfo is also judged on CPUs this machine does not have:
 the recorded nodes' cpuinfo (tests/fixtures: an Intel Sapphire Rapids and an AMD Zen 4,
 both x86_64-v4) and edits of it, bind-mounted over the chroot's /proc/cpuinfo for
-condor_startd, give the attributes execd computes from the same text.
+condor_startd, give the attributes execd computes from the same text; and the OpSys*
+rules on other distributions' /etc files (Ubuntu, RHEL, Rocky, an unknown one, none).
 """
 
 from __future__ import annotations
@@ -104,42 +105,74 @@ def startd_on(pool: harness.Pool) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def startd_reading(pool: harness.Pool, cpuinfo: str) -> Iterator[dict[str, Any]]:
-    """condor_startd started anew with this text as its /proc/cpuinfo (its slot ad), and
-    again on the real one afterwards."""
-    fake = pool.host_path(f"/tmp/execd-cpuinfo-{len(cpuinfo)}")
-    fake.write_text(cpuinfo)
-    target = str(pool.host_path("/proc/cpuinfo"))
+def startd_reading(pool: harness.Pool, files: dict[str, str]) -> Iterator[dict[str, Any]]:
+    """condor_startd started anew with these texts as these files of the chroot (its slot
+    ad), and again on the real ones afterwards. An existing file (/proc/cpuinfo, /etc/issue)
+    gets the text bind-mounted over it; a missing one is written, then removed."""
     startd_off(pool)
-    subprocess.run(["mount", "--bind", str(fake), target], check=True)
     try:
-        yield startd_on(pool)
-        startd_off(pool)
+        with tempfile.TemporaryDirectory(prefix="execd-files-") as tmp, \
+                contextlib.ExitStack() as undo:  # fmt: skip
+            for n, (path, text) in enumerate(files.items()):
+                target = pool.host_path(path)
+                if target.exists():
+                    (fake := Path(tmp) / str(n)).write_text(text)
+                    subprocess.run(["mount", "--bind", str(fake), str(target)], check=True)
+                    undo.callback(subprocess.run, ["umount", str(target)], check=True)
+                else:
+                    target.write_text(text)
+                    undo.callback(target.unlink)
+            try:
+                yield startd_on(pool)
+            finally:
+                startd_off(pool)
     finally:
-        subprocess.run(["umount", target], check=True)
-        fake.unlink()
-        if not pool.status("-slots"):
-            startd_on(pool)
+        startd_on(pool)
 
 
 @pytest.mark.parametrize("name", CPUINFOS)
 def test_cpu_attributes_from_cpuinfo_as_condor_startd(
         running_pool: harness.RunningPool, name: str) -> None:  # fmt: skip
-    with startd_reading(running_pool.get(with_startd=True), CPUINFOS[name]) as theirs:
+    files = {"/proc/cpuinfo": CPUINFOS[name]}
+    with startd_reading(running_pool.get(with_startd=True), files) as theirs:
         assert cpu_part(theirs) == cpu_attributes(parse_cpuinfo(CPUINFOS[name], "x86_64"))
+
+
+# Files of /etc, as distributions have them ("" reads as HTCondor reads a missing one).
+ETCS = {
+    "ubuntu": {"/etc/issue": "Ubuntu 22.04.3 LTS \\n \\l\n\n"},
+    "rhel": {"/etc/issue": "\\S\nKernel \\r on an \\m\n",
+             "/etc/redhat-release": "Red Hat Enterprise Linux release 9.4 (Plow)\n"},
+    "rocky": {"/etc/issue": "", "/etc/issue.net": "",
+              "/etc/system-release": "Rocky Linux release 8.10 (Green Obsidian)\n"},
+    "unknown": {"/etc/issue": "Arch Linux \\r (\\l)\n", "/etc/issue.net": "Arch Linux\n",
+                "/etc/os-release": 'NAME="Arch Linux"\nPRETTY_NAME="Arch Linux"\n'},
+    "nothing": {"/etc/issue": "", "/etc/issue.net": "", "/etc/os-release": ""},
+}  # fmt: skip
+
+
+def os_expected(pool: harness.Pool) -> dict[str, Any]:
+    """The OpSys* execd's rules derive from the chroot's /etc, as condor_startd publishes
+    them (OpSysVer and OpSysMajorVer not when 0)."""
+    found = detect_os(FixtureHostReader(pool.root, uname=LiveHostReader().uname()))
+    return {"OpSysName": found.opsys_name, "OpSysShortName": found.opsys_short_name,
+            "OpSysLongName": found.opsys_long_name, "OpSysAndVer": found.opsys_and_ver,
+            "OpSysVer": found.opsys_ver or None,
+            "OpSysMajorVer": found.opsys_ver // 100 or None}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ETCS)
+def test_opsys_from_etc_as_condor_startd(running_pool: harness.RunningPool, name: str) -> None:
+    pool = running_pool.get(with_startd=True)
+    with startd_reading(pool, ETCS[name]) as theirs:
+        assert {k: theirs.get(k) for k in FROM_ETC} == os_expected(pool)
 
 
 def test_machine_attributes_as_on_condor_startd(running_pool: harness.RunningPool) -> None:
     reference = running_pool.get(with_startd=True)
     (theirs,) = reference.status("-slots")
     # the chroot's /etc seen through execd's detection, as condor_startd sees it
-    chroot = FixtureHostReader(reference.root, uname=LiveHostReader().uname())
-    chroot_os = detect_os(chroot)
-    assert {k: theirs.get(k) for k in FROM_ETC} == {  # a version of 0 is not published
-        "OpSysName": chroot_os.opsys_name, "OpSysShortName": chroot_os.opsys_short_name,
-        "OpSysLongName": chroot_os.opsys_long_name, "OpSysAndVer": chroot_os.opsys_and_ver,
-        "OpSysVer": chroot_os.opsys_ver or None,
-        "OpSysMajorVer": chroot_os.opsys_ver // 100 or None}  # fmt: skip
+    assert {k: theirs.get(k) for k in FROM_ETC} == os_expected(reference)
 
     pool = running_pool.get(with_startd=False)
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
