@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from execd.log import get_logger
 from execd.machine.cgroup_limits import enclosing_limits
+from execd.machine.cpu_flags import detect_cpu_flags
 from execd.machine.cpus import detect_cpus
 from execd.machine.custom import (
     InventoryNotInstalledError,
@@ -55,7 +56,7 @@ class DetectionParams:
     machine_resources: dict[str, str] = field(default_factory=dict)  # name -> value
     machine_inventories: dict[str, str] = field(default_factory=dict)  # name -> command
     hostname: str | None = None
-    arch: str | None = None  # the platform's, unless a test says otherwise
+    arch: str | None = None  # uname's machine, unless a test says otherwise
 
 
 def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
@@ -85,6 +86,7 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
         gpus = inventory_gpus(reader, gpu_inventory, nvml_too=params.detect_gpus)
     elif params.detect_gpus:
         gpus = detect_gpus(reader.nvml(), reader)
+    uname = reader.uname()
     osinfo = detect_os(reader, params.arch)
     return MachineFacts(
         detected_cpus=cpus.detected_cpus,
@@ -107,6 +109,10 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
         opsys_ver=osinfo.opsys_ver,
         opsys_name=osinfo.opsys_name,
         opsys_long_name=osinfo.opsys_long_name,
+        opsys_short_name=osinfo.opsys_short_name,
+        opsys_legacy=osinfo.opsys_legacy,
+        cpu=detect_cpu_flags(reader, uname.machine),
+        uname=uname,
         hostname=params.hostname or socket.getfqdn(),
         execute_dir=params.execute_dir,
     )

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from execd.machine.cpu_flags import CpuFlags
+from execd.machine.reader import Uname
+
 
 @dataclass(frozen=True)
 class GpuInfo:
@@ -54,6 +57,11 @@ class MachineFacts:
     opsys_ver: int = 0
     opsys_name: str = ""
     opsys_long_name: str = ""
+    opsys_short_name: str = ""
+    opsys_legacy: str = ""
+    # /proc/cpuinfo's flags and numbers, and uname(2): None where nothing was detected
+    cpu: CpuFlags | None = None
+    uname: Uname | None = None
     hostname: str = "localhost"
     execute_dir: str = ""
 

@@ -21,6 +21,21 @@ class CommandResult:
     stderr: str
 
 
+@dataclass(frozen=True)
+class Uname:
+    """uname(2): what the kernel says of itself and of this node (its UTS namespace)."""
+
+    sysname: str
+    nodename: str
+    release: str
+    version: str
+    machine: str
+
+
+# What a recorded node reports unless its test says otherwise.
+FIXTURE_UNAME = Uname("Linux", "fixture-node", "6.1.0-fixture", "#1 SMP PREEMPT_DYNAMIC", "x86_64")
+
+
 class HostReader(Protocol):
     def read_text(self, path: str) -> str | None:
         """The file's text, or None when it does not exist or cannot be read."""
@@ -45,6 +60,9 @@ class HostReader(Protocol):
 
     def now(self) -> float:
         """Wall clock time."""
+
+    def uname(self) -> Uname:
+        """The kernel's uname(2)."""
 
 
 class LiveHostReader:
@@ -104,6 +122,10 @@ class LiveHostReader:
     def now(self) -> float:
         return time.time()
 
+    def uname(self) -> Uname:
+        u = os.uname()
+        return Uname(u.sysname, u.nodename, u.release, u.version, u.machine)
+
 
 def _proc_name(path: str) -> str | None:
     if path.startswith("/proc/self/"):
@@ -119,7 +141,8 @@ class FixtureHostReader:
     /proc/X -> proc/X, /proc/self/X -> proc/self_X, /sys/devices/system/cpu/X -> sys/cpu/X,
     and the cgroup v2 mount named in proc/mounts -> sys/cgroup/. Free disk comes from
     proc/df_tmp.txt for any path unless ``missing_paths`` names it; NVML is whatever object
-    the test passes (a fake built from nvml/pynvml.json, or None for "not importable").
+    the test passes (a fake built from nvml/pynvml.json, or None for "not importable");
+    uname is the test's (the recordings hold none: FIXTURE_UNAME unless it says).
     """
 
     def __init__(
@@ -132,6 +155,7 @@ class FixtureHostReader:
         atimes: dict[str, float] | None = None,
         now: float = 1_800_000_000.0,
         missing_paths: tuple[str, ...] = (),
+        uname: Uname = FIXTURE_UNAME,
     ) -> None:
         self.root = Path(root)
         self._nvml = nvml
@@ -140,6 +164,7 @@ class FixtureHostReader:
         self._atimes = atimes or {}
         self._now = now
         self._missing = missing_paths
+        self._uname = uname
         self._cgroup_mount = self._find_cgroup2_mount()
 
     def _find_cgroup2_mount(self) -> str | None:
@@ -196,3 +221,6 @@ class FixtureHostReader:
 
     def now(self) -> float:
         return self._now
+
+    def uname(self) -> Uname:
+        return self._uname

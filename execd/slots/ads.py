@@ -16,6 +16,7 @@ from typing import Any
 from execd.classads import ClassAdError, new_ad, parse_expr
 from execd.log import get_logger
 from execd.machine.facts import MachineFacts, MachineLoad
+from execd.machine.host_attrs import host_attributes
 from execd.slots.layout import STANDARD, Assigned, SlotDefinition
 from execd.slots.partitionable import DynamicSlot, PartitionableSlot
 
@@ -109,7 +110,6 @@ def _machine_totals(facts: MachineFacts) -> dict[str, Any]:
         "Machine": facts.hostname,
         "Arch": facts.arch, "OpSys": facts.opsys,
         "OpSysAndVer": facts.opsys_and_ver or facts.opsys,
-        "OpSysVer": facts.opsys_ver, "OpSysMajorVer": facts.opsys_ver // 100,
         "OpSysName": facts.opsys_name or facts.opsys,
         "OpSysLongName": facts.opsys_long_name or facts.opsys,
         "DetectedCpus": facts.detected_cpus, "DetectedCores": facts.detected_cores,
@@ -131,6 +131,7 @@ def _machine_totals(facts: MachineFacts) -> dict[str, Any]:
         attrs[f"Total{res.name}"] = _number(res.count)
         attrs[f"Detected{res.name}"] = ", ".join(res.instances) if res.inventory else _number(
             res.count)
+    attrs.update(host_attributes(facts))  # has_*, Microarch, Cpu*, Utsname*, OpSys*
     return attrs
 
 
