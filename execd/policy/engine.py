@@ -17,6 +17,7 @@ from execd.policy import actions as act
 from execd.policy import backfill, claiming, drain, drain_estimates
 from execd.policy.adcache import AdCache, own_facts, references
 from execd.policy.config import PolicyConfig
+from execd.policy.drain_estimates import INT_MAX  # HTCondor's endless retirement (a C int)
 from execd.policy.evaluate import evaluate_slot
 from execd.policy.slot import Now, Slot, slot_policy_attributes
 from execd.policy.states import VALID_PAIRS, Activity, State, label
@@ -24,7 +25,6 @@ from execd.policy.transitions import lookup, state_edge
 
 S, A = State, Activity
 Actions = list[act.Action]
-INT_MAX = 2**31 - 1  # HTCondor's endless retirement (a C int)
 _BOOL_EXPRS = frozenset({"START", "IS_OWNER", "SUSPEND", "CONTINUE", "PREEMPT", "KILL",
                          "WANT_SUSPEND", "WANT_VACATE", "RUNBENCHMARKS", "START_BACKFILL",
                          "EVICT_BACKFILL", "WANT_HOLD", "CPUBusy"})
