@@ -236,14 +236,16 @@ class PolicyEngine:
             slot.suspended_since = None
             out.append(act.Continue(slot.name))
 
-    def _evict(
-        self, slot: Slot, now: Now, out: Actions, reason: str, *, kill: bool = False
-    ) -> None:
-        """Claimed/* -> Preempting/Vacating (WANT_VACATE) or Preempting/Killing."""
+    def _evict(self, slot: Slot, now: Now, out: Actions, reason: str, *,
+               kill: bool = False, retire: bool = True) -> None:
+        """Claimed/* -> Preempting/Vacating (WANT_VACATE) or Preempting/Killing. A busy
+        slot passes a zero-length Claimed/Retiring on the way when ``retire`` (as
+        condor_startd's retire_claim); a preempting claim whose retirement is already
+        over goes straight from Busy (``retire=False``, transition p1)."""
         slot.evict_reason = reason
         if reason == "drain":
             drain.add_badput(self, slot, now)
-        if slot.activity == A.BUSY:  # zero-length Retiring, as HTCondor 25 does
+        if slot.activity == A.BUSY and retire:
             slot.retire_reason = slot.retire_reason or reason
             self._move(slot, "retire", now, out)
         if not kill and slot.starter_running:
