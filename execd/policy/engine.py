@@ -29,6 +29,9 @@ _BOOL_EXPRS = frozenset({"START", "IS_OWNER", "SUSPEND", "CONTINUE", "PREEMPT", 
                          "EVICT_BACKFILL", "WANT_HOLD", "CPUBusy"})
 
 
+_INT_MAX = 2**31 - 1
+
+
 class PolicyEngine:
     def __init__(self, config: PolicyConfig) -> None:
         self.config = config
@@ -84,6 +87,10 @@ class PolicyEngine:
         if attrs["Requirements"] is not False and classads.evaluate(
                 self.start_expr(), self.machine_ad(slot, now, full=True)) is True:
             attrs["Requirements"] = True  # START is true whatever the job (seed 000, 3.5.2)
+        # as condor_startd: by default the negotiator preempts no slot with retirement
+        # left (NEGOTIATOR_CONSIDER_EARLY_PREEMPTION); 0 without a job, INT_MAX if endless
+        left = 0.0 if slot.job_start is None else self.retirement_left(slot, now)
+        attrs["RetirementTimeRemaining"] = int(min(left, _INT_MAX))
         attrs["TotalMachineDrainingBadput"] = int(self.draining_badput)
         attrs["TotalMachineDrainingUnclaimedTime"] = int(self.draining_unclaimed)
         if self.draining:

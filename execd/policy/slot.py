@@ -85,6 +85,7 @@ POLICY_ATTRIBUTES = frozenset({
     "CurrentTime", "ClockMin", "ClockDay", "TotalJobRunTime", "TotalJobSuspendTime",
     "TotalClaimRunTime", "TotalClaimSuspendTime", "CpuBusy", "CpuBusyTime", "Start",
     "Requirements", "JobStart", "RemoteRank", "ClaimLeaseDuration", "AcceptedWhileDraining",
+    "RetirementTimeRemaining",
 })
 
 

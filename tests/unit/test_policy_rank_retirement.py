@@ -128,3 +128,17 @@ def test_condor_vacate_keeps_its_zero_length_retiring() -> None:
     d, before = _running({"MAXJOBRETIREMENTTIME": "0"})
     d.do(d.engine.vacate("slot1", d.clock.now()))
     assert _moves(d)[before:] == [("Claimed/Retiring", "13"), ("Preempting/Vacating", "18")]
+
+
+def test_the_ad_says_how_much_retirement_is_left() -> None:
+    """RetirementTimeRemaining, as condor_startd publishes it: the negotiator preempts
+    no slot with retirement left unless NEGOTIATOR_CONSIDER_EARLY_PREEMPTION."""
+    d = Driver({"MAXJOBRETIREMENTTIME": "100"})
+    assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == 0
+    d.busy()
+    d.tick(30)
+    assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == 70
+    d.tick(80)
+    assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == 0
+    d.do(d.engine.shutdown("peaceful", d.clock.now()))  # endless: condor_startd's INT_MAX
+    assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == 2**31 - 1
