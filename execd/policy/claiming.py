@@ -91,7 +91,7 @@ def _preempt_for_rank(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) 
     if slot.activity != A.IDLE:
         slot.retire_reason = slot.retire_reason or "rank"
     if slot.activity == A.IDLE or retirement_over(engine, slot, now):
-        engine._evict(slot, now, out, "rank", retire=False)
+        engine._evict(slot, now, out, "rank")
     elif slot.activity == A.BUSY:
         engine._move(slot, "retire", now, out)
 
@@ -221,7 +221,7 @@ def vacate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool) -> Actions:
     """condor_vacate: gracefully (retirement skipped, soft kill) or fast (hard kill)."""
     out: Actions = []
     if slot.state == S.CLAIMED:
-        engine._evict(slot, now, out, "vacate", kill=fast)
+        engine._evict(slot, now, out, "vacate", kill=fast, retire=not fast)
     elif slot.state == S.BACKFILL:
         slot.backfill_leave_to = "owner"
         out += engine._leave_backfill(slot, now)

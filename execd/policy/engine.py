@@ -244,11 +244,12 @@ class PolicyEngine:
             out.append(act.Continue(slot.name))
 
     def _evict(self, slot: Slot, now: Now, out: Actions, reason: str, *,
-               kill: bool = False, retire: bool = True) -> None:
+               kill: bool = False, retire: bool = False) -> None:
         """Claimed/* -> Preempting/Vacating (WANT_VACATE) or Preempting/Killing. A busy
-        slot passes a zero-length Claimed/Retiring on the way when ``retire`` (as
-        condor_startd's retire_claim); a preempting claim whose retirement is already
-        over goes straight from Busy (``retire=False``, transition p1)."""
+        slot passes a zero-length Claimed/Retiring on the way when ``retire`` (condor_
+        startd's retire_claim: condor_vacate, a quick drain); otherwise it goes straight
+        from Busy (p1), as condor_startd's kill_claim (lease expired, released, fast
+        vacate, drain or shutdown) and a preempting claim with no retirement left."""
         slot.evict_reason = reason
         if reason == "drain":
             drain.add_badput(self, slot, now)

@@ -66,9 +66,10 @@ TRANSITIONS: tuple[Transition, ...] = (
     _t(CC, "evict_vacate", PV, "c2"),
     _t(CC, "evict_kill", PK, "c2"),
     _t(CB, "retire", CR, "13"),
-    # condor_startd 25 (ResState::eval_policy): a preempting claim that finds no retirement
-    # left (MaxJobRetirementTime 0, or no more than the vacate time) moves a busy slot
-    # straight to Preempting, without Retiring; its source counts that with 17 and 18
+    # condor_startd 25: a preempting claim that finds no retirement left (MaxJobRetirement-
+    # Time 0, or no more than the vacate time; ResState::eval_policy, whose source counts
+    # it with 17 and 18), and kill_claim (lease expired, released, fast vacate, drain or
+    # shutdown) move a busy slot straight to Preempting, without Retiring
     _t(CB, "evict_vacate", PV, "p1"),
     _t(CB, "evict_kill", PK, "p1"),
     _t(CB, "suspend", CS, "14"),

@@ -4,8 +4,9 @@ condor_startd 25 (ResState::eval_policy) retires the running job only while reti
 is left: with MaxJobRetirementTime 0 (or no more left than the vacate time) the slot goes
 from Claimed/Busy straight to Preempting/Vacating (p1; 17 from Suspended); otherwise
 Claimed/Busy -> Claimed/Retiring (13) until the retirement runs out (18) or the job ends.
-PREEMPT and condor_vacate keep their zero-length Retiring (13, 18), as condor_startd's
-retire_claim.
+PREEMPT, condor_vacate and a quick drain keep their zero-length Retiring (13, 18), as
+condor_startd's retire_claim; its kill_claim (lease expired, release, fast vacate, drain or
+shutdown) goes from Busy straight to Preempting/Killing (p1).
 """
 
 from __future__ import annotations
@@ -142,3 +143,40 @@ def test_the_ad_says_how_much_retirement_is_left() -> None:
     assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == 0
     d.do(d.engine.shutdown("peaceful", d.clock.now()))  # endless: condor_startd's INT_MAX
     assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == 2**31 - 1
+
+
+# ---- condor_startd's kill_claim: Busy straight to Preempting/Killing; retire_claim
+# (condor_vacate, a quick drain) through a zero-length Retiring --------------------------
+def test_killing_paths_go_from_busy_straight_to_killing() -> None:
+    def fresh() -> tuple[Driver, int]:
+        return _running({"MAXJOBRETIREMENTTIME": "3600"})
+
+    d, before = fresh()
+    d.do(d.engine.vacate("slot1", d.clock.now(), fast=True))
+    assert _moves(d)[before:] == [("Preempting/Killing", "p1")]
+    d, before = fresh()
+    d.do(d.engine.release("slot1", d.clock.now(), d.slot.claim.id))
+    assert _moves(d)[before:] == [("Preempting/Killing", "p1")]
+    d, before = fresh()
+    d.do(d.engine.drain("fast", d.clock.now()))
+    assert _moves(d)[before:] == [("Preempting/Killing", "p1")]
+    d, before = fresh()
+    d.do(d.engine.shutdown("fast", d.clock.now()))
+    assert _moves(d)[before:] == [("Preempting/Killing", "p1")]
+    assert act.HardKill("slot1") in d.actions and act.SoftKill("slot1") not in d.actions
+
+
+def test_an_expired_lease_kills_from_busy() -> None:
+    d = Driver({"MAXJOBRETIREMENTTIME": "3600"},
+               numbers={"ALIVE_INTERVAL": 10, "MAX_CLAIM_ALIVES_MISSED": 3})
+    d.busy()
+    before = len(_moves(d))
+    d.tick(31)  # no alive for three intervals
+    assert _moves(d)[before:] == [("Preempting/Killing", "p1")]
+
+
+def test_a_quick_drain_keeps_its_zero_length_retiring() -> None:
+    d, before = _running({"MAXJOBRETIREMENTTIME": "3600"})
+    d.do(d.engine.drain("quick", d.clock.now()))
+    assert _moves(d)[before:before + 2] == [("Claimed/Retiring", "13"),
+                                            ("Preempting/Vacating", "18")]
