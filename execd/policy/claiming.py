@@ -15,7 +15,7 @@ from execd.claims.ids import ClaimId
 from execd.claims.lease import Lease, lease_duration
 from execd.errors import PolicyError
 from execd.policy import actions as act
-from execd.policy.evaluate import evaluate_slot
+from execd.policy.evaluate import evaluate_slot, retirement_over
 from execd.policy.slot import Claim, Now, Slot
 from execd.policy.states import Activity, State, label
 
@@ -73,15 +73,27 @@ def request_claim(engine: PolicyEngine, slot: Slot, claim_id: ClaimId, request_a
         slot.preempting_claim = claim
         out.append(act.LogEvent("preempting_claim", {
             "slot": slot.name, "why": "preempting claim based on machine rank"}))
-        if slot.activity == A.IDLE:
-            engine._evict(slot, now, out, "rank")
-        elif slot.activity in (A.BUSY, A.SUSPENDED):
-            engine._retire(slot, "rank", now, out)
+        if slot.activity in (A.IDLE, A.BUSY, A.SUSPENDED):
+            _preempt_for_rank(engine, slot, now, out)
         out += evaluate_slot(engine, slot, now)
         return True, out
     out.append(act.LogEvent("claim_refused", {"slot": slot.name,
                                               "why": f"slot is {slot.state.value}"}))
     return False, out
+
+
+def _preempt_for_rank(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
+    """A preempting claim arrived, as condor_startd 25 evaluates it: with no retirement
+    left (MaxJobRetirementTime 0, or no more than the vacate time; an idle claim has
+    none) the slot goes straight to Preempting (10, p1, 17); else a busy job retires
+    (13, undone by 19 if the claim goes away) and a suspended one stays suspended, to
+    retire when it continues (16)."""
+    if slot.activity != A.IDLE:
+        slot.retire_reason = slot.retire_reason or "rank"
+    if slot.activity == A.IDLE or retirement_over(engine, slot, now):
+        engine._evict(slot, now, out, "rank")
+    elif slot.activity == A.BUSY:
+        engine._move(slot, "retire", now, out)
 
 
 def carve_refusal(engine: PolicyEngine, pslot: Slot, request_ad: Any, now: Now
@@ -153,11 +165,13 @@ def starter_exited(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
     slot.starter_running = False
     engine._end_job(slot, now)
     if slot.state == S.CLAIMED and slot.activity == A.CLEANING:
-        engine._move(slot, "starter_exited", now, out)
-        if slot.retire_reason is not None and slot.retire_reason != "rank":
-            engine._evict(slot, now, out, slot.retire_reason)
-        elif slot.preempting_claim is not None:
-            engine._evict(slot, now, out, "rank")
+        reason = slot.retire_reason if slot.retire_reason != "rank" else None
+        if slot.preempting_claim is not None:  # condor_startd: straight to Preempting (c2)
+            engine._evict(slot, now, out, reason or "rank")
+        else:
+            engine._move(slot, "starter_exited", now, out)
+            if reason is not None:
+                engine._evict(slot, now, out, reason)
     elif slot.state == S.PREEMPTING:
         engine._finish_preempting(slot, now, out)
     else:
@@ -208,7 +222,7 @@ def vacate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool) -> Actions:
     """condor_vacate: gracefully (retirement skipped, soft kill) or fast (hard kill)."""
     out: Actions = []
     if slot.state == S.CLAIMED:
-        engine._evict(slot, now, out, "vacate", kill=fast)
+        engine._evict(slot, now, out, "vacate", kill=fast, retire=not fast)
     elif slot.state == S.BACKFILL:
         slot.backfill_leave_to = "owner"
         out += engine._leave_backfill(slot, now)

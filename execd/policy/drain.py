@@ -128,7 +128,7 @@ def drain(engine: PolicyEngine, mode: str, now: Now, *, reason: str = "",
             if mode == "fast":
                 engine._evict(slot, now, out, "drain", kill=True)
             elif mode == "quick" or slot.activity == A.IDLE:
-                engine._evict(slot, now, out, "drain")
+                engine._evict(slot, now, out, "drain", retire=True)
             else:
                 engine._retire(slot, "drain", now, out)
         elif slot.state == S.BACKFILL:

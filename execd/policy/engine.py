@@ -86,6 +86,8 @@ class PolicyEngine:
         if attrs["Requirements"] is not False and classads.evaluate(
                 self.start_expr(), self.machine_ad(slot, now, full=True)) is True:
             attrs["Requirements"] = True  # START is true whatever the job (seed 000, 3.5.2)
+        # as condor_startd: by default the negotiator preempts no slot with retirement
+        # left (NEGOTIATOR_CONSIDER_EARLY_PREEMPTION)
         attrs["RetirementTimeRemaining"] = self.retirement_remaining(slot, now)
         attrs["TotalMachineDrainingBadput"] = int(self.draining_badput)
         attrs["TotalMachineDrainingUnclaimedTime"] = int(self.draining_unclaimed)
@@ -247,14 +249,17 @@ class PolicyEngine:
             slot.suspended_since = None
             out.append(act.Continue(slot.name))
 
-    def _evict(
-        self, slot: Slot, now: Now, out: Actions, reason: str, *, kill: bool = False
-    ) -> None:
-        """Claimed/* -> Preempting/Vacating (WANT_VACATE) or Preempting/Killing."""
+    def _evict(self, slot: Slot, now: Now, out: Actions, reason: str, *,
+               kill: bool = False, retire: bool = False) -> None:
+        """Claimed/* -> Preempting/Vacating (WANT_VACATE) or Preempting/Killing. A busy
+        slot passes a zero-length Claimed/Retiring on the way when ``retire`` (condor_
+        startd's retire_claim: condor_vacate, a quick drain); otherwise it goes straight
+        from Busy (p1), as condor_startd's kill_claim (lease expired, released, fast
+        vacate, drain or shutdown) and a preempting claim with no retirement left."""
         slot.evict_reason = reason
         if reason == "drain":
             drain.add_badput(self, slot, now)
-        if slot.activity == A.BUSY:  # zero-length Retiring, as HTCondor 25 does
+        if slot.activity == A.BUSY and retire:
             slot.retire_reason = slot.retire_reason or reason
             self._move(slot, "retire", now, out)
         if not kill and slot.starter_running:

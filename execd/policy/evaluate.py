@@ -102,6 +102,9 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
         slot.preempting_claim = None  # its schedd went away: retirement may be undone (19)
         out.append(act.LogEvent("preempting_claim_withdrawn", {
             "slot": slot.name, "why": "lease expired"}))
+    if slot.retire_reason == "rank" and slot.preempting_claim is None \
+            and slot.activity == A.SUSPENDED:
+        slot.retire_reason = None  # the claim it would retire for went away (not 16 but 15)
     if slot.activity == A.CLEANING:
         return  # the starter is cleaning up after the job; its exit moves the slot
     my = engine.machine_ad(slot, now)
@@ -129,13 +132,13 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
         else:
             return
     if slot.activity == A.SUSPENDED:
-        if slot.retire_reason is not None and _retirement_over(engine, slot, now):
+        if slot.retire_reason is not None and retirement_over(engine, slot, now):
             engine._evict(slot, now, out, slot.retire_reason)
         elif not slot.suspended_by_command and engine._true(slot, "CONTINUE", my, job, out):
             trigger = "continue" if slot.retire_reason is None else "continue_retiring"
             engine._move(slot, trigger, now, out)
             engine._resume(slot, now, out)
-        elif slot.retire_reason is None and engine._true(slot, "PREEMPT", my, job, out):
+        elif slot.retire_reason in (None, "rank") and engine._true(slot, "PREEMPT", my, job, out):
             engine._retire(slot, "preempt", now, out)  # then, as from Busy, maybe evict
         else:
             return
@@ -143,11 +146,11 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
         if slot.retire_reason == "rank" and slot.preempting_claim is None:
             slot.retire_reason = None
             engine._move(slot, "unretire", now, out)
-        elif _retirement_over(engine, slot, now):
+        elif retirement_over(engine, slot, now):
             engine._evict(slot, now, out, slot.retire_reason or "retirement over")
 
 
-def _retirement_over(engine: PolicyEngine, slot: Slot, now: Now) -> bool:
+def retirement_over(engine: PolicyEngine, slot: Slot, now: Now) -> bool:
     """Evict when what is left of retirement no longer exceeds the vacate time (seed 000)."""
     left = engine.retirement_left(slot, now)
     return left <= 0 or (left <= engine.vacate_time(slot, now) and left != float("inf"))

@@ -112,6 +112,7 @@ POLICY_ATTRIBUTES = frozenset(TOTAL_TIME_ATTRIBUTES.values()) | frozenset({
     "CurrentTime", "ClockMin", "ClockDay", "TotalJobRunTime", "TotalJobSuspendTime",
     "TotalClaimRunTime", "TotalClaimSuspendTime", "CpuBusy", "CpuBusyTime", "Start",
     "Requirements", "JobStart", "RemoteRank", "ClaimLeaseDuration", "AcceptedWhileDraining",
+    "RetirementTimeRemaining",
 })
 
 

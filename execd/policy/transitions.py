@@ -21,8 +21,9 @@ class Transition:
     source: tuple[State, Activity]
     trigger: str
     target: tuple[State, Activity]
-    # the manual's transition number; "d1" (dynamic slots) and "c1"/"c2" (Claimed/Cleaning)
-    # are HTCondor 25 moves the manual does not number (HTCONDOR_BEHAVIOUR.md)
+    # the manual's transition number; "d1" (dynamic slots), "c1"/"c2" (Claimed/Cleaning)
+    # and "p1" (Busy straight to Preempting) are HTCondor 25 moves the manual does not
+    # number (HTCONDOR_BEHAVIOUR.md)
     number: str
 
 
@@ -65,6 +66,12 @@ TRANSITIONS: tuple[Transition, ...] = (
     _t(CC, "evict_vacate", PV, "c2"),
     _t(CC, "evict_kill", PK, "c2"),
     _t(CB, "retire", CR, "13"),
+    # condor_startd 25: a preempting claim that finds no retirement left (MaxJobRetirement-
+    # Time 0, or no more than the vacate time; ResState::eval_policy, whose source counts
+    # it with 17 and 18), and kill_claim (lease expired, released, fast vacate, drain or
+    # shutdown) move a busy slot straight to Preempting, without Retiring
+    _t(CB, "evict_vacate", PV, "p1"),
+    _t(CB, "evict_kill", PK, "p1"),
     _t(CB, "suspend", CS, "14"),
     _t(CS, "continue", CB, "15"),
     _t(CS, "continue_retiring", CR, "16"),

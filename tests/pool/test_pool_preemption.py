@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import re
 import signal
 import tempfile
@@ -51,6 +52,7 @@ RANK_CONFIG = f'RANK = TARGET.Owner == "{RANKED}"\n'
 SLOT_CONFIG = "SLOT_TYPE_1_PARTITIONABLE = False\n" + RANK_CONFIG
 # condor_startd laid out as execd's node: one slot of 2 CPUs / 1024 MB.
 REFERENCE_CONFIG = "/etc/condor/config.d/99-execd-rank-preemption.conf"
+EARLY_PREEMPTION_CONFIG = "/etc/condor/config.d/98-execd-early-preemption.conf"
 REFERENCE_NODE = "NUM_CPUS = 2\nMEMORY = 1024\nNUM_SLOTS_TYPE_1 = 1\nSLOT_TYPE_1 = 100%\n"
 SLEEP = {"job.sh": SLEEP_SCRIPT}
 
@@ -72,12 +74,27 @@ class Layout:
     def partitionable(self) -> bool:
         return self.slot != "slot1"
 
+    @property
+    def retiring(self) -> bool:
+        """Retirement time to give: the low-ranked job retires, and ends within it."""
+        return "MAXJOBRETIREMENTTIME" in self.execd
+
 
 STATIC = Layout(SLOT_CONFIG, "slot1", "")
 # The default p-slot. The low-ranked job asks for all of it (2 CPUs), so the ranked job
 # fits nowhere but in its d-slot: otherwise the negotiator gives it the p-slot's rest.
 PARTITIONABLE = Layout("SLOT_TYPE_1_PARTITIONABLE = True\n" + RANK_CONFIG, "slot1_1",
                        "request_cpus = 2")  # fmt: skip
+# An hour of retirement: the low-ranked job retires and is let end (RETIRE_SCRIPT).
+RETIRING = Layout(SLOT_CONFIG + "MAXJOBRETIREMENTTIME = 3600\n", "slot1", "")
+# Runs until the test lets it end: a mark at the same path on the host (execd's jobs)
+# and in the chroot (condor_startd's), outside the /tmp a starter may give a job its own.
+RETIRE_MARK = "/var/cache/execd-retire-{token}"
+RETIRE_SCRIPT = f"""#!/bin/sh
+echo started
+while [ ! -e {RETIRE_MARK.format(token="$1")} ]; do sleep 0.1; done
+echo retired
+"""
 
 
 def slot_ad(pool: harness.Pool, probe: Any, slot: str = "slot1") -> dict[str, Any]:
@@ -113,6 +130,38 @@ def evicted_lines(log: str) -> list[str]:
     return [re.sub(r"^004 \(\S+\) \S+ \S+ ", "", event[0]), *reason]
 
 
+def until_busy(moves: list[str]) -> list[str]:
+    return moves[:moves.index("Claimed/Busy") + 1] if "Claimed/Busy" in moves else moves
+
+
+def execd_moves(node: PoolNode, slot: str) -> list[str]:
+    """execd's slot's states from its rank preemption to the ranked job's Claimed/Busy."""
+    events = node.events()
+    start = next(i for i, e in enumerate(events)
+                 if e["event"] == "preempting_claim" and e["slot"] == slot)  # fmt: skip
+    return until_busy([e["new"] for e in events[start:]
+                       if e["event"] == "slot_state_changed" and e["slot"] == slot])  # fmt: skip
+
+
+def startd_moves(start_log: str, slot: str) -> list[str]:
+    """The same from condor_startd's StartLog, which names only what changed."""
+    moves: list[str] = []
+    current: str | None = None
+    for line in start_log.splitlines():
+        if f" {slot}: State change: preempting claim based on machine rank" in line:
+            current = "Claimed/Busy"
+        changed = re.search(rf" {slot}: Changing (state and activity|state|activity): "
+                            r"(\S+) -> (\S+)$", line)  # fmt: skip
+        if current is None or changed is None:
+            continue
+        state, activity = current.split("/")
+        what, new = changed[1], changed[3]
+        current = {"state and activity": new, "state": f"{new}/{activity}",
+                   "activity": f"{state}/{new}"}[what]  # fmt: skip
+        moves.append(current)
+    return until_busy(moves)
+
+
 def job_status(job: harness.SubmittedJob) -> int | None:
     ad = job.ad()
     return None if ad is None else int(ad["JobStatus"])
@@ -122,15 +171,21 @@ def preempted_for_rank(pool: harness.Pool, node: PoolNode | None,
                        layout: Layout = STATIC) -> tuple[Any, ...]:  # fmt: skip
     """A low-ranked job runs in layout.slot; a job of RANKED preempts it. What users
     see: both user logs' events, the eviction's line, condor_q, condor_status (on a
-    p-slot: the d-slot's and the p-slot's resources and states)."""
+    p-slot: the d-slot's and the p-slot's resources and states), and the slot's states
+    from the preemption to the ranked job's Claimed/Busy. With retirement time
+    (layout.retiring) the low-ranked job retires and ends on its own within it."""
     start_log = len(pool.daemon_log("StartLog"))
-    low = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=layout.low_extra), SLEEP)
+    token = f"{os.getpid()}-{pool._jobs}"
+    marks = [Path(RETIRE_MARK.format(token=token)),
+             pool.host_path(RETIRE_MARK.format(token=token))]  # fmt: skip
+    script = {"job.sh": RETIRE_SCRIPT} if layout.retiring else SLEEP
+    low = submit_files(pool, PLAIN_SUBMIT.format(args=token, extra=layout.low_extra), script)
     high: harness.SubmittedJob | None = None
     low_pids: list[int] = []
     low_starter = 0
     try:
         low.wait_for_event("001", WAIT_S)
-        if node is not None:  # execd's starter runs it, in the slot's cgroup, as nobody
+        if node is not None and not layout.retiring:  # in the slot's cgroup, as nobody
             low_pids = running_in_cgroup(node, layout.slot)
             low_starter = node.wait_for("starter_spawned", slot=layout.slot)["pid"]
         claimed = slot_ad(pool, lambda ad: claimant(ad) == harness.SUBMITTER, layout.slot)
@@ -138,11 +193,21 @@ def preempted_for_rank(pool: harness.Pool, node: PoolNode | None,
         assert claimed["CurrentRank"] == 0.0
 
         high = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP, user=RANKED)
-        low_log = low.wait_for_event("004", WAIT_S)
+        if layout.retiring:  # the running job keeps its slot, retiring, until it ends
+            retiring = slot_ad(pool, lambda ad: ad["Activity"] == "Retiring"
+                               and claimant(ad) == harness.SUBMITTER, layout.slot)  # fmt: skip
+            # what a negotiator not considering early preemption leaves such a slot for
+            assert 3500 < retiring["RetirementTimeRemaining"] <= 3600, retiring
+            assert "001" not in high.events()
+            for mark in marks:
+                mark.touch()
+            low_log = low.wait_for_event("005", WAIT_S)
+        else:
+            low_log = low.wait_for_event("004", WAIT_S)
         high.wait_for_event("001", WAIT_S)
-        # vanilla: the evicted job is requeued, Idle again (never completed)
-        harness.wait_for("the evicted job Idle in condor_q", lambda: job_status(low) == 1,
-                         WAIT_S, 0.2)  # fmt: skip
+        if not layout.retiring:  # vanilla: the evicted job is requeued, Idle again
+            harness.wait_for("the evicted job Idle in condor_q", lambda: job_status(low) == 1,
+                             WAIT_S, 0.2)  # fmt: skip
         taken = slot_ad(pool, lambda ad: claimant(ad) == RANKED, layout.slot)
         assert (taken["State"], taken["Activity"]) == ("Claimed", "Busy")
         assert taken["CurrentRank"] == 1.0
@@ -150,19 +215,21 @@ def preempted_for_rank(pool: harness.Pool, node: PoolNode | None,
         matched = [line for line in pool.daemon_log("NegotiatorLog").splitlines()
                    if f"Matched {high.cluster}.0 {RANKED}@" in line]  # fmt: skip
         assert matched and f"preempting {harness.SUBMITTER}@" in matched[0], matched
-        if node is not None:
-            assert_execd_preempted(node, low_pids, low_starter, layout.slot)
-        else:  # condor_startd's slot moves as execd's (which retires on the way)
-            moves = re.findall(rf"{layout.slot}: Changing state and activity: (\S+) -> (\S+)",
-                               pool.daemon_log("StartLog")[start_log:])  # fmt: skip
-            assert moves == [("Claimed/Busy", "Preempting/Vacating"),
-                             ("Preempting/Vacating", "Claimed/Idle")], moves  # fmt: skip
+        if node is None:
+            moves = startd_moves(pool.daemon_log("StartLog")[start_log:], layout.slot)
+        else:
+            if not layout.retiring:
+                assert_execd_preempted(node, low_pids, low_starter, layout.slot)
+            moves = execd_moves(node, layout.slot)
         ads: tuple[Any, ...] = ()
         if layout.partitionable:
             pslot = named(pool_slots(pool), "slot1") or {}
             ads = (resources(claimed), resources(taken), resources(pslot))
-        return (timeless(low.events()), evicted_lines(low_log), timeless(high.events()), ads)
+        evicted = [] if layout.retiring else evicted_lines(low_log)
+        return (timeless(low.events()), evicted, timeless(high.events()), ads, moves)
     finally:
+        for mark in marks:
+            mark.unlink(missing_ok=True)
         for job, user in ((low, harness.SUBMITTER), (high, RANKED)):
             if job is not None:
                 pool.tool("condor_rm", str(job.cluster), user=user)
@@ -170,8 +237,8 @@ def preempted_for_rank(pool: harness.Pool, node: PoolNode | None,
 
 def assert_execd_preempted(node: PoolNode, low_pids: list[int], low_starter: int,
                            slot: str) -> None:  # fmt: skip
-    """execd's side: the machine-rank preemption, the slot's moves, the evicted job's
-    starter and processes gone, the ranked job in the slot's cgroup."""
+    """execd's side: the machine-rank preemption, the evicted job's starter and
+    processes gone, the ranked job in the slot's cgroup."""
     preempting = node.wait_for("preempting_claim", slot=slot,
                                why="preempting claim based on machine rank")  # fmt: skip
     node.wait_for("pool_claim_preempting", slot=slot)
@@ -180,13 +247,8 @@ def assert_execd_preempted(node: PoolNode, low_pids: list[int], low_starter: int
     events = node.events()
     spawned = [e for e in events if e["event"] == "starter_spawned" and e["slot"] == slot]
     assert len(spawned) == 2 and spawned[0]["job"] == evicted["job"], spawned
-    after = events[events.index(preempting):events.index(spawned[1])]
-    moves = [e["new"] for e in after
-             if e["event"] == "slot_state_changed" and e["slot"] == slot]  # fmt: skip
-    # the slot leaves through Preempting and the new claim holds it before it runs
-    assert moves[:2] == ["Claimed/Retiring", "Preempting/Vacating"], moves
-    assert moves[-2:] == ["Claimed/Idle", "Claimed/Busy"], moves
-    assert evicted in after  # the evicted job ended before the ranked one started
+    # the evicted job ended before the ranked one started
+    assert evicted in events[events.index(preempting):events.index(spawned[1])]
     # the evicted job's processes are gone; the slot's job cgroup holds the new job's
     assert not [pid for pid in (*low_pids, low_starter) if Path(f"/proc/{pid}").exists()]
     high_pids = running_in_cgroup(node, slot)
@@ -231,6 +293,30 @@ def reference_slot_layout(pool: harness.Pool, layout: Layout) -> Iterator[None]:
         restart_startd(pool, lambda ad: ad.get("SlotType") != kind or not ad.get("Rank"))
 
 
+@contextlib.contextmanager
+def early_preemption(pool: harness.Pool) -> Iterator[None]:
+    """The negotiator preempts slots with retirement left (by default it leaves out every
+    slot whose RetirementTimeRemaining is above 0, on execd as on condor_startd)."""
+    config = pool.host_path(EARLY_PREEMPTION_CONFIG)
+    config.write_text("NEGOTIATOR_CONSIDER_EARLY_PREEMPTION = True\n")
+    try:
+        reconfig_negotiator(pool, True)
+        yield
+    finally:
+        config.unlink()
+        reconfig_negotiator(pool, False)
+
+
+def reconfig_negotiator(pool: harness.Pool, early: bool) -> None:
+    """condor_reconfig, then the running negotiator's own value (its default: false)."""
+    pool.tool("condor_reconfig", "-negotiator").check()
+    harness.wait_for(f"the negotiator's NEGOTIATOR_CONSIDER_EARLY_PREEMPTION {early}",
+                     lambda: (pool.tool("condor_config_val", "-negotiator",
+                                        "NEGOTIATOR_CONSIDER_EARLY_PREEMPTION"
+                                        ).stdout.strip().lower() == "true") == early,
+                     WAIT_S, 0.2)  # fmt: skip
+
+
 def restart_startd(pool: harness.Pool, probe: Any) -> None:
     pool.tool("condor_restart", "-startd").check()
     slot_ad(pool, lambda ad: ad["State"] == "Unclaimed" and probe(ad))
@@ -257,3 +343,30 @@ def test_a_higher_ranked_job_preempts_a_running_job_as_on_condor_startd(
         theirs = preempted_for_rank(reference, None, layout)
     assert ours == theirs
     assert ours[0][-1] == "004" and "005" not in ours[0], ours
+    # condor_startd 25 retires no job that has no retirement time (MaxJobRetirementTime
+    # 0): the slot leaves Claimed/Busy straight for Preempting, then the new claim holds
+    # it before its job runs
+    assert ours[-1] == ["Preempting/Vacating", "Claimed/Idle", "Claimed/Busy"], ours
+
+
+def test_a_higher_ranked_job_waits_for_a_job_ending_within_its_retirement(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """With MAXJOBRETIREMENTTIME 3600 (and a negotiator that preempts slots with
+    retirement left) the running job retires for the ranked one and ends on its own
+    (005, not 004); only then does the ranked job run. The slot's states and the user
+    logs are those of condor_startd configured alike."""
+    pool = running_pool.get(with_startd=False)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp, early_preemption(pool):
+        node = start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + RETIRING.execd)
+        try:
+            ours = preempted_for_rank(pool, node, RETIRING)
+        finally:
+            node.stop(signal.SIGQUIT)
+    reference = running_pool.get(with_startd=True)
+    with reference_slot_layout(reference, RETIRING), early_preemption(reference):
+        theirs = preempted_for_rank(reference, None, RETIRING)
+    assert ours == theirs
+    assert ours[0][-1] == "005" and "004" not in ours[0], ours
+    # the job ends while retiring; its starter's exit hands the slot to the new claim
+    assert ours[-1] == ["Claimed/Retiring", "Claimed/Cleaning", "Preempting/Vacating",
+                        "Claimed/Idle", "Claimed/Busy"], ours  # fmt: skip

@@ -222,7 +222,6 @@ def test_facts_update_in_place_and_policy_attributes_win_over_facts() -> None:
     written = set(d.slot.ad_policy_values) | set(d.engine.attributes("slot1", d.clock.now()))
     assert written - POLICY_ATTRIBUTES == {
         "TotalMachineDrainingBadput", "TotalMachineDrainingUnclaimedTime", "DrainReason",
-        "RetirementTimeRemaining",
         "ExpectedMachineGracefulDrainingBadput", "ExpectedMachineQuickDrainingBadput",
         "ExpectedMachineGracefulDrainingCompletion", "ExpectedMachineQuickDrainingCompletion",
         "SlotWeight", "MaxJobRetirementTime", "MachineMaxVacateTime"}
