@@ -56,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     drain.add_argument("-cancel", "--cancel", action="store_true", help="stop draining")
     drain.set_defaults(func=run_drain)
 
-    vacate = subparsers.add_parser("vacate", help="vacate jobs (like condor_vacate)")
+    vacate = subparsers.add_parser(
+        "vacate", help="vacate jobs (like condor_vacate): each after its retirement time")
     vacate.add_argument("-fast", "--fast", action="store_true", help="hard-kill at once")
     vacate.add_argument("slot", nargs="?", help="only this slot (e.g. slot1_2)")
     vacate.set_defaults(func=run_vacate)

@@ -219,10 +219,16 @@ def deactivate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool) -> Action
 
 
 def vacate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool) -> Actions:
-    """condor_vacate: gracefully (retirement skipped, soft kill) or fast (hard kill)."""
+    """condor_vacate, as condor_startd's vacate_all: fast kills the claim (hard kill);
+    graceful retires it for good (retire_claim: the job keeps its retirement time, no
+    unretiring), and the soft kill comes once retirement is over."""
     out: Actions = []
     if slot.state == S.CLAIMED:
-        engine._evict(slot, now, out, "vacate", kill=fast, retire=not fast)
+        if not fast and slot.activity in (A.BUSY, A.SUSPENDED, A.RETIRING) \
+                and not retirement_over(engine, slot, now):
+            engine._retire(slot, "vacate", now, out)
+        else:
+            engine._evict(slot, now, out, "vacate", kill=fast, retire=not fast)
     elif slot.state == S.BACKFILL:
         slot.backfill_leave_to = "owner"
         out += engine._leave_backfill(slot, now)

@@ -229,7 +229,7 @@ class PolicyEngine:
         return claiming.deactivate(self, self.slot(name), now, fast)
 
     def vacate(self, name: str, now: Now, *, fast: bool = False) -> Actions:
-        """condor_vacate: gracefully (retirement skipped, soft kill) or fast (hard kill)."""
+        """condor_vacate: gracefully (after retirement, soft kill) or fast (hard kill)."""
         return claiming.vacate(self, self.slot(name), now, fast)
 
     # ---- moves shared by events and evaluation -------------------------------------

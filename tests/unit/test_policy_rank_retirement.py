@@ -182,3 +182,26 @@ def test_a_quick_drain_keeps_its_zero_length_retiring() -> None:
     d.do(d.engine.drain("quick", d.clock.now()))
     assert _moves(d)[before:before + 2] == [("Claimed/Retiring", "13"),
                                             ("Preempting/Vacating", "18")]
+
+
+def test_a_graceful_vacate_retires_the_job_for_good_then_vacates_it() -> None:
+    """condor_startd's vacate_all: retire_claim, irreversible. The job keeps what is left
+    of its retirement (evicted once no more than the vacate time is left), and a
+    preempting claim that comes and goes meanwhile does not unretire it."""
+    d, before = _running({"MAXJOBRETIREMENTTIME": "100", "MachineMaxVacateTime": "10"})
+    d.do(d.engine.vacate("slot1", d.clock.now(), fast=False))
+    assert _moves(d)[before:] == [("Claimed/Retiring", "13")]
+    assert act.SoftKill("slot1") not in d.actions
+    d.tick(50)
+    assert d.pair == "Claimed/Retiring"
+    assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == 45
+    d.tick(40)  # 5 + 50 + 40: 5 s left, less than the vacate time
+    assert _moves(d)[before + 1:] == [("Preempting/Vacating", "18")]
+    assert act.SoftKill("slot1") in d.actions
+
+
+def test_a_graceful_vacate_without_retirement_left_vacates_at_once() -> None:
+    d, before = _running({"MAXJOBRETIREMENTTIME": "0"})
+    d.do(d.engine.vacate("slot1", d.clock.now(), fast=False))
+    assert _moves(d)[before:] == [("Claimed/Retiring", "13"), ("Preempting/Vacating", "18")]
+    assert act.SoftKill("slot1") in d.actions
