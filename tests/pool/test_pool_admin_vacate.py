@@ -1,7 +1,8 @@
 """An administrator's condor_vacate of `execd run` while condor_submit jobs run on it:
 every claim is vacated (the jobs soft-killed through the policy engine, their d-slots
 freed, the claims released to the schedd), the shadows requeue the jobs (004) and the
-jobs run again to their end.
+jobs run again to their end. A graceful vacate lets each job use its retirement time
+first, as condor_startd's does.
 """
 
 from __future__ import annotations
@@ -9,11 +10,24 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
+import time
 from pathlib import Path
 
 import pool_harness as harness
+from pool_node import wait_pool
 from test_pool_daemon import WAIT_S, chroot_condor_identity
-from test_pool_jobs import PLAIN_SUBMIT, VACATE_SCRIPT, pool_node, submit_files, timeless
+from test_pool_jobs import (
+    PLAIN_SUBMIT,
+    SLEEP_SCRIPT,
+    VACATE_SCRIPT,
+    pool_node,
+    submit_files,
+    timeless,
+)
+from test_pool_preemption import reference_config
+
+# Evicted once no more than the vacate time is left of the retirement: after ~18 s.
+RETIREMENT = "MAXJOBRETIREMENTTIME = 20\nMachineMaxVacateTime = 2\n"
 
 
 def test_condor_vacate_of_the_node_requeues_every_job_which_runs_again(
@@ -63,3 +77,40 @@ def test_condor_vacate_of_the_node_requeues_every_job_which_runs_again(
         listed = [(ad.get("Name"), ad.get("State")) for ad in pool.status("-slots")]
         raise AssertionError(f"still listed: {listed}; execd's last events: "
                              f"{node.events()[-12:]}") from None  # fmt: skip
+
+
+def vacated_after_retirement(pool: harness.Pool) -> tuple[list[str], str, bool]:
+    """condor_vacate -all of a running job with retirement time: its user-log events up
+    to the eviction, its slot's state meanwhile, and whether it ran on through most of
+    its retirement."""
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), {"job.sh": SLEEP_SCRIPT})
+    try:
+        job.wait_for_event("001", WAIT_S)
+        vacated = time.monotonic()
+        pool.tool("condor_vacate", "-all").check()
+        retiring = wait_pool(pool, "the job's slot retiring", lambda slots: next((
+            f"{ad['State']}/{ad['Activity']}" for ad in slots.values()
+            if ad.get("Activity") == "Retiring"), None))  # fmt: skip
+        assert "004" not in job.events()
+        job.wait_for_event("004", 2 * WAIT_S)
+        return timeless(job.events(), "004"), retiring, time.monotonic() - vacated > 12
+    finally:
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+
+
+def test_a_graceful_condor_vacate_waits_for_retirement_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    pool = running_pool.get(with_startd=False)
+    admins = f"EXECD_POOL_ADMINISTRATORS = {chroot_condor_identity(pool)}@*\n"
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = pool_node(pool, tmp, admins + RETIREMENT)
+        try:
+            ours = vacated_after_retirement(pool)
+        finally:
+            node.stop(signal.SIGQUIT)
+    reference = running_pool.get(with_startd=True)
+    with reference_config(reference, "99-execd-retirement.conf", RETIREMENT,
+                          lambda ad: ad.get("MaxJobRetirementTime") == 20):
+        theirs = vacated_after_retirement(reference)
+    assert ours == theirs
+    assert ours[1:] == ("Claimed/Retiring", True)

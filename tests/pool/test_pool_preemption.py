@@ -27,7 +27,7 @@ import os
 import re
 import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -315,6 +315,21 @@ def reconfig_negotiator(pool: harness.Pool, early: bool) -> None:
                                         "NEGOTIATOR_CONSIDER_EARLY_PREEMPTION"
                                         ).stdout.strip().lower() == "true") == early,
                      WAIT_S, 0.2)  # fmt: skip
+
+
+@contextlib.contextmanager
+def reference_config(pool: harness.Pool, name: str, text: str,
+                     applied: Callable[[dict[str, Any]], bool]) -> Iterator[None]:
+    """condor_startd restarted with `text` as config.d/`name` (its slot ad then shows
+    `applied`), and restarted without it afterwards."""
+    config = pool.host_path(f"/etc/condor/config.d/{name}")
+    config.write_text(text)
+    try:
+        restart_startd(pool, applied)
+        yield
+    finally:
+        config.unlink()
+        restart_startd(pool, lambda ad: not applied(ad))
 
 
 def restart_startd(pool: harness.Pool, probe: Any) -> None:

@@ -7,20 +7,17 @@ policy expressions.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import signal
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pool_harness as harness
 from test_pool_daemon import WAIT_S, start_node
 from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, submit_files
-from test_pool_preemption import restart_startd
+from test_pool_preemption import reference_config
 
 POLICY = "SLOT_WEIGHT = 3 * Cpus\nMAXJOBRETIREMENTTIME = 2 * 60\nMachineMaxVacateTime = 45\n"
-REFERENCE_CONFIG = "/etc/condor/config.d/99-execd-slot-weight.conf"
 PUBLISHED = ("SlotWeight", "MaxJobRetirementTime", "MachineMaxVacateTime")
 
 
@@ -45,19 +42,6 @@ def weighted_use(pool: harness.Pool) -> tuple[float, dict[str, object]]:
         pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
 
 
-@contextlib.contextmanager
-def reference_policy(pool: harness.Pool) -> Iterator[None]:
-    """condor_startd restarted with POLICY, and back afterwards."""
-    config = pool.host_path(REFERENCE_CONFIG)
-    config.write_text(POLICY)
-    try:
-        restart_startd(pool, lambda ad: ad.get("SlotWeight") != "/Expr(Cpus)/")
-        yield
-    finally:
-        config.unlink()
-        restart_startd(pool, lambda ad: ad.get("SlotWeight") == "/Expr(Cpus)/")
-
-
 def test_a_claim_is_charged_its_slot_weight_as_on_condor_startd(
         running_pool: harness.RunningPool) -> None:  # fmt: skip
     pool = running_pool.get(with_startd=False)
@@ -68,7 +52,8 @@ def test_a_claim_is_charged_its_slot_weight_as_on_condor_startd(
         finally:
             node.stop(signal.SIGQUIT)
     reference = running_pool.get(with_startd=True)
-    with reference_policy(reference):
+    with reference_config(reference, "99-execd-slot-weight.conf", POLICY,
+                          lambda ad: ad.get("SlotWeight") != "/Expr(Cpus)/"):
         theirs = weighted_use(reference)
     assert ours == theirs
     assert ours == (6.0, {"SlotWeight": "/Expr(3 * Cpus)/",
