@@ -14,6 +14,7 @@ from execd.machine.cgroup_limits import enclosing_limits
 from execd.machine.cpus import detect_cpus
 from execd.machine.custom import (
     InventoryNotInstalledError,
+    detected,
     inventory_output,
     parse_machine_resource,
     run_inventory,
@@ -28,16 +29,23 @@ from execd.machine.reader import HostReader
 
 log = get_logger(__name__)
 
+# condor_startd's STARTD_DETECT_GPUS by default, with execd's LIBEXEC default
+DEFAULT_GPU_DISCOVERY = "/usr/libexec/condor_gpu_discovery -properties"
 
-def inventory_gpus(reader: HostReader, command: str, *, nvml_too: bool) -> tuple[GpuInfo, ...]:
-    """MACHINE_RESOURCE_INVENTORY_GPUs (`use feature : GPUs`: condor_gpu_discovery); where
-    its program is not installed (execd without HTCondor), NVML's GPUs instead."""
+
+def inventory_gpus(reader: HostReader, command: str) -> tuple[GpuInfo, ...] | float:
+    """The GPUs condor_gpu_discovery finds (MACHINE_RESOURCE_INVENTORY_GPUs, or
+    STARTD_DETECT_GPUS's command); where its program is not installed (execd without
+    HTCondor), NVML's GPUs instead. A number: that many GPUs without ids (an inventory
+    that says `DetectedGPUs=2`; condor_gpu_discovery's `DetectedGPUs=0` is no GPU)."""
     try:
         output = inventory_output(reader, "GPUs", command)
     except InventoryNotInstalledError as exc:
-        log.info("gpu_inventory_not_installed", why=str(exc),
-                 instead="NVML" if nvml_too else "no GPUs")  # fmt: skip
-        return detect_gpus(reader.nvml(), reader) if nvml_too else ()
+        log.info("gpu_inventory_not_installed", why=str(exc), instead="NVML")
+        return detect_gpus(reader.nvml(), reader)
+    count = detected("GPUs", output)
+    if not isinstance(count, tuple) and count > 0:
+        return count
     # condor_gpu_discovery names no device file: the driver's /proc says, by DeviceUuid
     # (as condor_starter finds what to hide), so that these GPUs can be hidden too.
     return tuple(with_proc_minors(parse_gpu_inventory(output), reader))
@@ -51,7 +59,9 @@ class DetectionParams:
     reserved_memory_mb: int = 0  # RESERVED_MEMORY
     reserved_disk_mb: int = 0  # RESERVED_DISK
     count_hyperthread_cpus: bool = True
-    detect_gpus: bool = True
+    # STARTD_DETECT_GPUS: the condor_gpu_discovery command run where no GPUs resource is
+    # configured; None: no GPU discovery, and no GPUs resource at all
+    gpu_discovery: str | None = DEFAULT_GPU_DISCOVERY
     machine_resources: dict[str, str] = field(default_factory=dict)  # name -> value
     machine_inventories: dict[str, str] = field(default_factory=dict)  # name -> command
     hostname: str | None = None
@@ -75,16 +85,21 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
     # MACHINE_RESOURCE_GPUs = id, id... (or 0) replaces detection, as in HTCondor an
     # explicit GPUs resource replaces condor_gpu_discovery's
     configured = next((n for n in custom if n.lower() == "gpus"), None)
-    gpus: tuple[GpuInfo, ...] = ()
+    gpus: tuple[GpuInfo, ...] | float = ()
     gpus_configured = False
     if configured is not None:
         if custom[configured].instances or custom[configured].count == 0:
             gpus = tuple(GpuInfo(id=i) for i in custom.pop(configured).instances)
             gpus_configured = True
     elif gpu_inventory is not None:
-        gpus = inventory_gpus(reader, gpu_inventory, nvml_too=params.detect_gpus)
-    elif params.detect_gpus:
-        gpus = detect_gpus(reader.nvml(), reader)
+        gpus = inventory_gpus(reader, gpu_inventory)
+    elif params.gpu_discovery is not None:  # condor_startd's STARTD_DETECT_GPUS
+        gpus = inventory_gpus(reader, params.gpu_discovery)
+    if not isinstance(gpus, tuple):  # counted, without ids: as MACHINE_RESOURCE_GPUs = N
+        custom["GPUs"] = CustomResource(name="GPUs", count=gpus)
+        gpus = ()
+    # No GPUs resource at all (not even GPUs = 0): nothing configured, discovery off
+    gpus_resource = bool(configured or gpu_inventory or params.gpu_discovery)
     osinfo = detect_os(reader, params.arch)
     return MachineFacts(
         detected_cpus=cpus.detected_cpus,
@@ -100,6 +115,7 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
         total_swap_kb=detect_swap_kb(reader),
         gpus=gpus,
         gpus_configured=gpus_configured,
+        gpus_resource=gpus_resource,
         custom=custom,
         arch=osinfo.arch,
         opsys=osinfo.opsys,

@@ -47,6 +47,9 @@ class MachineFacts:
     total_swap_kb: int  # swap (VirtualMemory)
     gpus: tuple[GpuInfo, ...] = ()
     gpus_configured: bool = False  # listed in MACHINE_RESOURCE_GPUs: DetectedGPUs = count
+    # False: the node has no GPUs resource at all (STARTD_DETECT_GPUS off and no GPU
+    # configuration): no GPU attribute in its ads, no GPUs in MachineResources
+    gpus_resource: bool = True
     custom: dict[str, CustomResource] = field(default_factory=dict)
     arch: str = "X86_64"
     opsys: str = "LINUX"

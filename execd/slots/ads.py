@@ -116,15 +116,18 @@ def _machine_totals(facts: MachineFacts) -> dict[str, Any]:
         "TotalDisk": facts.total_disk_kb, "TotalVirtualMemory": facts.total_swap_kb,
     }
     # The resources every slot of the machine may have, in HTCondor's order: the standard
-    # four, then the machine's own (GPUs always) sorted as its case-blind map sorts them.
-    # The schedd, the starter and the shadow read the slot's amounts by these names.
-    custom = sorted({"GPUs", *(res.name for res in facts.custom.values())}, key=str.lower)
-    attrs["MachineResources"] = " ".join([*STANDARD, *custom])
-    gpu_ids = [g.id for g in facts.gpus]
-    attrs["TotalGPUs"] = len(gpu_ids)
-    # Detected<Res>: an inventory's (or NVML's) id list, else the number of them
-    attrs["DetectedGPUs"] = ", ".join(gpu_ids) if gpu_ids and not facts.gpus_configured \
-        else len(gpu_ids)
+    # four, then the machine's own (GPUs unless it has no GPUs resource at all) sorted as
+    # its case-blind map sorts them. The schedd, the starter and the shadow read the
+    # slot's amounts by these names.
+    custom = {"GPUs"} if facts.gpus_resource else set()
+    custom |= {res.name for res in facts.custom.values()}
+    attrs["MachineResources"] = " ".join([*STANDARD, *sorted(custom, key=str.lower)])
+    if facts.gpus_resource:
+        gpu_ids = [g.id for g in facts.gpus]
+        attrs["TotalGPUs"] = len(gpu_ids)
+        # Detected<Res>: an inventory's (or NVML's) id list, else the number of them
+        attrs["DetectedGPUs"] = ", ".join(gpu_ids) if gpu_ids and not facts.gpus_configured \
+            else len(gpu_ids)
     for res in facts.custom.values():
         attrs[f"Total{res.name}"] = _number(res.count)
         attrs[f"Detected{res.name}"] = ", ".join(res.instances) if res.inventory else _number(

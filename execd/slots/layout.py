@@ -86,7 +86,7 @@ def _resources(facts: MachineFacts) -> dict[str, tuple[float, _Instances | None]
     for res in facts.custom.values():
         inst = _Instances(res.instances, {i: {"Id": i} for i in res.instances})
         found[res.name] = (res.count, inst if res.instances else None)
-    if "GPUs" in found:  # a counted MACHINE_RESOURCE_GPUs: no ids to hand out
+    if "GPUs" in found or not facts.gpus_resource:  # counted GPUs (no ids), or none at all
         return found
     gpu_ids = tuple(g.id for g in facts.gpus)
     found["GPUs"] = (
