@@ -29,8 +29,11 @@ from execd.machine.reader import HostReader
 
 log = get_logger(__name__)
 
-# condor_startd's STARTD_DETECT_GPUS by default, with execd's LIBEXEC default
-DEFAULT_GPU_DISCOVERY = "/usr/libexec/condor_gpu_discovery -properties"
+# `$(LIBEXEC)/condor_gpu_discovery $(STARTD_DETECT_GPUS)` with the knobs' defaults
+# (STARTD_DETECT_GPUS = -properties $(GPU_DISCOVERY_EXTRA), which is unset)
+DEFAULT_LIBEXEC = "/usr/libexec"
+DEFAULT_DETECT_GPUS = "-properties"
+DEFAULT_GPU_DISCOVERY = f"{DEFAULT_LIBEXEC}/condor_gpu_discovery {DEFAULT_DETECT_GPUS}"
 
 
 def inventory_gpus(reader: HostReader, command: str) -> tuple[GpuInfo, ...] | float:

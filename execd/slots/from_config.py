@@ -14,7 +14,7 @@ from typing import Protocol
 
 from execd.errors import ConfigError
 from execd.log import get_logger
-from execd.machine.detect import DetectionParams
+from execd.machine.detect import DEFAULT_DETECT_GPUS, DEFAULT_LIBEXEC, DetectionParams
 from execd.slots.ads import PolicyFacts
 from execd.slots.layout import SlotTypeInput, default_slot_types
 
@@ -22,8 +22,6 @@ log = get_logger(__name__)
 
 MAX_SLOT_TYPES_DEFAULT = 10  # HTCondor's MAX_SLOT_TYPES
 DEFAULT_EXECUTE = "/var/lib/execd/execute"
-DEFAULT_LIBEXEC = "/usr/libexec"
-DEFAULT_DETECT_GPUS = "-properties"  # $(GPU_DISCOVERY_EXTRA) is unset by default
 GPU_RESOURCE_KNOBS = ("MACHINE_RESOURCE_GPUS", "MACHINE_RESOURCE_INVENTORY_GPUS")
 
 
