@@ -54,6 +54,22 @@ def inventory_gpus(reader: HostReader, command: str) -> tuple[GpuInfo, ...] | fl
     return tuple(with_proc_minors(parse_gpu_inventory(output), reader))
 
 
+def offline_ids(wanted: dict[str, tuple[str, ...]], gpus: tuple[GpuInfo, ...],
+                custom: dict[str, CustomResource]) -> dict[str, tuple[str, ...]]:  # fmt: skip
+    """OFFLINE_MACHINE_RESOURCE_<name>'s ids that the resource has, in its order, by the
+    resource's name; as condor_startd, ids it does not have are ignored."""
+    found: dict[str, tuple[str, ...]] = {}
+    resources = {"gpus": ("GPUs", [g.id for g in gpus])}
+    resources.update({n.lower(): (n, list(r.instances)) for n, r in custom.items()})
+    for key, ids in wanted.items():
+        name, have = resources.get(key.lower(), ("", []))
+        gone = tuple(i for i in have if i in ids)
+        if gone:
+            found[name] = gone
+            log.info("resource_offline", resource=name, ids=list(gone))
+    return found
+
+
 @dataclass(frozen=True)
 class DetectionParams:
     execute_dir: str = "/var/lib/execd/execute"
@@ -67,6 +83,8 @@ class DetectionParams:
     gpu_discovery: str | None = DEFAULT_GPU_DISCOVERY
     machine_resources: dict[str, str] = field(default_factory=dict)  # name -> value
     machine_inventories: dict[str, str] = field(default_factory=dict)  # name -> command
+    # OFFLINE_MACHINE_RESOURCE_<name>: lower-case name -> ids
+    offline: dict[str, tuple[str, ...]] = field(default_factory=dict)
     hostname: str | None = None
     arch: str | None = None  # the platform's, unless a test says otherwise
 
@@ -103,6 +121,7 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
         gpus = ()
     # No GPUs resource at all (not even GPUs = 0): nothing configured, discovery off
     gpus_resource = bool(configured or gpu_inventory or params.gpu_discovery)
+    offline = offline_ids(params.offline, gpus, custom)
     osinfo = detect_os(reader, params.arch)
     return MachineFacts(
         detected_cpus=cpus.detected_cpus,
@@ -119,6 +138,7 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
         gpus=gpus,
         gpus_configured=gpus_configured,
         gpus_resource=gpus_resource,
+        offline=offline,
         custom=custom,
         arch=osinfo.arch,
         opsys=osinfo.opsys,

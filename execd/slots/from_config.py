@@ -22,6 +22,7 @@ log = get_logger(__name__)
 
 MAX_SLOT_TYPES_DEFAULT = 10  # HTCondor's MAX_SLOT_TYPES
 DEFAULT_EXECUTE = "/var/lib/execd/execute"
+OFFLINE = "OFFLINE_MACHINE_RESOURCE_"
 GPU_RESOURCE_KNOBS = ("MACHINE_RESOURCE_GPUS", "MACHINE_RESOURCE_INVENTORY_GPUS")
 
 
@@ -97,6 +98,7 @@ def detection_params(
     """``defined_names``: every name the config defines, to find MACHINE_RESOURCE_<name>."""
     resources: dict[str, str] = {}
     inventories: dict[str, str] = {}
+    offline: dict[str, tuple[str, ...]] = {}
     wanted = {n.lower() for n in _list(_text(config, "MACHINE_RESOURCE_NAMES"))}
     # GPUs are discovered only where no GPUs resource is defined (even empty); and
     # condor_startd drops a GPUs resource that MACHINE_RESOURCE_NAMES leaves out
@@ -105,6 +107,9 @@ def detection_params(
         upper = full.upper()
         if upper in GPU_RESOURCE_KNOBS:
             discover = False
+        if upper.startswith(OFFLINE):
+            offline[full[len(OFFLINE):].lower()] = tuple(_list(_text(config, full)))
+            continue
         if upper.startswith("MACHINE_RESOURCE_INVENTORY_"):
             name = full[len("MACHINE_RESOURCE_INVENTORY_"):]
             target = inventories
@@ -130,6 +135,7 @@ def detection_params(
         gpu_discovery=gpu_discovery(config) if discover else None,
         machine_resources=resources,
         machine_inventories=inventories,
+        offline=offline,
         hostname=hostname,
     )
 

@@ -58,3 +58,17 @@ def test_startd_detect_gpus_true_is_a_logged_config_error_and_no_gpus(tmp_path: 
     assert (error["level"], error["value"]) == ("error", "true")
     assert ad["MachineResources"] == "Cpus Memory Disk Swap"
     assert not [key for key in ad if "GPU" in key.upper()]
+
+
+def test_offline_ids_changed_by_a_reload_are_said_to_need_a_restart(tmp_path: Path) -> None:
+    """condor_startd applies OFFLINE_MACHINE_RESOURCE_<name> at reconfig; execd reads it
+    at startup only, and says so when a reload changes it."""
+    daemon = RunningDaemon(tmp_path).start()
+    try:
+        daemon.config.write_text(daemon.config_text("OFFLINE_MACHINE_RESOURCE_GPUs = GPU-a\n"))
+        daemon.send(signal.SIGHUP)
+        warned = daemon.wait_for("reconfig_needs_restart")
+        daemon.wait_for("reconfig_applied")
+    finally:
+        daemon.stop(signal.SIGQUIT)
+    assert warned["reason"] == "OFFLINE_MACHINE_RESOURCE_GPUs changed"

@@ -14,7 +14,8 @@ slot of 3 CPUs / 1024 MB. execd runs on the host, so its LIBEXEC holds a
   $(STARTD_DETECT_GPUS)`: `detected`, `STARTD_DETECT_GPUS = -properties -simulate:2,2`
   (the V100s again); `disabled`, `STARTD_DETECT_GPUS = false` (no GPU attribute at all,
   no GPU variable for jobs, no GPUs row in the 005 table); `none-found`, the default, on
-  a machine without GPUs (`DetectedGPUs=0`: GPUs = 0, the UnAssigned variables).
+  a machine without GPUs (`DetectedGPUs=0`: GPUs = 0, the UnAssigned variables);
+  `offline`, `detected` with `OFFLINE_MACHINE_RESOURCE_GPUs = GPU-a0223334`.
 - `real` (only with EXECD_GPU_POOL=1, on a machine with NVIDIA GPUs, instead of
   `none-found`): condor_startd runs the chroot's condor_gpu_discovery on the real GPUs
   (the chroot must see the driver's libraries), execd has no condor_gpu_discovery and
@@ -82,7 +83,7 @@ queue
 REFERENCE_CONFIG = "/etc/condor/config.d/99-execd-simulated-gpus.conf"
 NODE = "NUM_CPUS = 3\nMEMORY = 1024\n"  # a CPU for each job: all run at once
 SLOT_GPU_ATTRS = ("GPUs", "TotalGPUs", "TotalSlotGPUs", "AssignedGPUs", "AvailableGPUs",
-                  "DetectedGPUs")  # fmt: skip
+                  "DetectedGPUs", "OfflineGPUs")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,9 +124,11 @@ MIG = GpuSource("simulated-mig", feature("-simulate:5,1"))  # an A100 as two MIG
 # machine has no GPU: condor_gpu_discovery prints DetectedGPUs=0); discovery off
 DETECTED = GpuSource("detected", "STARTD_DETECT_GPUS = -properties -simulate:2,2\n")
 NONE_FOUND = GpuSource("none-found", "", found=False)
+# the first V100 taken offline (OFFLINE_MACHINE_RESOURCE_GPUs): one GPU job
+OFFLINE = GpuSource("offline", DETECTED.config + "OFFLINE_MACHINE_RESOURCE_GPUs = GPU-a0223334\n")
 DISABLED = GpuSource("disabled", "STARTD_DETECT_GPUS = false\n", found=None)
 REAL = GpuSource("real", feature(""))
-SOURCES = [SIMULATED, MIG, DETECTED, DISABLED,
+SOURCES = [SIMULATED, MIG, DETECTED, DISABLED, OFFLINE,
            REAL if os.environ.get("EXECD_GPU_POOL") == "1" else NONE_FOUND]
 
 
@@ -249,6 +252,10 @@ def test_gpu_jobs_see_only_their_gpus_as_on_condor_startd(
         assert sorted(assigned) == ["GPU-a0223334", "GPU-b1223334"]
         assert ours.idle_slots["slot1"]["DetectedGPUs"] == "GPU-a0223334, GPU-b1223334"
         assert ours.idle_slots["slot1"]["GPUs_DeviceName"] == "Tesla V100-PCIE-16GB"
+    if source is OFFLINE:  # the other V100 only, and every slot says which is offline
+        assert assigned == ["GPU-b1223334"]
+        assert ours.idle_slots["slot1"]["TotalGPUs"] == 1
+        assert {ad["OfflineGPUs"] for ad in ours.busy_slots} == {"GPU-a0223334"}
     if source is NONE_FOUND:
         assert ours.idle_slots["slot1"] == {"Activity": "Idle", "DetectedGPUs": 0, "GPUs": 0,
             "SlotType": "Partitionable", "TotalGPUs": 0, "TotalSlotGPUs": 0}  # fmt: skip
