@@ -76,7 +76,7 @@ _group(
     ("RELEASE_DIR", P, "/usr", "Installation prefix."),
     ("LIBEXEC", P, "$(RELEASE_DIR)/libexec", "Helper programs."),
     ("GPU_MONITOR", P, "$(LIBEXEC)/condor_gpu_utilization", "GPU usage monitor that use FEATURE : GPUs runs as a cron job."),
-    ("GPU_DISCOVERY_EXTRA", S, None, "Extra arguments for GPU discovery (use FEATURE : GPUs)."),
+    ("GPU_DISCOVERY_EXTRA", S, None, "Extra arguments for condor_gpu_discovery in use FEATURE : GPUs and in STARTD_DETECT_GPUS's default. Unset in HTCondor 25.14.1 (its manual says `-extra`, its defaults table has none)."),
 )
 _group(
     "Logging (execd's own)",
@@ -178,6 +178,8 @@ _group(
     ("MACHINE_RESOURCE_NAMES", L, None, "Custom resources to advertise."),
     ("MACHINE_RESOURCE_<name>", S, None, "Quantity (or list of ids) of custom resource <name>."),
     ("MACHINE_RESOURCE_INVENTORY_<name>", S, None, "Command whose output names the instances of custom resource <name>."),
+    ("OFFLINE_MACHINE_RESOURCE_<name>", L, None, "Ids of resource <name> (GPUs, or a MACHINE_RESOURCE_<name> id list or inventory) taken offline: given to no slot, not counted in <name>, Total<name> (nor Detected<name> of a configured list), and published as Offline<name> in every slot ad. Read when execd starts: a reload that changes it logs reconfig_needs_restart (condor_startd applies it at reconfig)."),
+    ("STARTD_DETECT_GPUS", S, "-properties $(GPU_DISCOVERY_EXTRA)", "Arguments of `$(LIBEXEC)/condor_gpu_discovery`, run as the GPUs inventory when neither MACHINE_RESOURCE_GPUs nor MACHINE_RESOURCE_INVENTORY_GPUs is defined (without the program: NVML). `false`, `0` or empty: no GPU discovery, and no GPUs resource at all; `true` or `1` is a configuration error, logged, and no discovery."),
     ("MODIFY_REQUEST_EXPR_REQUESTCPUS", E, "quantize(RequestCpus,{1})", "How a job's CPU request is rounded for a dynamic slot."),
     ("MODIFY_REQUEST_EXPR_REQUESTMEMORY", E, "quantize(RequestMemory,{128})", "How a job's memory request is rounded for a dynamic slot."),
     ("MODIFY_REQUEST_EXPR_REQUESTDISK", E, "quantize(RequestDisk,{1024})", "How a job's disk request is rounded for a dynamic slot."),

@@ -126,6 +126,10 @@ class Daemon:
         if slot_types != self.node.slot_types:
             logger.warning("reconfig_needs_restart", reason="slot types changed",
                            detail="SLOT_TYPE_<N> changes take effect when execd restarts")
+        offline = [n for n in changed if n.upper().startswith("OFFLINE_MACHINE_RESOURCE_")]
+        if offline:
+            logger.warning("reconfig_needs_restart", reason=f"{', '.join(offline)} changed",
+                           detail="offline resource ids change when execd restarts")
         try:
             new_policy = policy_config(settings)
             new_cron = cron_settings(settings)

@@ -2,12 +2,15 @@
 
 ``MACHINE_RESOURCE_<name>`` is a count (``4``) or a list of instance ids
 (``cog0, cog1``). ``MACHINE_RESOURCE_INVENTORY_<name>`` is a command whose output
-holds a ``Detected<name> = "id1, id2"`` line (other lines are ignored, as HTCondor
-reads extra attributes from it); anything else is a ResourceError naming the resource.
+holds a ``Detected<name> = "id1, id2"`` line, or ``Detected<name> = <number>`` for that
+many instances without ids (other lines are ignored, as HTCondor reads extra attributes
+from it); anything else is a ResourceError naming the resource.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import re
 import shlex
 
@@ -78,8 +81,10 @@ def inventory_output(reader: HostReader, name: str, command: str) -> str:
     return result.stdout
 
 
-def detected_ids(name: str, output: str) -> tuple[str, ...]:
-    """The ids of an inventory's ``Detected<name> = "id1, id2"`` line."""
+def detected(name: str, output: str) -> tuple[str, ...] | float:
+    """What an inventory's ``Detected<name>`` line says: its ids (``"id1, id2"``), or a
+    number of instances without ids, as condor_startd reads it (condor_gpu_discovery
+    prints ``DetectedGPUs=0`` where it finds no GPU)."""
     source = f"MACHINE_RESOURCE_INVENTORY_{name}"
     wanted = f"detected{name}".lower()
     for line in output.splitlines():
@@ -87,9 +92,14 @@ def detected_ids(name: str, output: str) -> tuple[str, ...]:
         if not eq or attr.strip().lower() != wanted:
             continue
         value = value.strip()
+        with contextlib.suppress(ValueError):
+            count = float(value)
+            if count >= 0 and math.isfinite(count):
+                return count
         if len(value) < 2 or value[0] != '"' or value[-1] != '"':
             raise ResourceError(
-                f"{source}: expected Detected{name} = \"id1, id2, ...\", got {line.strip()!r}"
+                f"{source}: expected Detected{name} = \"id1, id2, ...\" or a number, "
+                f"got {line.strip()!r}"
             )
         return _ids(name, value[1:-1], source)
     first = output.strip().splitlines()[0][:100] if output.strip() else "<empty>"
@@ -98,6 +108,14 @@ def detected_ids(name: str, output: str) -> tuple[str, ...]:
     )
 
 
+def detected_ids(name: str, output: str) -> tuple[str, ...]:
+    """The ids of an inventory's ``Detected<name> = "id1, id2"`` line (none: a number)."""
+    found = detected(name, output)
+    return found if isinstance(found, tuple) else ()
+
+
 def run_inventory(reader: HostReader, name: str, command: str) -> CustomResource:
-    ids = detected_ids(name, inventory_output(reader, name, command))
-    return CustomResource(name=name, count=len(ids), instances=ids, inventory=True)
+    found = detected(name, inventory_output(reader, name, command))
+    if not isinstance(found, tuple):  # a number: that many, without ids
+        return CustomResource(name=name, count=found)
+    return CustomResource(name=name, count=len(found), instances=found, inventory=True)

@@ -15,6 +15,7 @@ from execd.machine.cpu_flags import detect_cpu_flags
 from execd.machine.cpus import detect_cpus
 from execd.machine.custom import (
     InventoryNotInstalledError,
+    detected,
     inventory_output,
     parse_machine_resource,
     run_inventory,
@@ -29,19 +30,45 @@ from execd.machine.reader import HostReader
 
 log = get_logger(__name__)
 
+# `$(LIBEXEC)/condor_gpu_discovery $(STARTD_DETECT_GPUS)` with the knobs' defaults
+# (STARTD_DETECT_GPUS = -properties $(GPU_DISCOVERY_EXTRA), which is unset)
+DEFAULT_LIBEXEC = "/usr/libexec"
+DEFAULT_DETECT_GPUS = "-properties"
+DEFAULT_GPU_DISCOVERY = f"{DEFAULT_LIBEXEC}/condor_gpu_discovery {DEFAULT_DETECT_GPUS}"
 
-def inventory_gpus(reader: HostReader, command: str, *, nvml_too: bool) -> tuple[GpuInfo, ...]:
-    """MACHINE_RESOURCE_INVENTORY_GPUs (`use feature : GPUs`: condor_gpu_discovery); where
-    its program is not installed (execd without HTCondor), NVML's GPUs instead."""
+
+def inventory_gpus(reader: HostReader, command: str) -> tuple[GpuInfo, ...] | float:
+    """The GPUs condor_gpu_discovery finds (MACHINE_RESOURCE_INVENTORY_GPUs, or
+    STARTD_DETECT_GPUS's command); where its program is not installed (execd without
+    HTCondor), NVML's GPUs instead. A number: that many GPUs without ids (an inventory
+    that says `DetectedGPUs=2`; condor_gpu_discovery's `DetectedGPUs=0` is no GPU)."""
     try:
         output = inventory_output(reader, "GPUs", command)
     except InventoryNotInstalledError as exc:
-        log.info("gpu_inventory_not_installed", why=str(exc),
-                 instead="NVML" if nvml_too else "no GPUs")  # fmt: skip
-        return detect_gpus(reader.nvml(), reader) if nvml_too else ()
+        log.info("gpu_inventory_not_installed", why=str(exc), instead="NVML")
+        return detect_gpus(reader.nvml(), reader)
+    count = detected("GPUs", output)
+    if not isinstance(count, tuple) and count > 0:
+        return count
     # condor_gpu_discovery names no device file: the driver's /proc says, by DeviceUuid
     # (as condor_starter finds what to hide), so that these GPUs can be hidden too.
     return tuple(with_proc_minors(parse_gpu_inventory(output), reader))
+
+
+def offline_ids(wanted: dict[str, tuple[str, ...]], gpus: tuple[GpuInfo, ...],
+                custom: dict[str, CustomResource]) -> dict[str, tuple[str, ...]]:  # fmt: skip
+    """OFFLINE_MACHINE_RESOURCE_<name>'s ids that the resource has, in its order, by the
+    resource's name; as condor_startd, ids it does not have are ignored."""
+    found: dict[str, tuple[str, ...]] = {}
+    resources = {"gpus": ("GPUs", [g.id for g in gpus])}
+    resources.update({n.lower(): (n, list(r.instances)) for n, r in custom.items()})
+    for key, ids in wanted.items():
+        name, have = resources.get(key.lower(), ("", []))
+        gone = tuple(i for i in have if i in ids)
+        if gone:
+            found[name] = gone
+            log.info("resource_offline", resource=name, ids=list(gone))
+    return found
 
 
 @dataclass(frozen=True)
@@ -52,9 +79,13 @@ class DetectionParams:
     reserved_memory_mb: int = 0  # RESERVED_MEMORY
     reserved_disk_mb: int = 0  # RESERVED_DISK
     count_hyperthread_cpus: bool = True
-    detect_gpus: bool = True
+    # STARTD_DETECT_GPUS: the condor_gpu_discovery command run where no GPUs resource is
+    # configured; None: no GPU discovery, and no GPUs resource at all
+    gpu_discovery: str | None = DEFAULT_GPU_DISCOVERY
     machine_resources: dict[str, str] = field(default_factory=dict)  # name -> value
     machine_inventories: dict[str, str] = field(default_factory=dict)  # name -> command
+    # OFFLINE_MACHINE_RESOURCE_<name>: lower-case name -> ids
+    offline: dict[str, tuple[str, ...]] = field(default_factory=dict)
     hostname: str | None = None
     arch: str | None = None  # uname's machine, unless a test says otherwise
 
@@ -76,16 +107,22 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
     # MACHINE_RESOURCE_GPUs = id, id... (or 0) replaces detection, as in HTCondor an
     # explicit GPUs resource replaces condor_gpu_discovery's
     configured = next((n for n in custom if n.lower() == "gpus"), None)
-    gpus: tuple[GpuInfo, ...] = ()
+    gpus: tuple[GpuInfo, ...] | float = ()
     gpus_configured = False
     if configured is not None:
         if custom[configured].instances or custom[configured].count == 0:
             gpus = tuple(GpuInfo(id=i) for i in custom.pop(configured).instances)
             gpus_configured = True
     elif gpu_inventory is not None:
-        gpus = inventory_gpus(reader, gpu_inventory, nvml_too=params.detect_gpus)
-    elif params.detect_gpus:
-        gpus = detect_gpus(reader.nvml(), reader)
+        gpus = inventory_gpus(reader, gpu_inventory)
+    elif params.gpu_discovery is not None:  # condor_startd's STARTD_DETECT_GPUS
+        gpus = inventory_gpus(reader, params.gpu_discovery)
+    if not isinstance(gpus, tuple):  # counted, without ids: as MACHINE_RESOURCE_GPUs = N
+        custom["GPUs"] = CustomResource(name="GPUs", count=gpus)
+        gpus = ()
+    # No GPUs resource at all (not even GPUs = 0): nothing configured, discovery off
+    gpus_resource = bool(configured or gpu_inventory or params.gpu_discovery)
+    offline = offline_ids(params.offline, gpus, custom)
     uname = reader.uname()
     osinfo = detect_os(reader, params.arch)
     return MachineFacts(
@@ -102,6 +139,8 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
         total_swap_kb=detect_swap_kb(reader),
         gpus=gpus,
         gpus_configured=gpus_configured,
+        gpus_resource=gpus_resource,
+        offline=offline,
         custom=custom,
         arch=osinfo.arch,
         opsys=osinfo.opsys,

@@ -50,6 +50,12 @@ class MachineFacts:
     total_swap_kb: int  # swap (VirtualMemory)
     gpus: tuple[GpuInfo, ...] = ()
     gpus_configured: bool = False  # listed in MACHINE_RESOURCE_GPUs: DetectedGPUs = count
+    # False: the node has no GPUs resource at all (STARTD_DETECT_GPUS off and no GPU
+    # configuration): no GPU attribute in its ads, no GPUs in MachineResources
+    gpus_resource: bool = True
+    # OFFLINE_MACHINE_RESOURCE_<name>: ids of GPUs or of `custom` instances (still listed
+    # there) that no slot gets: resource name -> ids
+    offline: dict[str, tuple[str, ...]] = field(default_factory=dict)
     custom: dict[str, CustomResource] = field(default_factory=dict)
     arch: str = "X86_64"
     opsys: str = "LINUX"

@@ -118,19 +118,28 @@ def _machine_totals(facts: MachineFacts) -> dict[str, Any]:
         "TotalDisk": facts.total_disk_kb, "TotalVirtualMemory": facts.total_swap_kb,
     }
     # The resources every slot of the machine may have, in HTCondor's order: the standard
-    # four, then the machine's own (GPUs always) sorted as its case-blind map sorts them.
-    # The schedd, the starter and the shadow read the slot's amounts by these names.
-    custom = sorted({"GPUs", *(res.name for res in facts.custom.values())}, key=str.lower)
-    attrs["MachineResources"] = " ".join([*STANDARD, *custom])
-    gpu_ids = [g.id for g in facts.gpus]
-    attrs["TotalGPUs"] = len(gpu_ids)
-    # Detected<Res>: an inventory's (or NVML's) id list, else the number of them
-    attrs["DetectedGPUs"] = ", ".join(gpu_ids) if gpu_ids and not facts.gpus_configured \
-        else len(gpu_ids)
+    # four, then the machine's own (GPUs unless it has no GPUs resource at all) sorted as
+    # its case-blind map sorts them. The schedd, the starter and the shadow read the
+    # slot's amounts by these names.
+    custom = {"GPUs"} if facts.gpus_resource else set()
+    custom |= {res.name for res in facts.custom.values()}
+    attrs["MachineResources"] = " ".join([*STANDARD, *sorted(custom, key=str.lower)])
+    offline = facts.offline
+    if facts.gpus_resource:
+        gpu_ids = [g.id for g in facts.gpus]
+        online = len(gpu_ids) - len(offline.get("GPUs", ()))
+        attrs["TotalGPUs"] = online
+        # Detected<Res>: an inventory's (or NVML's) id list, offline ones too, else the
+        # number of those online
+        attrs["DetectedGPUs"] = ", ".join(gpu_ids) if gpu_ids and not facts.gpus_configured \
+            else online
     for res in facts.custom.values():
-        attrs[f"Total{res.name}"] = _number(res.count)
-        attrs[f"Detected{res.name}"] = ", ".join(res.instances) if res.inventory else _number(
-            res.count)
+        online_count = _number(res.count - len(offline.get(res.name, ())))
+        attrs[f"Total{res.name}"] = online_count
+        attrs[f"Detected{res.name}"] = ", ".join(res.instances) if res.inventory \
+            else online_count
+    for name, ids in offline.items():  # in every ad, as condor_startd's
+        attrs[f"Offline{name}"] = ",".join(ids)
     attrs.update(host_attributes(facts))  # has_*, Microarch, Cpu*, Utsname*, OpSys*
     return attrs
 

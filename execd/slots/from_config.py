@@ -8,18 +8,24 @@ Config has it), so layout, carving and ads stay free of the config language.
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Iterable
 from typing import Protocol
 
 from execd.config.settings import parse_bool
 from execd.errors import ConfigError
-from execd.machine.detect import DetectionParams
+from execd.log import get_logger
+from execd.machine.detect import DEFAULT_DETECT_GPUS, DEFAULT_LIBEXEC, DetectionParams
 from execd.slots.ads import PolicyFacts
 from execd.slots.layout import SlotTypeInput, default_slot_types
 from execd.slots.rollup import RollupSettings
 
+log = get_logger(__name__)
+
 MAX_SLOT_TYPES_DEFAULT = 10  # HTCondor's MAX_SLOT_TYPES
 DEFAULT_EXECUTE = "/var/lib/execd/execute"
+OFFLINE = "OFFLINE_MACHINE_RESOURCE_"
+GPU_RESOURCE_KNOBS = ("MACHINE_RESOURCE_GPUS", "MACHINE_RESOURCE_INVENTORY_GPUS")
 
 
 class ConfigLookup(Protocol):
@@ -81,15 +87,43 @@ def _list(text: str | None) -> list[str]:
     return [p for p in (text or "").replace(",", " ").split() if p]
 
 
+def gpu_discovery(config: ConfigLookup) -> str | None:
+    """The command condor_startd 25.x runs to detect GPUs where no GPUs resource is
+    configured: ``$(LIBEXEC)/condor_gpu_discovery $(STARTD_DETECT_GPUS)``. None: no
+    discovery, for STARTD_DETECT_GPUS = false, 0 or empty, and for true or 1, which
+    condor_startd logs as an invalid configuration (so does execd, naming the knob)."""
+    value = config.get("STARTD_DETECT_GPUS", "STARTD")
+    args = (DEFAULT_DETECT_GPUS if value is None else value).strip()  # None: a bare lookup
+    if not args or args.lower() == "false" or args == "0":
+        return None
+    if args.lower() == "true" or args == "1":
+        log.error("config_invalid", knob="STARTD_DETECT_GPUS", value=args,
+                  error="STARTD_DETECT_GPUS holds condor_gpu_discovery's arguments "
+                        "(default: -properties $(GPU_DISCOVERY_EXTRA)); false, 0 or empty "
+                        "turn GPU discovery off", consequence="no GPU discovery")  # fmt: skip
+        return None
+    libexec = _text(config, "LIBEXEC") or DEFAULT_LIBEXEC
+    return f"{shlex.quote(libexec + '/condor_gpu_discovery')} {args}"
+
+
 def detection_params(
     config: ConfigLookup, defined_names: Iterable[str] = (), hostname: str | None = None
 ) -> DetectionParams:
     """``defined_names``: every name the config defines, to find MACHINE_RESOURCE_<name>."""
     resources: dict[str, str] = {}
     inventories: dict[str, str] = {}
+    offline: dict[str, tuple[str, ...]] = {}
     wanted = {n.lower() for n in _list(_text(config, "MACHINE_RESOURCE_NAMES"))}
+    # GPUs are discovered only where no GPUs resource is defined (even empty); and
+    # condor_startd drops a GPUs resource that MACHINE_RESOURCE_NAMES leaves out
+    discover = not wanted or "gpus" in wanted
     for full in defined_names:
         upper = full.upper()
+        if upper in GPU_RESOURCE_KNOBS:
+            discover = False
+        if upper.startswith(OFFLINE):
+            offline[full[len(OFFLINE):].lower()] = tuple(_list(_text(config, full)))
+            continue
         if upper.startswith("MACHINE_RESOURCE_INVENTORY_"):
             name = full[len("MACHINE_RESOURCE_INVENTORY_"):]
             target = inventories
@@ -112,8 +146,10 @@ def detection_params(
         reserved_memory_mb=int(_number(config, "RESERVED_MEMORY") or 0),
         reserved_disk_mb=int(_number(config, "RESERVED_DISK") or 0),
         count_hyperthread_cpus=_bool(config, "COUNT_HYPERTHREAD_CPUS", True),
+        gpu_discovery=gpu_discovery(config) if discover else None,
         machine_resources=resources,
         machine_inventories=inventories,
+        offline=offline,
         hostname=hostname,
     )
 

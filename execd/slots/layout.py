@@ -84,11 +84,14 @@ def _resources(facts: MachineFacts) -> dict[str, tuple[float, _Instances | None]
         "Swap": (1.0, None),
     }
     for res in facts.custom.values():
-        inst = _Instances(res.instances, {i: {"Id": i} for i in res.instances})
-        found[res.name] = (res.count, inst if res.instances else None)
-    if "GPUs" in found:  # a counted MACHINE_RESOURCE_GPUs: no ids to hand out
+        gone = facts.offline.get(res.name, ())
+        ids = tuple(i for i in res.instances if i not in gone)
+        inst = _Instances(ids, {i: {"Id": i} for i in ids})
+        found[res.name] = (res.count - len(gone), inst if res.instances else None)
+    if "GPUs" in found or not facts.gpus_resource:  # counted GPUs (no ids), or none at all
         return found
-    gpu_ids = tuple(g.id for g in facts.gpus)
+    gone = facts.offline.get("GPUs", ())
+    gpu_ids = tuple(g.id for g in facts.gpus if g.id not in gone)
     found["GPUs"] = (
         float(len(gpu_ids)),
         _Instances(gpu_ids, {g.id: {**g.properties, "Id": g.id} for g in facts.gpus}),

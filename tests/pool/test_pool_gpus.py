@@ -1,18 +1,25 @@
 """Jobs that request GPUs see only theirs, on `execd run` as on the pool's condor_startd.
 
-Both execute points get their GPUs from the same configuration, `use feature : GPUs`
-(MACHINE_RESOURCE_INVENTORY_GPUs = condor_gpu_discovery -properties
-$(GPU_DISCOVERY_EXTRA)), and one partitionable slot of 3 CPUs / 1024 MB:
+Both execute points get their GPUs from the same configuration and have one partitionable
+slot of 3 CPUs / 1024 MB. execd runs on the host, so its LIBEXEC holds a
+`condor_gpu_discovery` that runs the chroot's (`chroot <root>
+/usr/libexec/condor/condor_gpu_discovery "$@"`), except with real GPUs:
 
-- `simulated` (always): `GPU_DISCOVERY_EXTRA = -simulate:2,2`, two simulated Tesla V100s;
-  `simulated-mig`: `-simulate:5,1`, an A100 split into two MIG devices (their
-  NVIDIA_VISIBLE_DEVICES is the MIG-... DeviceUuid itself). execd runs on the host, so
-  its LIBEXEC holds a `condor_gpu_discovery` that runs the chroot's
-  (`chroot <root> /usr/libexec/condor/condor_gpu_discovery "$@"`).
-- `real` (only with EXECD_GPU_POOL=1, on a machine with NVIDIA GPUs; otherwise not even
-  collected): condor_startd runs the chroot's condor_gpu_discovery on the real GPUs (the
-  chroot must see the driver's libraries), execd has no condor_gpu_discovery and asks
-  NVML (`gpu_inventory_not_installed`).
+- `use feature : GPUs` (MACHINE_RESOURCE_INVENTORY_GPUs = condor_gpu_discovery
+  -properties $(GPU_DISCOVERY_EXTRA)): `simulated`, `GPU_DISCOVERY_EXTRA =
+  -simulate:2,2`, two simulated Tesla V100s; `simulated-mig`: `-simulate:5,1`, an A100
+  split into two MIG devices (their NVIDIA_VISIBLE_DEVICES is the MIG-... DeviceUuid
+  itself).
+- without it, condor_startd 25.x's own discovery, `$(LIBEXEC)/condor_gpu_discovery
+  $(STARTD_DETECT_GPUS)`: `detected`, `STARTD_DETECT_GPUS = -properties -simulate:2,2`
+  (the V100s again); `disabled`, `STARTD_DETECT_GPUS = false` (no GPU attribute at all,
+  no GPU variable for jobs, no GPUs row in the 005 table); `none-found`, the default, on
+  a machine without GPUs (`DetectedGPUs=0`: GPUs = 0, the UnAssigned variables);
+  `offline`, `detected` with `OFFLINE_MACHINE_RESOURCE_GPUs = GPU-a0223334`.
+- `real` (only with EXECD_GPU_POOL=1, on a machine with NVIDIA GPUs, instead of
+  `none-found`): condor_startd runs the chroot's condor_gpu_discovery on the real GPUs
+  (the chroot must see the driver's libraries), execd has no condor_gpu_discovery and
+  asks NVML (`gpu_inventory_not_installed`).
 
 Jobs: as many 1-GPU jobs as there are GPUs (at most 2) and one with `request_gpus = 0`,
 running at the same time, each in its own d-slot (each waits until the test has seen
@@ -76,7 +83,7 @@ queue
 REFERENCE_CONFIG = "/etc/condor/config.d/99-execd-simulated-gpus.conf"
 NODE = "NUM_CPUS = 3\nMEMORY = 1024\n"  # a CPU for each job: all run at once
 SLOT_GPU_ATTRS = ("GPUs", "TotalGPUs", "TotalSlotGPUs", "AssignedGPUs", "AvailableGPUs",
-                  "DetectedGPUs")  # fmt: skip
+                  "DetectedGPUs", "OfflineGPUs")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,23 +91,22 @@ class GpuSource:
     """Where both execute points' GPUs come from."""
 
     name: str
-    discovery_extra: str  # GPU_DISCOVERY_EXTRA
+    config: str  # condor_startd's (and, LIBEXEC aside, execd's) GPU configuration
+    # True: GPUs found; False: a GPUs resource of none (TotalGPUs = 0); None: no GPUs
+    # resource at all (no GPU attribute)
+    found: bool | None = True
 
-    @property
-    def config(self) -> str:
-        """condor_startd's (and, LIBEXEC aside, execd's) GPU configuration."""
-        return f"use feature : GPUs\nGPU_DISCOVERY_EXTRA = {self.discovery_extra}\n"
-
-    @property
-    def simulated(self) -> bool:
-        return "-simulate" in self.discovery_extra
+    def has_its_gpus(self, ad: dict[str, Any]) -> bool:
+        if self.found is None:
+            return "TotalGPUs" not in ad
+        return "TotalGPUs" in ad and (ad["TotalGPUs"] > 0) == self.found
 
     def execd_config(self, pool: harness.Pool, root: Path) -> str:
         """execd on the host: the chroot's condor_gpu_discovery through a LIBEXEC of its
-        own when simulated; an empty LIBEXEC (NVML) with real GPUs."""
+        own; an empty LIBEXEC (NVML) with real GPUs."""
         libexec = root / "libexec"
         libexec.mkdir()
-        if self.simulated:
+        if self is not REAL:
             discovery = libexec / "condor_gpu_discovery"
             discovery.write_text(f'#!/bin/sh\nexec chroot {pool.root} '
                                  f'/usr/libexec/condor/condor_gpu_discovery "$@"\n')  # fmt: skip
@@ -108,10 +114,22 @@ class GpuSource:
         return f"LIBEXEC = {libexec}\n{self.config}"
 
 
-SIMULATED = GpuSource("simulated", "-simulate:2,2")  # two Tesla V100-PCIE-16GB
-MIG = GpuSource("simulated-mig", "-simulate:5,1")  # an A100 as two MIG devices
-REAL = GpuSource("real", "")
-SOURCES = [SIMULATED, MIG, *([REAL] * (os.environ.get("EXECD_GPU_POOL") == "1"))]
+def feature(discovery_extra: str) -> str:
+    return f"use feature : GPUs\nGPU_DISCOVERY_EXTRA = {discovery_extra}\n"
+
+
+SIMULATED = GpuSource("simulated", feature("-simulate:2,2"))  # two Tesla V100-PCIE-16GB
+MIG = GpuSource("simulated-mig", feature("-simulate:5,1"))  # an A100 as two MIG devices
+# STARTD_DETECT_GPUS without use feature : GPUs: simulated V100s again; the default (this
+# machine has no GPU: condor_gpu_discovery prints DetectedGPUs=0); discovery off
+DETECTED = GpuSource("detected", "STARTD_DETECT_GPUS = -properties -simulate:2,2\n")
+NONE_FOUND = GpuSource("none-found", "", found=False)
+# the first V100 taken offline (OFFLINE_MACHINE_RESOURCE_GPUs): one GPU job
+OFFLINE = GpuSource("offline", DETECTED.config + "OFFLINE_MACHINE_RESOURCE_GPUs = GPU-a0223334\n")
+DISABLED = GpuSource("disabled", "STARTD_DETECT_GPUS = false\n", found=None)
+REAL = GpuSource("real", feature(""))
+SOURCES = [SIMULATED, MIG, DETECTED, DISABLED, OFFLINE,
+           REAL if os.environ.get("EXECD_GPU_POOL") == "1" else NONE_FOUND]
 
 
 @dataclasses.dataclass
@@ -138,11 +156,11 @@ def seen(job: harness.SubmittedJob) -> tuple[list[str], str, str, SlotView]:
         slot_view(job, "005")
 
 
-def run_gpu_jobs(pool: harness.Pool, node: PoolNode | None) -> Seen:
+def run_gpu_jobs(pool: harness.Pool, node: PoolNode | None, source: GpuSource) -> Seen:
     """The GPU jobs and the job without a GPU, all at once in their own d-slots."""
     idle = wait_pool(pool, "the p-slot with its GPUs", lambda s: len(s) == 1 and all(
-        ad.get("TotalGPUs") for ad in s.values()) and s)
-    total = int(next(iter(idle.values()))["TotalGPUs"])
+        source.has_its_gpus(ad) for ad in s.values()) and s)
+    total = int(next(iter(idle.values())).get("TotalGPUs", 0))
     count = min(2, total)
     go = Path(f"/tmp/execd-gpus-{os.getpid()}-{pool._jobs}")  # one /tmp: host and chroot
     jobs: list[harness.SubmittedJob] = []
@@ -152,7 +170,7 @@ def run_gpu_jobs(pool: harness.Pool, node: PoolNode | None) -> Seen:
                                      {"job.sh": GPU_SCRIPT}))  # fmt: skip
         busy = wait_pool(pool, "every job running, the p-slot's ad updated", lambda s: sum(
             ad.get("SlotType") == "Dynamic" and ad.get("Activity") == "Busy"
-            for ad in s.values()) == len(jobs) and [ad.get("GPUs") for ad in s.values()
+            for ad in s.values()) == len(jobs) and [ad.get("GPUs", 0) for ad in s.values()
             if ad.get("SlotType") == "Partitionable"] == [total - count] and s)  # fmt: skip
         go.touch()
         done = [seen(job) for job in jobs]
@@ -171,19 +189,19 @@ def run_gpu_jobs(pool: harness.Pool, node: PoolNode | None) -> Seen:
 @contextlib.contextmanager
 def reference_gpus(pool: harness.Pool, source: GpuSource) -> Iterator[None]:
     """condor_startd restarted with the GPUs and execd's node size, and back afterwards."""
-    if not source.simulated:  # say why condor_startd would show no GPU
+    if source is REAL:  # say why condor_startd would show no GPU
         found = pool.tool("/usr/libexec/condor/condor_gpu_discovery", "-properties")
         assert 'DetectedGPUs="' in found.stdout.replace(" ", ""), (
             "the chroot's condor_gpu_discovery finds no GPU (the chroot needs the NVIDIA "
             f"driver's libraries): {found.stdout.strip()} {found.stderr.strip()}")
     config = pool.host_path(REFERENCE_CONFIG)
     config.write_text(NODE + source.config)
-    try:
-        restart_startd(pool, lambda ad: ad.get("TotalGPUs", 0) > 0)
+    try:  # its ad, not the one it had before (NODE's memory tells them apart)
+        restart_startd(pool, lambda ad: ad["TotalMemory"] == 1024 and source.has_its_gpus(ad))
         yield
     finally:
         config.unlink()
-        restart_startd(pool, lambda ad: not ad.get("TotalGPUs"))
+        restart_startd(pool, lambda ad: ad["TotalMemory"] != 1024)
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=[s.name for s in SOURCES])
@@ -199,12 +217,12 @@ def test_gpu_jobs_see_only_their_gpus_as_on_condor_startd(
                 assert found["gpu_inventory_not_installed"]["instead"] == "NVML"
                 assert "gpu_detection_skipped" not in found, \
                     f"NVML on this host finds no GPU: {found['gpu_detection_skipped']}"
-            ours = run_gpu_jobs(pool, node)
+            ours = run_gpu_jobs(pool, node, source)
         finally:
             node.stop(signal.SIGQUIT)
     reference = running_pool.get(with_startd=True)
     with reference_gpus(reference, source):
-        theirs = run_gpu_jobs(reference, None)
+        theirs = run_gpu_jobs(reference, None, source)
     assert ours.idle_slots == theirs.idle_slots
     assert ours.busy_slots == theirs.busy_slots
     assert ours.gpu_jobs == theirs.gpu_jobs
@@ -217,9 +235,11 @@ def test_gpu_jobs_see_only_their_gpus_as_on_condor_startd(
     for env in outputs:
         assert env["NVIDIA_VISIBLE_DEVICES"] == env["CUDA_VISIBLE_DEVICES"] != "none"
     no_gpu = ours.no_gpu_job[2].splitlines()
+    # the UnAssigned values where the node has a GPUs resource; nothing where it has none
     assert [line for line in no_gpu if not line.startswith("DEVICE ")] == [
         "CUDA_VISIBLE_DEVICES=10000", "GPU_DEVICE_ORDINAL=10000",
-        "NVIDIA_VISIBLE_DEVICES=none", "_CONDOR_AssignedGPUs=10000"]  # fmt: skip
+        "NVIDIA_VISIBLE_DEVICES=none", "_CONDOR_AssignedGPUs=10000"] * (
+        source.found is not None)  # fmt: skip
     if source is REAL:  # and at the device files (STARTER_HIDE_GPU_DEVICES): its own only
         for env in outputs:
             opened = [k for k, v in env.items() if k.startswith("DEVICE ") and v == "open"]
@@ -228,9 +248,21 @@ def test_gpu_jobs_see_only_their_gpus_as_on_condor_startd(
         assert hidden and all(line.endswith("=denied") for line in hidden), no_gpu
     assert all(exit_line == "Normal termination (return value 0)"
                for _events, exit_line, _out, _view in [*ours.gpu_jobs, ours.no_gpu_job])
-    if source is SIMULATED:
+    if source in (SIMULATED, DETECTED):
         assert sorted(assigned) == ["GPU-a0223334", "GPU-b1223334"]
         assert ours.idle_slots["slot1"]["DetectedGPUs"] == "GPU-a0223334, GPU-b1223334"
+        assert ours.idle_slots["slot1"]["GPUs_DeviceName"] == "Tesla V100-PCIE-16GB"
+    if source is OFFLINE:  # the other V100 only, and every slot says which is offline
+        assert assigned == ["GPU-b1223334"]
+        assert ours.idle_slots["slot1"]["TotalGPUs"] == 1
+        assert {ad["OfflineGPUs"] for ad in ours.busy_slots} == {"GPU-a0223334"}
+    if source is NONE_FOUND:
+        assert ours.idle_slots["slot1"] == {"Activity": "Idle", "DetectedGPUs": 0, "GPUs": 0,
+            "SlotType": "Partitionable", "TotalGPUs": 0, "TotalSlotGPUs": 0}  # fmt: skip
+    if source is DISABLED:
+        assert ours.idle_slots["slot1"] == {"Activity": "Idle", "SlotType": "Partitionable"}
+        _execute, tables = ours.no_gpu_job[3]  # no GPUs row in the 005 event's table
+        assert tables and not [row for _code, rows in tables for row in rows if "GPU" in row[0]]
     if source is MIG:
         assert all(env["NVIDIA_VISIBLE_DEVICES"] == env["_CONDOR_AssignedGPUs"]
                    and env["_CONDOR_AssignedGPUs"].startswith("MIG-GPU-") for env in outputs)

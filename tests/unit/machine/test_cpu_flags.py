@@ -58,7 +58,7 @@ def edit_flags(root: Path, edit: Any) -> FixtureHostReader:
 def test_h100_node_slot_ads_carry_its_cpu_and_uname_attributes(h100_reader: Any) -> None:
     reader = FixtureHostReader(h100_reader.root, uname=UNAME)
     facts = detect_machine(reader, DetectionParams(execute_dir="/tmp", hostname="h100",
-                                                   detect_gpus=False))  # fmt: skip
+                                                   gpu_discovery=None))  # fmt: skip
     node = NodeSlots(facts, build_layout(default_slot_types(), facts))
     (ad,) = node.build_ads(now=1000)
     expected = {**ALL_FLAGS, "Microarch": "x86_64-v4", "CpuFamily": 6, "CpuModelNumber": 207,
