@@ -131,22 +131,6 @@ def test_condor_vacate_keeps_its_zero_length_retiring() -> None:
     assert _moves(d)[before:] == [("Claimed/Retiring", "13"), ("Preempting/Vacating", "18")]
 
 
-def test_the_ad_says_how_much_retirement_is_left() -> None:
-    """RetirementTimeRemaining, as condor_startd publishes it: the negotiator preempts
-    no slot with retirement left unless NEGOTIATOR_CONSIDER_EARLY_PREEMPTION."""
-    d = Driver({"MAXJOBRETIREMENTTIME": "100"})
-    assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == 0
-    d.busy()
-    d.tick(30)
-    assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == 70
-    d.tick(80)
-    assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == 0
-    d.do(d.engine.shutdown("peaceful", d.clock.now()))  # endless: condor_startd's INT_MAX,
-    # less the job's age (evalRetirementRemaining: MaxJobRetirementTime - JobAge)
-    assert d.engine.attributes("slot1", d.clock.now())["RetirementTimeRemaining"] == \
-        2**31 - 1 - 110
-
-
 # ---- condor_startd's kill_claim: Busy straight to Preempting/Killing; retire_claim
 # (condor_vacate, a quick drain) through a zero-length Retiring --------------------------
 def test_killing_paths_go_from_busy_straight_to_killing() -> None:
@@ -199,9 +183,3 @@ def test_a_graceful_vacate_retires_the_job_for_good_then_vacates_it() -> None:
     assert _moves(d)[before + 1:] == [("Preempting/Vacating", "18")]
     assert act.SoftKill("slot1") in d.actions
 
-
-def test_a_graceful_vacate_without_retirement_left_vacates_at_once() -> None:
-    d, before = _running({"MAXJOBRETIREMENTTIME": "0"})
-    d.do(d.engine.vacate("slot1", d.clock.now(), fast=False))
-    assert _moves(d)[before:] == [("Claimed/Retiring", "13"), ("Preempting/Vacating", "18")]
-    assert act.SoftKill("slot1") in d.actions
