@@ -59,11 +59,12 @@ def parse_machine_resource(name: str, value: str) -> CustomResource:
     return CustomResource(name=name, count=count)
 
 
-def inventory_output(reader: HostReader, name: str, command: str) -> str:
-    """The standard output of MACHINE_RESOURCE_INVENTORY_<name>'s command (ResourceError
-    if it cannot be split or run, or fails)."""
+def inventory_output(reader: HostReader, name: str, command: str,
+                     source: str | None = None) -> str:
+    """The standard output of MACHINE_RESOURCE_INVENTORY_<name>'s command, or of the knob
+    `source` names (ResourceError if it cannot be split or run, or fails)."""
     _check_name(name)
-    source = f"MACHINE_RESOURCE_INVENTORY_{name}"
+    source = source or f"MACHINE_RESOURCE_INVENTORY_{name}"
     try:
         argv = shlex.split(command)
     except ValueError as exc:

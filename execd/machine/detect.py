@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 
+from execd.errors import ResourceError
 from execd.log import get_logger
 from execd.machine.cgroup_limits import enclosing_limits
 from execd.machine.cpu_flags import detect_cpu_flags
@@ -37,16 +38,24 @@ DEFAULT_DETECT_GPUS = "-properties"
 DEFAULT_GPU_DISCOVERY = f"{DEFAULT_LIBEXEC}/condor_gpu_discovery {DEFAULT_DETECT_GPUS}"
 
 
-def inventory_gpus(reader: HostReader, command: str) -> tuple[GpuInfo, ...] | float:
+def inventory_gpus(reader: HostReader, command: str,
+                   source: str | None = None) -> tuple[GpuInfo, ...] | float:
     """The GPUs condor_gpu_discovery finds (MACHINE_RESOURCE_INVENTORY_GPUs, or
-    STARTD_DETECT_GPUS's command); where its program is not installed (execd without
-    HTCondor), NVML's GPUs instead. A number: that many GPUs without ids (an inventory
-    that says `DetectedGPUs=2`; condor_gpu_discovery's `DetectedGPUs=0` is no GPU)."""
+    `source`: STARTD_DETECT_GPUS's command); where its program is not installed (execd
+    without HTCondor), NVML's GPUs instead. A number: that many GPUs without ids (an
+    inventory that says `DetectedGPUs=2`; condor_gpu_discovery's `DetectedGPUs=0` is no
+    GPU). A configured inventory that fails is a ResourceError; the default discovery
+    that fails is logged and finds no GPU, as condor_startd counts it (0)."""
     try:
-        output = inventory_output(reader, "GPUs", command)
+        output = inventory_output(reader, "GPUs", command, source)
     except InventoryNotInstalledError as exc:
         log.info("gpu_inventory_not_installed", why=str(exc), instead="NVML")
         return detect_gpus(reader.nvml(), reader)
+    except ResourceError as exc:
+        if source is None:
+            raise
+        log.warning("gpu_discovery_failed", why=str(exc), effect="no GPUs")
+        return 0
     count = detected("GPUs", output)
     if not isinstance(count, tuple) and count > 0:
         return count
@@ -116,7 +125,7 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
     elif gpu_inventory is not None:
         gpus = inventory_gpus(reader, gpu_inventory)
     elif params.gpu_discovery is not None:  # condor_startd's STARTD_DETECT_GPUS
-        gpus = inventory_gpus(reader, params.gpu_discovery)
+        gpus = inventory_gpus(reader, params.gpu_discovery, "STARTD_DETECT_GPUS")
     if not isinstance(gpus, tuple):  # counted, without ids: as MACHINE_RESOURCE_GPUs = N
         custom["GPUs"] = CustomResource(name="GPUs", count=gpus)
         gpus = ()

@@ -120,6 +120,22 @@ def test_without_condor_gpu_discovery_nvml_is_asked_and_says_so(
     assert f"{DISCOVERY} is not installed" in missing["why"]
 
 
+def test_a_failing_default_discovery_is_logged_and_finds_no_gpu() -> None:
+    """condor_startd counts a discovery that fails as 0 GPUs and runs on; so does execd
+    (a configured MACHINE_RESOURCE_INVENTORY_GPUs that fails is a ResourceError)."""
+    broken = FixtureHostReader(FIXTURES / "h100-node", commands={
+        DISCOVERY: CommandResult(1, "", "cuInit failed")})  # fmt: skip
+    with capture_logs() as events:
+        facts = detect_machine(broken, params("EXECUTE = /tmp\n"))
+    assert gpu_attrs(facts)["GPUs"] == 0 and facts.gpus_resource
+    (failed,) = [e for e in events if e["event"] == "gpu_discovery_failed"]
+    assert failed["log_level"] == "warning"
+    assert failed["why"].startswith(f"STARTD_DETECT_GPUS: {DISCOVERY} exited with status 1")
+    with pytest.raises(ResourceError, match="MACHINE_RESOURCE_INVENTORY_GPUs"):
+        detect_machine(broken, params(
+            f"EXECUTE = /tmp\nMACHINE_RESOURCE_INVENTORY_GPUs = {DISCOVERY} -properties\n"))
+
+
 def test_a_host_without_htcondor_nor_nvml_has_no_gpu_and_no_error() -> None:
     """`make run` on a plain host: neither program nor NVML; a GPUs resource of none."""
     with capture_logs() as events:
@@ -128,6 +144,7 @@ def test_a_host_without_htcondor_nor_nvml_has_no_gpu_and_no_error() -> None:
     assert [e["event"] for e in events] == ["gpu_inventory_not_installed",
                                             "gpu_detection_skipped"]  # fmt: skip
     assert all(e["log_level"] == "info" for e in events)
+    assert events[0]["why"] == f"STARTD_DETECT_GPUS: {DISCOVERY} is not installed"
 
 
 @pytest.mark.parametrize("text", [
