@@ -125,6 +125,13 @@ class Pool:
         return path.read_text(errors="replace") if path.exists() else f"({path} not written)"
 
     # ----- lifecycle ---------------------------------------------------------------
+    def _remove_stale_test_configs(self) -> None:
+        """Tests give condor_startd a config file of their own (config.d/9?-execd-*.conf)
+        and remove it when done; one a killed run left behind would change every later
+        pool, so a pool starts without them."""
+        for stale in self.host_path(CONFIG_FILE).parent.glob("9[0-9]-execd-*.conf"):
+            stale.unlink(missing_ok=True)
+
     def start(self) -> None:
         if not tiers.pool_built(self.root):
             raise PoolError(f"no built pool chroot at {self.root}: {tiers.why_not('pool')}")
@@ -133,6 +140,7 @@ class Pool:
             self._mount()
             self._prepare()
             self.port = free_loopback_port()
+            self._remove_stale_test_configs()
             self.host_path(CONFIG_FILE).write_text(self.config_text())
             if self.idtokens:
                 self._write_tokens()

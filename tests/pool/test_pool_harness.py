@@ -145,6 +145,22 @@ def test_stop_leaves_no_mounts_or_processes(running_pool: harness.RunningPool) -
     assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
 
 
+def test_a_test_config_a_killed_run_left_is_gone_at_the_next_start(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """A reference config left by a killed test (here: no START) would change every later
+    pool; the next pool starts without it."""
+    pool = running_pool.get(with_startd=True)
+    running_pool.close()
+    stale = pool.host_path(harness.CONFIG_FILE).with_name("99-execd-killed-test.conf")
+    stale.write_text("START = False\n")
+    try:
+        started = running_pool.get(with_startd=True)
+        assert not stale.exists()
+        assert [ad.get("Start") for ad in started.status("-slots")] == [True]
+    finally:
+        stale.unlink(missing_ok=True)
+
+
 def test_reference_startd_runs_echo(reference_pool: harness.Pool) -> None:
     slots = reference_pool.status("-slots")
     assert slots and all(ad["Activity"] == "Idle" for ad in slots)
