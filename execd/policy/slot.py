@@ -144,12 +144,12 @@ def slot_policy_attributes(slot: Slot, now: Now, start_expr: Any = True) -> dict
         "Start": False if lies else start_expr,
         "Requirements": False if lies else start_expr,
     }
-    for (state, activity), name in TOTAL_TIME_ATTRIBUTES.items():
-        total = slot.state_times.get((state, activity), 0.0)
-        if (state, activity) == (slot.state, slot.activity):
-            total += now.mono - slot.entered_activity
+    totals = dict(slot.state_times)  # the pairs left so far, and the current one
+    current = (slot.state, slot.activity)
+    totals[current] = totals.get(current, 0.0) + now.mono - slot.entered_activity
+    for pair, total in totals.items():
         if int(total):  # as condor_startd: only the pairs the slot has spent time in
-            attrs[name] = int(total)
+            attrs[TOTAL_TIME_ATTRIBUTES[pair]] = int(total)
     if slot.job_start is not None:
         attrs["JobStart"] = wall(slot.job_start)
     if slot.claim is not None:
