@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pool_harness as harness
 from pool_node import wait_pool
-from test_pool_daemon import WAIT_S, chroot_condor_identity
+from test_pool_daemon import WAIT_S, administrators
 from test_pool_jobs import (
     PLAIN_SUBMIT,
     SLEEP_SCRIPT,
     VACATE_SCRIPT,
+    on_both,
     pool_node,
     submit_files,
     timeless,
@@ -32,7 +33,7 @@ RETIREMENT = "MAXJOBRETIREMENTTIME = 20\nMachineMaxVacateTime = 2\n"
 
 def test_condor_vacate_of_the_node_requeues_every_job_which_runs_again(
         pool: harness.Pool) -> None:  # fmt: skip
-    admins = f"EXECD_POOL_ADMINISTRATORS = {chroot_condor_identity(pool)}@*\n"
+    admins = administrators(pool)
     tokens = [f"{os.getpid()}-{pool._jobs}-{n}" for n in range(2)]
     marks = [Path(f"/tmp/execd-vacate-{token}") for token in tokens]
     jobs: list[harness.SubmittedJob] = []
@@ -100,17 +101,10 @@ def vacated_after_retirement(pool: harness.Pool) -> tuple[list[str], str, bool]:
 
 def test_a_graceful_condor_vacate_waits_for_retirement_as_on_condor_startd(
         running_pool: harness.RunningPool) -> None:  # fmt: skip
-    pool = running_pool.get(with_startd=False)
-    admins = f"EXECD_POOL_ADMINISTRATORS = {chroot_condor_identity(pool)}@*\n"
-    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
-        node = pool_node(pool, tmp, admins + RETIREMENT)
-        try:
-            ours = vacated_after_retirement(pool)
-        finally:
-            node.stop(signal.SIGQUIT)
-    reference = running_pool.get(with_startd=True)
-    with reference_config(reference, "99-execd-retirement.conf", RETIREMENT,
-                          lambda ad: ad.get("MaxJobRetirementTime") == 20):
-        theirs = vacated_after_retirement(reference)
+    admins = administrators(running_pool.get(with_startd=False))
+    ours, theirs = on_both(running_pool, vacated_after_retirement, admins + RETIREMENT,
+                           lambda pool: reference_config(
+                               pool, "99-execd-retirement.conf", RETIREMENT,
+                               lambda ad: ad.get("MaxJobRetirementTime") == 20))
     assert ours == theirs
     assert ours[1:] == ("Claimed/Retiring", True)

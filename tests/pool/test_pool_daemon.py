@@ -139,10 +139,16 @@ def chroot_condor_identity(pool: harness.Pool) -> str:
         return str(uid)
 
 
+def administrators(pool: harness.Pool) -> str:
+    """execd's config line that makes the pool's tools (run as root in the chroot, whose
+    condor identity they use) its administrators."""
+    return f"EXECD_POOL_ADMINISTRATORS = {chroot_condor_identity(pool)}@*\n"
+
+
 @pytest.fixture
 def admin_node(pool: harness.Pool) -> Iterator[PoolNode]:
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
-        admins = f"EXECD_POOL_ADMINISTRATORS = {chroot_condor_identity(pool)}@*\n"
+        admins = administrators(pool)
         started = start_node(pool, Path(tmp), admins)
         try:
             yield started

@@ -11,7 +11,7 @@ import signal
 import tempfile
 
 import pool_harness as harness
-from test_pool_daemon import WAIT_S, chroot_condor_identity
+from test_pool_daemon import WAIT_S, administrators
 from test_pool_jobs import pool_node
 from test_pool_preemption import slot_ad
 
@@ -30,7 +30,7 @@ def test_condor_config_val_reconfig_and_restart_reach_execd(
     theirs = verbose_value(reference, str(slot_ad(reference, bool)["MyAddress"]),
                            "UPDATE_INTERVAL")  # fmt: skip
     pool = running_pool.get(with_startd=False)
-    admins = f"EXECD_POOL_ADMINISTRATORS = {chroot_condor_identity(pool)}@*\n"
+    admins = administrators(pool)
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
         node = pool_node(pool, tmp, admins + COLOUR)
         try:

@@ -8,13 +8,16 @@ pool's own condor_startd: user-log events, termination lines, output files, hold
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TypeVar
 
 import pool_harness as harness
 import pytest
@@ -46,10 +49,30 @@ request_memory = 64
 queue
 """
 NOBODY = 65534
+T = TypeVar("T")
 
 
 def pool_node(pool: harness.Pool, tmp: str, extra: str = "") -> PoolNode:
     return start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + extra)
+
+
+def on_both(running_pool: harness.RunningPool, run: Callable[[harness.Pool], T],
+               extra: str = "",
+               reference: Callable[[harness.Pool], AbstractContextManager[object]] =
+               lambda _pool: contextlib.nullcontext()) -> tuple[T, T]:  # fmt: skip
+    """`run(pool)` with `execd run` (configured with `extra`) as the pool's execute
+    point, then with the pool's own condor_startd (inside `reference(pool)`, e.g. a
+    config of its own): (execd's result, condor_startd's)."""
+    pool = running_pool.get(with_startd=False)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = pool_node(pool, tmp, extra)
+        try:
+            ours = run(pool)
+        finally:
+            node.stop(signal.SIGQUIT)
+    condor = running_pool.get(with_startd=True)
+    with reference(condor):
+        return ours, run(condor)
 
 
 @pytest.fixture

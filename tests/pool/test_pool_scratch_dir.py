@@ -6,12 +6,9 @@ pool's own condor_startd.
 
 from __future__ import annotations
 
-import signal
-import tempfile
-
 import pool_harness as harness
 from test_pool_daemon import WAIT_S
-from test_pool_jobs import PLAIN_SUBMIT, pool_node, submit_files
+from test_pool_jobs import PLAIN_SUBMIT, on_both, submit_files
 
 SCRIPT = """#!/bin/sh
 [ "$SCRATCH" = "$(pwd)" ] && echo "SCRATCH is the job's directory"
@@ -32,14 +29,7 @@ def scratch_seen(pool: harness.Pool) -> tuple[str, str]:
 
 def test_condor_scratch_dir_expands_to_the_jobs_directory_as_on_condor_startd(
         running_pool: harness.RunningPool) -> None:  # fmt: skip
-    pool = running_pool.get(with_startd=False)
-    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
-        node = pool_node(pool, tmp)
-        try:
-            ours = scratch_seen(pool)
-        finally:
-            node.stop(signal.SIGQUIT)
-    theirs = scratch_seen(running_pool.get(with_startd=True))
+    ours, theirs = on_both(running_pool, scratch_seen)
     assert ours == theirs
     assert ours == ("SCRATCH is the job's directory\nSCRATCH is _CONDOR_SCRATCH_DIR\n"
                     "<scratch>/work\n", "(1) Normal termination (return value 0)")

@@ -8,13 +8,10 @@ policy expressions.
 from __future__ import annotations
 
 import re
-import signal
-import tempfile
-from pathlib import Path
 
 import pool_harness as harness
-from test_pool_daemon import WAIT_S, start_node
-from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, submit_files
+from test_pool_daemon import WAIT_S
+from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, on_both, submit_files
 from test_pool_preemption import reference_config
 
 POLICY = "SLOT_WEIGHT = 3 * Cpus\nMAXJOBRETIREMENTTIME = 2 * 60\nMachineMaxVacateTime = 45\n"
@@ -44,17 +41,9 @@ def weighted_use(pool: harness.Pool) -> tuple[float, dict[str, object]]:
 
 def test_a_claim_is_charged_its_slot_weight_as_on_condor_startd(
         running_pool: harness.RunningPool) -> None:  # fmt: skip
-    pool = running_pool.get(with_startd=False)
-    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
-        node = start_node(pool, Path(tmp), POLICY)
-        try:
-            ours = weighted_use(pool)
-        finally:
-            node.stop(signal.SIGQUIT)
-    reference = running_pool.get(with_startd=True)
-    with reference_config(reference, "99-execd-slot-weight.conf", POLICY,
-                          lambda ad: ad.get("SlotWeight") != "/Expr(Cpus)/"):
-        theirs = weighted_use(reference)
+    ours, theirs = on_both(running_pool, weighted_use, POLICY, lambda pool: reference_config(
+        pool, "99-execd-slot-weight.conf", POLICY,
+        lambda ad: ad.get("SlotWeight") != "/Expr(Cpus)/"))
     assert ours == theirs
     assert ours == (6.0, {"SlotWeight": "/Expr(3 * Cpus)/",
                           "MaxJobRetirementTime": "/Expr(2 * 60)/",

@@ -7,14 +7,12 @@ condor_startd.
 from __future__ import annotations
 
 import os
-import signal
-import tempfile
 from pathlib import Path
 
 import pool_harness as harness
 import pytest
-from test_pool_daemon import WAIT_S, chroot_condor_identity
-from test_pool_jobs import PLAIN_SUBMIT, pool_node, submit_files, timeless
+from test_pool_daemon import WAIT_S, administrators
+from test_pool_jobs import PLAIN_SUBMIT, on_both, submit_files, timeless
 
 # The first run leaves its progress in its sandbox and waits to be vacated; the run
 # after it says what progress it found.
@@ -63,15 +61,8 @@ def vacated_with_spool(pool: harness.Pool, fast: bool) -> tuple[list[str], str, 
 @pytest.mark.parametrize("fast", [False, True], ids=["graceful", "fast"])
 def test_a_vacated_on_exit_or_evict_job_resumes_from_its_spooled_sandbox(
         running_pool: harness.RunningPool, fast: bool) -> None:  # fmt: skip
-    pool = running_pool.get(with_startd=False)
-    admins = f"EXECD_POOL_ADMINISTRATORS = {chroot_condor_identity(pool)}@*\n"
-    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
-        node = pool_node(pool, tmp, admins)
-        try:
-            ours = vacated_with_spool(pool, fast)
-        finally:
-            node.stop(signal.SIGQUIT)
-    theirs = vacated_with_spool(running_pool.get(with_startd=True), fast)
+    admins = administrators(running_pool.get(with_startd=False))
+    ours, theirs = on_both(running_pool, lambda pool: vacated_with_spool(pool, fast), admins)
     assert ours == theirs
     # graceful: the sandbox was spooled (040s before 004) and the next run found it
     assert ours[1] == ("second run\nno progress\n" if fast else "second run\nstep one\n")
