@@ -57,11 +57,11 @@ def advertised_pair(
     for needed in ("Name", "MyType"):
         if needed not in public:
             raise LocalProtocolError(f"slot ad has no {needed}: the collector cannot key it")
-    public.update(from_values({"MyAddress": address, "StartdIpAddr": address}))
+    # CondorScratchDir: what a job's $$(CondorScratchDir) becomes at match time; the
+    # starter puts the job's scratch directory in its place (not known before).
+    public.update(from_values({"MyAddress": address, "StartdIpAddr": address,
+                               "CondorScratchDir": SCRATCH_DIR_PLACEHOLDER}))
     public["WithinResourceLimits"] = within_resource_limits(slot_ad)
-    # What a job's $$(CondorScratchDir) becomes at match time; the starter puts the
-    # job's scratch directory in its place (the real path is not known before).
-    public["CondorScratchDir"] = f'"{SCRATCH_DIR_PLACEHOLDER}"'
     requirements = public.get("Requirements", "true")
     if requirements != "false":  # a slot that matches nothing stays so
         public["Requirements"] = f"({requirements}) && WithinResourceLimits"
