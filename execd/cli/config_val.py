@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 
 from execd.cli.common import fail, load
@@ -74,7 +73,7 @@ def _dump(config: object, args: argparse.Namespace, subsystem: str | None) -> in
 
     assert isinstance(config, Config)
     wanted = [n.upper() for n in args.names]
-    print(f"# Configuration from machine: {socket.getfqdn()}")
+    print(f"# Configuration from machine: {config.get('FULL_HOSTNAME')}")
     print()
     print("# Parameters with names that match " + (", ".join(args.names) or "*") + ":")
     code = 0

@@ -256,6 +256,8 @@ _group(
     ("EXECD_POOL_SCHEDULERS", L, "condor@*", "Identities besides a claim id's holder allowed to send claim commands (the pool's schedd and negotiator).", True),
     ("FILESYSTEM_DOMAIN", S, "$(FULL_HOSTNAME)", "Name shared by machines with the same file systems."),
     ("UID_DOMAIN", S, "$(FULL_HOSTNAME)", "Name shared by machines with the same users."),
+    ("NETWORK_HOSTNAME", S, None, "The node's name (FULL_HOSTNAME, Machine, the slots' Names); unset: the canonical name of the kernel's host name, by forward lookup (/etc/hosts, DNS). Read when execd starts."),
+    ("DEFAULT_DOMAIN_NAME", S, None, "Domain appended to a node name without a dot (FULL_HOSTNAME, Machine, the slots' Names). Read when execd starts."),
     ("DAEMON_LIST", L, "MASTER", "Daemons a condor_master starts (read for compatibility)."),
 )
 

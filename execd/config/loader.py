@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -20,6 +19,7 @@ from execd.config.macros import Expander
 from execd.config.parser import ConfigReader
 from execd.config.table import ConfigTable, Definition
 from execd.errors import ConfigError
+from execd.machine.hostname import local_fqdn
 
 __all__ = ["Config", "host_builtins", "load_config", "parse_config_text"]
 
@@ -38,7 +38,7 @@ def host_builtins() -> dict[str, str]:
                 memory_mb = int(line.split()[1]) // 1024
     except OSError:
         pass
-    full = socket.getfqdn() or socket.gethostname()
+    full = local_fqdn()
     uname = os.uname()
     return {
         "DETECTED_CPUS": str(cpus),
@@ -179,7 +179,7 @@ def parse_config_text(
     """A Config from text (no LOCAL_CONFIG_* processing)."""
     table, reader = _reader(env, base)
     reader.read_text(text, filename)
-    return Config(table, files=[filename], warnings=reader.warnings)
+    return _named_host(Config(table, files=[filename], warnings=reader.warnings))
 
 
 def load_config(
@@ -192,6 +192,17 @@ def load_config(
     if local_config:
         _read_local(config, reader)
         config.files = reader.files_read
+    return _named_host(config)
+
+
+def _named_host(config: Config) -> Config:
+    """FULL_HOSTNAME and HOSTNAME under the files' NETWORK_HOSTNAME and
+    DEFAULT_DOMAIN_NAME, as HTCondor names the host again once its files are read."""
+    network = config.get("NETWORK_HOSTNAME") or None
+    domain = config.get("DEFAULT_DOMAIN_NAME") or None
+    if network or domain:
+        full = local_fqdn(network, domain)
+        config.builtins.update(FULL_HOSTNAME=full, HOSTNAME=full.split(".")[0])
     return config
 
 

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,15 @@ from execd.slots.rollup import publish_child_summaries
 from execd.starter.launcher import ZYGOTE
 
 logger = log.get_logger("daemon")
+
+# Knobs read when execd starts, that condor_startd applies at reconfig: a reload that
+# changes one says so.
+READ_AT_START: tuple[tuple[Callable[[str], bool], str], ...] = (
+    (lambda name: name.startswith("OFFLINE_MACHINE_RESOURCE_"),
+     "offline resource ids change when execd restarts"),
+    (lambda name: name in ("NETWORK_HOSTNAME", "DEFAULT_DOMAIN_NAME"),
+     "the node's name (Machine, slot Names) changes when execd restarts"),
+)
 
 
 class Daemon:
@@ -126,10 +136,10 @@ class Daemon:
         if slot_types != self.node.slot_types:
             logger.warning("reconfig_needs_restart", reason="slot types changed",
                            detail="SLOT_TYPE_<N> changes take effect when execd restarts")
-        offline = [n for n in changed if n.upper().startswith("OFFLINE_MACHINE_RESOURCE_")]
-        if offline:
-            logger.warning("reconfig_needs_restart", reason=f"{', '.join(offline)} changed",
-                           detail="offline resource ids change when execd restarts")
+        for matches, detail in READ_AT_START:
+            if named := [n for n in changed if matches(n.upper())]:
+                logger.warning("reconfig_needs_restart", reason=f"{', '.join(named)} changed",
+                               detail=detail)
         try:
             new_policy = policy_config(settings)
             new_cron = cron_settings(settings)

@@ -6,7 +6,6 @@ the config language; execd.slots.from_config turns a Config into DetectionParams
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 
 from execd.errors import ResourceError
@@ -25,6 +24,7 @@ from execd.machine.disk import detect_disk_kb
 from execd.machine.facts import CustomResource, GpuInfo, MachineFacts
 from execd.machine.gpu_inventory import parse_gpu_inventory
 from execd.machine.gpus import detect_gpus, with_proc_minors
+from execd.machine.hostname import local_fqdn
 from execd.machine.memory import detect_memory_mb, detect_swap_kb, total_memory_mb
 from execd.machine.os_info import detect_os
 from execd.machine.reader import HostReader
@@ -161,6 +161,6 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
         opsys_legacy=osinfo.opsys_legacy,
         cpu=detect_cpu_flags(reader, uname.machine),
         uname=uname,
-        hostname=params.hostname or socket.getfqdn(),
+        hostname=params.hostname or local_fqdn(),
         execute_dir=params.execute_dir,
     )

@@ -150,7 +150,7 @@ def detection_params(
         machine_resources=resources,
         machine_inventories=inventories,
         offline=offline,
-        hostname=hostname,
+        hostname=hostname or _text(config, "FULL_HOSTNAME"),
     )
 
 
