@@ -28,7 +28,7 @@ GPUS = tuple(GpuInfo(f"GPU-{i:08x}", {"DeviceName": "NVIDIA H100 80GB HBM3", "Ca
                                       "GlobalMemoryMb": 81559}) for i in range(8))
 FACTS = MachineFacts(detected_cpus=1024, detected_cores=512, detected_memory_mb=4 * 1024 * 1024,
                      total_cpus=1024, total_memory_mb=4 * 1024 * 1024,
-                     total_disk_kb=100 * 1024**3, total_swap_kb=0, gpus=GPUS,
+                     total_disk_kb=100 * 1024**3, total_vm_kb=0, gpus=GPUS,
                      opsys_and_ver="Debian12", hostname="big.example")
 
 

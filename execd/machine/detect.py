@@ -25,7 +25,7 @@ from execd.machine.facts import CustomResource, GpuInfo, MachineFacts
 from execd.machine.gpu_inventory import parse_gpu_inventory
 from execd.machine.gpus import detect_gpus, with_proc_minors
 from execd.machine.hostname import local_fqdn
-from execd.machine.memory import detect_memory_mb, detect_swap_kb, total_memory_mb
+from execd.machine.memory import detect_memory_mb, detect_virtual_memory_kb, total_memory_mb
 from execd.machine.os_info import detect_os
 from execd.machine.reader import HostReader
 
@@ -145,7 +145,7 @@ def detect_machine(reader: HostReader, params: DetectionParams) -> MachineFacts:
         total_disk_kb=detect_disk_kb(
             reader, params.execute_dir, reserved_disk_mb=params.reserved_disk_mb
         ),
-        total_swap_kb=detect_swap_kb(reader),
+        total_vm_kb=detect_virtual_memory_kb(reader),
         gpus=gpus,
         gpus_configured=gpus_configured,
         gpus_resource=gpus_resource,

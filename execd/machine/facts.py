@@ -47,7 +47,7 @@ class MachineFacts:
     total_cpus: float  # NUM_CPUS override or detected_cpus
     total_memory_mb: int  # MEMORY override or detected, minus RESERVED_MEMORY
     total_disk_kb: int  # free space of EXECUTE minus RESERVED_DISK
-    total_swap_kb: int  # swap (VirtualMemory)
+    total_vm_kb: int  # physical memory + free swap (TotalVirtualMemory)
     gpus: tuple[GpuInfo, ...] = ()
     gpus_configured: bool = False  # listed in MACHINE_RESOURCE_GPUs: DetectedGPUs = count
     # False: the node has no GPUs resource at all (STARTD_DETECT_GPUS off and no GPU

@@ -1,4 +1,4 @@
-"""DETECTED_MEMORY (MB) and swap (KB)."""
+"""DETECTED_MEMORY (MB) and virtual memory (KB)."""
 
 from __future__ import annotations
 
@@ -30,9 +30,15 @@ def detect_memory_mb(reader: HostReader, limits: EnclosingLimits) -> int:
     return mb
 
 
-def detect_swap_kb(reader: HostReader) -> int:
-    """Free swap in KB (what jobs could still page out to); 0 when there is none."""
-    return _meminfo_kb(reader, "SwapFree") or 0
+INT_MAX = 2**31 - 1
+
+
+def detect_virtual_memory_kb(reader: HostReader) -> int:
+    """VirtualMemory in KB as condor_startd counts it: physical memory and free swap
+    together (sysinfo's totalram + freeswap, i.e. MemTotal + SwapFree), capped as
+    HTCondor caps it at the largest C int; 0 when /proc/meminfo says neither."""
+    ram, swap = _meminfo_kb(reader, "MemTotal"), _meminfo_kb(reader, "SwapFree")
+    return min((ram or 0) + (swap or 0), INT_MAX)
 
 
 def total_memory_mb(detected_mb: int, *, memory_override: int | None, reserved_mb: int) -> int:

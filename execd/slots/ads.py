@@ -64,7 +64,7 @@ def static_resources(d: SlotDefinition, facts: MachineFacts) -> SlotResources:
     return SlotResources(
         name=d.name, slot_id=d.slot_id, type_id=d.type_id, slot_type="Static",
         cpus=d.cpus, memory_mb=d.memory_mb, disk_kb=disk,
-        swap_kb=int(d.swap_fraction * facts.total_swap_kb),
+        swap_kb=int(d.swap_fraction * facts.total_vm_kb),
         total_slot_cpus=d.cpus, total_slot_memory_mb=d.memory_mb, total_slot_disk_kb=disk,
         custom=d.custom, total_slot_custom={n: a.amount for n, a in d.custom.items()},
     )
@@ -75,7 +75,7 @@ def partitionable_resources(p: PartitionableSlot, facts: MachineFacts) -> SlotRe
     return SlotResources(
         name=d.name, slot_id=d.slot_id, type_id=d.type_id, slot_type="Partitionable",
         cpus=p.free_cpus, memory_mb=p.free_memory_mb, disk_kb=p.free_disk_kb,
-        swap_kb=int(d.swap_fraction * facts.total_swap_kb),
+        swap_kb=int(d.swap_fraction * facts.total_vm_kb),
         total_slot_cpus=d.cpus, total_slot_memory_mb=d.memory_mb,
         total_slot_disk_kb=p.total_disk_kb, custom=p.remaining(),
         total_slot_custom={n: a.amount for n, a in d.custom.items()},
@@ -88,7 +88,7 @@ def dynamic_resources(s: DynamicSlot, p: PartitionableSlot, facts: MachineFacts)
     return SlotResources(
         name=s.name, slot_id=s.parent_id, type_id=p.definition.type_id, slot_type="Dynamic",
         cpus=s.cpus, memory_mb=s.memory_mb, disk_kb=s.disk_kb,
-        swap_kb=int(p.definition.swap_fraction * facts.total_swap_kb),
+        swap_kb=int(p.definition.swap_fraction * facts.total_vm_kb),
         total_slot_cpus=s.cpus, total_slot_memory_mb=s.memory_mb, total_slot_disk_kb=s.disk_kb,
         custom=s.custom, total_slot_custom={n: a.amount for n, a in s.custom.items()},
         dslot_id=s.sub_id,
@@ -115,7 +115,7 @@ def _machine_totals(facts: MachineFacts) -> dict[str, Any]:
         "DetectedCpus": facts.detected_cpus, "DetectedCores": facts.detected_cores,
         "DetectedMemory": facts.detected_memory_mb,
         "TotalCpus": _number(facts.total_cpus), "TotalMemory": facts.total_memory_mb,
-        "TotalDisk": facts.total_disk_kb, "TotalVirtualMemory": facts.total_swap_kb,
+        "TotalDisk": facts.total_disk_kb, "TotalVirtualMemory": facts.total_vm_kb,
     }
     # The resources every slot of the machine may have, in HTCondor's order: the standard
     # four, then the machine's own (GPUs unless it has no GPUs resource at all) sorted as

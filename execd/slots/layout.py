@@ -184,7 +184,7 @@ def _amount(resource: str, share: Share, total: float, facts: MachineFacts) -> f
     if resource == "Disk":  # an absolute disk or swap amount is KB of today's total
         return share.value / facts.total_disk_kb if facts.total_disk_kb else 1.0
     if resource == "Swap":
-        return share.value / facts.total_swap_kb if facts.total_swap_kb else 0.0
+        return share.value / facts.total_vm_kb if facts.total_vm_kb else 0.0
     return share.value
 
 

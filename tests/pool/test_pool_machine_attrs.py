@@ -187,6 +187,12 @@ def test_machine_attributes_as_on_condor_startd(running_pool: harness.RunningPoo
         finally:
             node.stop(signal.SIGQUIT)
     assert any(k.startswith("has_") for k in theirs), "condor_startd advertises no flag"
+    # physical memory and free swap (KB), read by each at its start: free swap may have
+    # moved a little in between
+    vm = theirs["TotalVirtualMemory"]
+    assert abs(ours["TotalVirtualMemory"] - vm) <= vm // 100
+    assert (ours["VirtualMemory"], theirs["VirtualMemory"]) == (  # the slot's: all of it
+        ours["TotalVirtualMemory"], vm)
     assert ours["OpSysShortName"] == ours["OpSysName"]
     assert theirs["OpSysShortName"] == theirs["OpSysName"]
     assert len(ran) == 1  # the job that requires condor_startd's flags ran on execd

@@ -22,7 +22,8 @@ def test_h100_node_detects_16_cpus_125_gib_and_the_free_disk(h100_reader: Any) -
     assert facts.detected_memory_mb == 131981020 // 1024
     assert facts.total_memory_mb == facts.detected_memory_mb
     assert facts.total_disk_kb == 67089804  # df "Available" for the EXECUTE partition
-    assert facts.total_swap_kb == 0
+    # condor_startd: MemTotal + SwapFree (no swap there)
+    assert facts.total_vm_kb == 131981020
     assert [g.id for g in facts.gpus] == ["GPU-ed351562"]
 
 
@@ -32,6 +33,22 @@ def test_hybrid_node_detects_2_cpus_and_no_gpu(hybrid_reader: Any) -> None:
     assert facts.detected_memory_mb == 24684084 // 1024
     assert facts.total_disk_kb == 80110904
     assert facts.gpus == ()
+
+
+def test_virtual_memory_is_physical_memory_and_free_swap(node_copy: Any) -> None:
+    """TotalVirtualMemory as condor_startd counts it (sysinfo totalram + freeswap, KB),
+    on the hybrid node's meminfo given 2 GiB of swap, 1.5 GiB of it free; and capped
+    at the largest C int, as HTCondor's is, on a node with more than 2 TiB."""
+    root = node_copy("hybrid-cgroup-node")
+    meminfo = root / "proc/meminfo"
+    text = meminfo.read_text()
+    meminfo.write_text(text.replace("SwapTotal:             0 kB", "SwapTotal:       2097152 kB")
+                       .replace("SwapFree:              0 kB", "SwapFree:        1572864 kB"))
+    params = DetectionParams(execute_dir="/tmp", hostname="dev")
+    facts = detect_machine(FixtureHostReader(root), params)
+    assert facts.total_vm_kb == 24684084 + 1572864
+    meminfo.write_text(text.replace("MemTotal:       24684084 kB", "MemTotal:     3221225472 kB"))
+    assert detect_machine(FixtureHostReader(root), params).total_vm_kb == 2**31 - 1
 
 
 def test_overrides_and_reservations_change_totals_not_detected(h100_reader: Any) -> None:

@@ -79,7 +79,7 @@ def test_the_recorded_h100_job_sees_its_gpu_by_uuid_and_others_see_none(
 def test_a_node_without_gpus_still_names_none() -> None:
     facts = MachineFacts(detected_cpus=2, detected_cores=2, detected_memory_mb=1024,
                          total_cpus=2, total_memory_mb=1024, total_disk_kb=10**6,
-                         total_swap_kb=0)  # fmt: skip
+                         total_vm_kb=0)  # fmt: skip
     assert job_env(carved(facts, 0)["slot1_1"]) == NO_GPU_ENV
 
 
@@ -128,7 +128,7 @@ def test_without_condor_gpu_discovery_installed_nvml_finds_the_gpus(
 def test_a_mig_device_is_named_by_its_own_uuid() -> None:
     facts = MachineFacts(detected_cpus=2, detected_cores=2, detected_memory_mb=1024,
                          total_cpus=2, total_memory_mb=1024, total_disk_kb=10**6,
-                         total_swap_kb=0, gpus=parse_gpu_inventory(MIGS))  # fmt: skip
+                         total_vm_kb=0, gpus=parse_gpu_inventory(MIGS))  # fmt: skip
     ads = carved(facts, 1)
     assert "GPUs_MIG_GPU_a0223334_4445_5667_899a_abbccddeeff0_0_0" in ads["slot1_1"]
     env = job_env(ads["slot1_1"])

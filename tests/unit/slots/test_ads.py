@@ -16,7 +16,7 @@ H100 = GpuInfo("GPU-ed351562", {"DeviceName": "NVIDIA H100 80GB HBM3", "Capabili
                                 "GlobalMemoryMb": 81559})
 FACTS = MachineFacts(detected_cpus=16, detected_cores=16, detected_memory_mb=128887,
                      total_cpus=16, total_memory_mb=128887, total_disk_kb=67089804,
-                     total_swap_kb=0, gpus=(H100,), arch="X86_64", opsys_and_ver="Debian12",
+                     total_vm_kb=0, gpus=(H100,), arch="X86_64", opsys_and_ver="Debian12",
                      opsys_ver=1200, hostname="node.example")
 
 
@@ -118,7 +118,7 @@ def test_seed_favorite_color_per_slot_startd_attrs() -> None:
     per_slot = {2: {"favorite_color": '"green"'}, 1: {"favorite_movie": '"Star Wars"'},
                 }
     facts = MachineFacts(detected_cpus=2, detected_cores=2, detected_memory_mb=1024,
-                         total_cpus=2, total_memory_mb=1024, total_disk_kb=1000, total_swap_kb=0,
+                         total_cpus=2, total_memory_mb=1024, total_disk_kb=1000, total_vm_kb=0,
                          hostname="h")
     node = NodeSlots(facts, build_layout(default_slot_types(num_slots=2), facts))
     ads = ads_by_name(node, startd_attrs_for=lambda n: {**config, **per_slot.get(n, {})})
@@ -131,7 +131,7 @@ def test_seed_favorite_color_per_slot_startd_attrs() -> None:
 
 def test_startd_slot_attrs_cross_post_state() -> None:
     facts = MachineFacts(detected_cpus=2, detected_cores=2, detected_memory_mb=1024,
-                         total_cpus=2, total_memory_mb=1024, total_disk_kb=1000, total_swap_kb=0,
+                         total_cpus=2, total_memory_mb=1024, total_disk_kb=1000, total_vm_kb=0,
                          hostname="h")
     node = NodeSlots(facts, build_layout([SlotTypeInput(1, "50%", 2)], facts))
     states = {"slot1": "Unclaimed", "slot2": "Claimed"}

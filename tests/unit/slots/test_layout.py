@@ -13,7 +13,7 @@ def facts(cpus: int = 4, memory: int = 256, gpus: tuple[GpuInfo, ...] = (),
           custom: dict[str, CustomResource] | None = None) -> MachineFacts:
     return MachineFacts(detected_cpus=cpus, detected_cores=cpus, detected_memory_mb=memory,
                         total_cpus=cpus, total_memory_mb=memory, total_disk_kb=1_000_000,
-                        total_swap_kb=4096, gpus=gpus, custom=custom or {})
+                        total_vm_kb=4096, gpus=gpus, custom=custom or {})
 
 
 def gpu(short: str, cap: float) -> GpuInfo:

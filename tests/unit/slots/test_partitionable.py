@@ -17,7 +17,7 @@ GPUS = (GpuInfo("GPU-aaaaaaaa", {"Capability": 7.5}), GpuInfo("GPU-bbbbbbbb", {"
 def pslot() -> PartitionableSlot:
     facts = MachineFacts(detected_cpus=10, detected_cores=10, detected_memory_mb=10240,
                          total_cpus=10, total_memory_mb=10240, total_disk_kb=1_000_000,
-                         total_swap_kb=0, gpus=GPUS,
+                         total_vm_kb=0, gpus=GPUS,
                          custom={"Cogs": CustomResource("Cogs", 4)})
     (definition,) = build_layout(default_slot_types(), facts)
     props = {g.id: g.properties for g in GPUS}

@@ -13,7 +13,7 @@ from execd.slots.requests import ResourceRequest
 
 GPUS = tuple(GpuInfo(f"GPU-0000000{i}", {"Capability": 8.0 + i}) for i in range(3))
 FACTS = MachineFacts(detected_cpus=8, detected_cores=8, detected_memory_mb=8192, total_cpus=8,
-                     total_memory_mb=8192, total_disk_kb=100_000, total_swap_kb=0, gpus=GPUS,
+                     total_memory_mb=8192, total_disk_kb=100_000, total_vm_kb=0, gpus=GPUS,
                      custom={"Cogs": CustomResource("Cogs", 5)})
 
 carve = st.builds(

@@ -19,7 +19,7 @@ from execd.slots.rollup import RollupSettings, publish_child_summaries, rolled_u
 COGS = CustomResource("Cogs", 3.0, instances=("c1", "c2", "c3"))
 FACTS = MachineFacts(detected_cpus=8, detected_cores=8, detected_memory_mb=8192,
                      total_cpus=8, total_memory_mb=8192, total_disk_kb=10_000_000,
-                     total_swap_kb=0, custom={"Cogs": COGS}, hostname="node.example")  # fmt: skip
+                     total_vm_kb=0, custom={"Cogs": COGS}, hostname="node.example")  # fmt: skip
 FIXED = ["Name", "DSlotId", "CurrentRank", "RemoteUser", "RemoteOwner", "AccountingGroup",
          "State", "Activity", "EnteredCurrentState", "RetirementTimeRemaining", "Cpus",
          "Memory", "Disk"]  # fmt: skip

@@ -31,7 +31,7 @@ NOT_RESOURCES = {"Name", "SlotAd", "Machine", "AddressV1", "MyAddress", "UidDoma
 H100 = GpuInfo("GPU-ed351562", {"DeviceName": "NVIDIA H100 80GB HBM3", "Capability": 9.0})
 FACTS = MachineFacts(detected_cpus=4, detected_cores=4, detected_memory_mb=8192,
                      total_cpus=4, total_memory_mb=8192, total_disk_kb=67089804,
-                     total_swap_kb=0, gpus=(H100,), arch="X86_64", opsys_and_ver="Debian12",
+                     total_vm_kb=0, gpus=(H100,), arch="X86_64", opsys_and_ver="Debian12",
                      opsys_ver=1200, hostname="node.example")  # fmt: skip
 NO_GPU_FACTS = dataclasses.replace(FACTS, gpus=())
 
