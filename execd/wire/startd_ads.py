@@ -12,9 +12,10 @@ publishes Requirements = Start && WithinResourceLimits on every slot: a job that
 for more CPUs, memory, disk or GPUs than the slot has is not matched there (a
 partitionable slot whose CPUs are all carved off matches nothing, and a claimed dynamic
 slot is considered for RANK preemption instead). execd's ad keeps its policy's
-Requirements (False while Matched, Preempting or Drained); the public ad ands it with
-WithinResourceLimits, as condor_startd 25.x publishes it less the common-files
-catalog term (execd has no catalogs: a job's RequestDisk is compared whole).
+Requirements (its Start, False while Matched, Preempting or Drained); the public ad ands
+it with WithinResourceLimits (`Start && WithinResourceLimits`, in condor_startd's words),
+as condor_startd 25.x publishes it less the common-files catalog term (execd has no
+catalogs: a job's RequestDisk is compared whole).
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ def advertised_pair(
                                "CondorScratchDir": SCRATCH_DIR_PLACEHOLDER}))
     public["WithinResourceLimits"] = within_resource_limits(slot_ad)
     requirements = public.get("Requirements", "true")
-    if requirements != "false":  # a slot that matches nothing stays so
+    if requirements == public.get("Start"):  # as condor_startd words it
+        public["Requirements"] = "Start && WithinResourceLimits"
+    elif requirements != "false":  # a slot that matches nothing stays so
         public["Requirements"] = f"({requirements}) && WithinResourceLimits"
     secret = from_values({"ClaimId": claim_id.full()})
     private: WireAd = {"MyType": public["MyType"], "Name": public["Name"],

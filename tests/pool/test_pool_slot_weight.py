@@ -2,7 +2,7 @@
 negotiator's accountant reads the SlotWeight the slot ad publishes (condor_userprio's
 WeightedResourcesUsed). With the same SLOT_WEIGHT and retirement policy, a 2-CPU job on
 `execd run` is charged as on the pool's own condor_startd, and both publish the same
-policy expressions.
+policy expressions (and Requirements in the same words).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, on_both, submit_files
 from test_pool_preemption import reference_config
 
 POLICY = "SLOT_WEIGHT = 3 * Cpus\nMAXJOBRETIREMENTTIME = 2 * 60\nMachineMaxVacateTime = 45\n"
-PUBLISHED = ("SlotWeight", "MaxJobRetirementTime", "MachineMaxVacateTime")
+PUBLISHED = ("SlotWeight", "MaxJobRetirementTime", "MachineMaxVacateTime", "Requirements")
 
 
 def weighted_use(pool: harness.Pool) -> tuple[float, dict[str, object]]:
@@ -47,4 +47,5 @@ def test_a_claim_is_charged_its_slot_weight_as_on_condor_startd(
     assert ours == theirs
     assert ours == (6.0, {"SlotWeight": "/Expr(3 * Cpus)/",
                           "MaxJobRetirementTime": "/Expr(2 * 60)/",
-                          "MachineMaxVacateTime": 45})
+                          "MachineMaxVacateTime": 45,
+                          "Requirements": "/Expr(Start && WithinResourceLimits)/"})

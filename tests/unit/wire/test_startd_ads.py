@@ -55,3 +55,12 @@ def test_the_slots_own_requirements_still_apply() -> None:
     assert not _matches(public)
     assert _matches(public, Owner="bob")
     assert not _matches(_public(False))  # Matched, Preempting, Drained: nothing matches
+
+
+def test_a_slot_open_to_its_start_says_so_in_condor_startds_words() -> None:
+    start = classad2.ExprTree('TARGET.Owner == "bob"')
+    public = _public(start, Start=start)
+    assert str(public.lookup("Requirements")) == "Start && WithinResourceLimits"
+    assert not _matches(public)
+    assert _matches(public, Owner="bob")
+    assert not _matches(public, Owner="bob", RequestCpus=3)
