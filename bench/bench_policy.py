@@ -92,7 +92,8 @@ def daemon_poll(n: int = 64, repeats: int = 7) -> float:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config"
-        path.write_text(f"NUM_CPUS = {n}\nMEMORY = {n * 1024}\nNUM_SLOTS = {n}\n")
+        path.write_text(f"NUM_CPUS = {n}\nMEMORY = {n * 1024}\nNUM_SLOTS = {n}\n"
+                        "SLOT_TYPE_0_PARTITIONABLE = false\n")
         config = load_config(path)
         node = Node.build(config, load_settings(config))
     engine = PolicyEngine(PolicyConfig.from_strings(DESKTOP))

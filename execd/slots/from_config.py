@@ -171,7 +171,8 @@ def slot_type_inputs(config: ConfigLookup) -> list[SlotTypeInput]:
     if types:
         return types
     num_slots = _number(config, "NUM_SLOTS")
-    return default_slot_types(None if num_slots is None else int(num_slots))
+    return default_slot_types(None if num_slots is None else int(num_slots),
+                              _bool(config, "SLOT_TYPE_0_PARTITIONABLE", True))
 
 
 def modify_request_exprs(config: ConfigLookup, slot_type: int | None = None) -> dict[str, str]:

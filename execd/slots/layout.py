@@ -34,7 +34,7 @@ class SlotTypeInput:
 
     type_id: int  # N of SLOT_TYPE_<N>; 0 for the plain NUM_SLOTS slots
     spec: str  # SLOT_TYPE_<N>; "" means auto for everything
-    count: int  # NUM_SLOTS_TYPE_<N>
+    count: int | None  # NUM_SLOTS_TYPE_<N>; None: one per CPU
     partitionable: bool = False  # SLOT_TYPE_<N>_PARTITIONABLE
 
 
@@ -200,10 +200,12 @@ def build_layout(types: Sequence[SlotTypeInput], facts: MachineFacts) -> list[Sl
     known = list(resources)
     slots: list[tuple[SlotTypeInput, dict[str, Share], Share]] = []
     for t in sorted(types, key=lambda t: t.type_id):
-        if t.count < 0:
-            raise ConfigError(f"NUM_SLOTS_TYPE_{t.type_id} = {t.count} cannot be negative")
+        count = max(1, int(facts.total_cpus)) if t.count is None else t.count
+        if count < 0:
+            name = f"NUM_SLOTS_TYPE_{t.type_id}" if t.type_id else "NUM_SLOTS"
+            raise ConfigError(f"{name} = {count} cannot be negative")
         shares, blanket = parse_slot_type(t.type_id, t.spec, known)
-        slots.extend((t, shares, blanket) for _ in range(t.count))
+        slots.extend((t, shares, blanket) for _ in range(count))
     if not slots:
         raise ConfigError("the slot layout has no slots (every NUM_SLOTS_TYPE_<N> is 0)")
 
@@ -297,9 +299,10 @@ def _assign_instances(
     return result
 
 
-def default_slot_types(num_slots: int | None = None) -> list[SlotTypeInput]:
-    """HTCondor >= 23: one partitionable slot with everything; NUM_SLOTS = n gives n
-    static slots sharing the machine evenly instead."""
-    if num_slots is None:
-        return [SlotTypeInput(type_id=1, spec="100%", count=1, partitionable=True)]
-    return [SlotTypeInput(type_id=0, spec="", count=num_slots, partitionable=False)]
+def default_slot_types(num_slots: int | None = None,
+                       partitionable: bool = True) -> list[SlotTypeInput]:  # fmt: skip
+    """HTCondor 25 without SLOT_TYPE_<N>: NUM_SLOTS slots of the special type 0, each an
+    even share of the machine, partitionable unless SLOT_TYPE_0_PARTITIONABLE is false.
+    NUM_SLOTS defaults to one partitionable slot, or to one static slot per CPU."""
+    count = num_slots if num_slots is not None or not partitionable else 1
+    return [SlotTypeInput(type_id=0, spec="", count=count, partitionable=partitionable)]

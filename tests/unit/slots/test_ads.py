@@ -31,8 +31,9 @@ def test_partitionable_and_dynamic_slot_ads() -> None:
     ads = ads_by_name(node, machine_load=MachineLoad(total_load_avg=0.5, keyboard_idle=7,
                                                      console_idle=9))
     p, d = ads["slot1@node.example"], ads["slot1_1@node.example"]
+    # the default slot is of type 0, as condor_startd 25's (no SLOT_TYPE_<N> configured)
     assert (p["SlotType"], p["PartitionableSlot"], p["SlotID"], p["SlotTypeID"]) == (
-        "Partitionable", True, 1, 1)
+        "Partitionable", True, 1, 0)
     # as on condor_startd, the p-slot keeps its GPU bound (AssignedGPUs, its nested ad and
     # the shared GPUs_<prop>), but has it no longer available
     assert (p["Cpus"], p["Memory"], p["GPUs"], p["AssignedGPUs"]) == (

@@ -30,10 +30,19 @@ def test_default_is_one_partitionable_slot_with_everything() -> None:
     assert (slot.disk_fraction, slot.swap_fraction) == (1.0, 1.0)
 
 
-def test_num_slots_gives_even_static_slots() -> None:
-    defs = build_layout(default_slot_types(num_slots=4), facts())
-    assert [(d.name, d.type_id, d.cpus, d.memory_mb) for d in defs] == [
-        (f"slot{i}", 0, 1, 64) for i in range(1, 5)]
+def test_num_slots_gives_even_slots_of_type_0_partitionable_unless_configured_not() -> None:
+    """As condor_startd 25 (slot_builder's countTypes): SLOT_TYPE_0_PARTITIONABLE defaults
+    to true, and NUM_SLOTS to one such slot, or to one static slot per CPU."""
+    def layout(types: list[SlotTypeInput]) -> list[tuple[object, ...]]:
+        return [(d.name, d.type_id, d.partitionable, d.cpus, d.memory_mb)
+                for d in build_layout(types, facts())]  # fmt: skip
+
+    assert layout(default_slot_types(num_slots=4)) == [
+        (f"slot{i}", 0, True, 1, 64) for i in range(1, 5)]
+    assert layout(default_slot_types(partitionable=False)) == [
+        (f"slot{i}", 0, False, 1, 64) for i in range(1, 5)]
+    assert layout(default_slot_types(num_slots=2, partitionable=False)) == [
+        (f"slot{i}", 0, False, 2, 128) for i in range(1, 3)]
 
 
 @pytest.mark.parametrize("spec", [

@@ -114,7 +114,7 @@ def test_admin_attributes_are_rolled_up_too_and_undefined_where_missing() -> Non
     lists = child_lists(p)
     assert lists["ChildLoadAvg"] == [0.25]
     assert lists["ChildNoSuchAttr"] == [Value.Undefined]
-    assert lists["ChildSlotTypeID"] == [1]
+    assert lists["ChildSlotTypeID"] == [0]
     # names are case-blind: the admin's `cpus` is the built-in Cpus, listed once
     assert [k for k in lists if k.lower() == "childcpus"] == ["ChildCpus"]
 
