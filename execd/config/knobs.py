@@ -257,6 +257,10 @@ _group(
     ("FILESYSTEM_DOMAIN", S, "$(FULL_HOSTNAME)", "Name shared by machines with the same file systems."),
     ("UID_DOMAIN", S, "$(FULL_HOSTNAME)", "Name shared by machines with the same users."),
     ("DAEMON_LIST", L, "MASTER", "Daemons a condor_master starts (read for compatibility)."),
+    ("IS_LOCAL_STARTD", B, "false", "Published as IsLocalStartd on every slot ad (a startd run by a schedd for its local universe says true)."),
+    ("UNHIBERNATE", E, None, "Published as Unhibernate (when condor_rooster would wake the machine); unset: MY.MachineLastMatchTime =!= UNDEFINED. execd never hibernates."),
+    ("STATISTICS_WINDOW_SECONDS", I, "1200", "The window of the daemon's Recent* self statistics (RecentDaemonCoreDutyCycle); the startd's counters keep their fixed 20 minutes."),
+    ("STATISTICS_WINDOW_QUANTUM", I, "60", "Seconds between self-monitor samples (MonitorSelf*) and the quantum of the recent window."),
 )
 
 

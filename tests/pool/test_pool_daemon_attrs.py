@@ -1,0 +1,98 @@
+"""The daemon-level attributes of every slot ad (execd/daemon/pool_daemon_attrs.py):
+with two jobs running, `execd run` publishes on its partitionable and dynamic slots the
+same set of them as the pool's own condor_startd (its counters, self monitor, starter
+abilities, hibernation, execute volume, collector sequence), and equal counter values;
+the collector sequences execd's updates (UpdatesSequenced grows, none lost).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pool_harness as harness
+from test_pool_daemon import WAIT_S
+from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, on_both, submit_files
+
+COUNTERS = (
+    "JobStarts", "ClaimRequests", "ActivationRequests", "JobPreemptions",
+    "JobRankPreemptions", "JobUserPrioPreemptions", "NewDSlotNotMatch",
+)  # fmt: skip
+EVERY_SLOT = (
+    *COUNTERS, *(f"Recent{name}" for name in COUNTERS), "TotalSlots",
+    "DaemonStartTime", "DaemonLastReconfigTime", "UpdateSequenceNumber", "IsLocalStartd",
+    "StarterAbilityList", "HasReconnect", "HasTransferInputRemaps", "HasFileTransfer",
+    "HasJobNetworking", "HasSshd", "HasVM", "CanHibernate", "HibernationLevel",
+    "HibernationState", "HibernationSupportedStates", "IsWakeAble", "IsWakeOnLanEnabled",
+    "IsWakeOnLanSupported", "WakeOnLanEnabledFlags", "WakeOnLanSupportedFlags", "Unhibernate",
+    "MonitorSelfAge", "MonitorSelfCPUUsage", "MonitorSelfImageSize",
+    "MonitorSelfRegisteredSocketCount", "MonitorSelfResidentSetSize",
+    "MonitorSelfSecuritySessions", "MonitorSelfTime", "DaemonCoreDutyCycle",
+    "RecentDaemonCoreDutyCycle", "DetectedDisk", "ExecuteVolume", "HardwareAddress",
+    "SubnetMask", "TimeToLive",
+)  # fmt: skip
+PSLOT_ONLY = ("NumDynamicSlotsTime",)
+# What the collector keeps about each ad's updates (collector_stats.cpp).
+SEQUENCE = ("UpdateSequenceNumber", "UpdatesSequenced", "UpdatesLost", "UpdatesTotal")
+
+
+def two_jobs_running(pool: harness.Pool) -> dict[str, Any]:
+    """Two sleep jobs of one cluster run in two dynamic slots: which of the daemon
+    attributes each kind of slot publishes, the counters' values, and the collector's
+    account of the updates."""
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra="").replace(
+        "queue", "queue 2"), {"job.sh": SLEEP_SCRIPT})  # fmt: skip
+    try:
+        harness.wait_for("both jobs' execute events",
+                         lambda: job.events().count("001") == 2, WAIT_S)  # fmt: skip
+
+        def counted() -> list[dict[str, Any]] | None:
+            ads = pool.status("-slots")
+            started = [ad.get("JobStarts") for ad in ads]
+            sequenced = all(ad.get("UpdatesSequenced", 0) > 0 for ad in ads)
+            return ads if len(ads) == 3 and started == [2, 2, 2] and sequenced else None
+
+        ads: list[dict[str, Any]] = harness.wait_for(
+            "JobStarts = 2 on every slot, in an update after the slot's first", counted,
+            WAIT_S, 0.5)  # fmt: skip
+        pslot = next(ad for ad in ads if ad.get("SlotType") == "Partitionable")
+        dslots = [ad for ad in ads if ad.get("SlotType") == "Dynamic"]
+        names = EVERY_SLOT + PSLOT_ONLY
+        return {
+            "partitionable": sorted(n for n in names if n in pslot),
+            "dynamic": sorted({n for ad in dslots for n in names if n in ad}),
+            "counters": {ad["Name"].split("@")[0]: {n: ad[n] for n in
+                         (*COUNTERS, *(f"Recent{n}" for n in COUNTERS), "TotalSlots")}
+                         for ad in ads},  # fmt: skip
+            "same on every slot": all(ad[n] == pslot[n] for ad in dslots for n in COUNTERS),
+            "sequence": {ad["Name"].split("@")[0]: {n: ad.get(n) for n in SEQUENCE}
+                         for ad in ads},  # fmt: skip
+            "abilities": {n: pslot.get(n) for n in ("HasReconnect", "HasFileTransfer",
+                                                    "HasTransferInputRemaps", "HasVM")},
+            "hibernation": {n: pslot.get(n) for n in ("CanHibernate", "HibernationState",
+                                                      "HibernationLevel", "TimeToLive")},
+        }  # fmt: skip
+    finally:
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+
+
+def test_daemon_attributes_match_condor_startds_with_two_jobs_running(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    ours, theirs = on_both(running_pool, two_jobs_running)
+    assert ours["partitionable"] == theirs["partitionable"] == sorted(EVERY_SLOT + PSLOT_ONLY)
+    assert ours["dynamic"] == theirs["dynamic"] == sorted(EVERY_SLOT)
+    assert ours["counters"] == theirs["counters"]
+    assert ours["counters"]["slot1"] == {
+        "JobStarts": 2, "RecentJobStarts": 2, "ClaimRequests": 2, "RecentClaimRequests": 2,
+        "ActivationRequests": 2, "RecentActivationRequests": 2, "JobPreemptions": 0,
+        "RecentJobPreemptions": 0, "JobRankPreemptions": 0, "RecentJobRankPreemptions": 0,
+        "JobUserPrioPreemptions": 0, "RecentJobUserPrioPreemptions": 0,
+        "NewDSlotNotMatch": 0, "RecentNewDSlotNotMatch": 0, "TotalSlots": 3,
+    }  # fmt: skip
+    assert ours["same on every slot"] and theirs["same on every slot"]
+    assert ours["abilities"] == theirs["abilities"]
+    assert ours["hibernation"] == theirs["hibernation"]
+    for name, sequence in [*ours["sequence"].items(), *theirs["sequence"].items()]:
+        # the collector sequenced the updates after an ad's first; none went missing
+        assert sequence["UpdateSequenceNumber"] >= 2, (name, sequence)
+        assert sequence["UpdatesSequenced"] > 0, (name, sequence)
+        assert sequence["UpdatesLost"] == 0, (name, sequence)
