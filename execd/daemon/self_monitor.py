@@ -106,11 +106,12 @@ class DutyCycle:
 
     def selected(self, start: float, waited: float) -> None:
         """A select began at `start` (monotonic seconds) and waited `waited` seconds;
-        the iteration before it ran from the previous select's start to `start`."""
+        the iteration before it ran from the previous select's start to `start`. Each
+        goes into the quantum where it ended."""
         if self._previous is not None:
             self._add(start, start - self._previous, 0.0)
         self._previous = start
-        self._add(start, 0.0, waited)
+        self._add(start + waited, 0.0, waited)
 
     def _add(self, at: float, cycle: float, waited: float) -> None:
         bucket = int(at // self.quantum_s)

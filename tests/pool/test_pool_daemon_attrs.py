@@ -62,15 +62,15 @@ def two_jobs_running(pool: harness.Pool) -> dict[str, Any]:
             "dynamic": sorted({n for ad in dslots for n in names if n in ad}),
             "counters": {ad["Name"].split("@")[0]: {n: ad[n] for n in
                          (*COUNTERS, *(f"Recent{n}" for n in COUNTERS), "TotalSlots")}
-                         for ad in ads},  # fmt: skip
+                         for ad in ads},
             "same on every slot": all(ad[n] == pslot[n] for ad in dslots for n in COUNTERS),
             "sequence": {ad["Name"].split("@")[0]: {n: ad.get(n) for n in SEQUENCE}
-                         for ad in ads},  # fmt: skip
+                         for ad in ads},
             "abilities": {n: pslot.get(n) for n in ("HasReconnect", "HasFileTransfer",
                                                     "HasTransferInputRemaps", "HasVM")},
             "hibernation": {n: pslot.get(n) for n in ("CanHibernate", "HibernationState",
                                                       "HibernationLevel", "TimeToLive")},
-        }  # fmt: skip
+        }
     finally:
         pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
 
