@@ -35,6 +35,22 @@ PSLOT_ONLY = ("NumDynamicSlotsTime",)
 SEQUENCE = ("UpdateSequenceNumber", "UpdatesSequenced", "UpdatesLost", "UpdatesTotal")
 
 
+def startd_counters(pool: harness.Pool, **at_least: int) -> dict[str, int]:
+    """The startd counters slot1's ad publishes once each of `at_least` has reached
+    its value there (an update after the events)."""
+
+    def published() -> dict[str, int] | None:
+        ad = next((ad for ad in pool.status("-slots")
+                   if str(ad.get("Name", "")).startswith("slot1@")), {})  # fmt: skip
+        if all(ad.get(name, -1) >= value for name, value in at_least.items()):
+            return {n: ad[n] for n in (*COUNTERS, *(f"Recent{n}" for n in COUNTERS))}
+        return None
+
+    counters: dict[str, int] = harness.wait_for(f"slot1's counters at {at_least}",
+                                                published, WAIT_S, 0.5)  # fmt: skip
+    return counters
+
+
 def two_jobs_running(pool: harness.Pool) -> dict[str, Any]:
     """Two sleep jobs of one cluster run in two dynamic slots: which of the daemon
     attributes each kind of slot publishes, the counters' values, and the collector's
