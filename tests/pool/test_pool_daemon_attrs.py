@@ -7,10 +7,11 @@ the collector sequences execd's updates (UpdatesSequenced grows, none lost).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pool_harness as harness
-from test_pool_daemon import WAIT_S
+from test_pool_daemon import WAIT_S, administrators
 from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, on_both, submit_files
 
 COUNTERS = (
@@ -112,3 +113,35 @@ def test_daemon_attributes_match_condor_startds_with_two_jobs_running(
         assert sequence["UpdateSequenceNumber"] >= 2, (name, sequence)
         assert sequence["UpdatesSequenced"] > 0, (name, sequence)
         assert sequence["UpdatesLost"] == 0, (name, sequence)
+
+
+def reconfigured(pool: harness.Pool) -> tuple[bool, ...]:
+    """condor_reconfig of the execute point: what slot1's ad says of its start and its
+    last reconfig before and after, and whether the collector lost an update."""
+
+    def slot1() -> dict[str, Any] | None:
+        return next((ad for ad in pool.status("-slots")
+                     if str(ad.get("Name", "")).startswith("slot1@")), None)  # fmt: skip
+
+    before: dict[str, Any] = harness.wait_for("slot1's ad", slot1, WAIT_S, 0.2)
+    started = before["DaemonStartTime"]
+    # the attributes count whole seconds: the reconfig must come in a later one
+    harness.wait_for("a second after the start", lambda: time.time() >= started + 2, WAIT_S)
+    pool.tool("condor_reconfig", "-addr", before["MyAddress"]).check()
+
+    def reconfig_published() -> dict[str, Any] | None:
+        ad = slot1()
+        return ad if ad is not None and ad["DaemonLastReconfigTime"] > started else None
+
+    after: dict[str, Any] = harness.wait_for("DaemonLastReconfigTime moved", reconfig_published,
+                                             WAIT_S, 0.2)  # fmt: skip
+    return (before["DaemonLastReconfigTime"] == started, after["DaemonStartTime"] == started,
+            after["DaemonLastReconfigTime"] <= time.time(), after["UpdatesLost"] == 0,
+            after["UpdateSequenceNumber"] > before["UpdateSequenceNumber"])  # fmt: skip
+
+
+def test_a_reconfig_moves_daemon_last_reconfig_time_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    admins = administrators(running_pool.get(with_startd=False))  # condor_reconfig's
+    ours, theirs = on_both(running_pool, reconfigured, admins)
+    assert ours == theirs == (True, True, True, True, True)
