@@ -131,6 +131,7 @@ class DaemonAttributes:
         self.latch = DynamicSlotsLatch()
         self._adapter: tuple[str, tuple[str, str]] | None = None
         self._static_ad: tuple[Any, WireAd] | None = None
+        self._common: tuple[tuple[Any, ...], WireAd] | None = None
 
     def _adapter_of(self, address: str) -> tuple[str, str]:
         if self._adapter is None or self._adapter[0] != address:
@@ -153,8 +154,12 @@ class DaemonAttributes:
         return self._static_ad[1]
 
     def common(self, now: float) -> WireAd:
-        """What every slot ad of this moment carries."""
+        """What every slot ad of this moment carries: built once for all the slots of
+        an advertising round (same second, no event counted, as many slots)."""
         daemon = self.member.daemon
+        key = (int(now), self.stats.events, len(daemon.engine.slots), daemon.settings)
+        if self._common is not None and self._common[0] == key:
+            return self._common[1]
         mac, mask = self._adapter_of(self.member.address)
         values: dict[str, Any] = {
             "TotalSlots": len(daemon.engine.slots),
@@ -164,11 +169,13 @@ class DaemonAttributes:
             "HardwareAddress": mac, "SubnetMask": mask,
             **execute_volume(str(daemon.paths.execute)),
         }  # fmt: skip
-        return {**self._static(), **from_values(values)}
+        ad = {**self._static(), **from_values(values)}
+        self._common = (key, ad)
+        return ad
 
     def for_slot(self, name: str, slot_ad: Any) -> WireAd:
         now = time.time()
-        ad = self.common(now)
+        ad = dict(self.common(now))
         if slot_ad.get("PartitionableSlot") is True:
             changed = self.latch.time(name, slot_ad.get("NumDynamicSlots"), now)
             ad["NumDynamicSlotsTime"] = str(changed)

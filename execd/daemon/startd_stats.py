@@ -63,11 +63,13 @@ class StartdStats:
         self.counters = {name: RecentCounter() for name in COUNTERS}
         self._last_update: int | None = None  # generic_stats_Tick's LastUpdateTime
         self._tick_time = 0  # ... and RecentTickTime: where the current quantum began
+        self.events = 0  # every count() adds one: a cached publish() is stale when it moved
 
     def count(self, name: str, count: int = 1) -> None:
         if name not in self.counters:
             raise KeyError(f"no startd counter named {name!r}")
         self.counters[name].add(count)
+        self.events += 1
 
     def publish(self, now: float) -> dict[str, int]:
         """`<Name>` and `Recent<Name>` for every counter, then the window moves on to
