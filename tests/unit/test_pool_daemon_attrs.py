@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import classad2
+
+from execd.config.loader import load_config
+from execd.config.settings import load_settings
 from execd.daemon.pool_daemon_attrs import (
+    DaemonAttributes,
     DynamicSlotsLatch,
     execute_volume,
     network_adapter,
     starter_abilities,
 )
+from execd.daemon.startd_stats import StartdStats
 
 
 def test_the_ability_list_names_every_has_attribute_of_the_starter() -> None:
@@ -62,3 +70,38 @@ def test_num_dynamic_slots_time_is_when_the_count_last_changed() -> None:
     assert latch.time("slot1", 1, 200.0) == 160
     assert latch.time("slot2", 1, 200.0) == 200  # per partitionable slot
     assert latch.time("slot1", 0, 300.0) == 300
+
+
+def daemon_attributes(tmp_path: Path, config: str = "") -> tuple[DaemonAttributes, Any]:
+    """DaemonAttributes over a daemon of two slots with `config` (real Settings)."""
+    path = tmp_path / "execd.conf"
+    path.write_text(config)
+    daemon = SimpleNamespace(startd_stats=StartdStats(), settings=load_settings(load_config(path)),
+                             engine=SimpleNamespace(slots={"slot1": None, "slot1_1": None}),
+                             paths=SimpleNamespace(execute=tmp_path))  # fmt: skip
+    member = SimpleNamespace(daemon=daemon, address="<127.0.0.1:9618?addrs=127.0.0.1-9618>",
+                             server=SimpleNamespace(open_connections=lambda: 0),
+                             security=SimpleNamespace(sessions={}))  # fmt: skip
+    return DaemonAttributes(member), daemon  # type: ignore[arg-type]
+
+
+def test_an_event_counted_between_two_slot_ads_of_one_second_is_in_the_second(
+        tmp_path: Path) -> None:  # fmt: skip
+    attributes, daemon = daemon_attributes(tmp_path)
+    pslot = classad2.ClassAd({"PartitionableSlot": True, "NumDynamicSlots": 1})
+    first = attributes.for_slot("slot1", pslot)
+    daemon.startd_stats.count("JobStarts")
+    second = attributes.for_slot("slot1_1", classad2.ClassAd({"PartitionableSlot": False}))
+    assert (first["JobStarts"], second["JobStarts"], second["RecentJobStarts"]) == ("0", "1", "1")
+    assert first["TotalSlots"] == "2" and "NumDynamicSlotsTime" in first
+    assert "NumDynamicSlotsTime" not in second  # a p-slot's only
+
+
+def test_the_configured_knobs_are_published(tmp_path: Path) -> None:
+    attributes, _ = daemon_attributes(tmp_path, "IS_LOCAL_STARTD = true\n"
+                                      "UNHIBERNATE = KeyboardIdle < 60\n"
+                                      "EXECD_JOB_NETWORK_NAMESPACE = true\n")  # fmt: skip
+    ad = attributes.for_slot("slot1", classad2.ClassAd({"PartitionableSlot": True}))
+    assert (ad["IsLocalStartd"], ad["Unhibernate"], ad["HasJobNetworking"]) == \
+        ("true", "KeyboardIdle < 60", "false")  # fmt: skip
+    assert ad["SubnetMask"] == '"255.0.0.0"' and ad["TimeToLive"] == str(2**31 - 1)
