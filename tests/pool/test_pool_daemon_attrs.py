@@ -145,3 +145,35 @@ def test_a_reconfig_moves_daemon_last_reconfig_time_as_on_condor_startd(
     admins = administrators(running_pool.get(with_startd=False))  # condor_reconfig's
     ours, theirs = on_both(running_pool, reconfigured, admins)
     assert ours == theirs == (True, True, True, True, True)
+
+
+# A partitionable slot willing to be matched whose dynamic slots are not: each claim's
+# new d-slot refuses the job (condor_startd's "Request to create dslot resource refused").
+UNWILLING_DSLOTS = "START = PartitionableSlot =?= true\n"
+
+
+def dslot_refused(pool: harness.Pool) -> dict[str, Any]:
+    """A job matched to the p-slot whose d-slot's START refuses it: the counters once
+    NewDSlotNotMatch counted it, and the job still idle."""
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), {"job.sh": SLEEP_SCRIPT})
+    try:
+        counters = startd_counters(pool, NewDSlotNotMatch=1, ClaimRequests=1)
+        status = pool.queue(str(job.cluster))[0]["JobStatus"]
+        return {"counted": counters["NewDSlotNotMatch"] >= 1
+                and counters["RecentNewDSlotNotMatch"] == counters["NewDSlotNotMatch"]
+                and counters["ClaimRequests"] >= counters["NewDSlotNotMatch"],
+                "started": counters["JobStarts"], "idle": status == 1}  # fmt: skip
+    finally:
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+
+
+def test_a_dslot_that_refuses_its_job_is_counted_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    # test_pool_preemption imports this module's startd_counters
+    from test_pool_preemption import reference_config
+
+    ours, theirs = on_both(running_pool, dslot_refused, UNWILLING_DSLOTS,
+                           lambda pool: reference_config(
+                               pool, "99-execd-unwilling-dslots.conf", UNWILLING_DSLOTS,
+                               lambda ad: "PartitionableSlot" in str(ad.get("Start"))))
+    assert ours == theirs == {"counted": True, "started": 0, "idle": True}
