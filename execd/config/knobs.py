@@ -260,6 +260,10 @@ _group(
     ("NETWORK_HOSTNAME", S, None, "The node's name (FULL_HOSTNAME, Machine, the slots' Names); unset: the canonical name of the kernel's host name, by forward lookup (/etc/hosts, DNS). Read when execd starts."),
     ("DEFAULT_DOMAIN_NAME", S, None, "Domain appended to a node name without a dot (FULL_HOSTNAME, Machine, the slots' Names). Read when execd starts."),
     ("DAEMON_LIST", L, "MASTER", "Daemons a condor_master starts (read for compatibility)."),
+    ("IS_LOCAL_STARTD", B, "false", "Published as IsLocalStartd on every slot ad (a startd run by a schedd for its local universe says true)."),
+    ("UNHIBERNATE", E, None, "Published as Unhibernate (when condor_rooster would wake the machine); unset: MY.MachineLastMatchTime =!= UNDEFINED. execd never hibernates."),
+    ("STATISTICS_WINDOW_SECONDS", I, "1200", "The window of the daemon's Recent* self statistics (RecentDaemonCoreDutyCycle); the startd's counters keep their fixed 20 minutes."),
+    ("STATISTICS_WINDOW_QUANTUM", I, "60", "Seconds between self-monitor samples (MonitorSelf*) and the quantum of the recent window."),
 )
 
 

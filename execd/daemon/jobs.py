@@ -151,6 +151,7 @@ class JobManager(StarterLifecycle):
         self.daemon.execute(actions)
         if not accepted:
             if carved is not None and pslot is not None:
+                self.daemon.startd_stats.count("NewDSlotNotMatch")  # its START said no
                 engine.slots.pop(name, None)
                 pslot.release(carved.sub_id)
             why = next((a.fields.get("why") for a in actions

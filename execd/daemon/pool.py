@@ -31,6 +31,7 @@ from execd.aio import cancel_until_done
 from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.daemon.control import ControlError
 from execd.daemon.pool_claimant import claimant_attributes
+from execd.daemon.pool_daemon_attrs import DaemonAttributes
 from execd.errors import ConfigError, ExecdError, ProtocolError
 from execd.wire.advertiser import Advertiser, wait_event
 from execd.wire.auth_token import IdToken, parse_token
@@ -152,7 +153,8 @@ class PoolMember:
                                        authorize=self.commands.authorize)  # fmt: skip
         self.server = CommandServer(self.commands.handlers(), self.security)
         self.collector = CollectorClient(config.collector, self.client)
-        self.advertiser = Advertiser(self.collector, self.ad_pairs, interval_s=config.interval_s)
+        self.advertiser = Advertiser(self.collector, self.ad_pairs, interval_s=config.interval_s,
+                                     started=lambda: (daemon.started, daemon.reconfigured))
         self.address = ""
         self.ids: ClaimIdFactory | None = None
         self.offers: dict[str, ClaimId] = {}  # slot -> the claim id it advertises
@@ -162,11 +164,13 @@ class PoolMember:
         self._state_changed = asyncio.Event()
         self.closed_by_schedd: set[str] = set()  # claims whose schedd ended them
         self._notices: set[asyncio.Task[None]] = set()  # RELEASE_CLAIMs in flight
+        self.daemon_attrs = DaemonAttributes(self)  # TotalSlots, JobStarts, MonitorSelf*, ...
 
     # -- lifecycle ---------------------------------------------------------------------
     async def run(self) -> None:
         from execd.daemon.pool_conversation import restore  # noqa: PLC0415
 
+        self.daemon_attrs.duty.install(asyncio.get_running_loop())
         await self._listen()
         self.address = self.server.address
         endpoint = None
@@ -317,7 +321,7 @@ class PoolMember:
         # HasFileTransfer: the starter side of CEDAR file transfer (execd/wire/filetransfer.py)
         extra = {"CondorVersion": CONDOR_VERSION, "UidDomain": self.config.domain,
                  "FileSystemDomain": self.config.filesystem_domain, "HasFileTransfer": True}
-        for key, value in from_values(extra).items():
+        for key, value in {**from_values(extra), **self.daemon_attrs.for_slot(name, ad)}.items():
             public.setdefault(key, value)
         return public, private
 

@@ -130,6 +130,8 @@ class PoolCommands:
             await channel.send(encode_request_claim_reply(
                 channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
             return
+        stats = self.daemon.startd_stats
+        stats.count("ClaimRequests")  # a claim id it offers (condor_startd's request_claim)
         partitionable = "_" not in slot and \
             int(slot.removeprefix("slot")) in self.daemon.node.slots.partitionable
         # a claimed slot's offer is its preempting claim id: a higher-RANK match
@@ -149,6 +151,9 @@ class PoolCommands:
                 channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
             return
         name = str(result["slot"])
+        if preempting:  # execd's engine preempts for a higher RANK only, never for priority
+            stats.count("JobPreemptions")
+            stats.count("JobRankPreemptions")
         if preempting and not await self._preempt(channel, name, claim, peer):
             return
         # As condor_startd: ALIVE every lease/3, the lease being the job's
@@ -199,12 +204,14 @@ class PoolCommands:
         runner = PoolJob(self.daemon.jobs, request.claim_id)
         try:
             slot, claim = self.daemon.jobs.lookup(request.claim_id)
+            self.daemon.startd_stats.count("ActivationRequests")
             runner.activate(job)
         except ControlError as exc:
             logger.warning("pool_activation_refused", peer=peer.address, session=peer.sid,
                            why=exc.message)  # fmt: skip
             await channel.send(channel.encoder().put_int(Reply.NOT_OK).payload())
             return
+        self.daemon.startd_stats.count("JobStarts")  # condor_startd's beginActivation
         logger.info("pool_activated", slot=slot, claim=str(claim),
                     job=str(job.get("GlobalJobId", "")))  # fmt: skip
         try:

@@ -37,6 +37,7 @@ from execd.daemon.restart import reexec
 from execd.daemon.sdnotify import Notifier, status_text
 from execd.daemon.signals import Request as SignalRequest
 from execd.daemon.signals import SignalQueue
+from execd.daemon.startd_stats import StartdStats
 from execd.daemon.verbs import control_verbs
 from execd.errors import ConfigError, ExecdError
 from execd.hooks.benchmarks import BenchmarkResult, BenchmarkRunner, runs_at_startup
@@ -69,6 +70,8 @@ class Daemon:
         self.wake = asyncio.Event()
         self.stopping: str | None = None
         self.started = time.time()
+        self.reconfigured = self.started  # DaemonLastReconfigTime
+        self.startd_stats = StartdStats()  # JobStarts & co. (pool ads)
         self.reloads = 0
         self.recovered: dict[str, int] = {}
         self.last_status = ""
@@ -156,6 +159,7 @@ class Daemon:
         self.fetch.poke()  # keywords and hooks are read afresh on its next pass
         configure_logging(settings, force_stderr=self.log_to_stderr)
         self.reloads += 1
+        self.reconfigured = time.time()
         logger.info("reconfig_applied", changed=changed[:50], count=len(changed))
         self.last_status = self.status_line()
         self.notifier.ready(self.last_status)

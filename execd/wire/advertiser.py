@@ -4,6 +4,12 @@ every UPDATE_INTERVAL and as soon as something changed (`changed()`), slots that
 disappeared (a released dynamic slot) are invalidated, and `stop()` invalidates them
 all, as a startd does when it shuts down.
 
+Every update carries what HTCondor's collector client (DCCollector) adds to both ads:
+DaemonStartTime and DaemonLastReconfigTime (`started()`), and UpdateSequenceNumber, one
+sequence per ad (by Name, MyType and Machine) that goes up by one at every update sent,
+the first being 1. The collector counts UpdatesSequenced, and UpdatesLost where a
+number was skipped, from it (a new DaemonStartTime starts a new sequence).
+
 A collector that cannot be reached or refuses an update costs a logged warning
 (reason only; ads hold claim ids, so they are never logged) and a retry at the next
 round; it never stops the daemon.
@@ -12,16 +18,18 @@ round; it never stops the daemon.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 
 from execd.errors import ProtocolError
 from execd.log import get_logger
-from execd.wire.classad_codec import WireAd, to_classad
+from execd.wire.classad_codec import WireAd, from_values, to_classad
 from execd.wire.collector import CollectorClient
 
 log = get_logger("wire")
 
 AdPairs = Sequence[tuple[WireAd, WireAd]]
+START = time.time()  # when this process began, for an advertiser told nothing else
 
 
 def slot_name(public: WireAd) -> str:
@@ -44,9 +52,13 @@ class Advertiser:
     """One collector's advertiser; run() in a task, changed() on any change, stop()."""
 
     def __init__(self, collector: CollectorClient, ads: Callable[[], AdPairs], *,
-                 interval_s: float) -> None:  # fmt: skip
+                 interval_s: float,
+                 started: Callable[[], tuple[float, float]] = lambda: (START, START),
+                 ) -> None:  # fmt: skip
         self.collector = collector
         self.ads = ads
+        self.started = started  # (DaemonStartTime, DaemonLastReconfigTime)
+        self.sequences: dict[tuple[str, ...], int] = {}  # last UpdateSequenceNumber per ad
         self.interval_s = interval_s
         self.rounds = 0
         self.failures = 0
@@ -74,6 +86,7 @@ class Advertiser:
             pairs = list(self.ads())
             names = {slot_name(public) for public, _ in pairs}
             for public, private in pairs:
+                self._stamp(public, private)
                 await self.collector.update_startd_ad(public, private)
                 self._advertised.add(slot_name(public))
             for gone in sorted(self._advertised - names):
@@ -87,6 +100,16 @@ class Advertiser:
             async with self._round_done:
                 self.rounds += 1
                 self._round_done.notify_all()
+
+    def _stamp(self, public: WireAd, private: WireAd) -> None:
+        started, reconfigured = self.started()
+        key = tuple(public.get(attr, "") for attr in ("Name", "MyType", "Machine"))
+        sequence = self.sequences[key] = self.sequences.get(key, 0) + 1
+        stamps = from_values({"DaemonStartTime": int(started),
+                              "DaemonLastReconfigTime": int(reconfigured),
+                              "UpdateSequenceNumber": sequence})  # fmt: skip
+        public.update(stamps)
+        private.update(stamps)
 
     async def stop(self) -> None:
         """Invalidate every slot this advertiser put in the collector, then disconnect."""

@@ -126,6 +126,10 @@ class CommandServer:
         host, port = self._server.sockets[0].getsockname()[:2]
         return f"<{host}:{port}?addrs={host}-{port}&noUDP>"
 
+    def open_connections(self) -> int:
+        """Connections accepted and not yet served or dropped."""
+        return len(self._tasks)
+
     @property
     def port(self) -> int:
         assert self._server is not None, "start() first"

@@ -35,6 +35,7 @@ import pool_harness as harness
 import pytest
 from pool_node import WAIT_S, PoolNode, pool_slots, start_node, wait_pool
 from test_pool_claims import offered_claim, request_claim
+from test_pool_daemon_attrs import startd_counters
 from test_pool_jobs import (
     NOBODY,
     PLAIN_SUBMIT,
@@ -351,12 +352,20 @@ def test_a_higher_ranked_job_preempts_a_running_job_as_on_condor_startd(
         node = start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + layout.execd)
         try:
             ours = preempted_for_rank(pool, node, layout)
+            our_counters = startd_counters(pool, JobStarts=2, JobRankPreemptions=1)
         finally:
             node.stop(signal.SIGQUIT)
     reference = running_pool.get(with_startd=True)
     with reference_slot_layout(reference, layout):
         theirs = preempted_for_rank(reference, None, layout)
+        their_counters = startd_counters(reference, JobStarts=2, JobRankPreemptions=1)
     assert ours == theirs
+    # the startd's counters (execd/daemon/startd_stats.py): one preemption, for rank
+    assert our_counters == their_counters
+    assert {n: our_counters[n] for n in ("JobPreemptions", "RecentJobRankPreemptions",
+                                         "JobUserPrioPreemptions", "ClaimRequests")} \
+        == {"JobPreemptions": 1, "RecentJobRankPreemptions": 1, "JobUserPrioPreemptions": 0,
+            "ClaimRequests": 2}  # fmt: skip
     assert ours[0][-1] == "004" and "005" not in ours[0], ours
     # condor_startd 25 retires no job that has no retirement time (MaxJobRetirementTime
     # 0): the slot leaves Claimed/Busy straight for Preempting, then the new claim holds

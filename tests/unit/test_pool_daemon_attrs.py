@@ -1,0 +1,107 @@
+"""The daemon-level attributes' own parts (execd/daemon/pool_daemon_attrs.py): the
+starter's abilities as condor_startd lists them, the execute volume and the network
+adapter read from the real kernel, and the p-slot's NumDynamicSlotsTime latch."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import classad2
+
+from execd.config.loader import load_config
+from execd.config.settings import load_settings
+from execd.daemon.pool_daemon_attrs import (
+    DaemonAttributes,
+    DynamicSlotsLatch,
+    execute_volume,
+    network_adapter,
+    starter_abilities,
+)
+from execd.daemon.startd_stats import StartdStats
+
+
+def test_the_ability_list_names_every_has_attribute_of_the_starter() -> None:
+    abilities = starter_abilities(job_networking=True)
+    assert abilities["StarterAbilityList"] == (
+        "HasSshd,HasReconnect,HasFileTransfer,HasTransferInputRemaps,HasJobNetworking")
+    listed = abilities["StarterAbilityList"].split(",")
+    assert all(name in abilities for name in listed)
+    assert abilities["HasReconnect"] is True and abilities["HasTransferInputRemaps"] is True
+    # condor_starter's words for an absent condor_ssh_to_job, the startd's for no VM
+    assert abilities["HasSshd"] is False and abilities["HasVM"] is False
+    # abilities execd's starter lacks are absent, as condor_starter leaves them out
+    assert not {"HasTDP", "HasJobDeferral", "HasOsUser", "HasPerFileEncryption",
+                "HasJobTransferPlugins", "HasSelfCheckpointTransfers"} & set(abilities)
+
+
+def test_jobs_in_their_own_network_namespace_have_no_networking() -> None:
+    assert starter_abilities(job_networking=False)["HasJobNetworking"] is False
+
+
+def test_the_execute_volume_is_the_filesystems_size_and_device(tmp_path: Path) -> None:
+    df = subprocess.run(["df", "-k", "--output=size", str(tmp_path)], capture_output=True,
+                        text=True, check=True).stdout.split()  # fmt: skip
+    device = subprocess.run(["stat", "-c", "%d", str(tmp_path)], capture_output=True,
+                            text=True, check=True).stdout.strip()  # fmt: skip
+    assert execute_volume(str(tmp_path)) == {"DetectedDisk": int(df[-1]),
+                                             "ExecuteVolume": device}  # fmt: skip
+
+
+def test_a_missing_execute_directory_publishes_no_volume(tmp_path: Path) -> None:
+    assert execute_volume(str(tmp_path / "gone")) == {}
+
+
+def test_the_adapter_of_the_loopback_address() -> None:
+    assert network_adapter("127.0.0.1") == ("00:00:00:00:00:00", "255.0.0.0")
+
+
+def test_an_address_no_interface_holds_has_no_adapter() -> None:
+    assert network_adapter("203.0.113.77") == ("00:00:00:00:00:00", "0.0.0.0")
+
+
+def test_num_dynamic_slots_time_is_when_the_count_last_changed() -> None:
+    latch = DynamicSlotsLatch()
+    assert latch.time("slot1", 0, 100.0) == 100  # the first value counts as a change
+    assert latch.time("slot1", 0, 150.0) == 100
+    assert latch.time("slot1", 1, 160.5) == 160
+    assert latch.time("slot1", 1, 200.0) == 160
+    assert latch.time("slot2", 1, 200.0) == 200  # per partitionable slot
+    assert latch.time("slot1", 0, 300.0) == 300
+
+
+def daemon_attributes(tmp_path: Path, config: str = "") -> tuple[DaemonAttributes, Any]:
+    """DaemonAttributes over a daemon of two slots with `config` (real Settings)."""
+    path = tmp_path / "execd.conf"
+    path.write_text(config)
+    daemon = SimpleNamespace(startd_stats=StartdStats(), settings=load_settings(load_config(path)),
+                             engine=SimpleNamespace(slots={"slot1": None, "slot1_1": None}),
+                             paths=SimpleNamespace(execute=tmp_path))  # fmt: skip
+    member = SimpleNamespace(daemon=daemon, address="<127.0.0.1:9618?addrs=127.0.0.1-9618>",
+                             server=SimpleNamespace(open_connections=lambda: 0),
+                             security=SimpleNamespace(sessions={}))  # fmt: skip
+    return DaemonAttributes(member), daemon  # type: ignore[arg-type]
+
+
+def test_an_event_counted_between_two_slot_ads_of_one_second_is_in_the_second(
+        tmp_path: Path) -> None:  # fmt: skip
+    attributes, daemon = daemon_attributes(tmp_path)
+    pslot = classad2.ClassAd({"PartitionableSlot": True, "NumDynamicSlots": 1})
+    first = attributes.for_slot("slot1", pslot)
+    daemon.startd_stats.count("JobStarts")
+    second = attributes.for_slot("slot1_1", classad2.ClassAd({"PartitionableSlot": False}))
+    assert (first["JobStarts"], second["JobStarts"], second["RecentJobStarts"]) == ("0", "1", "1")
+    assert first["TotalSlots"] == "2" and "NumDynamicSlotsTime" in first
+    assert "NumDynamicSlotsTime" not in second  # a p-slot's only
+
+
+def test_the_configured_knobs_are_published(tmp_path: Path) -> None:
+    attributes, _ = daemon_attributes(tmp_path, "IS_LOCAL_STARTD = true\n"
+                                      "UNHIBERNATE = KeyboardIdle < 60\n"
+                                      "EXECD_JOB_NETWORK_NAMESPACE = true\n")  # fmt: skip
+    ad = attributes.for_slot("slot1", classad2.ClassAd({"PartitionableSlot": True}))
+    assert (ad["IsLocalStartd"], ad["Unhibernate"], ad["HasJobNetworking"]) == \
+        ("true", "KeyboardIdle < 60", "false")  # fmt: skip
+    assert ad["SubnetMask"] == '"255.0.0.0"' and ad["TimeToLive"] == str(2**31 - 1)
