@@ -256,6 +256,8 @@ _group(
     ("EXECD_POOL_SCHEDULERS", L, "condor@*", "Identities besides a claim id's holder allowed to send claim commands (the pool's schedd and negotiator).", True),
     ("FILESYSTEM_DOMAIN", S, "$(FULL_HOSTNAME)", "Name shared by machines with the same file systems."),
     ("UID_DOMAIN", S, "$(FULL_HOSTNAME)", "Name shared by machines with the same users."),
+    ("NO_DNS", B, "false", "Use no DNS: a peer's host name (a claim's ClientMachine) is its address with dashes in DEFAULT_DOMAIN_NAME."),
+    ("DEFAULT_DOMAIN_NAME", S, "", "Domain appended to a host name without one (a claim's ClientMachine)."),
     ("DAEMON_LIST", L, "MASTER", "Daemons a condor_master starts (read for compatibility)."),
 )
 
