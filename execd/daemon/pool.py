@@ -164,7 +164,7 @@ class PoolMember:
         self.closed_by_schedd: set[str] = set()  # claims whose schedd ended them
         self._notices: set[asyncio.Task[None]] = set()  # RELEASE_CLAIMs in flight
         # JobId, ClientMachine, ImageSize, PublicClaimId, ... of claimed slots
-        self.job_attrs = JobAttributes(daemon.jobs, daemon.settings.get_list("STARTD_JOB_ATTRS"))
+        self.job_attrs = JobAttributes.configured(daemon.jobs, daemon.settings)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def run(self) -> None:
@@ -328,8 +328,7 @@ class PoolMember:
     def claimant(self, name: str) -> dict[str, Any]:
         """Who holds the slot's claim (RemoteUser, CurrentRank, ...) and its job (JobId,
         ImageSize, ...), for its ad."""
-        slot = self.daemon.engine.slots.get(name)
-        if slot is None:
+        if (slot := self.daemon.engine.slots.get(name)) is None:
             return {}
         return claimant_attributes(slot, self.config.domain) | self.job_attrs.attributes(slot)
 

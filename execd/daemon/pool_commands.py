@@ -13,7 +13,6 @@ command and the claim's public session id, never the claim id's secret.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
@@ -25,7 +24,6 @@ from execd.daemon.control import Peer as LocalPeer
 from execd.daemon.control import Request as LocalRequest
 from execd.daemon.pool_admin import ADMIN_DAEMON_COMMANDS, READ_DAEMON_COMMANDS, DaemonCommands
 from execd.daemon.pool_job import PoolJob
-from execd.daemon.pool_job_attrs import client_machine
 from execd.wire.channel import Channel
 from execd.wire.claim_messages import (
     RequestClaimReply,
@@ -153,7 +151,7 @@ class PoolCommands:
         name = str(result["slot"])
         if preempting and not await self._preempt(channel, name, claim, peer):
             return
-        member.job_attrs.claimed(claim, await self._client_machine(channel.peer))
+        await member.job_attrs.note_client(claim, channel.peer)  # its ClientMachine
         # As condor_startd: ALIVE every lease/3, the lease being the job's
         # JobLeaseDuration, else MAX_CLAIM_ALIVES_MISSED x the schedd's ALIVE_INTERVAL.
         granted = self.daemon.engine.slots[name].claim
@@ -172,13 +170,6 @@ class PoolCommands:
             reply = RequestClaimReply(Reply.OK)
         await channel.send(encode_request_claim_reply(channel.encoder(), reply).payload())
         member.changed()
-
-    async def _client_machine(self, peer: str) -> str:
-        """The claiming peer's host name (ClientMachine), looked up off the event loop."""
-        settings = self.daemon.settings
-        return await asyncio.to_thread(client_machine, peer, no_dns=settings.get_bool("NO_DNS"),
-                                       default_domain=settings.get_str("DEFAULT_DOMAIN_NAME")
-                                       or "")  # fmt: skip
 
     async def _preempt(self, channel: Channel, slot: str, claim: ClaimId, peer: Peer) -> bool:
         """The engine took `claim` as `slot`'s preempting claim (its RANK is higher): the

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import signal
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execd import log
@@ -79,6 +80,7 @@ class PoolJob:
         self.launch: JobLaunch | None = None
         self.started = 0
         self.reported_suspended = False  # what the shadow was last told
+        self.sandbox: Path | None = None  # an adopted job's transferred sandbox
 
     def activate(self, job_ad: dict[str, Any]) -> None:
         """JobManager.activate with this runner's gate (ControlError if refused)."""
@@ -86,9 +88,12 @@ class PoolJob:
         self.job = self.jobs.jobs[result["job_id"]]
 
     @classmethod
-    def adopted(cls, jobs: JobManager, claim_id: str, job: Job, started: int) -> PoolJob:
-        """The runner of a job a restarted daemon adopted (it runs, or ended meanwhile)."""
+    def adopted(cls, jobs: JobManager, claim_id: str, job: Job, started: int,
+                sandbox: Path | None = None) -> PoolJob:  # fmt: skip
+        """The runner of a job a restarted daemon adopted (it runs, or ended meanwhile);
+        `sandbox`: where its input was transferred (None: a shared filesystem)."""
         runner = cls(jobs, claim_id)
+        runner.sandbox = sandbox
         runner.gate.set_result(None)  # the starter was launched by the old daemon
         runner.job = job
         runner.started = started
@@ -163,8 +168,10 @@ class PoolJob:
         job, launch = self._job(), self.launch
         self.reported_suspended = job.suspended is not None
         # With file transfer (no Iwd of its own) the sandbox's size and stdio mtimes too.
-        sandbox = launch.sandbox if launch is not None and launch.iwd is None else None
-        stdio = (launch.stdout_name, launch.stderr_name) if launch is not None else ("", "")
+        sandbox = self.sandbox if launch is None else launch.sandbox if launch.iwd is None \
+            else None  # fmt: skip
+        named = launch or JobLaunch  # an adopted job's: the sandbox's default names
+        stdio = (named.stdout_name, named.stderr_name)
         update = starter_update(self._status(), self.started, self.reported_suspended,
                                 sandbox, stdio)  # fmt: skip
         pool = self.jobs.daemon.pool

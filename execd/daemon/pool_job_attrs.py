@@ -32,6 +32,7 @@ condor_starter counts them) and the mtimes of the job's stdout and stderr.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -176,15 +177,31 @@ class _CpuSample:
 class JobAttributes:
     """The job and claim attributes of every pool-claimed slot."""
 
-    def __init__(self, jobs: JobManager, startd_job_attrs: list[str]) -> None:
+    def __init__(self, jobs: JobManager, startd_job_attrs: list[str], *,
+                 no_dns: bool = False, default_domain: str = "") -> None:  # fmt: skip
         self.jobs = jobs
+        self.no_dns, self.default_domain = no_dns, default_domain  # NO_DNS, DEFAULT_DOMAIN_NAME
         names = [*SYSTEM_STARTD_JOB_ATTRS, *startd_job_attrs]
         self.copied = tuple(dict.fromkeys(names))  # in order, each once
         self.claims: dict[str, ClaimFacts] = {}  # full claim id -> facts
         self._cpu: dict[str, _CpuSample] = {}  # job id -> its last measurement
 
-    def claimed(self, claim: ClaimId, peer_host: str) -> None:
-        self.claims[claim.full()] = ClaimFacts(peer_host)
+    @classmethod
+    def configured(cls, jobs: JobManager, settings: Any) -> JobAttributes:
+        """With STARTD_JOB_ATTRS, NO_DNS and DEFAULT_DOMAIN_NAME from `settings`."""
+        return cls(jobs, settings.get_list("STARTD_JOB_ATTRS"), no_dns=settings.get_bool("NO_DNS"),
+                   default_domain=settings.get_str("DEFAULT_DOMAIN_NAME") or "")  # fmt: skip
+
+    def claimed(self, claim: ClaimId, client: str) -> None:
+        """`claim` was made by (or, after a restart, is held by) host `client`."""
+        facts = self.claims.setdefault(claim.full(), ClaimFacts(client))
+        facts.client_machine = client
+
+    async def note_client(self, claim: ClaimId, peer: str) -> None:
+        """claimed() with the host name of `peer` (`ip:port`), looked up off the loop."""
+        name = await asyncio.to_thread(client_machine, peer, no_dns=self.no_dns,
+                                       default_domain=self.default_domain)  # fmt: skip
+        self.claimed(claim, name)
 
     def updated(self, claim_id: str, job_id: str, update: dict[str, Any]) -> None:
         """A starter update of `job_id` on claim `claim_id` (what the shadow was sent)."""
