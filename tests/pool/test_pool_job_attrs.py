@@ -1,5 +1,5 @@
-"""The job and claim attributes of a claimed dynamic slot, as condor_status -run,
-condor_who and monitoring read them: a running job's d-slot on `execd run` carries the
+"""The job and claim attributes of a claimed slot, as condor_status -run, condor_who
+and monitoring read them: a running job's d-slot (or static slot) on `execd run` has the
 same ones as on the pool's own condor_startd (HTCondor 25.14.1), with equal values
 where they come from the job, the claim or the pool, and plausible ones where they are
 measurements (the job's pid a live process of the job, its starter's pid, memory).
@@ -9,17 +9,21 @@ gone and the claim's stay, on both. The claim's secret is in no public ad nor th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import tempfile
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pool_harness as harness
+import pytest
 from test_pool_daemon import WAIT_S, PoolNode
 from test_pool_jobs import PLAIN_SUBMIT, held_claim_id, pool_node, submit_files
-from test_pool_preemption import RETIRE_MARK, RETIRE_SCRIPT
+from test_pool_preemption import REFERENCE_NODE, RETIRE_MARK, RETIRE_SCRIPT, reference_config
 
 from execd.claims.ids import parse_claim_id
 
@@ -37,11 +41,25 @@ EQUAL = ("JobUniverse", "ExecutableSize", "ClientMachine", "RemoteScheddName",
 # Present once the starter's first update arrived (STARTER_INITIAL_UPDATE_INTERVAL).
 UPDATED = ("ResidentSetSize", "JobPid", "DiskUsage", "StdoutMtime", "StderrMtime")
 KEEP_IDLE_S = 300  # the schedd keeps the claim this long after the job (keep_claim_idle)
+STATIC_SLOT = "SLOT_TYPE_1_PARTITIONABLE = False\n"
 
 
-def dslot(pool: harness.Pool, probe: Any) -> dict[str, Any] | None:
+class Layout(NamedTuple):
+    slot_type: str  # of the job's slot
+    slot: str  # its name on execd
+    config: str  # execd's
+    reference: Callable[[harness.Pool], AbstractContextManager[object]]  # condor_startd's
+
+
+DYNAMIC = Layout("Dynamic", "slot1_1", "", lambda _pool: contextlib.nullcontext())
+STATIC = Layout("Static", "slot1", STATIC_SLOT, lambda pool: reference_config(
+    pool, "99-execd-job-attrs.conf", REFERENCE_NODE + STATIC_SLOT,
+    lambda ad: ad.get("SlotType") == "Static"))  # fmt: skip
+
+
+def job_slot(pool: harness.Pool, layout: Layout, probe: Any) -> dict[str, Any] | None:
     return next((ad for ad in pool.status("-slots")
-                 if ad.get("SlotType") == "Dynamic" and probe(ad)), None)  # fmt: skip
+                 if ad.get("SlotType") == layout.slot_type and probe(ad)), None)  # fmt: skip
 
 
 def cmdline(pid: int) -> str:
@@ -51,7 +69,7 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def observe(pool: harness.Pool, node: PoolNode | None) -> dict[str, Any]:
+def observe(pool: harness.Pool, node: PoolNode | None, layout: Layout) -> dict[str, Any]:
     """A job runs until the test lets it end: its d-slot's attributes while it runs
     (checked for plausibility here) and once its claim idles after it."""
     token = f"{os.getpid()}-{pool._jobs}"
@@ -63,8 +81,8 @@ def observe(pool: harness.Pool, node: PoolNode | None) -> dict[str, Any]:
     try:
         job.wait_for_event("001", WAIT_S)
         running: dict[str, Any] = harness.wait_for(
-            "the running job's d-slot with the starter's first update",
-            lambda: dslot(pool, lambda ad: ad.get("Activity") == "Busy"
+            "the running job's slot with the starter's first update",
+            lambda: job_slot(pool, layout, lambda ad: ad.get("Activity") == "Busy"
                           and all(a in ad for a in UPDATED)), WAIT_S, 0.5)  # fmt: skip
         (queued,) = pool.queue(f"{job.cluster}.0")
         assert running["JobId"] == f"{job.cluster}.0"
@@ -73,7 +91,8 @@ def observe(pool: harness.Pool, node: PoolNode | None) -> dict[str, Any]:
         # submitter's job or nobody; the starter's pid is the EP's starter for it
         assert token in cmdline(running["JobPid"]), running["JobPid"]
         if node is not None:
-            assert running["StarterPid"] == node.wait_for("starter_spawned", slot="slot1_1")["pid"]
+            spawned = node.wait_for("starter_spawned", slot=layout.slot)
+            assert running["StarterPid"] == spawned["pid"]
         else:
             assert "condor_starter" in cmdline(running["StarterPid"])
         assert running["NumPids"] >= 1
@@ -92,7 +111,7 @@ def observe(pool: harness.Pool, node: PoolNode | None) -> dict[str, Any]:
         assert public.startswith(running["MyAddress"])
         secret = ""
         if node is not None:
-            held = held_claim_id(node, "slot1_1")
+            held = held_claim_id(node, layout.slot)
             secret = parse_claim_id(held).secret
             assert public == held.rsplit("#", 1)[0] + "#..."
             assert secret not in pool.tool("condor_status", "-l").check().stdout
@@ -101,9 +120,9 @@ def observe(pool: harness.Pool, node: PoolNode | None) -> dict[str, Any]:
         for mark in marks:
             mark.touch()
         job.wait_for_event("005", WAIT_S)
-        idle: dict[str, Any] = harness.wait_for(
-            "the job's claim idle", lambda: dslot(pool, lambda ad: ad.get("State") == "Claimed"
-                                                  and ad.get("Activity") == "Idle"), WAIT_S, 0.5)
+        idle: dict[str, Any] = harness.wait_for("the job's claim idle", lambda: job_slot(
+            pool, layout, lambda ad: (ad.get("State"), ad.get("Activity")) == ("Claimed", "Idle")),
+            WAIT_S, 0.5)  # fmt: skip
         if node is not None:
             assert secret not in node.log.read_text()
         return {
@@ -118,16 +137,19 @@ def observe(pool: harness.Pool, node: PoolNode | None) -> dict[str, Any]:
         pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
 
 
-def test_a_running_jobs_dslot_has_condor_startds_job_and_claim_attributes(
-        running_pool: harness.RunningPool) -> None:  # fmt: skip
+@pytest.mark.parametrize("layout", [DYNAMIC, STATIC], ids=["dynamic", "static"])
+def test_a_running_jobs_slot_has_condor_startds_job_and_claim_attributes(
+        running_pool: harness.RunningPool, layout: Layout) -> None:  # fmt: skip
     pool = running_pool.get(with_startd=False)
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
-        node = pool_node(pool, tmp)
+        node = pool_node(pool, tmp, layout.config)
         try:
-            ours = observe(pool, node)
+            ours = observe(pool, node, layout)
         finally:
             node.stop(signal.SIGQUIT)
-    theirs = observe(running_pool.get(with_startd=True), None)
+    condor = running_pool.get(with_startd=True)
+    with layout.reference(condor):
+        theirs = observe(condor, None, layout)
     assert ours == theirs
     assert ours["running"] == sorted(JOB_ATTRS)
     assert ours["equal"]["JobUniverse"] == 5
