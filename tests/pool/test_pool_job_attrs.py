@@ -84,6 +84,7 @@ def observe(pool: harness.Pool, node: PoolNode | None, layout: Layout) -> dict[s
             "the running job's slot with the starter's first update",
             lambda: job_slot(pool, layout, lambda ad: ad.get("Activity") == "Busy"
                           and all(a in ad for a in UPDATED)), WAIT_S, 0.5)  # fmt: skip
+        others = [ad for ad in pool.status("-slots") if ad["Name"] != running["Name"]]
         (queued,) = pool.queue(f"{job.cluster}.0")
         assert running["JobId"] == f"{job.cluster}.0"
         assert running["GlobalJobId"] == queued["GlobalJobId"]
@@ -128,6 +129,8 @@ def observe(pool: harness.Pool, node: PoolNode | None, layout: Layout) -> dict[s
         return {
             "running": sorted(a for a in JOB_ATTRS if a in running),
             "equal": {a: running[a] for a in EQUAL},
+            # the p-slot beside the d-slot: NumPids = 0, as on every unclaimed slot
+            "other slots": sorted({(a, ad[a]) for ad in others for a in JOB_ATTRS if a in ad}),
             "idle": sorted(a for a in JOB_ATTRS if a in idle),
             "idle equal": {a: idle.get(a) for a in EQUAL},
         }
@@ -154,3 +157,4 @@ def test_a_running_jobs_slot_has_condor_startds_job_and_claim_attributes(
     assert ours["running"] == sorted(JOB_ATTRS)
     assert ours["equal"]["JobUniverse"] == 5
     assert ours["equal"]["RemoteNegotiatingGroup"] == "<none>"
+    assert ours["other slots"] == ([("NumPids", 0)] if layout == DYNAMIC else [])
