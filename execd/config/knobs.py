@@ -186,7 +186,7 @@ _group(
     ("STARTD_ATTRS", L, "", "Config names whose values are published in every slot ad."),
     ("SLOT<N>_STARTD_ATTRS", L, None, "STARTD_ATTRS for slot N only."),
     ("STARTD_SLOT_ATTRS", L, "", "Attributes of each slot cross-posted into every other slot's ad (slot2_State)."),
-    ("STARTD_JOB_ATTRS", L, "", "Job attributes copied into the slot ad while the job runs."),
+    ("STARTD_JOB_ATTRS", L, "", "Job attributes copied from the claim's job ad into a Claimed or Preempting slot's ad (pool mode), besides those HTCondor always copies (ImageSize, MemoryUsage, DiskUsage, ...)."),
     ("ADVERTISE_PSLOT_ROLLUP_INFORMATION", B, "true", "Whether a partitionable slot publishes PslotRollupInformation and the Child<Attr> lists of its dynamic slots' values (NumDynamicSlots is published either way)."),
     ("STARTD_PARTITIONABLE_SLOT_ATTRS", L, "", "Attributes of the dynamic slots rolled up into their partitionable slot's ad as Child<Attr> lists, besides Name, DSlotId, CurrentRank, RemoteUser, RemoteOwner, AccountingGroup, State, Activity, EnteredCurrentState, RetirementTimeRemaining, Cpus, Memory, Disk and the machine resources."),
     ("STARTD_NAME", S, "", "Name of this execute point (slots are slotN@STARTD_NAME)."),

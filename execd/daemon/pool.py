@@ -164,7 +164,7 @@ class PoolMember:
         self.closed_by_schedd: set[str] = set()  # claims whose schedd ended them
         self._notices: set[asyncio.Task[None]] = set()  # RELEASE_CLAIMs in flight
         # JobId, ClientMachine, ImageSize, PublicClaimId, ... of claimed slots
-        self.job_attrs = JobAttributes.configured(daemon.jobs, daemon.settings)
+        self.job_attrs = JobAttributes(daemon.jobs, lambda: daemon.settings)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def run(self) -> None:

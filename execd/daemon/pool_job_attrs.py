@@ -37,6 +37,7 @@ import json
 import os
 import socket
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -177,20 +178,25 @@ class _CpuSample:
 class JobAttributes:
     """The job and claim attributes of every pool-claimed slot."""
 
-    def __init__(self, jobs: JobManager, startd_job_attrs: list[str], *,
-                 no_dns: bool = False, default_domain: str = "") -> None:  # fmt: skip
+    def __init__(self, jobs: JobManager, settings: Callable[[], Any]) -> None:
         self.jobs = jobs
-        self.no_dns, self.default_domain = no_dns, default_domain  # NO_DNS, DEFAULT_DOMAIN_NAME
-        names = [*SYSTEM_STARTD_JOB_ATTRS, *startd_job_attrs]
-        self.copied = tuple(dict.fromkeys(names))  # in order, each once
+        self._settings = settings  # the daemon's current ones (a reload replaces them)
+        self._read: Any = None  # the settings the knobs below were read from
+        self.copied: tuple[str, ...] = SYSTEM_STARTD_JOB_ATTRS
+        self.no_dns, self.default_domain = False, ""  # NO_DNS, DEFAULT_DOMAIN_NAME
         self.claims: dict[str, ClaimFacts] = {}  # full claim id -> facts
         self._cpu: dict[str, _CpuSample] = {}  # job id -> its last measurement
 
-    @classmethod
-    def configured(cls, jobs: JobManager, settings: Any) -> JobAttributes:
-        """With STARTD_JOB_ATTRS, NO_DNS and DEFAULT_DOMAIN_NAME from `settings`."""
-        return cls(jobs, settings.get_list("STARTD_JOB_ATTRS"), no_dns=settings.get_bool("NO_DNS"),
-                   default_domain=settings.get_str("DEFAULT_DOMAIN_NAME") or "")  # fmt: skip
+    def _configure(self) -> None:
+        """STARTD_JOB_ATTRS, NO_DNS and DEFAULT_DOMAIN_NAME, read again after a reload."""
+        settings = self._settings()
+        if settings is self._read:
+            return
+        names = [*SYSTEM_STARTD_JOB_ATTRS, *settings.get_list("STARTD_JOB_ATTRS")]
+        self.copied = tuple(dict.fromkeys(names))  # in order, each once
+        self.no_dns = settings.get_bool("NO_DNS")
+        self.default_domain = settings.get_str("DEFAULT_DOMAIN_NAME") or ""
+        self._read = settings
 
     def claimed(self, claim: ClaimId, client: str) -> None:
         """`claim` was made by (or, after a restart, is held by) host `client`."""
@@ -199,6 +205,7 @@ class JobAttributes:
 
     async def note_client(self, claim: ClaimId, peer: str) -> None:
         """claimed() with the host name of `peer` (`ip:port`), looked up off the loop."""
+        self._configure()
         name = await asyncio.to_thread(client_machine, peer, no_dns=self.no_dns,
                                        default_domain=self.default_domain)  # fmt: skip
         self.claimed(claim, name)
@@ -215,6 +222,7 @@ class JobAttributes:
         self.claims.pop(claim_id, None)
 
     def attributes(self, slot: Slot) -> dict[str, Any]:
+        self._configure()
         claim = slot.claim
         if claim is None:
             return {"NumPids": 0}

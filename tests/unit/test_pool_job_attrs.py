@@ -13,6 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from execd.config.loader import parse_config_text
+from execd.config.settings import Settings, load_settings
 from execd.daemon.jobs import Job
 from execd.daemon.pool_job_attrs import (
     JobAttributes,
@@ -40,6 +42,10 @@ class Jobs:
 
     def workdir(self, job_id: str) -> Path:
         return self.root / job_id
+
+
+def settings(text: str) -> Settings:
+    return load_settings(parse_config_text(text, filename="execd.conf", env={}))
 
 
 def status(jobs: Jobs, job_id: str, **values: Any) -> None:
@@ -91,7 +97,7 @@ def test_a_starter_update_has_the_sandbox_only_with_file_transfer(tmp_path: Path
 
 def test_attributes_through_a_claims_life(tmp_path: Path) -> None:
     d, jobs = Driver(), Jobs(tmp_path)
-    attrs = JobAttributes(jobs, ["Cmd"])  # type: ignore[arg-type]
+    attrs = JobAttributes(jobs, lambda: settings("STARTD_JOB_ATTRS = Cmd"))  # type: ignore[arg-type]
     assert attrs.attributes(d.slot) == {"NumPids": 0}  # unclaimed
 
     assert d.claim(REQUEST)
@@ -139,7 +145,7 @@ def test_attributes_through_a_claims_life(tmp_path: Path) -> None:
 
 def test_a_preempting_slot_keeps_its_job_but_publishes_no_claim_id(tmp_path: Path) -> None:
     d, jobs = Driver(), Jobs(tmp_path)
-    attrs = JobAttributes(jobs, [])  # type: ignore[arg-type]
+    attrs = JobAttributes(jobs, lambda: settings(""))  # type: ignore[arg-type]
     d.busy(REQUEST)
     claim = d.slot.claim.id
     jobs.running["slot1"] = Job("job-1", "slot1", claim, dict(REQUEST))
@@ -148,3 +154,14 @@ def test_a_preempting_slot_keeps_its_job_but_publishes_no_claim_id(tmp_path: Pat
     published = attrs.attributes(d.slot)
     assert published["JobId"] == "7.0" and published["JobUniverse"] == 5
     assert "PublicClaimId" not in published and "ClaimEndTime" not in published
+
+
+def test_a_reload_changes_what_startd_job_attrs_copies(tmp_path: Path) -> None:
+    d, jobs = Driver(), Jobs(tmp_path)
+    current = [settings("")]
+    attrs = JobAttributes(jobs, lambda: current[0])  # type: ignore[arg-type]
+    assert d.claim(REQUEST)
+    assert "Cmd" not in attrs.attributes(d.slot)
+    current[0] = settings("STARTD_JOB_ATTRS = Cmd, NoSuchAttr")
+    published = attrs.attributes(d.slot)
+    assert published["Cmd"] == "/bin/sleep" and "NoSuchAttr" not in published
