@@ -58,7 +58,6 @@ SYSTEM_STARTD_JOB_ATTRS = (
 )  # fmt: skip
 # MEMORY_USAGE_METRIC's default: what condor_starter puts in its updates as MemoryUsage.
 MEMORY_USAGE = "((ResidentSetSize + 1023) / 1024)"
-CLAIM_ATTRS = ("RemoteGroup", "RemoteNegotiatingGroup", "RemoteAutoregroup")
 
 
 def read_status(jobs: JobManager, job: Job) -> dict[str, Any]:
