@@ -2,7 +2,8 @@
 and monitoring read them: a running job's d-slot (or static slot) on `execd run` has the
 same ones as on the pool's own condor_startd (HTCondor 25.14.1), with equal values
 where they come from the job, the claim or the pool, and plausible ones where they are
-measurements (the job's pid a live process of the job, its starter's pid, memory).
+measurements (the job's pid a live process of the job, its starter's pid, memory);
+`condor_who -addr` shows the job from the execute point's own answer.
 Once the job has ended and its claim idles (keep_claim_idle), the job's attributes are
 gone and the claim's stay, on both. The claim's secret is in no public ad nor the log.
 """
@@ -106,6 +107,17 @@ def observe(pool: harness.Pool, node: PoolNode | None, layout: Layout) -> dict[s
         ((memory, rss),) = pool.status_af("MemoryUsage", "ResidentSetSize",
                                           what=running["Name"])  # fmt: skip
         assert int(memory) == (int(rss) + 1023) // 1024
+        # condor_who asks the execute point itself (QUERY_STARTD_ADS) and shows the job
+        who = pool.tool("condor_who", "-addr", running["MyAddress"]).check().stdout
+        # (condor_startd 25.14.1 lists its job twice; execd once)
+        found = {tuple(line.split()) for line in who.splitlines()
+                 if line.startswith(running["RemoteUser"])}  # fmt: skip
+        assert len(found) == 1, who
+        row = list(found.pop())
+        slot_number = running["Name"].split("@")[0].removeprefix("slot")
+        assert row[:4] == [running["RemoteUser"], running["ClientMachine"], slot_number,
+                           running["JobId"]], who  # fmt: skip
+        assert int(row[5]) == running["JobPid"], who
         # the claim id without its secret
         public = running["PublicClaimId"]
         assert re.fullmatch(r"<[^>]+>#\d+#\d+#\.\.\.", public), public
