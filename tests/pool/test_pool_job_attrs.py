@@ -118,6 +118,10 @@ def observe(pool: harness.Pool, node: PoolNode | None, layout: Layout) -> dict[s
         assert row[:4] == [running["RemoteUser"], running["ClientMachine"], slot_number,
                            running["JobId"]], who  # fmt: skip
         assert int(row[5]) == running["JobPid"], who
+        # condor_status -direct: the EP's own answer, its constraint and projection applied
+        direct = pool.tool("condor_status", "-direct", running["MyAddress"], "-constraint",
+                           "JobId =!= undefined", "-af", "Name", "JobId").check().stdout
+        assert direct.split() == [running["Name"], running["JobId"]], direct
         # the claim id without its secret
         public = running["PublicClaimId"]
         assert re.fullmatch(r"<[^>]+>#\d+#\d+#\.\.\.", public), public
