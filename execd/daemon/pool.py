@@ -32,6 +32,7 @@ from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.daemon.control import ControlError
 from execd.daemon.pool_claimant import claimant_attributes
 from execd.daemon.pool_daemon_attrs import DaemonAttributes
+from execd.daemon.pool_job_attrs import JobAttributes
 from execd.errors import ConfigError, ExecdError, ProtocolError
 from execd.wire.advertiser import Advertiser, wait_event
 from execd.wire.auth_token import IdToken, parse_token
@@ -165,6 +166,8 @@ class PoolMember:
         self.closed_by_schedd: set[str] = set()  # claims whose schedd ended them
         self._notices: set[asyncio.Task[None]] = set()  # RELEASE_CLAIMs in flight
         self.daemon_attrs = DaemonAttributes(self)  # TotalSlots, JobStarts, MonitorSelf*, ...
+        # JobId, ClientMachine, ImageSize, PublicClaimId, ... of claimed slots
+        self.job_attrs = JobAttributes(daemon.jobs, lambda: daemon.settings)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def run(self) -> None:
@@ -284,6 +287,7 @@ class PoolMember:
             logger.info("pool_claim_ended", slot=ended.slot, claim=str(ended.claim),
                         ended_by="schedd" if by_schedd else "execd")  # fmt: skip
             self.daemon.jobs.store.remove_pool_claim(ended.claim.session_id)
+            self.job_attrs.forget(key)
             if by_schedd:
                 self.closed_by_schedd.discard(key)
                 self.forget_session(ended.claim)
@@ -326,9 +330,11 @@ class PoolMember:
         return public, private
 
     def claimant(self, name: str) -> dict[str, Any]:
-        """Who holds the slot's claim (RemoteUser, CurrentRank, ...), for its ad."""
-        slot = self.daemon.engine.slots.get(name)
-        return {} if slot is None else claimant_attributes(slot, self.config.domain)
+        """Who holds the slot's claim (RemoteUser, CurrentRank, ...) and its job (JobId,
+        ImageSize, ...), for its ad."""
+        if (slot := self.daemon.engine.slots.get(name)) is None:
+            return {}
+        return claimant_attributes(slot, self.config.domain) | self.job_attrs.attributes(slot)
 
     def ad_pairs(self) -> list[tuple[WireAd, WireAd]]:
         ads = self.slot_ads()

@@ -24,6 +24,7 @@ from execd.daemon.control import Peer as LocalPeer
 from execd.daemon.control import Request as LocalRequest
 from execd.daemon.pool_admin import ADMIN_DAEMON_COMMANDS, READ_DAEMON_COMMANDS, DaemonCommands
 from execd.daemon.pool_job import PoolJob
+from execd.daemon.pool_query import query_startd_ads
 from execd.wire.channel import Channel
 from execd.wire.claim_messages import (
     RequestClaimReply,
@@ -94,6 +95,7 @@ class PoolCommands:
             Command.DRAIN_JOBS: self.drain,
             Command.CANCEL_DRAIN_JOBS: self.cancel_drain,
             Command.CA_CMD: self.ca_command,
+            Command.QUERY_STARTD_ADS: self.query,  # condor_who, condor_status -direct
             **DaemonCommands(self.daemon).handlers(),  # condor_reconfig, condor_config_val
         }
 
@@ -103,7 +105,7 @@ class PoolCommands:
             allowed = peer.user == MATCH_SESSION_USER or matches(peer.user, config.schedulers)
         elif command in ADMIN_COMMANDS or command in ADMIN_DAEMON_COMMANDS:
             allowed = matches(peer.user, config.administrators)
-        elif command in READ_DAEMON_COMMANDS:
+        elif command in READ_DAEMON_COMMANDS or command == Command.QUERY_STARTD_ADS:
             allowed = True  # any authenticated peer, as HTCondor's default ALLOW_READ
         else:
             allowed = False
@@ -156,6 +158,7 @@ class PoolCommands:
             stats.count("JobRankPreemptions")
         if preempting and not await self._preempt(channel, name, claim, peer):
             return
+        await member.job_attrs.note_client(claim, channel.peer)  # its ClientMachine
         # As condor_startd: ALIVE every lease/3, the lease being the job's
         # JobLeaseDuration, else MAX_CLAIM_ALIVES_MISSED x the schedd's ALIVE_INTERVAL.
         granted = self.daemon.engine.slots[name].claim
@@ -246,6 +249,9 @@ class PoolCommands:
             else ""
         reply = encode_deactivate_reply(channel.encoder(), state == "Claimed")
         await channel.send(reply.payload())
+
+    async def query(self, channel: Channel, command: int, peer: Peer) -> None:
+        await query_startd_ads(self.member, channel, command, peer)
 
     async def ca_command(self, channel: Channel, command: int, peer: Peer) -> None:
         """The shadow's reconnect (execd/wire/shadow_link.py): execd is the starter too."""

@@ -16,6 +16,8 @@ within the job lease.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execd import log
@@ -28,6 +30,7 @@ from execd.wire.shadow import Conversation, ShadowOptions
 from execd.wire.shadow import serve_shadow as run_conversation
 from execd.wire.shadow_resume import resume_shadow
 from execd.wire.shadow_syscalls import MessageChannel
+from execd.wire.sinful import parse_sinful
 
 if TYPE_CHECKING:
     from execd.daemon.jobs import Job
@@ -112,6 +115,10 @@ def restore(member: PoolMember) -> list[asyncio.Task[None]]:
         member.accept_claim(claim)
         member.track(claim, slot, held.schedd, held.lease_s)
         logger.info("pool_claim_restored", slot=slot, claim=str(claim), schedd=held.schedd)
+        with contextlib.suppress(ExecdError):  # its ClientMachine: the schedd's host
+            peer = parse_sinful(held.schedd).host_port
+            tasks.append(asyncio.get_running_loop().create_task(
+                member.job_attrs.note_client(claim, peer)))  # fmt: skip
         job = _job_of(member, claim)
         conversation = None
         try:
@@ -138,7 +145,8 @@ def _job_of(member: PoolMember, claim: ClaimId) -> Job | None:
 
 async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: Job,
                   connection: dict[str, Any] | None) -> None:  # fmt: skip
-    runner = PoolJob.adopted(member.daemon.jobs, claim.full(), job, state.started)
+    runner = PoolJob.adopted(member.daemon.jobs, claim.full(), job, state.started,
+                             Path(state.sandbox) if state.transfer else None)  # fmt: skip
     handed_over: list[bool] = []
     options = shadow_options(member, claim, runner, handed_over)
     try:

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execd import log
 from execd.daemon.control import ControlError
+from execd.daemon.pool_job_attrs import read_status, starter_update
+from execd.wire.classad_codec import from_values
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobSetupError, spawn_failure
 
 if TYPE_CHECKING:
@@ -78,6 +80,7 @@ class PoolJob:
         self.launch: JobLaunch | None = None
         self.started = 0
         self.reported_suspended = False  # what the shadow was last told
+        self.sandbox: Path | None = None  # an adopted job's transferred sandbox
 
     def activate(self, job_ad: dict[str, Any]) -> None:
         """JobManager.activate with this runner's gate (ControlError if refused)."""
@@ -85,9 +88,12 @@ class PoolJob:
         self.job = self.jobs.jobs[result["job_id"]]
 
     @classmethod
-    def adopted(cls, jobs: JobManager, claim_id: str, job: Job, started: int) -> PoolJob:
-        """The runner of a job a restarted daemon adopted (it runs, or ended meanwhile)."""
+    def adopted(cls, jobs: JobManager, claim_id: str, job: Job, started: int,
+                sandbox: Path | None = None) -> PoolJob:  # fmt: skip
+        """The runner of a job a restarted daemon adopted (it runs, or ended meanwhile);
+        `sandbox`: where its input was transferred (None: a shared filesystem)."""
         runner = cls(jobs, claim_id)
+        runner.sandbox = sandbox
         runner.gate.set_result(None)  # the starter was launched by the old daemon
         runner.job = job
         runner.started = started
@@ -154,28 +160,24 @@ class PoolJob:
             raise error
 
     def _status(self) -> dict[str, Any]:
-        path = self.jobs.workdir(self._job().job_id) / "status.json"
-        try:
-            status: dict[str, Any] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return status
+        return read_status(self.jobs, self._job())
 
     def usage(self) -> dict[str, str]:
-        """register_job_info's attributes from the starter's latest measurements."""
-        status = self._status()
-        self.reported_suspended = self._job().suspended is not None
-        return {
-            "JobPid": str(status.get("JobPid", 0)),
-            "NumPids": str(status.get("NumProcesses", 0)),
-            "JobState": '"Suspended"' if self.reported_suspended else '"Running"',
-            "JobStartDate": str(self.started),
-            "ImageSize": str(status.get("ImageSize", 0)),
-            "ResidentSetSize": str(status.get("ResidentSetSize", 0)),
-            "MemoryUsage": "((ResidentSetSize + 1023) / 1024)",
-            "RemoteUserCpu": repr(float(status.get("RemoteUserCpu", 0.0))),
-            "RemoteSysCpu": repr(float(status.get("RemoteSysCpu", 0.0))),
-        }
+        """register_job_info's attributes from the starter's latest measurements; the
+        startd side (the slot's ad) gets the same update, as condor_starter sends it."""
+        job, launch = self._job(), self.launch
+        self.reported_suspended = job.suspended is not None
+        # With file transfer (no Iwd of its own) the sandbox's size and stdio mtimes too.
+        sandbox = self.sandbox if launch is None else launch.sandbox if launch.iwd is None \
+            else None  # fmt: skip
+        named = launch or JobLaunch  # an adopted job's: the sandbox's default names
+        stdio = (named.stdout_name, named.stderr_name)
+        update = starter_update(self._status(), self.started, self.reported_suspended,
+                                sandbox, stdio)  # fmt: skip
+        pool = self.jobs.daemon.pool
+        if pool is not None:
+            pool.job_attrs.updated(self.claim_id, job.job_id, update)
+        return from_values(update)
 
     def kill(self) -> None:
         """The conversation is over: a job not started never starts, a running one is
