@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execd import classads
+from execd.machine.hostname import client_machine
 
 if TYPE_CHECKING:
     from execd.claims.ids import ClaimId
@@ -72,36 +72,6 @@ def read_status(jobs: JobManager, job: Job) -> dict[str, Any]:
 def public_claim_id(claim: ClaimId) -> str:
     """The claim id as HTCondor shows it in public: its secret replaced by `...`."""
     return f"{claim.session_id}#..."
-
-
-def client_machine(peer: str, *, no_dns: bool = False, default_domain: str = "") -> str:
-    """The host name condor_startd records for a claiming peer (`ip:port`): a reverse
-    lookup's names that resolve back to the address, the first with a dot; else the
-    first with DEFAULT_DOMAIN_NAME appended; else the address. Blocks on DNS."""
-    ip = peer.rpartition(":")[0].strip("[]") or peer
-    if no_dns:  # HTCondor's fake host name: the address's digits joined by '-'
-        if not default_domain:
-            return ip
-        fake = ip.replace(".", "-").replace(":", "-") + "." + default_domain.lstrip(".")
-        return "0" + fake if fake.startswith("-") else fake
-    try:
-        name, aliases, _ = socket.gethostbyaddr(ip)
-    except OSError:
-        return ip
-    names = [n for n in [name, *aliases] if _resolves_to(n, ip)]
-    if not names:
-        return ip
-    dotted = next((n for n in names if "." in n), None)
-    if dotted is not None:
-        return dotted
-    return f"{names[0]}.{default_domain.lstrip('.')}" if default_domain else ip
-
-
-def _resolves_to(name: str, ip: str) -> bool:
-    try:
-        return any(info[4][0] == ip for info in socket.getaddrinfo(name, None))
-    except OSError:
-        return False
 
 
 def sandbox_usage(sandbox: Path) -> tuple[int, int]:

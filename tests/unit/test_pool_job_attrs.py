@@ -18,11 +18,11 @@ from execd.config.settings import Settings, load_settings
 from execd.daemon.jobs import Job
 from execd.daemon.pool_job_attrs import (
     JobAttributes,
-    client_machine,
     public_claim_id,
     sandbox_usage,
     starter_update,
 )
+from execd.machine.hostname import client_machine
 from tests.unit.policy_helpers import Driver
 
 REQUEST = {"Owner": "alice", "User": "alice@vm", "ScheddName": "vm", "JobUniverse": 5,
