@@ -73,14 +73,23 @@ def request_claim(engine: PolicyEngine, slot: Slot, claim_id: ClaimId, request_a
         slot.backfill_leave_to = "claimed"
         return True, out + engine._leave_backfill(slot, now)
     basis = _preemption_basis(slot, rank, user_priority)
-    if slot.state == S.CLAIMED and basis is not None and slot.preempting_claim is None \
+    pending = slot.preempting_claim
+    # condor_startd's preempting preempting claim (r_pre_pre): the negotiator may match
+    # a claimed slot again while a preempting claim waits (its job retiring); a claim
+    # ranked no lower than the waiting one takes its place
+    replaces = pending is not None and user_priority and rank >= pending.rank
+    if slot.state == S.CLAIMED and basis is not None and (pending is None or replaces) \
             and not engine.draining and engine.shutting_down is None:
         claim.preempts_for = basis
         slot.preempting_claim = claim
+        if pending is not None:  # its REQUEST_CLAIM is answered NOT_OK
+            out.append(act.LogEvent("preempting_claim_withdrawn", {
+                "slot": slot.name, "why": "replaced by a new preempting claim"}))
+            out.append(act.NotifyClaimHolder(slot.name, str(pending.id), "replaced"))
         out.append(act.LogEvent("preempting_claim", {
             "slot": slot.name, "basis": basis,
             "why": f"preempting claim based on {PREEMPTION_BASES[basis]}"}))
-        if slot.activity in (A.IDLE, A.BUSY, A.SUSPENDED):
+        if pending is None and slot.activity in (A.IDLE, A.BUSY, A.SUSPENDED):
             _preempt_for_claim(engine, slot, basis, now, out)
         out += evaluate_slot(engine, slot, now)
         return True, out
@@ -89,6 +98,8 @@ def request_claim(engine: PolicyEngine, slot: Slot, claim_id: ClaimId, request_a
         needed = "no lower than" if user_priority else "higher than"
         why += f" (a preempting claim needs a RANK {needed} the claim's " \
             f"{slot.claim.rank:g}, not {rank:g})"
+    elif slot.state == S.CLAIMED and pending is not None:
+        why += f" (a preempting claim of RANK {pending.rank:g} waits)"
     out.append(act.LogEvent("claim_refused", {"slot": slot.name, "why": why}))
     return False, out
 

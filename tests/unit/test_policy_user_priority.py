@@ -120,9 +120,33 @@ def test_an_idle_claim_is_preempted_at_once() -> None:
     assert d.slot.claim.request_ad["Owner"] == "bob"
 
 
-def test_a_second_preempting_claim_while_one_waits_is_refused() -> None:
-    d, _ = _alice_running({"MAXJOBRETIREMENTTIME": "3600"})
+def test_a_new_preempting_claim_replaces_a_waiting_one_of_no_higher_rank() -> None:
+    """condor_startd's preempting preempting claim: while the job retires, the negotiator
+    may match the slot again; the new claim takes the waiting one's place, whose holder
+    is told (its REQUEST_CLAIM is answered NOT_OK); the retirement goes on."""
+    d, before = _alice_running({"MAXJOBRETIREMENTTIME": "3600"})
     assert _bob_claims(d)
+    bob = d.slot.preempting_claim
+    assert _bob_claims(d, job={"Owner": "carol"})
+    carol = d.slot.preempting_claim
+    assert carol is not bob and carol.request_ad["Owner"] == "carol"
+    assert act.NotifyClaimHolder("slot1", str(bob.id), "replaced") in d.actions
+    assert _events(d, "preempting_claim_withdrawn")[0].fields["why"] == \
+        "replaced by a new preempting claim"
+    assert [e.fields["basis"] for e in _events(d, "preempting_claim")] == \
+        ["user_priority", "user_priority"]
+    assert _moves(d)[before:] == [("Claimed/Retiring", "13")]
+    d.starter_exited()
+    assert d.slot.claim is carol and d.pair == "Claimed/Idle"
+
+
+def test_a_waiting_preempting_claim_of_a_higher_rank_is_not_replaced() -> None:
+    d, _ = _alice_running({"MAXJOBRETIREMENTTIME": "3600", "RANK": 'TARGET.Owner == "bob"'})
+    assert _bob_claims(d)  # RANK 1: for rank
     waiting = d.slot.preempting_claim
-    assert not _bob_claims(d, job={"Owner": "carol"})
+    assert not _bob_claims(d, job={"Owner": "carol"})  # RANK 0, as the running job's
+    assert _events(d, "claim_refused")[0].fields["why"] == \
+        "slot is Claimed (a preempting claim of RANK 1 waits)"
+    assert not _bob_claims(d, job={"Owner": "bob"}, user_priority=False)  # not the negotiator's
     assert d.slot.preempting_claim is waiting and d.pair == "Claimed/Retiring"
+    assert not d.of_type(act.NotifyClaimHolder)
