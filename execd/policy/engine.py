@@ -197,8 +197,7 @@ class PolicyEngine:
         """A schedd claims the slot; returns (accepted, actions). ``user_priority``: a
         negotiator's preempting claim, which an equal RANK suffices for."""
         return claiming.request_claim(self, self.slot(name), claim_id, request_ad, now,
-                                      alive_interval=alive_interval,
-                                      user_priority=user_priority)
+                                      alive_interval=alive_interval, user_priority=user_priority)
 
     def carve_refusal(self, name: str, request_ad: Any, now: Now) -> tuple[str | None, Actions]:
         """Why a claim may not carve a d-slot from partitionable slot NAME (None: it may)."""
