@@ -12,12 +12,15 @@ in JobUserPrioPreemptions; so does execd: the running job is evicted (004, reque
 Idle), the slot passes through Preempting to the new claim, and execdrank's job runs —
 the same user-log events, states and counters on both execute points. The other way
 round the negotiator does not preempt (execdrank's priority is the better one), so the
-evicted job stays Idle.
+evicted job stays Idle. On a static slot, on a dynamic slot of the default p-slot, and
+with an hour of retirement (MAXJOBRETIREMENTTIME; a negotiator that considers early
+preemption), where the running job retires for the new claim and ends on its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import tempfile
 from collections.abc import Iterator
@@ -31,9 +34,12 @@ from test_pool_daemon_attrs import startd_counters
 from test_pool_jobs import PLAIN_SUBMIT, running_in_cgroup, submit_files, timeless
 from test_pool_preemption import (
     REFERENCE_NODE,
+    RETIRE_MARK,
+    RETIRE_SCRIPT,
     SLEEP,
     assert_execd_preempted,
     claimant,
+    early_preemption,
     evicted_lines,
     execd_moves,
     job_status,
@@ -83,19 +89,24 @@ def negotiator_requirements(pool: harness.Pool, expected: str) -> None:
 
 
 def preempted_for_priority(pool: harness.Pool, node: PoolNode | None, slot: str,
-                           low_extra: str) -> tuple[Any, ...]:  # fmt: skip
+                           low_extra: str, retiring: bool = False) -> tuple[Any, ...]:
     """execdtest's job runs in `slot`; execdrank's (the same RANK, a far better
     priority) preempts it. What users see: both user logs' events, the eviction's line,
     condor_q, condor_status (on a p-slot: the d-slot's and the p-slot's resources and
-    states), and the slot's states from the preemption to the new job's Claimed/Busy."""
+    states), and the slot's states from the preemption to the new job's Claimed/Busy.
+    `retiring`: the first job has retirement time; it retires and ends on its own."""
     start_log = len(pool.daemon_log("StartLog"))
-    low = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=low_extra), SLEEP)
+    token = f"{os.getpid()}-{pool._jobs}"
+    marks = [Path(RETIRE_MARK.format(token=token)),
+             pool.host_path(RETIRE_MARK.format(token=token))]  # fmt: skip
+    script = {"job.sh": RETIRE_SCRIPT} if retiring else SLEEP
+    low = submit_files(pool, PLAIN_SUBMIT.format(args=token, extra=low_extra), script)
     high: harness.SubmittedJob | None = None
     try:
         low.wait_for_event("001", WAIT_S)
         low_pids: list[int] = []
         low_starter = 0
-        if node is not None:  # in the slot's cgroup
+        if node is not None and not retiring:  # in the slot's cgroup
             low_pids = running_in_cgroup(node, slot)
             low_starter = node.wait_for("starter_spawned", slot=slot)["pid"]
         claimed = slot_ad(pool, lambda ad: claimant(ad) == harness.SUBMITTER, slot)
@@ -103,10 +114,21 @@ def preempted_for_priority(pool: harness.Pool, node: PoolNode | None, slot: str,
             "Claimed", "Busy", 0.0)  # fmt: skip
 
         high = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP, user=BETTER)
-        low_log = low.wait_for_event("004", WAIT_S)
+        if retiring:  # the running job keeps its slot, retiring, until it ends
+            waiting = slot_ad(pool, lambda ad: ad["Activity"] == "Retiring"
+                              and claimant(ad) == harness.SUBMITTER, slot)  # fmt: skip
+            assert 3500 < waiting["RetirementTimeRemaining"] <= 3600, waiting
+            assert waiting.get("PreemptingUser", "").startswith(f"{BETTER}@"), waiting
+            assert "001" not in high.events()
+            for mark in marks:
+                mark.touch()
+            low_log = low.wait_for_event("005", WAIT_S)
+        else:
+            low_log = low.wait_for_event("004", WAIT_S)
         high.wait_for_event("001", WAIT_S)
-        harness.wait_for("the evicted job Idle in condor_q", lambda: job_status(low) == 1,
-                         WAIT_S, 0.2)  # fmt: skip
+        if not retiring:  # evicted: requeued, Idle again
+            harness.wait_for("the evicted job Idle in condor_q", lambda: job_status(low) == 1,
+                             WAIT_S, 0.2)  # fmt: skip
         taken = slot_ad(pool, lambda ad: claimant(ad) == BETTER, slot)
         assert (taken["State"], taken["Activity"], taken["CurrentRank"]) == (
             "Claimed", "Busy", 0.0)  # fmt: skip
@@ -118,15 +140,18 @@ def preempted_for_priority(pool: harness.Pool, node: PoolNode | None, slot: str,
             moves = startd_moves(pool.daemon_log("StartLog")[start_log:], slot,
                                  "user priority")  # fmt: skip
         else:
-            assert_execd_preempted(node, low_pids, low_starter, slot, "user priority")
+            if not retiring:
+                assert_execd_preempted(node, low_pids, low_starter, slot, "user priority")
             moves = execd_moves(node, slot)
         ads: tuple[Any, ...] = ()
         if slot != "slot1":
             pslot = named(pool_slots(pool), "slot1") or {}
             ads = (resources(claimed), resources(taken), resources(pslot))
-        return (timeless(low.events()), evicted_lines(low_log), timeless(high.events()),
-                ads, moves)  # fmt: skip
+        evicted = [] if retiring else evicted_lines(low_log)
+        return (timeless(low.events()), evicted, timeless(high.events()), ads, moves)
     finally:
+        for mark in marks:
+            mark.unlink(missing_ok=True)
         for job, user in ((low, harness.SUBMITTER), (high, BETTER)):
             if job is not None:
                 pool.tool("condor_rm", str(job.cluster), user=user)
@@ -138,7 +163,17 @@ LAYOUTS = {
     # the default p-slot: execdtest's job takes all of it (2 CPUs), so execdrank's fits
     # nowhere but in its d-slot, which the negotiator preempts as a static slot
     "dynamic": ("SLOT_TYPE_1_PARTITIONABLE = True\n", "slot1_1", "request_cpus = 2"),
+    # an hour of retirement (and a negotiator that preempts slots with retirement left):
+    # the first job retires for the new claim and is let end
+    "retiring": ("SLOT_TYPE_1_PARTITIONABLE = False\nMAXJOBRETIREMENTTIME = 3600\n",
+                 "slot1", ""),
 }
+
+
+@contextlib.contextmanager
+def retirement_preemption(pool: harness.Pool, retiring: bool) -> Iterator[None]:
+    with early_preemption(pool) if retiring else contextlib.nullcontext():
+        yield
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -149,13 +184,14 @@ def test_a_better_priority_user_preempts_a_running_job_as_on_condor_startd(
     execdrank@... for the second, the slot's states and the startd's counters
     (JobUserPrioPreemptions 1, JobRankPreemptions 0) as on condor_startd."""
     execd, slot, low_extra = LAYOUTS[layout]
+    retiring = layout == "retiring"
     kind = "Partitionable" if slot != "slot1" else "Static"
     pool = running_pool.get(with_startd=False)
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp, \
-            priority_preemption(pool):  # fmt: skip
+            priority_preemption(pool), retirement_preemption(pool, retiring):  # fmt: skip
         node = start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + execd)
         try:
-            ours = preempted_for_priority(pool, node, slot, low_extra)
+            ours = preempted_for_priority(pool, node, slot, low_extra, retiring)
             our_counters = startd_counters(pool, JobStarts=2, JobUserPrioPreemptions=1)
         finally:
             node.stop(signal.SIGQUIT)
@@ -163,8 +199,8 @@ def test_a_better_priority_user_preempts_a_running_job_as_on_condor_startd(
     with reference_config(reference, REFERENCE_CONFIG, REFERENCE_NODE + execd,
                           lambda ad: ad.get("SlotType") == kind and ad.get("Cpus") == 2
                           and ad.get("Memory") == 1024), \
-            priority_preemption(reference):  # fmt: skip
-        theirs = preempted_for_priority(reference, None, slot, low_extra)
+            priority_preemption(reference), retirement_preemption(reference, retiring):  # fmt: skip
+        theirs = preempted_for_priority(reference, None, slot, low_extra, retiring)
         their_counters = startd_counters(reference, JobStarts=2, JobUserPrioPreemptions=1)
     assert ours == theirs
     assert our_counters == their_counters
@@ -173,6 +209,10 @@ def test_a_better_priority_user_preempts_a_running_job_as_on_condor_startd(
                                          "RecentJobUserPrioPreemptions", "ClaimRequests")} \
         == {"JobPreemptions": 1, "JobRankPreemptions": 0, "JobUserPrioPreemptions": 1,
             "RecentJobUserPrioPreemptions": 1, "ClaimRequests": 2}  # fmt: skip
-    assert ours[0][-1] == "004" and "005" not in ours[0], ours
-    # no retirement time: Busy straight to Preempting, then the new claim holds the slot
-    assert ours[-1] == ["Preempting/Vacating", "Claimed/Idle", "Claimed/Busy"], ours
+    if retiring:  # the job ends while retiring; its starter's exit hands the slot over
+        assert ours[0][-1] == "005" and "004" not in ours[0], ours
+        assert ours[-1] == ["Claimed/Retiring", "Claimed/Cleaning", "Preempting/Vacating",
+                            "Claimed/Idle", "Claimed/Busy"], ours  # fmt: skip
+    else:  # no retirement time: Busy straight to Preempting, then the new claim holds it
+        assert ours[0][-1] == "004" and "005" not in ours[0], ours
+        assert ours[-1] == ["Preempting/Vacating", "Claimed/Idle", "Claimed/Busy"], ours
