@@ -14,7 +14,9 @@ the same user-log events, states and counters on both execute points. The other 
 round the negotiator does not preempt (execdrank's priority is the better one), so the
 evicted job stays Idle. On a static slot, on a dynamic slot of the default p-slot, and
 with an hour of retirement (MAXJOBRETIREMENTTIME; a negotiator that considers early
-preemption), where the running job retires for the new claim and ends on its own.
+preemption), where the running job retires for the new claim and ends on its own; and
+there, a third submitter (execdprio) better still, whose claim takes the place of the
+waiting one (condor_startd's preempting preempting claim).
 """
 
 from __future__ import annotations
@@ -60,22 +62,25 @@ WORSE_FACTOR = 1_000_000.0  # execdtest's; execdrank keeps the default (1000)
 
 
 @contextlib.contextmanager
-def priority_preemption(pool: harness.Pool) -> Iterator[None]:
+def priority_preemption(pool: harness.Pool, best: str | None = None) -> Iterator[None]:
     """The negotiator preempts for user priority, and execdtest's priority factor makes
-    it far worse than execdrank's; both undone afterwards."""
+    it far worse than execdrank's (and `best`'s, at the lowest factor, 1, better still);
+    undone afterwards."""
     config = pool.host_path(f"/etc/condor/config.d/{PRIORITY_CONFIG}")
     config.write_text(f"PREEMPTION_REQUIREMENTS = {PREEMPTION_REQUIREMENTS}\n")
     domain = pool.tool("condor_config_val", "UID_DOMAIN").check().stdout.strip()
-    worse = f"{harness.SUBMITTER}@{domain}"
+    factors = {harness.SUBMITTER: WORSE_FACTOR, **({best: 1.0} if best else {})}
     default = pool.tool("condor_config_val", "-negotiator", "DEFAULT_PRIO_FACTOR"
                         ).check().stdout.strip()  # fmt: skip
     try:
         negotiator_requirements(pool, PREEMPTION_REQUIREMENTS)
-        pool.tool("condor_userprio", "-setfactor", worse, str(WORSE_FACTOR)).check()
+        for user, factor in factors.items():
+            pool.tool("condor_userprio", "-setfactor", f"{user}@{domain}", str(factor)).check()
         yield
     finally:
         config.unlink(missing_ok=True)
-        pool.tool("condor_userprio", "-setfactor", worse, default).check()
+        for user in factors:
+            pool.tool("condor_userprio", "-setfactor", f"{user}@{domain}", default).check()
         negotiator_requirements(pool, "false")
 
 
@@ -216,3 +221,89 @@ def test_a_better_priority_user_preempts_a_running_job_as_on_condor_startd(
     else:  # no retirement time: Busy straight to Preempting, then the new claim holds it
         assert ours[0][-1] == "004" and "005" not in ours[0], ours
         assert ours[-1] == ["Preempting/Vacating", "Claimed/Idle", "Claimed/Busy"], ours
+
+
+BEST = "execdprio"  # a third submitter, of a priority better still than execdrank's
+
+
+def replaced_while_retiring(pool: harness.Pool, node: PoolNode | None) -> tuple[Any, ...]:
+    """execdtest's job retires for execdrank's preempting claim; then execdprio (better
+    still) submits: the negotiator matches the slot again, preempting execdrank's waiting
+    claim, whose place execdprio's takes (condor_startd's preempting preempting claim).
+    The retiring job ends; execdprio's runs, execdrank's stays Idle."""
+    start_log = len(pool.daemon_log("StartLog"))
+    token = f"{os.getpid()}-{pool._jobs}"
+    marks = [Path(RETIRE_MARK.format(token=token)),
+             pool.host_path(RETIRE_MARK.format(token=token))]  # fmt: skip
+    jobs: list[tuple[harness.SubmittedJob, str]] = []
+    try:
+        low = submit_files(pool, PLAIN_SUBMIT.format(args=token, extra=""),
+                           {"job.sh": RETIRE_SCRIPT})  # fmt: skip
+        jobs.append((low, harness.SUBMITTER))
+        low.wait_for_event("001", WAIT_S)
+        middle = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP, user=BETTER)
+        jobs.append((middle, BETTER))
+        slot_ad(pool, lambda ad: ad["Activity"] == "Retiring"
+                and str(ad.get("PreemptingUser", "")).startswith(f"{BETTER}@"))  # fmt: skip
+        best = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP, user=BEST)
+        jobs.append((best, BEST))
+        replaced = slot_ad(pool, lambda ad: ad["Activity"] == "Retiring"
+                           and str(ad.get("PreemptingUser", "")).startswith(f"{BEST}@"))
+        assert claimant(replaced) == harness.SUBMITTER, replaced
+        matched = [line for line in pool.daemon_log("NegotiatorLog").splitlines()
+                   if f"Matched {best.cluster}.0 {BEST}@" in line]  # fmt: skip
+        # the negotiator's words (whom it names as preempted), compared with condor_startd's
+        assert matched and " preempting " in matched[0], matched
+        preempted = matched[0].split(" preempting ")[1].split("@")[0]
+        for mark in marks:
+            mark.touch()
+        low.wait_for_event("005", WAIT_S)
+        best.wait_for_event("001", WAIT_S)
+        taken = slot_ad(pool, lambda ad: claimant(ad) == BEST)
+        assert (taken["State"], taken["Activity"]) == ("Claimed", "Busy")
+        assert job_status(middle) == 1  # Idle: its claim was taken from it
+        if node is None:
+            moves = startd_moves(pool.daemon_log("StartLog")[start_log:], "slot1",
+                                 "user priority")  # fmt: skip
+        else:
+            node.wait_for("preempting_claim_withdrawn", slot="slot1",
+                          why="replaced by a new preempting claim")  # fmt: skip
+            moves = execd_moves(node, "slot1")
+        return (preempted, timeless(low.events()), timeless(middle.events()),
+                timeless(best.events()), moves)  # fmt: skip
+    finally:
+        for mark in marks:
+            mark.unlink(missing_ok=True)
+        for job, user in jobs:
+            pool.tool("condor_rm", str(job.cluster), user=user)
+
+
+def test_a_better_user_still_takes_the_place_of_a_waiting_preempting_claim(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """While execdtest's job retires for execdrank's claim, execdprio's claim (equal
+    RANK, better priority still) replaces it, as on condor_startd: the same user-log
+    events (execdrank's job never runs), states and counters (two preemptions for user
+    priority, three claim requests)."""
+    execd = LAYOUTS["retiring"][0]
+    pool = running_pool.get(with_startd=False)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp, \
+            priority_preemption(pool, BEST), early_preemption(pool):  # fmt: skip
+        node = start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + execd)
+        try:
+            ours = replaced_while_retiring(pool, node)
+            our_counters = startd_counters(pool, JobStarts=2, JobUserPrioPreemptions=2)
+        finally:
+            node.stop(signal.SIGQUIT)
+    reference = running_pool.get(with_startd=True)
+    with reference_config(reference, REFERENCE_CONFIG, REFERENCE_NODE + execd,
+                          lambda ad: ad.get("SlotType") == "Static" and ad.get("Cpus") == 2
+                          and ad.get("Memory") == 1024), \
+            priority_preemption(reference, BEST), early_preemption(reference):  # fmt: skip
+        theirs = replaced_while_retiring(reference, None)
+        their_counters = startd_counters(reference, JobStarts=2, JobUserPrioPreemptions=2)
+    assert ours == theirs
+    assert our_counters == their_counters
+    assert (our_counters["JobPreemptions"], our_counters["ClaimRequests"]) == (2, 3)
+    assert ours[1][-1] == "005" and ours[2] == ["000"] and ours[3][-1] == "001", ours
+    assert ours[-1] == ["Claimed/Retiring", "Claimed/Cleaning", "Preempting/Vacating",
+                        "Claimed/Idle", "Claimed/Busy"], ours  # fmt: skip
