@@ -113,10 +113,14 @@ class JobManager(StarterLifecycle):
     # -- claims -----------------------------------------------------------------------
     def request_claim(self, slot_name: str | None, job_ad: dict[str, Any],
                       claim: ClaimId | None = None,
-                      alive_interval: float | None = None) -> dict[str, Any]:
+                      alive_interval: float | None = None,
+                      user_priority: bool = False) -> dict[str, Any]:
         """Claim a slot (carving a d-slot from a partitionable one); `claim` is the id to
         give it (pool mode: the one the schedd already holds), else a new one;
-        `alive_interval` the claim holder's (REQUEST_CLAIM's), else ALIVE_INTERVAL."""
+        `alive_interval` the claim holder's (REQUEST_CLAIM's), else ALIVE_INTERVAL;
+        `user_priority`: a negotiator's preempting claim, which needs no higher RANK.
+        The answer's `preempts_for` says why a claimed slot was preempted ("rank" or
+        "user_priority"; None: it was not claimed)."""
         engine = self.daemon.engine
         slots = self.daemon.node.slots
         target = slot_name or self._default_slot()
@@ -147,7 +151,8 @@ class JobManager(StarterLifecycle):
             self.daemon.execute(engine.add_slot(name, facts, moment, dynamic=True, parent=target))
         claim = claim or self.ids.new()
         accepted, actions = engine.request_claim(name, claim, ad, moment,
-                                                 alive_interval=alive_interval)
+                                                 alive_interval=alive_interval,
+                                                 user_priority=user_priority)
         self.daemon.execute(actions)
         if not accepted:
             if carved is not None and pslot is not None:
@@ -165,7 +170,9 @@ class JobManager(StarterLifecycle):
             lease_duration=lease.lease.duration if lease else 0.0, granted=moment.wall))
         self.claims[claim.full()] = (name, claim)
         logger.info("claim_granted", slot=name, claim=str(claim))
-        return {"slot": name, "claim_id": claim.full()}
+        basis = next((a.fields.get("basis") for a in actions
+                      if isinstance(a, act.LogEvent) and a.event == "preempting_claim"), None)
+        return {"slot": name, "claim_id": claim.full(), "preempts_for": basis}
 
     @staticmethod
     def claim_ids(birthday: int) -> ClaimIdFactory:

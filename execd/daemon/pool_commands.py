@@ -136,13 +136,15 @@ class PoolCommands:
         stats.count("ClaimRequests")  # a claim id it offers (condor_startd's request_claim)
         partitionable = "_" not in slot and \
             int(slot.removeprefix("slot")) in self.daemon.node.slots.partitionable
-        # a claimed slot's offer is its preempting claim id: a higher-RANK match
+        # a claimed slot's offer is its preempting claim id: the negotiator matched it for
+        # a higher RANK, or for the submitter's better user priority (an equal RANK)
         preempting = slot in self.daemon.engine.slots and \
             self.daemon.engine.slots[slot].state.value == "Claimed"
         claim = member.new_claim_id() if partitionable else member.offers.pop(slot)
         try:
             result = self.daemon.jobs.request_claim(slot, job_values(req.job_ad), claim=claim,
-                                                    alive_interval=req.alive_interval or None)
+                                                    alive_interval=req.alive_interval or None,
+                                                    user_priority=preempting)
         except ControlError as exc:
             if partitionable:
                 member.forget_session(claim)
@@ -153,9 +155,10 @@ class PoolCommands:
                 channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
             return
         name = str(result["slot"])
-        if preempting:  # execd's engine preempts for a higher RANK only, never for priority
+        basis = result.get("preempts_for")
+        if preempting and basis is not None:  # condor_startd counts each kind apart
             stats.count("JobPreemptions")
-            stats.count("JobRankPreemptions")
+            stats.count("JobRankPreemptions" if basis == "rank" else "JobUserPrioPreemptions")
         if preempting and not await self._preempt(channel, name, claim, peer):
             return
         await member.job_attrs.note_client(claim, channel.peer)  # its ClientMachine
@@ -179,7 +182,7 @@ class PoolCommands:
         member.changed()
 
     async def _preempt(self, channel: Channel, slot: str, claim: ClaimId, peer: Peer) -> bool:
-        """The engine took `claim` as `slot`'s preempting claim (its RANK is higher): the
+        """The engine took `claim` as `slot`'s preempting claim (for rank or priority): the
         current claim retires and is vacated. As HTCondor's startd does, the schedd's
         REQUEST_CLAIM is answered only once the new claim holds the slot (it would
         activate at once); NOT_OK if the preempting claim went away meanwhile."""

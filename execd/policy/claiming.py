@@ -16,7 +16,7 @@ from execd.claims.lease import Lease, lease_duration
 from execd.errors import PolicyError
 from execd.policy import actions as act
 from execd.policy.evaluate import evaluate_slot, retirement_over
-from execd.policy.slot import Claim, Now, Slot
+from execd.policy.slot import FOR_PREEMPTING_CLAIM, Claim, Now, Slot
 from execd.policy.states import Activity, State, label
 
 if TYPE_CHECKING:
@@ -41,7 +41,12 @@ def match(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
 
 
 def request_claim(engine: PolicyEngine, slot: Slot, claim_id: ClaimId, request_ad: Any,
-                  now: Now, *, alive_interval: float | None) -> tuple[bool, Actions]:
+                  now: Now, *, alive_interval: float | None,
+                  user_priority: bool = False) -> tuple[bool, Actions]:
+    """A claim for ``slot``; on a claimed slot a preempting one. ``user_priority``: the
+    negotiator sent it (the slot's preempting claim id), which condor_startd accepts for
+    a RANK no lower than the current claim's (an equal one: preemption for the
+    submitter's user priority); any other claim must rank the job higher."""
     out: Actions = []
     if engine.draining and not engine.scavenging:  # not even on a freshly carved d-slot
         out.append(act.LogEvent("claim_refused", {"slot": slot.name, "why": "draining"}))
@@ -67,31 +72,69 @@ def request_claim(engine: PolicyEngine, slot: Slot, claim_id: ClaimId, request_a
         slot.preempting_claim = claim
         slot.backfill_leave_to = "claimed"
         return True, out + engine._leave_backfill(slot, now)
-    if slot.state == S.CLAIMED and slot.claim is not None and rank > slot.claim.rank \
-            and slot.preempting_claim is None and not engine.draining \
-            and engine.shutting_down is None:
+    basis = _preemption_basis(slot, rank, user_priority)
+    pending = slot.preempting_claim
+    # condor_startd's preempting preempting claim (r_pre_pre): the negotiator may match
+    # a claimed slot again while a preempting claim waits (its job retiring); a claim
+    # ranked no lower than the waiting one takes its place
+    replaces = pending is not None and user_priority and rank >= pending.rank
+    if slot.state == S.CLAIMED and basis is not None and (pending is None or replaces) \
+            and not engine.draining and engine.shutting_down is None:
+        claim.preempts_for = basis
         slot.preempting_claim = claim
+        if pending is not None:  # its REQUEST_CLAIM is answered NOT_OK
+            out.append(act.LogEvent("preempting_claim_withdrawn", {
+                "slot": slot.name, "why": "replaced by a new preempting claim"}))
+            out.append(act.NotifyClaimHolder(slot.name, str(pending.id), "replaced"))
         out.append(act.LogEvent("preempting_claim", {
-            "slot": slot.name, "why": "preempting claim based on machine rank"}))
-        if slot.activity in (A.IDLE, A.BUSY, A.SUSPENDED):
-            _preempt_for_rank(engine, slot, now, out)
+            "slot": slot.name, "basis": basis,
+            "why": f"preempting claim based on {PREEMPTION_BASES[basis]}"}))
+        if pending is None and slot.activity in (A.IDLE, A.BUSY, A.SUSPENDED):
+            _preempt_for_claim(engine, slot, basis, now, out)
         out += evaluate_slot(engine, slot, now)
         return True, out
-    out.append(act.LogEvent("claim_refused", {"slot": slot.name,
-                                              "why": f"slot is {slot.state.value}"}))
+    why = f"slot is {slot.state.value}"
+    if slot.state == S.CLAIMED and slot.claim is not None and basis is None:
+        needed = "no lower than" if user_priority else "higher than"
+        why += f" (a preempting claim needs a RANK {needed} the claim's " \
+            f"{slot.claim.rank:g}, not {rank:g})"
+    elif slot.state == S.CLAIMED and pending is not None:
+        why += f" (a preempting claim of RANK {pending.rank:g} waits)"
+    out.append(act.LogEvent("claim_refused", {"slot": slot.name, "why": why}))
     return False, out
 
 
-def _preempt_for_rank(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
-    """A preempting claim arrived, as condor_startd 25 evaluates it: with no retirement
-    left (MaxJobRetirementTime 0, or no more than the vacate time; an idle claim has
-    none) the slot goes straight to Preempting (10, p1, 17); else a busy job retires
-    (13, undone by 19 if the claim goes away) and a suspended one stays suspended, to
-    retire when it continues (16)."""
+# why a preempting claim was accepted, in condor_startd's words ("State change:
+# preempting claim based on ..."); the counter each adds to is JobRankPreemptions or
+# JobUserPrioPreemptions
+PREEMPTION_BASES = {"rank": "machine rank", "user_priority": "user priority"}
+
+
+def _preemption_basis(slot: Slot, rank: float, user_priority: bool) -> str | None:
+    """What a claim of ``rank`` on the claimed slot would preempt for, or None (refused).
+    condor_startd (command.cpp request_claim): a higher RANK preempts for rank; the
+    negotiator's preempting claim of an equal RANK for user priority; fetched work (and
+    execd's own control socket) only for a higher RANK."""
+    if slot.claim is None:
+        return None
+    if rank > slot.claim.rank:
+        return "rank"
+    if user_priority and rank == slot.claim.rank:
+        return "user_priority"
+    return None
+
+
+def _preempt_for_claim(engine: PolicyEngine, slot: Slot, basis: str, now: Now,
+                       out: Actions) -> None:
+    """A preempting claim arrived (for rank or user priority: the same path), as
+    condor_startd 25 evaluates it: with no retirement left (MaxJobRetirementTime 0, or
+    no more than the vacate time; an idle claim has none) the slot goes straight to
+    Preempting (10, p1, 17); else a busy job retires (13, undone by 19 if the claim goes
+    away) and a suspended one stays suspended, to retire when it continues (16)."""
     if slot.activity != A.IDLE:
-        slot.retire_reason = slot.retire_reason or "rank"
+        slot.retire_reason = slot.retire_reason or FOR_PREEMPTING_CLAIM
     if slot.activity == A.IDLE or retirement_over(engine, slot, now):
-        engine._evict(slot, now, out, "rank")
+        engine._evict(slot, now, out, basis)
     elif slot.activity == A.BUSY:
         engine._move(slot, "retire", now, out)
 
@@ -165,9 +208,10 @@ def starter_exited(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
     slot.starter_running = False
     engine._end_job(slot, now)
     if slot.state == S.CLAIMED and slot.activity == A.CLEANING:
-        reason = slot.retire_reason if slot.retire_reason != "rank" else None
-        if slot.preempting_claim is not None:  # condor_startd: straight to Preempting (c2)
-            engine._evict(slot, now, out, reason or "rank")
+        reason = slot.retire_reason if slot.retire_reason != FOR_PREEMPTING_CLAIM else None
+        pending = slot.preempting_claim
+        if pending is not None:  # condor_startd: straight to Preempting (c2)
+            engine._evict(slot, now, out, reason or pending.preempts_for or "rank")
         else:
             engine._move(slot, "starter_exited", now, out)
             if reason is not None:
@@ -196,7 +240,7 @@ def release(engine: PolicyEngine, slot: Slot, now: Now, claim_id: ClaimId | None
 
 def withdraw_preempting_claim(engine: PolicyEngine, slot: Slot, now: Now,
                               why: str = "released") -> Actions:
-    """The higher-RANK claim went away before it got the slot: retirement is undone (19)."""
+    """The preempting claim went away before it got the slot: retirement is undone (19)."""
     if slot.preempting_claim is None:
         raise PolicyError(f"no preempting claim waits on {slot.name}")
     slot.preempting_claim = None

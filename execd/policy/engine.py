@@ -19,7 +19,7 @@ from execd.policy.adcache import AdCache, own_facts, references
 from execd.policy.config import PolicyConfig
 from execd.policy.drain_estimates import INT_MAX  # HTCondor's endless retirement (a C int)
 from execd.policy.evaluate import evaluate_slot
-from execd.policy.slot import Now, Slot, slot_policy_attributes
+from execd.policy.slot import FOR_PREEMPTING_CLAIM, Now, Slot, slot_policy_attributes
 from execd.policy.states import VALID_PAIRS, Activity, State, label
 from execd.policy.transitions import lookup, state_edge
 
@@ -192,10 +192,12 @@ class PolicyEngine:
         return claiming.match(self, self.slot(name), now)
 
     def request_claim(self, name: str, claim_id: ClaimId, request_ad: Any, now: Now, *,
-                      alive_interval: float | None = None) -> tuple[bool, Actions]:
-        """A schedd claims the slot; returns (accepted, actions)."""
+                      alive_interval: float | None = None,
+                      user_priority: bool = False) -> tuple[bool, Actions]:
+        """A schedd claims the slot; returns (accepted, actions). ``user_priority``: a
+        negotiator's preempting claim, which an equal RANK suffices for."""
         return claiming.request_claim(self, self.slot(name), claim_id, request_ad, now,
-                                      alive_interval=alive_interval)
+                                      alive_interval=alive_interval, user_priority=user_priority)
 
     def carve_refusal(self, name: str, request_ad: Any, now: Now) -> tuple[str | None, Actions]:
         """Why a claim may not carve a d-slot from partitionable slot NAME (None: it may)."""
@@ -221,7 +223,7 @@ class PolicyEngine:
         return claiming.release(self, self.slot(name), now, claim_id)
 
     def withdraw_preempting_claim(self, name: str, now: Now) -> Actions:
-        """The higher-RANK claim waiting for this slot went away: unretire (19)."""
+        """The preempting claim waiting for this slot went away: unretire (19)."""
         return claiming.withdraw_preempting_claim(self, self.slot(name), now)
 
     def deactivate(self, name: str, now: Now, *, fast: bool = False) -> Actions:
@@ -234,7 +236,7 @@ class PolicyEngine:
 
     # ---- moves shared by events and evaluation -------------------------------------
     def _retire(self, slot: Slot, reason: str, now: Now, out: Actions) -> None:
-        if slot.retire_reason is None or slot.retire_reason == "rank":
+        if slot.retire_reason is None or slot.retire_reason == FOR_PREEMPTING_CLAIM:
             slot.retire_reason = reason
         if slot.activity == A.BUSY:
             self._move(slot, "retire", now, out)

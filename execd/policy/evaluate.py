@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from execd.policy import actions as act
 from execd.policy.backfill import evaluate_backfill
 from execd.policy.drain import account_unclaimed, drain_done, finish_draining
-from execd.policy.slot import Now, Slot
+from execd.policy.slot import FOR_PREEMPTING_CLAIM, Now, Slot
 from execd.policy.states import Activity, State
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
         slot.preempting_claim = None  # its schedd went away: retirement may be undone (19)
         out.append(act.LogEvent("preempting_claim_withdrawn", {
             "slot": slot.name, "why": "lease expired"}))
-    if slot.retire_reason == "rank" and slot.preempting_claim is None \
+    if slot.retire_reason == FOR_PREEMPTING_CLAIM and slot.preempting_claim is None \
             and slot.activity == A.SUSPENDED:
         slot.retire_reason = None  # the claim it would retire for went away (not 16 but 15)
     if slot.activity == A.CLEANING:
@@ -138,12 +138,13 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
             trigger = "continue" if slot.retire_reason is None else "continue_retiring"
             engine._move(slot, trigger, now, out)
             engine._resume(slot, now, out)
-        elif slot.retire_reason in (None, "rank") and engine._true(slot, "PREEMPT", my, job, out):
+        elif slot.retire_reason in (None, FOR_PREEMPTING_CLAIM) \
+                and engine._true(slot, "PREEMPT", my, job, out):
             engine._retire(slot, "preempt", now, out)  # then, as from Busy, maybe evict
         else:
             return
     if slot.activity == A.RETIRING:
-        if slot.retire_reason == "rank" and slot.preempting_claim is None:
+        if slot.retire_reason == FOR_PREEMPTING_CLAIM and slot.preempting_claim is None:
             slot.retire_reason = None
             engine._move(slot, "unretire", now, out)
         elif retirement_over(engine, slot, now):

@@ -28,6 +28,13 @@ class Claim:
     created: float  # monotonic
     jobs_run: int = 0
     accepted_while_draining: bool = False  # scavenged under a drain start expression
+    # a preempting claim's basis: "rank" (a higher RANK) or "user_priority" (the
+    # negotiator's, of an equal RANK); None for a claim of a free slot
+    preempts_for: str | None = None
+
+
+# the retire reason of a job retiring for a preempting claim: undone (19) if it goes away
+FOR_PREEMPTING_CLAIM = "preempting_claim"
 
 
 @dataclass
@@ -43,7 +50,7 @@ class Slot:
     dynamic: bool = False
     parent: str | None = None
     claim: Claim | None = None
-    preempting_claim: Claim | None = None  # a higher-RANK claim waiting for this slot
+    preempting_claim: Claim | None = None  # a claim waiting to preempt this slot's
     job_ad: Any = None
     job_start: float | None = None  # monotonic
     job_start_wall: float | None = None
@@ -52,7 +59,7 @@ class Slot:
     job_suspend_total: float = 0.0
     claim_run_total: float = 0.0
     claim_suspend_total: float = 0.0
-    retire_reason: str | None = None  # "preempt", "rank", "shutdown", "drain"
+    retire_reason: str | None = None  # "preempt", FOR_PREEMPTING_CLAIM, "shutdown", "drain"
     retirement_override: float | None = None  # peaceful = inf, fast = 0
     evict_reason: str | None = None
     vacate_deadline: float | None = None

@@ -31,7 +31,7 @@ from execd.wire.claim_messages import (
     encode_request_claim,
 )
 from execd.wire.claim_session import claim_session
-from execd.wire.classad_codec import from_values, to_classad
+from execd.wire.classad_codec import WireAd, from_values, to_classad
 from execd.wire.collector import CollectorClient
 from execd.wire.commands import Command, Reply
 from execd.wire.reconnect import CaReply, LocateStarter, decode_ca_reply, encode_ca_request
@@ -72,14 +72,14 @@ async def offered_claim(pool: harness.Pool) -> str:
 
 
 async def request_claim(address: str, claim_id: str, schedd: str = "<127.0.0.1:9>",
-                        alive_interval: int = 300) -> RequestClaimReply:  # fmt: skip
+                        alive_interval: int = 300, job: WireAd = JOB) -> RequestClaimReply:
     execd = parse_sinful(address)
     session = claim_client_session(claim_session(claim_id), execd)
     channel = await connect(execd, timeout_s=10)
     try:
         await start_command(channel, execd, Command.REQUEST_CLAIM, ClientSecurity(timeout_s=10),
                             session=session)  # fmt: skip
-        request = RequestClaim(claim_id, list(JOB.items()), schedd, alive_interval)
+        request = RequestClaim(claim_id, list(job.items()), schedd, alive_interval)
         await channel.send(encode_request_claim(channel.encoder(), request).payload())
         return decode_request_claim_reply(channel.decoder(await channel.recv()))
     finally:

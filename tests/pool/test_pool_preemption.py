@@ -34,7 +34,7 @@ from typing import Any
 import pool_harness as harness
 import pytest
 from pool_node import WAIT_S, PoolNode, pool_slots, start_node, wait_pool
-from test_pool_claims import offered_claim, request_claim
+from test_pool_claims import JOB, offered_claim, request_claim
 from test_pool_daemon_attrs import startd_counters
 from test_pool_jobs import (
     NOBODY,
@@ -46,6 +46,7 @@ from test_pool_jobs import (
     uid_of,
 )
 
+from execd.wire.classad_codec import from_values
 from execd.wire.commands import Reply
 
 RANKED = "execdrank"
@@ -144,12 +145,13 @@ def execd_moves(node: PoolNode, slot: str) -> list[str]:
                        if e["event"] == "slot_state_changed" and e["slot"] == slot])  # fmt: skip
 
 
-def startd_moves(start_log: str, slot: str) -> list[str]:
-    """The same from condor_startd's StartLog, which names only what changed."""
+def startd_moves(start_log: str, slot: str, basis: str = "machine rank") -> list[str]:
+    """The same from condor_startd's StartLog, which names only what changed (`basis`:
+    its "preempting claim based on ..." words, "machine rank" or "user priority")."""
     moves: list[str] = []
     current: str | None = None
     for line in start_log.splitlines():
-        if f" {slot}: State change: preempting claim based on machine rank" in line:
+        if f" {slot}: State change: preempting claim based on {basis}" in line:
             current = "Claimed/Busy"
         changed = re.search(rf" {slot}: Changing (state and activity|state|activity): "
                             r"(\S+) -> (\S+)$", line)  # fmt: skip
@@ -237,11 +239,11 @@ def preempted_for_rank(pool: harness.Pool, node: PoolNode | None,
 
 
 def assert_execd_preempted(node: PoolNode, low_pids: list[int], low_starter: int,
-                           slot: str) -> None:  # fmt: skip
-    """execd's side: the machine-rank preemption, the evicted job's starter and
-    processes gone, the ranked job in the slot's cgroup."""
+                           slot: str, basis: str = "machine rank") -> None:  # fmt: skip
+    """execd's side: the preemption (for `basis`), the evicted job's starter and
+    processes gone, the preempting job in the slot's cgroup."""
     preempting = node.wait_for("preempting_claim", slot=slot,
-                               why="preempting claim based on machine rank")  # fmt: skip
+                               why=f"preempting claim based on {basis}")  # fmt: skip
     node.wait_for("pool_claim_preempting", slot=slot)
     evicted = node.wait_for("job_finished", slot=slot)
     assert evicted["reason"] == "soft_killed", evicted
@@ -257,26 +259,39 @@ def assert_execd_preempted(node: PoolNode, low_pids: list[int], low_starter: int
     assert all(uid_of(pid) == NOBODY for pid in high_pids)
 
 
-def test_a_preempting_claim_id_without_a_higher_rank_is_refused(pool: harness.Pool) -> None:
-    """The claimed slot's offer claims only for a job the slot ranks higher."""
+def test_a_preempting_claim_id_of_a_lower_rank_is_refused_an_equal_one_preempts(
+        pool: harness.Pool) -> None:  # fmt: skip
+    """The claimed slot's offer (its preempting claim id, which only the negotiator hands
+    out) claims for a job the slot ranks no lower than the current claim's, as on
+    condor_startd: a lower RANK is refused and the claim stays; an equal one preempts
+    for user priority (the idle claim at once) and is counted so."""
+    ranked = from_values({**dict(JOB.items()), "Owner": RANKED})
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
         node = start_node(pool, Path(tmp), "SLOT_TYPE_1_PARTITIONABLE = False\n"
                                            f'RANK = TARGET.Owner == "{RANKED}"\n')  # fmt: skip
         (name,) = wait_pool(pool, "execd's static slot", lambda s: s)
         offer = asyncio.run(offered_claim(pool))
-        assert asyncio.run(request_claim(node.address(), offer)).status == Reply.OK
+        claim = asyncio.run(request_claim(node.address(), offer, job=ranked))
+        assert claim.status == Reply.OK
         preempting = harness.wait_for("the preempting claim id advertised",
                                       lambda: (o := asyncio.run(offered_claim(pool))) != offer
                                       and o, WAIT_S, 0.2)  # fmt: skip
-        # the same rank (0) as the current claim: refused, the claim stays
+        # a lower rank (0) than the current claim's (1): refused, the claim stays
         assert asyncio.run(request_claim(node.address(), preempting)).status == Reply.NOT_OK
         refused = node.wait_for("pool_claim_refused", slot="slot1")
-        assert "slot is Claimed" in refused["why"], refused
+        assert refused["why"] == ("slot1: claim refused: slot is Claimed (a preempting claim "
+                                  "needs a RANK no lower than the claim's 1, not 0)"), refused
         assert node.slots()[name]["State"] == "Claimed"
         assert not any(e["event"] in ("preempting_claim", "pool_claim_preempting")
                        for e in node.events())  # fmt: skip
         assert asyncio.run(offered_claim(pool)) == preempting  # still on offer
         assert preempting[-64:] not in node.log.read_text()
+        # an equal rank: preemption for user priority; the idle claim goes at once
+        assert asyncio.run(request_claim(node.address(), preempting, job=ranked)).status \
+            == Reply.OK  # fmt: skip
+        node.wait_for("preempting_claim", slot="slot1", basis="user_priority")
+        assert startd_counters(pool, JobUserPrioPreemptions=1)["JobRankPreemptions"] == 0
+        assert node.slots()[name]["State"] == "Claimed"
         assert node.stop() == 0
 
 
