@@ -36,9 +36,13 @@ DaemonAdHook = Callable[[AdPairs], "WireAd | None"]
 START = time.time()  # when this process began, for an advertiser told nothing else
 
 
+def string_value(text: str) -> str:
+    """The string a wire ad's attribute text (a quoted ClassAd string) says."""
+    return str(to_classad({"V": text})["V"])
+
+
 def slot_name(public: WireAd) -> str:
-    name = to_classad({"Name": public["Name"]})["Name"]
-    return str(name)
+    return string_value(public["Name"])
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float) -> None:
@@ -101,8 +105,8 @@ class Advertiser:
             if self.daemon_ad is not None and (daemon := self.daemon_ad(pairs)) is not None:
                 self._stamp(daemon, {})
                 await self.collector.update_startd_ad(daemon, None)
-                self._daemon_advertised = (slot_name(daemon), slot_name(
-                    {"Name": daemon.get("MyAddress", '""')}))  # fmt: skip
+                self._daemon_advertised = (slot_name(daemon),
+                                           string_value(daemon.get("MyAddress", '""')))
         except ProtocolError as exc:
             self.failures += 1
             log.warning("collector_update_failed", collector=str(self.collector.address),

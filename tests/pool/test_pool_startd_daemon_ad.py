@@ -57,11 +57,14 @@ def startd_view(pool: harness.Pool) -> dict[str, Any]:
             WAIT_S, 0.5)  # fmt: skip
         slots = pool.status("-slots")
         totals = pool.tool("condor_status", "-startd", "-totals").check().stdout
+        # Name Platform Version Cpus Memory GPUs Uptime: one row per node
+        rows = pool.tool("condor_status", "-startd").check().stdout.split("\n\n")[1]
         return {
             "types": sorted(t for (t,) in pool.status_af("MyType") if t in STARTD_TYPES),
             "daemon": daemon,
             "slots": slots,
             "total": [line.split() for line in totals.splitlines() if "Total" in line],
+            "rows": [line.split() for line in rows.splitlines()],
         }
     finally:
         pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
@@ -82,6 +85,10 @@ def test_execd_sends_a_startd_daemon_ad_as_condor_startd(
     # Machines Slots Cpus BusyCpus BkCpus GPUs BusyGPUs BkGPUs Memory% BkMem%
     assert ours["total"] == theirs["total"] == [
         ["Total", "1", "2", "2", "1", "0", "0", "0", "0", "12.50%", "0.00%"]]
+    # the node's row: its name, Cpus and Memory alike (Platform and Version say the OS
+    # of the host and of the pool's chroot, and execd's version; Uptime differs)
+    assert [[r[0], *r[3:6]] for r in ours["rows"]] == [[r[0], *r[3:6]] for r in theirs["rows"]]
+    assert [r[0] for r in ours["rows"]] == [ours["daemon"]["Machine"]]
     ours_names, theirs_names = set(ours["daemon"]), set(theirs["daemon"])
     assert theirs_names - ours_names == NOT_IN_EXECDS
     assert ours_names - theirs_names <= ONLY_IN_EXECDS
