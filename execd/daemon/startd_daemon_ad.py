@@ -59,6 +59,7 @@ FROM_SLOT = (
 )  # fmt: skip
 NOT_DAEMON = frozenset({"MyType", "TargetType", "Unhibernate", "ExecuteVolume"})
 IN_USE_STATES = ('"Claimed"', '"Preempting"')
+HAS_DAEMON_AD = from_values({"HasStartDaemonAd": True})
 
 
 def daemon_ad_mode(text: str | None) -> str:
@@ -112,6 +113,7 @@ class StartdDaemonAd:
         self.member = member
         self._sent_at: float | None = None  # monotonic time of the last one built
         self._sent_reconfig: float | None = None
+        self._marks: tuple[tuple[object, str], WireAd] | None = None
 
     def mode(self) -> str:
         try:
@@ -127,8 +129,12 @@ class StartdDaemonAd:
         return known is None or known >= OLDEST_COLLECTOR
 
     def slot_attributes(self) -> WireAd:
-        """HasStartDaemonAd = true in every slot ad while the daemon ad is sent."""
-        return from_values({"HasStartDaemonAd": True}) if self.enabled() else {}
+        """HasStartDaemonAd = true in every slot ad while the daemon ad is sent (decided
+        once per configuration and collector version: every slot ad asks)."""
+        key = (self.member.daemon.settings, self.member.collector.version)
+        if self._marks is None or self._marks[0] != key:
+            self._marks = (key, HAS_DAEMON_AD if self.enabled() else {})
+        return self._marks[1]
 
     def _due(self, mono: float) -> bool:
         reconfigured = self.member.daemon.reconfigured
