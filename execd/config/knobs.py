@@ -255,6 +255,8 @@ _group(
     ("EXECD_COMMAND_ADDRESS", S, "127.0.0.1:0", "host:port where execd serves the pool's startd commands (its MyAddress); port 0 lets the kernel pick.", True),
     ("EXECD_POOL_ADMINISTRATORS", L, "root@* condor@*", "Authenticated identities (user@domain patterns) allowed to drain and vacate execd from the pool.", True),
     ("EXECD_POOL_SCHEDULERS", L, "condor@*", "Identities besides a claim id's holder allowed to send claim commands (the pool's schedd and negotiator).", True),
+    ("HOST_ALIAS", S, "$(FULL_HOSTNAME)", "The host name in execd's address (its alias=), which clients check an SSL host certificate against and record authenticated hosts under; empty: none."),
+    ("ENABLE_STARTD_DAEMON_AD", S, "auto", "Whether execd sends the collector a StartD daemon ad besides its slot ads (and says HasStartDaemonAd = true in them): true, false, or auto (unless the collector is known to be older than 23.2)."),
     ("FILESYSTEM_DOMAIN", S, "$(FULL_HOSTNAME)", "Name shared by machines with the same file systems."),
     ("UID_DOMAIN", S, "$(FULL_HOSTNAME)", "Name shared by machines with the same users."),
     ("NETWORK_HOSTNAME", S, None, "The node's name (FULL_HOSTNAME, Machine, the slots' Names); unset: the canonical name of the kernel's host name, by forward lookup (/etc/hosts, DNS). Read when execd starts."),

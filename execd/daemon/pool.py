@@ -33,6 +33,7 @@ from execd.daemon.control import ControlError
 from execd.daemon.pool_claimant import claimant_attributes
 from execd.daemon.pool_daemon_attrs import DaemonAttributes
 from execd.daemon.pool_job_attrs import JobAttributes
+from execd.daemon.startd_daemon_ad import StartdDaemonAd, daemon_ad_mode
 from execd.errors import ConfigError, ExecdError, ProtocolError
 from execd.wire.advertiser import Advertiser, wait_event
 from execd.wire.auth_token import IdToken, parse_token
@@ -43,7 +44,7 @@ from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive, send_release
 from execd.wire.security import CONDOR_VERSION, ClientSecurity
 from execd.wire.server import CommandServer, ServerSecurity
 from execd.wire.shared_port import SharedPortEndpoint, endpoint_address
-from execd.wire.sinful import Sinful, collector_address, parse_sinful
+from execd.wire.sinful import Sinful, collector_address, parse_sinful, with_alias
 from execd.wire.startd_ads import advertised_pair
 from execd.wire.token_issuer import TokenIssuer
 
@@ -105,6 +106,7 @@ def pool_settings(settings: Any) -> PoolSettings | None:
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ConfigError(f"EXECD_COMMAND_ADDRESS {listen!r} is not host:port")
     domain = settings.get_str("UID_DOMAIN") or "localdomain"
+    daemon_ad_mode(settings.get_str("ENABLE_STARTD_DAEMON_AD"))  # a bad value stops startup
     shared_port = None
     if via := (settings.get_str("EXECD_SHARED_PORT") or "").strip():
         endpoint = settings.get_str("EXECD_SHARED_PORT_ID") or "execd"
@@ -154,8 +156,10 @@ class PoolMember:
                                        authorize=self.commands.authorize)  # fmt: skip
         self.server = CommandServer(self.commands.handlers(), self.security)
         self.collector = CollectorClient(config.collector, self.client)
+        self.startd_ad = StartdDaemonAd(self)  # the node's StartD ad besides its slot ads
         self.advertiser = Advertiser(self.collector, self.ad_pairs, interval_s=config.interval_s,
-                                     started=lambda: (daemon.started, daemon.reconfigured))
+                                     started=lambda: (daemon.started, daemon.reconfigured),
+                                     daemon_ad=self.startd_ad.for_round)  # fmt: skip
         self.address = ""
         self.ids: ClaimIdFactory | None = None
         self.offers: dict[str, ClaimId] = {}  # slot -> the claim id it advertises
@@ -182,6 +186,7 @@ class PoolMember:
             endpoint = SharedPortEndpoint(socket_dir, name,
                                           lambda sock: self.server.adopt(sock, name))
             await endpoint.start()
+        self.address = with_alias(self.address, self.daemon.settings.get_str("HOST_ALIAS") or "")
         self.ids = ClaimIdFactory(self.address, int(time.time()))
         logger.info("pool_joined", collector=str(self.config.collector), address=self.address)
         loops = [asyncio.create_task(self.advertiser.run()),
@@ -325,7 +330,8 @@ class PoolMember:
         # HasFileTransfer: the starter side of CEDAR file transfer (execd/wire/filetransfer.py)
         extra = {"CondorVersion": CONDOR_VERSION, "UidDomain": self.config.domain,
                  "FileSystemDomain": self.config.filesystem_domain, "HasFileTransfer": True}
-        for key, value in {**from_values(extra), **self.daemon_attrs.for_slot(name, ad)}.items():
+        for key, value in {**from_values(extra), **self.daemon_attrs.for_slot(name, ad),
+                           **self.startd_ad.slot_attributes()}.items():
             public.setdefault(key, value)
         return public, private
 

@@ -144,6 +144,13 @@ def _machine_totals(facts: MachineFacts) -> dict[str, Any]:
     return attrs
 
 
+def machine_attributes(facts: MachineFacts) -> dict[str, Any]:
+    """What every slot ad says of the machine (the startd's daemon ad holds it too)."""
+    attrs = _machine_totals(facts)
+    del attrs["MyType"], attrs["TargetType"]
+    return attrs
+
+
 def build_slot_ad(
     facts: MachineFacts,
     res: SlotResources,

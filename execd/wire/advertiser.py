@@ -2,7 +2,9 @@
 startd update timer): every slot's public + private ad is sent with UPDATE_STARTD_AD
 every UPDATE_INTERVAL and as soon as something changed (`changed()`), slots that
 disappeared (a released dynamic slot) are invalidated, and `stop()` invalidates them
-all, as a startd does when it shuts down.
+all, as a startd does when it shuts down. A `daemon_ad` hook gives the startd's daemon
+ad (execd.daemon.startd_daemon_ad) when one is due: it goes after the slot ads, alone,
+and stop() invalidates it too.
 
 Every update carries what HTCondor's collector client (DCCollector) adds to both ads:
 DaemonStartTime and DaemonLastReconfigTime (`started()`), and UpdateSequenceNumber, one
@@ -29,12 +31,18 @@ from execd.wire.collector import CollectorClient
 log = get_logger("wire")
 
 AdPairs = Sequence[tuple[WireAd, WireAd]]
+# The startd's daemon ad to send after this round's slot ads (None: not this round).
+DaemonAdHook = Callable[[AdPairs], "WireAd | None"]
 START = time.time()  # when this process began, for an advertiser told nothing else
 
 
+def string_value(text: str) -> str:
+    """The string a wire ad's attribute text (a quoted ClassAd string) says."""
+    return str(to_classad({"V": text})["V"])
+
+
 def slot_name(public: WireAd) -> str:
-    name = to_classad({"Name": public["Name"]})["Name"]
-    return str(name)
+    return string_value(public["Name"])
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float) -> None:
@@ -54,7 +62,7 @@ class Advertiser:
     def __init__(self, collector: CollectorClient, ads: Callable[[], AdPairs], *,
                  interval_s: float,
                  started: Callable[[], tuple[float, float]] = lambda: (START, START),
-                 ) -> None:  # fmt: skip
+                 daemon_ad: DaemonAdHook | None = None) -> None:  # fmt: skip
         self.collector = collector
         self.ads = ads
         self.started = started  # (DaemonStartTime, DaemonLastReconfigTime)
@@ -63,6 +71,8 @@ class Advertiser:
         self.rounds = 0
         self.failures = 0
         self._advertised: set[str] = set()
+        self.daemon_ad = daemon_ad
+        self._daemon_advertised: tuple[str, str] | None = None  # (Name, MyAddress) sent
         self._wake = asyncio.Event()
         self._round_done = asyncio.Condition()
 
@@ -92,6 +102,11 @@ class Advertiser:
             for gone in sorted(self._advertised - names):
                 await self.collector.invalidate_startd_ad(gone)
                 self._advertised.discard(gone)
+            if self.daemon_ad is not None and (daemon := self.daemon_ad(pairs)) is not None:
+                self._stamp(daemon, {})
+                await self.collector.update_startd_ad(daemon, None)
+                self._daemon_advertised = (slot_name(daemon),
+                                           string_value(daemon.get("MyAddress", '""')))
         except ProtocolError as exc:
             self.failures += 1
             log.warning("collector_update_failed", collector=str(self.collector.address),
@@ -120,5 +135,12 @@ class Advertiser:
                 except ProtocolError as exc:
                     log.warning("collector_invalidate_failed", slot=name, reason=str(exc))
             self._advertised.clear()
+            if self._daemon_advertised is not None:
+                name, address = self._daemon_advertised
+                try:
+                    await self.collector.invalidate_startd_ad(name, "StartD", address)
+                except ProtocolError as exc:
+                    log.warning("collector_invalidate_failed", slot=name, reason=str(exc))
+                self._daemon_advertised = None
         finally:
             await self.collector.close()

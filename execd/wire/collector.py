@@ -7,8 +7,11 @@ int UPDATE_STARTD_AD + both ads in one encrypted message, no new handshake
 (HTCondor's DCCollector::sendTCPUpdate). A connection the collector dropped is
 replaced by a new one, resuming the cached security session.
 
-INVALIDATE_STARTD_ADS: a query ad naming the slot; QUERY_STARTD_ADS: a query ad, then
-the collector streams (int 1, ad)... int 0.
+A startd's daemon ad (MyType "StartD") goes with UPDATE_STARTD_AD too, alone: the
+collector reads no private ad after it (CollectorEngine::collect).
+
+INVALIDATE_STARTD_ADS: a query ad naming the slot (TargetType "StartD": the daemon
+ad); QUERY_STARTD_ADS: a query ad, then the collector streams (int 1, ad)... int 0.
 """
 
 from __future__ import annotations
@@ -46,9 +49,11 @@ async def open_command(address: Sinful, command: int,
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _ads_payload(enc: Encoder, public: Mapping[str, str], private: Mapping[str, str]) -> bytes:
+def _ads_payload(enc: Encoder, public: Mapping[str, str],
+                 private: Mapping[str, str] | None) -> bytes:  # fmt: skip
     encode_ad(enc, public, exclude_private=True)
-    encode_ad(enc, private)
+    if private is not None:
+        encode_ad(enc, private)
     return enc.payload()
 
 
@@ -64,6 +69,7 @@ class CollectorClient:
     def __init__(self, address: Sinful, security: ClientSecurity) -> None:
         self.address = address
         self.security = security
+        self.version = ""  # the collector's CondorVersion, once an update session says it
         self._update: Channel | None = None
 
     @property
@@ -72,8 +78,9 @@ class CollectorClient:
         return self._update
 
     async def update_startd_ad(self, public: Mapping[str, str],
-                               private: Mapping[str, str]) -> None:  # fmt: skip
-        """Advertise one slot: its public ad and its private ad."""
+                               private: Mapping[str, str] | None) -> None:  # fmt: skip
+        """Advertise one slot: its public ad and its private ad; or, without a private
+        ad, the startd's daemon ad (MyType StartD), which the collector takes alone."""
         if self._update is not None and not self._update.reader.at_eof():
             enc = self._update.encoder().put_int(Command.UPDATE_STARTD_AD)
             try:
@@ -82,7 +89,9 @@ class CollectorClient:
             except RemoteProtocolError:
                 await self._drop_update_channel()
         await self._drop_update_channel()
-        channel, _ = await open_command(self.address, Command.UPDATE_STARTD_AD, self.security)
+        channel, session = await open_command(self.address, Command.UPDATE_STARTD_AD,
+                                              self.security)  # fmt: skip
+        self.version = session.remote_version
         try:
             await channel.send(_ads_payload(channel.encoder(), public, private))
         except BaseException:
@@ -90,10 +99,14 @@ class CollectorClient:
             raise
         self._update = channel
 
-    async def invalidate_startd_ad(self, name: str) -> None:
-        """Remove the slot ad (public and private) named `name`."""
-        ad = query_ad("Machine", f"TARGET.Name == {from_values({'N': name})['N']}")
+    async def invalidate_startd_ad(self, name: str, target_type: str = "Machine",
+                                   address: str | None = None) -> None:  # fmt: skip
+        """Remove the slot ad (public and private) named `name`; with target_type
+        "StartD", the daemon ad of that name (condor_startd sends its MyAddress too)."""
+        ad = query_ad(target_type, f"TARGET.Name == {from_values({'N': name})['N']}")
         ad["Name"] = from_values({"N": name})["N"]
+        if address is not None:
+            ad["MyAddress"] = from_values({"A": address})["A"]
         channel, _ = await open_command(self.address, Command.INVALIDATE_STARTD_ADS,
                                         self.security)  # fmt: skip
         try:

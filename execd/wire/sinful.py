@@ -1,8 +1,11 @@
 """HTCondor daemon addresses ("sinful strings"): <host:port?key=value&flag&...>.
 
 e.g. <127.0.0.1:9618?addrs=127.0.0.1-9618&alias=node&noUDP&sock=collector>. The `sock`
-parameter names the daemon behind a shared port; a plain "host:port" (COLLECTOR_HOST)
-is accepted too. IPv6 hosts are bracketed: <[fd00::2]:9618>.
+parameter names the daemon behind a shared port; `alias` is the daemon's host name
+(HOST_ALIAS, default FULL_HOSTNAME): a client keeps it when it rewrites the address,
+checks an SSL host certificate against it and records the host it authenticated under
+that name (known_hosts). A plain "host:port" (COLLECTOR_HOST) is accepted too. IPv6
+hosts are bracketed: <[fd00::2]:9618>.
 """
 
 from __future__ import annotations
@@ -36,6 +39,16 @@ class Sinful:
         query = "&".join(k if v == "" else f"{k}={quote(v, safe='-.:_+[]')}"
                          for k, v in self.params.items())  # fmt: skip
         return f"<{self.host_port}{'?' + query if query else ''}>"
+
+
+def with_alias(address: str, alias: str) -> str:
+    """`address` with `alias=` (none: as it is), its parameters in HTCondor's order (by
+    name, as its Sinful's map writes them: addrs, alias, noUDP, sock)."""
+    if not alias:
+        return address
+    parsed = parse_sinful(address)
+    params = dict(sorted({**parsed.params, "alias": alias}.items()))
+    return str(Sinful(parsed.host, parsed.port, params))
 
 
 def parse_sinful(text: str) -> Sinful:

@@ -105,19 +105,24 @@ def stop_started_nodes() -> list[str]:
 
 
 def clear_execute_points(pool: harness.Pool) -> bool:
-    """Wait until the collector lists no startd ad; invalidate what stays (an execd that
-    was killed never invalidates its ads). True when something had to be invalidated."""
+    """Wait until the collector lists no startd ad (slot or daemon ad); invalidate what
+    stays (an execd that was killed never invalidates its ads). True when something had
+    to be invalidated."""
+    def gone() -> bool:
+        return not pool.status("-slots") and not pool.status("-startd")
+
     try:
-        harness.wait_for("execd's slots gone", lambda: not pool.status("-slots"), GRACE_S, 0.2)
+        harness.wait_for("execd's ads gone", gone, GRACE_S, 0.2)
         return False
     except harness.PoolError:
         pass
     query = pool.host_path("/tmp/execd-invalidate-all.ad")
-    query.write_text('MyType = "Query"\nTargetType = "Machine"\nRequirements = true\n')
-    try:
-        pool.tool("condor_advertise", "INVALIDATE_STARTD_ADS", "/tmp/execd-invalidate-all.ad"
-                  ).check()  # fmt: skip
-    finally:
-        query.unlink()
-    harness.wait_for("stale slot ads invalidated", lambda: not pool.status("-slots"), GONE_S, 0.2)
+    for target in ("Machine", "StartD"):  # the slot ads, then the daemon ad
+        query.write_text(f'MyType = "Query"\nTargetType = "{target}"\nRequirements = true\n')
+        try:
+            pool.tool("condor_advertise", "INVALIDATE_STARTD_ADS",
+                      "/tmp/execd-invalidate-all.ad").check()  # fmt: skip
+        finally:
+            query.unlink()
+    harness.wait_for("stale ads invalidated", gone, GONE_S, 0.2)
     return True

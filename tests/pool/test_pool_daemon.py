@@ -77,10 +77,11 @@ def test_a_killed_execds_stale_ads_are_cleared_for_the_next_test(pool: harness.P
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
         node = start_node(pool, Path(tmp))
         wait_pool(pool, "execd's slot", lambda s: s)
+        harness.wait_for("execd's daemon ad", lambda: pool.status("-startd"), WAIT_S, 0.2)
         assert node.stop(signal.SIGKILL) == -signal.SIGKILL
         assert pool.status("-slots") != []  # nobody invalidated them
         assert clear_execute_points(pool) is True
-        assert pool.status("-slots") == []
+        assert pool.status("-slots") == pool.status("-startd") == []
         assert clear_execute_points(pool) is False  # nothing left to clear
 
 

@@ -32,11 +32,12 @@ def test_execd_is_reached_through_the_pools_shared_port(pool: harness.Pool) -> N
                                            f"DAEMON_SOCKET_DIR = {socket_dir}\n"
                                            f"EXECD_POOL_ADMINISTRATORS = {admin}\n")  # fmt: skip
         port = pool.collector.rsplit(":", 1)[1]
-        assert node.address() == f"<127.0.0.1:{port}?addrs=127.0.0.1-{port}&noUDP&sock=execd>"
         endpoint = socket_dir / "execd"
         assert endpoint.is_socket() and (endpoint.stat().st_mode & 0o777) == 0o600
 
         (ad,) = wait_pool(pool, "execd's slot", lambda s: s).values()
+        assert node.address() == (f"<127.0.0.1:{port}?addrs=127.0.0.1-{port}"
+                                  f"&alias={ad['Machine']}&noUDP&sock=execd>")  # fmt: skip
         assert ad["MyAddress"] == node.address()
         ping = pool.tool("condor_ping", "-addr", node.address(), "-verbose", "DRAIN_JOBS")
         out = ping.stdout + ping.stderr

@@ -52,6 +52,8 @@ def test_token_file_is_read(tmp_path: Path) -> None:
     ("COLLECTOR_HOST = <127.0.0.1>\n", "COLLECTOR_HOST"),
     ("COLLECTOR_HOST = 127.0.0.1:9\nEXECD_POOL_TOKEN_FILE = /nonexistent/token\n",
      "EXECD_POOL_TOKEN_FILE"),
+    ("COLLECTOR_HOST = 127.0.0.1:9\nENABLE_STARTD_DAEMON_AD = sometimes\n",
+     "ENABLE_STARTD_DAEMON_AD"),
 ])  # fmt: skip
 def test_bad_values_are_refused_naming_the_knob(text: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named):

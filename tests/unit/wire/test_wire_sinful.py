@@ -8,7 +8,7 @@ from wire_captures import stream
 from execd.wire.classad_codec import decode_ad, to_classad
 from execd.wire.encoding import Decoder
 from execd.wire.framing import unframe_plain
-from execd.wire.sinful import AddressError, collector_address, parse_sinful
+from execd.wire.sinful import AddressError, collector_address, parse_sinful, with_alias
 
 
 def test_real_connect_sinful_with_ipv6_and_shared_port() -> None:
@@ -56,3 +56,13 @@ def test_collector_host_forms(text: str, host: str, port: int, sock: str | None)
 def test_empty_collector_host_is_an_error() -> None:
     with pytest.raises(AddressError, match="COLLECTOR_HOST is empty"):
         collector_address(" , ")
+
+
+def test_alias_goes_where_htcondor_writes_it() -> None:
+    """As condor_startd 25's: <127.0.0.1:34047?addrs=127.0.0.1-34047&alias=vm&noUDP&...>"""
+    assert with_alias("<127.0.0.1:5?addrs=127.0.0.1-5&noUDP>", "node.example") == \
+        "<127.0.0.1:5?addrs=127.0.0.1-5&alias=node.example&noUDP>"
+    assert with_alias("<127.0.0.1:5?addrs=127.0.0.1-5&noUDP&sock=execd>", "vm") == \
+        "<127.0.0.1:5?addrs=127.0.0.1-5&alias=vm&noUDP&sock=execd>"
+    assert with_alias("<127.0.0.1:5?addrs=127.0.0.1-5&noUDP>", "") == \
+        "<127.0.0.1:5?addrs=127.0.0.1-5&noUDP>"

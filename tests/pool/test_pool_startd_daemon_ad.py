@@ -1,0 +1,119 @@
+"""The pool's tools see execd's node as they see a condor_startd 25 node beyond its slot
+ads: a daemon ad of MyType StartD named after the node (condor_status -startd and its
+totals), HasStartDaemonAd in every slot ad,
+and an address whose alias= is the node's name. Compared with the pool's own
+condor_startd under the same MEMORY, with one job running.
+"""
+
+from __future__ import annotations
+
+import signal
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pool_harness as harness
+from pool_node import start_node
+from test_pool_daemon import WAIT_S
+from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, on_both, submit_files
+from test_pool_preemption import reference_config
+
+from execd.wire.sinful import parse_sinful
+
+SAME_CONFIG = "MEMORY = 1024\n"
+STARTD_TYPES = ("Machine", "StartD")
+# What condor_status -startd prints and totals, and what locating a startd reads.
+TOOL_ATTRS = ("MyType", "Name", "Machine", "DetectedCpus", "DetectedMemory", "TotalSlots",
+              "TotalCpus", "TotalMemory", "TotalInUseCpus", "TotalInUseMemory",
+              "TotalBackfillInUseCpus", "TotalBackfillInUseMemory", "TotalBackfillInUseDisk",
+              "ExcessBackfillCpus", "ExcessBackfillMemory", "ExcessBackfillDisk",
+              "ExcessBackfillGPUs", "Arch", "OpSys", "IsLocalStartd")  # fmt: skip
+# In condor_startd's daemon ad, not in execd's: what execd does not count or have
+# (docs/pool.md), its address in AddressV1 form, and the starter abilities execd's
+# starter lacks (left out of its slot ads alike).
+NOT_IN_EXECDS = {
+    "AvgTransferInputMB", "AvgTransferOutputMB", "TotalTransferInputMB",
+    "TotalTransferOutputMB", "CondorPlatform", "AddressV1", "COLLECTOR_HOST_STRING",
+    "HasCommonFilesTransfer", "HasFileTransferPluginMethods", "HasIOProxy",
+    "HasJICLocalConfig", "HasJICLocalStdin", "HasJobDeferral", "HasJobTransferPlugins",
+    "HasOsUser", "HasPerFileEncryption", "HasRotationalScratch", "HasSelfCheckpointTransfers",
+    "HasTDP", "MappingMethod",
+}  # fmt: skip
+# In execd's, not in condor_startd's: machine facts execd's slot ads carry too (the
+# host's OS version: the chroot's sid has none; its cores).
+ONLY_IN_EXECDS = {"DetectedCores", "OpSysVer", "OpSysMajorVer"}
+
+
+def startd_view(pool: harness.Pool) -> dict[str, Any]:
+    """With one 1-CPU job running: the startd ads the collector lists, the daemon ad,
+    and condor_status -startd's totals."""
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra="request_cpus = 1"),
+                       {"job.sh": SLEEP_SCRIPT})  # fmt: skip
+    try:
+        job.wait_for_event("001", WAIT_S)
+        (daemon,) = harness.wait_for(
+            "the daemon ad counting the job",
+            lambda: [ad for ad in pool.status("-startd") if ad.get("TotalInUseCpus") == 1.0],
+            WAIT_S, 0.5)  # fmt: skip
+        slots = pool.status("-slots")
+        totals = pool.tool("condor_status", "-startd", "-totals").check().stdout
+        # Name Platform Version Cpus Memory GPUs Uptime: one row per node
+        rows = pool.tool("condor_status", "-startd").check().stdout.split("\n\n")[1]
+        return {
+            "types": sorted(t for (t,) in pool.status_af("MyType") if t in STARTD_TYPES),
+            "daemon": daemon,
+            "slots": slots,
+            "total": [line.split() for line in totals.splitlines() if "Total" in line],
+            "rows": [line.split() for line in rows.splitlines()],
+        }
+    finally:
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+
+
+def test_execd_sends_a_startd_daemon_ad_as_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    ours, theirs = on_both(running_pool, startd_view, SAME_CONFIG, lambda pool: reference_config(
+        pool, "99-execd-daemon-ad.conf", SAME_CONFIG, lambda ad: ad.get("TotalMemory") == 1024))
+    for view in (ours, theirs):
+        # a p-slot and the job's d-slot, and one daemon ad named after the node
+        assert view["types"] == ["Machine", "Machine", "StartD"]
+        assert view["daemon"]["Name"] == view["daemon"]["Machine"] == view["slots"][0]["Machine"]
+        assert all(slot["HasStartDaemonAd"] is True for slot in view["slots"])
+    assert {k: ours["daemon"].get(k) for k in TOOL_ATTRS} == \
+        {k: theirs["daemon"].get(k) for k in TOOL_ATTRS}
+    assert ours["daemon"]["TotalInUseCpus"] == 1.0 and ours["daemon"]["TotalMemory"] == 1024
+    # Machines Slots Cpus BusyCpus BkCpus GPUs BusyGPUs BkGPUs Memory% BkMem%
+    assert ours["total"] == theirs["total"] == [
+        ["Total", "1", "2", "2", "1", "0", "0", "0", "0", "12.50%", "0.00%"]]
+    # the node's row: its name, Cpus and Memory alike (Platform and Version say the OS
+    # of the host and of the pool's chroot, and execd's version; Uptime differs)
+    assert [[r[0], *r[3:6]] for r in ours["rows"]] == [[r[0], *r[3:6]] for r in theirs["rows"]]
+    assert [r[0] for r in ours["rows"]] == [ours["daemon"]["Machine"]]
+    ours_names, theirs_names = set(ours["daemon"]), set(theirs["daemon"])
+    assert theirs_names - ours_names == NOT_IN_EXECDS
+    assert ours_names - theirs_names <= ONLY_IN_EXECDS
+    # the address: alias= the node's name, in the daemon ad and every slot ad
+    for view in (ours, theirs):
+        for ad in (view["daemon"], *view["slots"]):
+            assert parse_sinful(ad["MyAddress"]).params["alias"] == ad["Machine"]
+
+
+def test_the_daemon_ad_goes_when_execd_stops_and_stays_away_when_disabled(
+        pool: harness.Pool) -> None:  # fmt: skip
+    def daemon_ads() -> list[str]:
+        return [name for (name,) in pool.status_af("Name", what="-startd")]
+
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = start_node(pool, Path(tmp))
+        (machine,) = {ad["Machine"] for ad in pool.status("-slots")}
+        assert harness.wait_for("the daemon ad", daemon_ads, WAIT_S, 0.2) == [machine]
+        node.stop(signal.SIGTERM)
+        harness.wait_for("the daemon ad gone", lambda: not daemon_ads(), 10, 0.2)
+    # ENABLE_STARTD_DAEMON_AD = false: slot ads without HasStartDaemonAd, from which the
+    # collector makes up a daemon ad of slot 1's (as for a condor_startd so configured)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = start_node(pool, Path(tmp), "ENABLE_STARTD_DAEMON_AD = false\n")
+        (slot,) = harness.wait_for("the slot ad", lambda: pool.status("-slots"), WAIT_S, 0.2)
+        assert "HasStartDaemonAd" not in slot
+        assert daemon_ads() == [slot["Name"]]
+        node.stop(signal.SIGTERM)
