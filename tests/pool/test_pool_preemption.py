@@ -170,13 +170,16 @@ def job_status(job: harness.SubmittedJob) -> int | None:
     return None if ad is None else int(ad["JobStatus"])
 
 
-def preempted_for_rank(pool: harness.Pool, node: PoolNode | None,
-                       layout: Layout = STATIC) -> tuple[Any, ...]:  # fmt: skip
-    """A low-ranked job runs in layout.slot; a job of RANKED preempts it. What users
-    see: both user logs' events, the eviction's line, condor_q, condor_status (on a
-    p-slot: the d-slot's and the p-slot's resources and states), and the slot's states
-    from the preemption to the ranked job's Claimed/Busy. With retirement time
-    (layout.retiring) the low-ranked job retires and ends on its own within it."""
+def preempted_by(pool: harness.Pool, node: PoolNode | None, layout: Layout = STATIC,
+                 *, by: str = RANKED, rank: float = 1.0,
+                 basis: str = "machine rank") -> tuple[Any, ...]:  # fmt: skip
+    """A low-ranked job of the submitter runs in layout.slot; a job of `by` preempts it
+    (its claim of `rank`, for `basis`: "machine rank", or "user priority" where `by` has
+    the same rank and a far better priority). What users see: both user logs' events,
+    the eviction's line, condor_q, condor_status (on a p-slot: the d-slot's and the
+    p-slot's resources and states), and the slot's states from the preemption to the
+    new job's Claimed/Busy. With retirement time (layout.retiring) the first job retires
+    and ends on its own within it."""
     start_log = len(pool.daemon_log("StartLog"))
     token = f"{os.getpid()}-{pool._jobs}"
     marks = [Path(RETIRE_MARK.format(token=token)),
@@ -195,12 +198,13 @@ def preempted_for_rank(pool: harness.Pool, node: PoolNode | None,
         assert (claimed["State"], claimed["Activity"]) == ("Claimed", "Busy")
         assert claimed["CurrentRank"] == 0.0
 
-        high = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP, user=RANKED)
+        high = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP, user=by)
         if layout.retiring:  # the running job keeps its slot, retiring, until it ends
             retiring = slot_ad(pool, lambda ad: ad["Activity"] == "Retiring"
                                and claimant(ad) == harness.SUBMITTER, layout.slot)  # fmt: skip
             # what a negotiator not considering early preemption leaves such a slot for
             assert 3500 < retiring["RetirementTimeRemaining"] <= 3600, retiring
+            assert retiring.get("PreemptingUser", "").startswith(f"{by}@"), retiring
             assert "001" not in high.events()
             for mark in marks:
                 mark.touch()
@@ -211,18 +215,18 @@ def preempted_for_rank(pool: harness.Pool, node: PoolNode | None,
         if not layout.retiring:  # vanilla: the evicted job is requeued, Idle again
             harness.wait_for("the evicted job Idle in condor_q", lambda: job_status(low) == 1,
                              WAIT_S, 0.2)  # fmt: skip
-        taken = slot_ad(pool, lambda ad: claimant(ad) == RANKED, layout.slot)
+        taken = slot_ad(pool, lambda ad: claimant(ad) == by, layout.slot)
         assert (taken["State"], taken["Activity"]) == ("Claimed", "Busy")
-        assert taken["CurrentRank"] == 1.0
-        # the negotiator's own words: it matched the ranked job preempting the submitter
+        assert taken["CurrentRank"] == rank
+        # the negotiator's own words: it matched `by`'s job preempting the submitter
         matched = [line for line in pool.daemon_log("NegotiatorLog").splitlines()
-                   if f"Matched {high.cluster}.0 {RANKED}@" in line]  # fmt: skip
+                   if f"Matched {high.cluster}.0 {by}@" in line]  # fmt: skip
         assert matched and f"preempting {harness.SUBMITTER}@" in matched[0], matched
         if node is None:
-            moves = startd_moves(pool.daemon_log("StartLog")[start_log:], layout.slot)
+            moves = startd_moves(pool.daemon_log("StartLog")[start_log:], layout.slot, basis)
         else:
             if not layout.retiring:
-                assert_execd_preempted(node, low_pids, low_starter, layout.slot)
+                assert_execd_preempted(node, low_pids, low_starter, layout.slot, basis)
             moves = execd_moves(node, layout.slot)
         ads: tuple[Any, ...] = ()
         if layout.partitionable:
@@ -233,7 +237,7 @@ def preempted_for_rank(pool: harness.Pool, node: PoolNode | None,
     finally:
         for mark in marks:
             mark.unlink(missing_ok=True)
-        for job, user in ((low, harness.SUBMITTER), (high, RANKED)):
+        for job, user in ((low, harness.SUBMITTER), (high, by)):
             if job is not None:
                 pool.tool("condor_rm", str(job.cluster), user=user)
 
@@ -366,13 +370,13 @@ def test_a_higher_ranked_job_preempts_a_running_job_as_on_condor_startd(
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
         node = start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + layout.execd)
         try:
-            ours = preempted_for_rank(pool, node, layout)
+            ours = preempted_by(pool, node, layout)
             our_counters = startd_counters(pool, JobStarts=2, JobRankPreemptions=1)
         finally:
             node.stop(signal.SIGQUIT)
     reference = running_pool.get(with_startd=True)
     with reference_slot_layout(reference, layout):
-        theirs = preempted_for_rank(reference, None, layout)
+        theirs = preempted_by(reference, None, layout)
         their_counters = startd_counters(reference, JobStarts=2, JobRankPreemptions=1)
     assert ours == theirs
     # the startd's counters (execd/daemon/startd_stats.py): one preemption, for rank
@@ -398,12 +402,12 @@ def test_a_higher_ranked_job_waits_for_a_job_ending_within_its_retirement(
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp, early_preemption(pool):
         node = start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + RETIRING.execd)
         try:
-            ours = preempted_for_rank(pool, node, RETIRING)
+            ours = preempted_by(pool, node, RETIRING)
         finally:
             node.stop(signal.SIGQUIT)
     reference = running_pool.get(with_startd=True)
     with reference_slot_layout(reference, RETIRING), early_preemption(reference):
-        theirs = preempted_for_rank(reference, None, RETIRING)
+        theirs = preempted_by(reference, None, RETIRING)
     assert ours == theirs
     assert ours[0][-1] == "005" and "004" not in ours[0], ours
     # the job ends while retiring; its starter's exit hands the slot to the new claim

@@ -31,23 +31,21 @@ from typing import Any
 
 import pool_harness as harness
 import pytest
-from pool_node import WAIT_S, PoolNode, pool_slots, start_node
+from pool_node import WAIT_S, PoolNode, start_node
 from test_pool_daemon_attrs import startd_counters
-from test_pool_jobs import PLAIN_SUBMIT, running_in_cgroup, submit_files, timeless
+from test_pool_jobs import PLAIN_SUBMIT, submit_files, timeless
 from test_pool_preemption import (
     REFERENCE_NODE,
     RETIRE_MARK,
     RETIRE_SCRIPT,
     SLEEP,
-    assert_execd_preempted,
+    Layout,
     claimant,
     early_preemption,
-    evicted_lines,
     execd_moves,
     job_status,
-    named,
+    preempted_by,
     reference_config,
-    resources,
     slot_ad,
     startd_moves,
 )
@@ -93,73 +91,11 @@ def negotiator_requirements(pool: harness.Pool, expected: str) -> None:
                      == expected.lower(), WAIT_S, 0.2)  # fmt: skip
 
 
-def preempted_for_priority(pool: harness.Pool, node: PoolNode | None, slot: str,
-                           low_extra: str, retiring: bool = False) -> tuple[Any, ...]:
-    """execdtest's job runs in `slot`; execdrank's (the same RANK, a far better
-    priority) preempts it. What users see: both user logs' events, the eviction's line,
-    condor_q, condor_status (on a p-slot: the d-slot's and the p-slot's resources and
-    states), and the slot's states from the preemption to the new job's Claimed/Busy.
-    `retiring`: the first job has retirement time; it retires and ends on its own."""
-    start_log = len(pool.daemon_log("StartLog"))
-    token = f"{os.getpid()}-{pool._jobs}"
-    marks = [Path(RETIRE_MARK.format(token=token)),
-             pool.host_path(RETIRE_MARK.format(token=token))]  # fmt: skip
-    script = {"job.sh": RETIRE_SCRIPT} if retiring else SLEEP
-    low = submit_files(pool, PLAIN_SUBMIT.format(args=token, extra=low_extra), script)
-    high: harness.SubmittedJob | None = None
-    try:
-        low.wait_for_event("001", WAIT_S)
-        low_pids: list[int] = []
-        low_starter = 0
-        if node is not None and not retiring:  # in the slot's cgroup
-            low_pids = running_in_cgroup(node, slot)
-            low_starter = node.wait_for("starter_spawned", slot=slot)["pid"]
-        claimed = slot_ad(pool, lambda ad: claimant(ad) == harness.SUBMITTER, slot)
-        assert (claimed["State"], claimed["Activity"], claimed["CurrentRank"]) == (
-            "Claimed", "Busy", 0.0)  # fmt: skip
-
-        high = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP, user=BETTER)
-        if retiring:  # the running job keeps its slot, retiring, until it ends
-            waiting = slot_ad(pool, lambda ad: ad["Activity"] == "Retiring"
-                              and claimant(ad) == harness.SUBMITTER, slot)  # fmt: skip
-            assert 3500 < waiting["RetirementTimeRemaining"] <= 3600, waiting
-            assert waiting.get("PreemptingUser", "").startswith(f"{BETTER}@"), waiting
-            assert "001" not in high.events()
-            for mark in marks:
-                mark.touch()
-            low_log = low.wait_for_event("005", WAIT_S)
-        else:
-            low_log = low.wait_for_event("004", WAIT_S)
-        high.wait_for_event("001", WAIT_S)
-        if not retiring:  # evicted: requeued, Idle again
-            harness.wait_for("the evicted job Idle in condor_q", lambda: job_status(low) == 1,
-                             WAIT_S, 0.2)  # fmt: skip
-        taken = slot_ad(pool, lambda ad: claimant(ad) == BETTER, slot)
-        assert (taken["State"], taken["Activity"], taken["CurrentRank"]) == (
-            "Claimed", "Busy", 0.0)  # fmt: skip
-        # the negotiator's own words: it matched execdrank's job preempting execdtest
-        matched = [line for line in pool.daemon_log("NegotiatorLog").splitlines()
-                   if f"Matched {high.cluster}.0 {BETTER}@" in line]  # fmt: skip
-        assert matched and f"preempting {harness.SUBMITTER}@" in matched[0], matched
-        if node is None:
-            moves = startd_moves(pool.daemon_log("StartLog")[start_log:], slot,
-                                 "user priority")  # fmt: skip
-        else:
-            if not retiring:
-                assert_execd_preempted(node, low_pids, low_starter, slot, "user priority")
-            moves = execd_moves(node, slot)
-        ads: tuple[Any, ...] = ()
-        if slot != "slot1":
-            pslot = named(pool_slots(pool), "slot1") or {}
-            ads = (resources(claimed), resources(taken), resources(pslot))
-        evicted = [] if retiring else evicted_lines(low_log)
-        return (timeless(low.events()), evicted, timeless(high.events()), ads, moves)
-    finally:
-        for mark in marks:
-            mark.unlink(missing_ok=True)
-        for job, user in ((low, harness.SUBMITTER), (high, BETTER)):
-            if job is not None:
-                pool.tool("condor_rm", str(job.cluster), user=user)
+def preempted_for_priority(pool: harness.Pool, node: PoolNode | None,
+                           layout: Layout) -> tuple[Any, ...]:  # fmt: skip
+    """execdtest's job runs in layout.slot; execdrank's (the same RANK, a far better
+    priority) preempts it: what users see, as test_pool_preemption's rank case."""
+    return preempted_by(pool, node, layout, by=BETTER, rank=0.0, basis="user priority")
 
 
 LAYOUTS = {
@@ -191,12 +127,13 @@ def test_a_better_priority_user_preempts_a_running_job_as_on_condor_startd(
     execd, slot, low_extra = LAYOUTS[layout]
     retiring = layout == "retiring"
     kind = "Partitionable" if slot != "slot1" else "Static"
+    where = Layout(execd, slot, low_extra)
     pool = running_pool.get(with_startd=False)
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp, \
             priority_preemption(pool), retirement_preemption(pool, retiring):  # fmt: skip
         node = start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + execd)
         try:
-            ours = preempted_for_priority(pool, node, slot, low_extra, retiring)
+            ours = preempted_for_priority(pool, node, where)
             our_counters = startd_counters(pool, JobStarts=2, JobUserPrioPreemptions=1)
         finally:
             node.stop(signal.SIGQUIT)
@@ -205,7 +142,7 @@ def test_a_better_priority_user_preempts_a_running_job_as_on_condor_startd(
                           lambda ad: ad.get("SlotType") == kind and ad.get("Cpus") == 2
                           and ad.get("Memory") == 1024), \
             priority_preemption(reference), retirement_preemption(reference, retiring):  # fmt: skip
-        theirs = preempted_for_priority(reference, None, slot, low_extra, retiring)
+        theirs = preempted_for_priority(reference, None, where)
         their_counters = startd_counters(reference, JobStarts=2, JobUserPrioPreemptions=1)
     assert ours == theirs
     assert our_counters == their_counters
