@@ -22,8 +22,11 @@ def render() -> str:
         "Generated from `execd/config/knobs.py` by `make docs`"
         " (`python -m execd.config.docgen`); do not edit by hand.",
         "",
-        "execd reads HTCondor's configuration language: `NAME = value`, macros,",
-        "`include`, `if`/`else`, `use CATEGORY : TEMPLATE`. Defaults are HTCondor 25.x's",
+        "execd reads HTCondor's configuration language: `NAME = value`, macros",
+        "(`$(NAME)`, `$(NAME:default)` and the special functions `$ENV`, `$INT`, `$REAL`,",
+        "`$STRING`, `$EVAL`, `$CHOICE`, `$SUBSTR`, `$RANDOM_CHOICE`, `$RANDOM_INTEGER`,",
+        "`$BASENAME`, `$DIRNAME`, `$F[pdnxqab]`), `include`, `if`/`else`,",
+        "`use CATEGORY : TEMPLATE`. Defaults are HTCondor 25.x's",
         "unless a knob is marked *execd*. Any knob can be set per slot",
         "(`SLOT2_START`, `SLOT_TYPE_1_START`) or per subsystem (`STARTD.START`).",
         "`execd config-val -v NAME` shows a value and where it was set;",

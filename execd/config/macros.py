@@ -1,8 +1,8 @@
 """Macro expansion in HTCondor config values.
 
-``$(NAME)``, ``$(NAME:default)``, ``$ENV(VAR)``, ``$ENV(VAR:default)``, ``$INT(NAME)``,
-``$REAL(NAME)``, ``$RANDOM_INTEGER(lo,hi[,step])``, ``$RANDOM_CHOICE(a,b,...)`` and
-``$(DOLLAR)``. Expansion is lazy (at lookup), recursive, and bounded: a reference cycle
+``$(NAME)``, ``$(NAME:default)``, ``$(DOLLAR)`` and HTCondor's special functions
+(``$ENV()``, ``$INT()``, ``$SUBSTR()``, ``$Fn()``, ...: execd/config/macro_funcs.py).
+Expansion is lazy (at lookup), recursive, and bounded: a reference cycle
 is a ConfigError naming the cycle, and runaway nesting or growth is a ConfigError too,
 never a hang. ``$$(...)`` is left alone (HTCondor keeps it for match-time substitution).
 """
@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from execd.config import macro_funcs
 from execd.errors import ConfigError
 
 MAX_DEPTH = 64  # nested references deeper than this are an error, not a stack overflow
@@ -50,9 +51,6 @@ def find_close(text: str, start: int) -> int:
                 return i
         i += 1
     return -1
-
-
-_FUNCS = ("ENV", "INT", "REAL", "RANDOM_INTEGER", "RANDOM_CHOICE")
 
 
 def _split_default(body: str) -> tuple[str, str | None]:
@@ -131,13 +129,13 @@ class Expander:
             if close < 0:
                 raise ConfigError(f"unterminated $( in {budget.origin}: {text[j:j + 40]!r}")
             return self._reference(text[j + 2 : close], budget), close + 1
-        for func in _FUNCS:
-            if text.startswith(f"${func}(", j):
-                start = j + len(func) + 2
-                close = find_close(text, start)
-                if close < 0:
-                    raise ConfigError(f"unterminated ${func}( in {budget.origin}")
-                return self._function(func, text[start:close], budget), close + 1
+        func = macro_funcs.special(text, j)
+        if func is not None:
+            start = j + len(func) + 2
+            close = find_close(text, start)
+            if close < 0:
+                raise ConfigError(f"unterminated ${func}( in {budget.origin}")
+            return self._function(func, text[start:close], budget), close + 1
         return "$", j + 1
 
     def _reference(self, body: str, budget: _Budget) -> str:
@@ -148,6 +146,17 @@ class Expander:
         name = name.strip()
         if name.upper() == "DOLLAR":
             return "$"
+        raw = self.resolve(name) if name else None
+        if raw is None or (raw == "" and default is not None):
+            return self._expand(default, budget) if default is not None else ""
+        return self._expand_named(name, raw, budget)
+
+    def _value(self, name: str, budget: _Budget) -> str | None:
+        """NAME's expanded value, None when it is not defined."""
+        raw = self.resolve(name) if name else None
+        return None if raw is None else self._expand_named(name, raw, budget)
+
+    def _expand_named(self, name: str, raw: str, budget: _Budget) -> str:
         key = name.upper()
         if key in budget.chain:
             cycle = [*budget.chain[budget.chain.index(key) :], key]
@@ -156,9 +165,6 @@ class Expander:
             raise ConfigError(
                 f"macro references nested deeper than {MAX_DEPTH} levels expanding {budget.origin}"
             )
-        raw = self.resolve(name) if name else None
-        if raw is None or (raw == "" and default is not None):
-            return self._expand(default, budget) if default is not None else ""
         budget.chain.append(key)
         try:
             return self._expand(raw, budget)
@@ -167,36 +173,14 @@ class Expander:
 
     def _function(self, func: str, body: str, budget: _Budget) -> str:
         budget.spend()
-        if func == "ENV":
-            var, default = _split_default(body)
-            value = self.env.get(var.strip())
-            if value is None:
-                return self._expand(default, budget) if default is not None else ""
-            return value
-        if func in ("INT", "REAL"):
-            name, default = _split_default(body.split(",", maxsplit=1)[0])
-            value = self._reference(name if default is None else f"{name}:{default}", budget)
-            return _numeric(func, name.strip(), value)
-        args = [self._expand(a.strip(), budget) for a in body.split(",")]
-        if func == "RANDOM_CHOICE":
-            return self.rng.choice(args)
-        try:
-            nums = [int(a) for a in args]
-        except ValueError:
-            raise ConfigError(f"$RANDOM_INTEGER({body}) needs integer arguments") from None
-        if len(nums) not in (2, 3) or nums[1] < nums[0]:
-            raise ConfigError(f"$RANDOM_INTEGER({body}) needs low, high[, step] with low <= high")
-        step = nums[2] if len(nums) == 3 and nums[2] > 0 else 1
-        return str(self.rng.randrange(nums[0], nums[1] + 1, step))
+        def raw(name: str) -> str | None:  # as HTCondor, " NAME" names nothing
+            return self.resolve(name) if name and name == name.strip() else None
 
-
-def _numeric(func: str, name: str, value: str) -> str:
-    # classad2 is loaded only when a config uses $INT/$REAL: the starter imports config.
-    from execd.classads import evaluate, to_number  # noqa: PLC0415
-
-    number = to_number(evaluate(value)) if value.strip() else None
-    if number is None:
-        raise ConfigError(f"${func}({name}): {value!r} is not a number")
-    if func == "INT":
-        return str(int(number))
-    return repr(float(number))
+        ctx = macro_funcs.Call(
+            raw=raw,
+            value=lambda name: self._value(name, budget) if raw(name) is not None else None,
+            expand=lambda text: self._expand(text, budget),
+            env=self.env,
+            rng=lambda: self.rng,
+        )
+        return macro_funcs.call(func, body, ctx)

@@ -25,6 +25,7 @@ MAX_INCLUDE_DEPTH = 20
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_.]*"
 _ASSIGN_RE = re.compile(rf"^({_NAME})\s*=(.*)$", re.S)
+_COLON_ASSIGN_RE = re.compile(rf"^({_NAME})\s*:(.*)$", re.S)  # obsolete, still taken
 _MULTI_RE = re.compile(rf"^({_NAME})\s*@=\s*(\S+)\s*$")
 _INCLUDE_RE = re.compile(r"^include\s*(ifexist)?\s*(command)?\s*:\s*(.*)$", re.I)
 _USE_RE = re.compile(r"^use\s+([A-Za-z_]+)\s*:\s*(.*)$", re.I)
@@ -86,7 +87,7 @@ def _logical_lines(text: str, file: str) -> Iterator[_Line | tuple[str, str, lis
             i += 1
             if nxt.lstrip().startswith("#"):
                 continue  # a comment inside a continued value is skipped
-            line += nxt
+            line += nxt.strip()  # as HTCondor: each physical line trimmed, then joined
         yield _Line(line.strip(), start)
 
 
@@ -188,6 +189,13 @@ class ConfigReader:
         assign = _ASSIGN_RE.match(text)
         if assign:
             self._assign(assign.group(1), assign.group(2).strip(), origin)
+            return
+        assign = _COLON_ASSIGN_RE.match(text)
+        if assign:  # HTCondor 25 still assigns, with a warning
+            name = assign.group(1)
+            self.warnings.append(f"{file}:{number}: obsolete use of ':' to assign {name}; "
+                                 f"write '{name} = ...'")  # fmt: skip
+            self._assign(name, assign.group(2).strip(), origin)
             return
         raise ConfigError(f"expected 'NAME = value', got {text[:60]!r}", file, number)
 
