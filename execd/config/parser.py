@@ -31,7 +31,7 @@ _INCLUDE_RE = re.compile(r"^include\s*(ifexist)?\s*(command)?\s*:\s*(.*)$", re.I
 _USE_RE = re.compile(r"^use\s+([A-Za-z_]+)\s*:\s*(.*)$", re.I)
 _MESSAGE_RE = re.compile(r"^(error|warning)\s*:\s*(.*)$", re.I)
 _IF_RE = re.compile(r"^(if|elif)\b\s*(.*)$", re.I)
-_VERSION_RE = re.compile(r"^version\s*(==|!=|>=|<=|>|<)\s*([\d.]+)$", re.I)
+_VERSION_RE = re.compile(r"^version\s*(==|!=|>=|<=|>|<)\s*v?(\d+(?:\.\d+){0,2})$", re.I)
 
 # Default-value resolver: NAME -> built-in default raw text (or None).
 Defaults = Callable[[str], str | None]
@@ -68,7 +68,9 @@ def _logical_lines(text: str, file: str) -> Iterator[_Line | tuple[str, str, lis
             name, tag = multi.group(1), multi.group(2)
             block: list[str] = []
             while i < len(physical) and physical[i].strip() != f"@{tag}":
-                block.append(physical[i])
+                kept = physical[i].strip()  # as HTCondor: trimmed, no blank or comment lines
+                if kept and not kept.startswith("#"):
+                    block.append(kept)
                 i += 1
             if i >= len(physical):
                 raise ConfigError(
@@ -252,25 +254,28 @@ class ConfigReader:
             rest = text[len("defined") :].strip()
             if not rest:
                 return False  # `defined` of an empty expansion
+            if _is_bool(rest) or _is_number(rest):
+                return True  # as HTCondor: a literal is defined
             found = self.table.find(rest)
-            return found is not None or self.defaults(rest) is not None
+            raw = found.raw if found is not None else self.defaults(rest)
+            return bool(raw)  # as HTCondor: defined as empty is not defined
         version = _VERSION_RE.match(text)
         if version:
-            wanted = tuple(int(p) for p in version.group(2).split(".") if p)
+            wanted = tuple(int(p) for p in version.group(2).split("."))
+            if len(wanted) < 2 or wanted[0] < 6:
+                raise ConfigError(f"'if {text}': the version literal is invalid (X.Y[.Z], X >= 6)",
+                                  file, number)  # fmt: skip
             return _compare(HTCONDOR_VERSION[: len(wanted)], version.group(1), wanted)
-        if lowered in ("true", "yes", "t"):
-            return True
-        if lowered in ("false", "no", "f", ""):
-            return False
-        try:
+        if _is_bool(text):
+            return lowered in _TRUE
+        if _is_number(text):
             return float(text) != 0
-        except ValueError:
-            raise ConfigError(
-                f"cannot evaluate 'if {text}': use 'defined NAME', 'version >= X.Y', "
-                "or a true/false/number value",
-                file,
-                number,
-            ) from None
+        raise ConfigError(
+            f"cannot evaluate 'if {text}': use 'defined NAME', 'version >= X.Y', "
+            "or a true/false/number value",
+            file,
+            number,
+        )
 
     def _include(self, text: str, file: str, number: int) -> None:
         match = _INCLUDE_RE.match(text)
@@ -304,6 +309,21 @@ class ConfigReader:
                 raise
             where = f" ({exc.file})" if exc.file else ""
             raise ConfigError(f"{exc.message}{where}", file, number) from None
+
+
+_TRUE = ("true", "yes", "t")
+
+
+def _is_bool(text: str) -> bool:
+    return text.lower() in (*_TRUE, "false", "no", "f", "")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return "_" not in text
 
 
 def _compare(have: tuple[int, ...], op: str, want: tuple[int, ...]) -> bool:

@@ -1,6 +1,7 @@
 """HTCondor's special config macros ($CHOICE, $SUBSTR, $INT, $REAL, $STRING, $EVAL,
-$BASENAME, $DIRNAME, $F...(), $ENV, $RANDOM_CHOICE), line continuation and the obsolete
-`NAME : value` assignment read as HTCondor 25.x reads them.
+$BASENAME, $DIRNAME, $F...(), $ENV, $RANDOM_CHOICE), line continuation, `@=` blocks,
+`if defined`/`if version` and the obsolete `NAME : value` assignment read as HTCondor
+25.x reads them.
 
 The reference is the real config reader of the htcondor2 module, run once over one config
 holding every case (test_metaknobs_match_htcondor.py explains why in a subprocess). The
@@ -74,6 +75,11 @@ CASES: list[tuple[str, dict[str, str]]] = [
     ("L_A = a \\\n    b \\\n    c\nL_B = a\\\n  b\nL_C = a \\\n\\\n  b",
      {"L_A": "a b c", "L_B": "ab", "L_C": "a b"}),
     ("K_A : colon\nK_B:=x", {"K_A": "colon", "K_B": "=x"}),
+    ("M_A @=end\n  x\n\n   y  \n # not kept\n@end", {"M_A": "x\ny"}),
+    ("D_E =\nif defined D_E\nD_A = yes\nelse\nD_A = no\nendif\n"
+     "if defined 5\nD_B = yes\nendif\nif defined true\nD_C = yes\nendif\n"
+     "if version >= v25.0\nD_D = yes\nendif\nif version == 25.14\nD_F = yes\nendif",
+     {"D_A": "no", "D_B": "yes", "D_C": "yes", "D_D": "yes", "D_F": "yes"}),
     ("U_A = $Fnope(X)\nU_B = $NOTAFUNC(X)\nU_C = $int(3)",
      {"U_A": "$Fnope(X)", "U_B": "$NOTAFUNC(X)", "U_C": "$int(3)"}),
 ]
@@ -114,6 +120,15 @@ def test_special_macros_expand_as_htcondor_does(
     for name, value in expected.items():
         assert reference[name] == value, f"HTCondor's reader gives {name} = {reference[name]!r}"
         assert ours.get(name) == value, name
+
+
+@pytest.mark.parametrize("line", ["if version == 25", "if version >= 5.0"])
+def test_a_version_that_is_not_major_minor_is_an_error(line: str, tmp_path: Path) -> None:
+    path = tmp_path / "condor_config"
+    path.write_text(f"{line}\nA = 1\nendif\n")
+    with pytest.raises(ConfigError, match="the version literal is invalid") as err:
+        load_config(path, env={})
+    assert err.value.line == 1
 
 
 def test_colon_assignment_warns_that_it_is_obsolete(config_file: Path) -> None:
