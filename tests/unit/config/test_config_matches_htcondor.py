@@ -3,23 +3,20 @@ $BASENAME, $DIRNAME, $F...(), $ENV, $RANDOM_CHOICE), line continuation, `@=` blo
 `if defined`/`if version` and the obsolete `NAME : value` assignment read as HTCondor
 25.x reads them.
 
-The reference is the real config reader of the htcondor2 module, run once over one config
-holding every case (test_metaknobs_match_htcondor.py explains why in a subprocess). The
+The reference is the real config reader of the htcondor2 module
+(tests/unit/config/htcondor_reader.py), run once over one config holding every case. The
 expected values are written here too, so that a broken reference cannot pass a case.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from execd.config.loader import load_config
 from execd.errors import ConfigError
+from tests.unit.config.htcondor_reader import reference_values
 
 # (config lines, {name: the value HTCondor gives it}); names are unique across cases
 CASES: list[tuple[str, dict[str, str]]] = [
@@ -86,13 +83,6 @@ CASES: list[tuple[str, dict[str, str]]] = [
 
 ENV = {"EXECD_TEST_SET": "set"}
 
-REFERENCE = """
-import json, sys
-import htcondor2
-print(json.dumps({n: htcondor2.param.get(n) for n in json.loads(sys.argv[1])}))
-"""
-
-
 @pytest.fixture(scope="module")
 def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("macros") / "condor_config"
@@ -103,12 +93,7 @@ def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def reference(config_file: Path) -> dict[str, str | None]:
     names = [name for _, expected in CASES for name in expected]
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("_CONDOR_", "CONDOR_"))}
-    env |= ENV | {"CONDOR_CONFIG": str(config_file)}
-    done = subprocess.run([sys.executable, "-c", REFERENCE, json.dumps(names)], env=env,
-                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
-    result: dict[str, str | None] = json.loads(done.stdout)
-    return result
+    return {name: value for name, (value, _) in reference_values(config_file, names, ENV).items()}
 
 
 @pytest.mark.parametrize(("text", "expected"), CASES, ids=[e and next(iter(e))[:1] + "_"

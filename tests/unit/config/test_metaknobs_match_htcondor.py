@@ -1,21 +1,17 @@
 """Each metaknob template expands to what HTCondor 25.x expands it to.
 
-The reference is the real htcondor2 config reader, run in a subprocess (it is
-process-global and exits the process on a syntax error).
+The reference is the real htcondor2 config reader (tests/unit/config/htcondor_reader.py).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from execd.classads import evaluate
 from execd.config.loader import load_config
+from tests.unit.config.htcondor_reader import reference_values
 
 # Pin install paths so both readers see the same ones.
 PRELUDE = "RELEASE_DIR = /usr\nLIBEXEC = /usr/libexec\n"
@@ -42,33 +38,6 @@ CASES = [
     "use FEATURE : StartdCronContinuous(CONT, /bin/cont)",
     "use POLICY : Desktop\nuse POLICY : Hold_If_Memory_Exceeded, Preempt_If_Cpus_Exceeded",
 ]
-
-REFERENCE = """
-import json, sys
-import htcondor2
-names = json.loads(sys.argv[1])
-out = {}
-for name in names:
-    value = htcondor2.param.get(name)
-    typed = value is not None and not isinstance(value, str)
-    out[name] = [None if value is None else str(value), typed]
-print(json.dumps(out))
-"""
-
-
-def reference_values(config_file: Path, names: list[str]) -> dict[str, tuple[str | None, bool]]:
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("_CONDOR_", "CONDOR_"))}
-    env["CONDOR_CONFIG"] = str(config_file)
-    done = subprocess.run(
-        [sys.executable, "-c", REFERENCE, json.dumps(names)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return {name: (value, typed) for name, (value, typed) in json.loads(done.stdout).items()}
-
 
 def normalized(value: str | None) -> str:
     return " ".join((value or "").split())
