@@ -90,7 +90,7 @@ def _logical_lines(text: str, file: str) -> Iterator[_Line | tuple[str, str, lis
             if nxt.lstrip().startswith("#"):
                 continue  # a comment inside a continued value is skipped
             line += nxt.strip()  # as HTCondor: each physical line trimmed, then joined
-        yield _Line(line.strip(), start)
+        yield _Line(line.strip(), i)  # as HTCondor: a continued line is at its last line
 
 
 class ConfigReader:

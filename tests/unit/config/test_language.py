@@ -36,6 +36,9 @@ def test_empty_value_is_defined_as_empty() -> None:
 def test_backslash_continues_a_line() -> None:
     c = cfg("START = KeyboardIdle > 60 && \\\n   LoadAvg < 0.3\n")
     assert c.get("START") == "KeyboardIdle > 60 && LoadAvg < 0.3"  # lines trimmed, as HTCondor
+    definition = c.definition("START")
+    assert definition is not None
+    assert definition.origin.line == 2  # as condor_config_val -v: the line the value ends on
 
 
 def test_multiline_value_block() -> None:
