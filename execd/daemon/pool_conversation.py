@@ -25,6 +25,7 @@ from execd.claims.ids import ClaimId
 from execd.daemon.pool_job import PoolJob
 from execd.errors import ExecdError, ProtocolError
 from execd.wire.channel import Channel
+from execd.wire.classad_codec import WireAd
 from execd.wire.handover import adopt_connection, export_connection, release_connection
 from execd.wire.shadow import Conversation, ShadowOptions
 from execd.wire.shadow import serve_shadow as run_conversation
@@ -37,6 +38,18 @@ if TYPE_CHECKING:
     from execd.daemon.pool import PoolMember
 
 logger = log.get_logger("pool")
+
+
+def published_slot_ad(member: PoolMember, slot: str, ad: Any) -> WireAd | None:
+    """The slot's public ad as the collector has it (claim and job attributes included):
+    what condor_startd hands its starter, and the starter nests in register_starter_info
+    as SlotAd. None for a slot with neither a claim nor an offer yet."""
+    if ad is None:
+        return None
+    claimed = any(name == slot for name, _ in member.daemon.jobs.claims.values())
+    if not claimed and slot not in member.offers:
+        return None
+    return member.pair(slot, ad)[0]
 
 
 def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob,
@@ -70,6 +83,7 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob,
         update_interval_s=float(daemon.settings.get_int("STARTER_UPDATE_INTERVAL") or 300),
         initial_update_s=float(daemon.settings.get_int("STARTER_INITIAL_UPDATE_INTERVAL") or 8),
         runner=job.runner, on_running=on_running, handover=handover, slot_ad=ad,
+        published_slot_ad=published_slot_ad(member, slot, ad),
     )  # fmt: skip
 
 
