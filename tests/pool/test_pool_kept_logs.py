@@ -1,0 +1,56 @@
+"""A failing pool test keeps its logs where its failure report says (pool_logs.py): a
+pytest of its own runs failing_pool_test.py against the real pool, one test passing
+and one failing after starting an execd, and leaves the failing one's directory only,
+with the HTCondor daemons' logs from that test on and its execd's whole log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pool_harness as harness
+import pool_logs
+from failing_pool_test import SELFTEST
+
+HERE = Path(__file__).parent
+REPO = HERE.parents[1]
+RUN_TIMEOUT_S = 300
+
+
+def test_a_failing_pool_tests_logs_are_kept_and_named(running_pool: harness.RunningPool,
+                                                      tmp_path: Path) -> None:  # fmt: skip
+    running_pool.close()  # one pool per chroot: the inner run starts its own
+    kept = tmp_path / "kept"
+    env = os.environ | {pool_logs.ROOT_ENV: str(kept), SELFTEST: "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         f"--basetemp={tmp_path / 'inner'}", str(HERE / "failing_pool_test.py")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "1 failed, 1 passed" in out, out
+    # the passing test's directory is gone, the failing one's stays and is named
+    (kept_dir,) = kept.iterdir()
+    assert kept_dir.name == "failing_pool_test-test_fails_after_starting_an_execd"
+    assert f"kept in {kept_dir}" in out.split("this test fails on purpose", 1)[1], out
+    assert sorted(p.name for p in kept_dir.iterdir()) == ["condor-1", "execd-1"]
+    # the execd's log outlived its root (a temporary directory the test removed)
+    events = [json.loads(line)["event"]
+              for line in (kept_dir / "execd-1" / "ExecdLog").read_text().splitlines()]
+    assert events[0] != "" and "pool_joined" in events and events[-1] == "execd_stopped"
+    # every HTCondor daemon's log, from where it stood when the test began: the pool
+    # started in the passing test, so the master's start-up is not in the failing one's
+    condor = kept_dir / "condor-1"
+    names = {p.name for p in condor.iterdir()}
+    assert {"MasterLog", "CollectorLog", "NegotiatorLog", "SchedLog", "SharedPortLog",
+            "master.stdout", "POOL"} <= names, names
+    master = (condor / "MasterLog").read_text()
+    whole = "STARTING UP"
+    assert whole not in master
+    collector = (condor / "CollectorLog").read_text()
+    assert collector, "the collector logged nothing while an execd joined"
