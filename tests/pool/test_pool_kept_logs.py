@@ -1,7 +1,9 @@
 """A failing pool test keeps its logs where its failure report says (pool_logs.py): a
 pytest of its own runs failing_pool_test.py against the real pool, one test passing
-and one failing after starting an execd, and leaves the failing one's directory only,
-with the HTCondor daemons' logs from that test on and its execd's whole log.
+and one failing after starting an execd and switching to the pool with condor_startd,
+and leaves the failing one's directory only: its execd's whole log, and the HTCondor
+daemons' logs of both pools from where they stood as the test began (the first pool's
+copied before the second one's start wiped them).
 """
 
 from __future__ import annotations
@@ -38,19 +40,21 @@ def test_a_failing_pool_tests_logs_are_kept_and_named(running_pool: harness.Runn
     (kept_dir,) = kept.iterdir()
     assert kept_dir.name == "failing_pool_test-test_fails_after_starting_an_execd"
     assert f"kept in {kept_dir}" in out.split("this test fails on purpose", 1)[1], out
-    assert sorted(p.name for p in kept_dir.iterdir()) == ["condor-1", "execd-1"]
+    assert sorted(p.name for p in kept_dir.iterdir()) == ["condor-1", "condor-2", "execd-1"]
     # the execd's log outlived its root (a temporary directory the test removed)
     events = [json.loads(line)["event"]
               for line in (kept_dir / "execd-1" / "ExecdLog").read_text().splitlines()]
-    assert events[0] != "" and "pool_joined" in events and events[-1] == "execd_stopped"
-    # every HTCondor daemon's log, from where it stood when the test began: the pool
-    # started in the passing test, so the master's start-up is not in the failing one's
-    condor = kept_dir / "condor-1"
-    names = {p.name for p in condor.iterdir()}
-    assert {"MasterLog", "CollectorLog", "NegotiatorLog", "SchedLog", "SharedPortLog",
-            "master.stdout", "POOL"} <= names, names
-    master = (condor / "MasterLog").read_text()
-    whole = "STARTING UP"
-    assert whole not in master
-    collector = (condor / "CollectorLog").read_text()
-    assert collector, "the collector logged nothing while an execd joined"
+    assert "pool_joined" in events and events[-1] == "execd_stopped", events
+    daemons = {"MasterLog", "CollectorLog", "NegotiatorLog", "SchedLog", "SharedPortLog",
+               "master.stdout", "POOL"}  # fmt: skip
+    # the pool without a startd, started by the passing test: from the failing test's
+    # start (no start-up) to its shutdown as the test switched pools
+    first = kept_dir / "condor-1"
+    assert daemons <= {p.name for p in first.iterdir()} and not (first / "StartLog").exists()
+    master = (first / "MasterLog").read_text()
+    assert "STARTING UP" not in master and "EXITING WITH STATUS 0" in master, master
+    assert (first / "CollectorLog").read_text(), "the collector logged nothing as execd joined"
+    # the pool with condor_startd, started in the failing test: whole, StartLog too
+    second = kept_dir / "condor-2"
+    assert daemons | {"StartLog"} <= {p.name for p in second.iterdir()}
+    assert "STARTING UP" in (second / "MasterLog").read_text()
