@@ -1,5 +1,5 @@
 """A failing pool test keeps its logs where its failure report says (pool_logs.py): a
-pytest of its own runs failing_pool_test.py against the real pool, one test passing
+pytest of its own runs failing_pool_case.py against the real pool, one test passing
 and one failing after starting an execd and switching to the pool with condor_startd,
 and leaves the failing one's directory only: its execd's whole log, and the HTCondor
 daemons' logs of both pools from where they stood as the test began (the first pool's
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pool_harness as harness
 import pool_logs
-from failing_pool_test import SELFTEST
+from failing_pool_case import SELFTEST
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
@@ -30,7 +30,7 @@ def test_a_failing_pool_tests_logs_are_kept_and_named(running_pool: harness.Runn
     env = os.environ | {pool_logs.ROOT_ENV: str(kept), SELFTEST: "1"}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         f"--basetemp={tmp_path / 'inner'}", str(HERE / "failing_pool_test.py")],
+         f"--basetemp={tmp_path / 'inner'}", str(HERE / "failing_pool_case.py")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
     )  # fmt: skip
     out = done.stdout
@@ -38,7 +38,7 @@ def test_a_failing_pool_tests_logs_are_kept_and_named(running_pool: harness.Runn
     assert "1 failed, 1 passed" in out, out
     # the passing test's directory is gone, the failing one's stays and is named
     (kept_dir,) = kept.iterdir()
-    assert kept_dir.name == "failing_pool_test-test_fails_after_starting_an_execd"
+    assert kept_dir.name == "failing_pool_case-test_fails_after_starting_an_execd"
     assert f"kept in {kept_dir}" in out.split("this test fails on purpose", 1)[1], out
     assert sorted(p.name for p in kept_dir.iterdir()) == ["condor-1", "condor-2", "execd-1"]
     # the execd's log outlived its root (a temporary directory the test removed)
