@@ -203,7 +203,7 @@ class PoolCommands:
         return False
 
     async def activate_claim(self, channel: Channel, command: int, peer: Peer) -> None:
-        from execd.daemon.pool_conversation import serve_shadow  # noqa: PLC0415
+        from execd.daemon.pool_conversation import published_slot_ad, serve_shadow  # noqa: PLC0415
 
         request = decode_activate_claim(channel.decoder(await channel.recv()))
         job = job_values(request.job_ad)
@@ -211,6 +211,7 @@ class PoolCommands:
         try:
             slot, claim = self.daemon.jobs.lookup(request.claim_id)
             self.daemon.startd_stats.count("ActivationRequests")
+            published = published_slot_ad(self.member, slot)  # as the starter starts
             runner.activate(job)
         except ControlError as exc:
             logger.warning("pool_activation_refused", peer=peer.address, session=peer.sid,
@@ -223,7 +224,7 @@ class PoolCommands:
         try:
             await channel.send(channel.encoder().put_int(Reply.OK).payload())
             self.member.changed()
-            await serve_shadow(self.member, channel, claim, job, runner)
+            await serve_shadow(self.member, channel, claim, job, runner, published=published)
         finally:
             runner.close()
 

@@ -25,6 +25,7 @@ from execd.claims.ids import ClaimId
 from execd.daemon.pool_job import PoolJob
 from execd.errors import ExecdError, ProtocolError
 from execd.wire.channel import Channel
+from execd.wire.classad_codec import WireAd
 from execd.wire.handover import adopt_connection, export_connection, release_connection
 from execd.wire.shadow import Conversation, ShadowOptions
 from execd.wire.shadow import serve_shadow as run_conversation
@@ -39,10 +40,25 @@ if TYPE_CHECKING:
 logger = log.get_logger("pool")
 
 
-def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob,
-                   handed_over: list[bool]) -> ShadowOptions:  # fmt: skip
+def published_slot_ad(member: PoolMember, slot: str) -> WireAd | None:
+    """The slot's public ad as the collector has it (its claim's attributes included):
+    taken as the claim is activated, before the slot goes Busy, it is what condor_startd
+    hands the starter it spawns, which nests it in register_starter_info as SlotAd. None
+    for a slot with neither a claim nor an offer."""
+    ad = member.slot_ads().get(slot)
+    if ad is None:
+        return None
+    claimed = any(name == slot for name, _ in member.daemon.jobs.claims.values())
+    if not claimed and slot not in member.offers:
+        return None
+    return member.pair(slot, ad)[0]
+
+
+def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over: list[bool],
+                   published: WireAd | None = None) -> ShadowOptions:  # fmt: skip
     """How execd's starter side serves the shadow of `claim`'s job (run by `job`);
-    `handed_over` says, once it ended, whether the conversation went to the next image."""
+    `handed_over` says, once it ended, whether the conversation went to the next image;
+    `published` is the slot's ad for the shadow (published_slot_ad)."""
     daemon = member.daemon
     store = daemon.jobs.store
     slot = job.job.slot if job.job is not None else ""
@@ -70,6 +86,7 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob,
         update_interval_s=float(daemon.settings.get_int("STARTER_UPDATE_INTERVAL") or 300),
         initial_update_s=float(daemon.settings.get_int("STARTER_INITIAL_UPDATE_INTERVAL") or 8),
         runner=job.runner, on_running=on_running, handover=handover, slot_ad=ad,
+        published_slot_ad=published,
     )  # fmt: skip
 
 
@@ -80,15 +97,16 @@ def _ended(member: PoolMember, claim: ClaimId, handed_over: list[bool]) -> None:
 
 
 async def serve_shadow(member: PoolMember, channel: Channel, claim: ClaimId,
-                       job_ad: dict[str, Any], job: PoolJob) -> None:  # fmt: skip
+                       job_ad: dict[str, Any], job: PoolJob, *,
+                       published: WireAd | None = None) -> None:  # fmt: skip
     """The shadow's conversation on the activation socket (execd.wire.shadow), its job
-    run by execd's starter through `job`.
+    run by execd's starter through `job`; `published`: the slot's ad as activated.
 
     Called after ACTIVATE_CLAIM was accepted (the slot is Claimed/Busy; the starter
     waits for the input transfer). Returns when the shadow has the job's exit, or the
     hold; raises ProtocolError if the shadow goes away."""
     handed_over: list[bool] = []
-    options = shadow_options(member, claim, job, handed_over)
+    options = shadow_options(member, claim, job, handed_over, published)
     try:
         await run_conversation(channel, claim, job_ad, options=options)
     finally:

@@ -83,7 +83,11 @@ from execd.wire.shadow_syscalls import (
     ShadowSyscalls,
 )
 from execd.wire.sinful import parse_sinful
-from execd.wire.slot_resources import provisioned_resources, starter_info_resources
+from execd.wire.slot_resources import (
+    nested_slot_ad,
+    provisioned_resources,
+    starter_info_resources,
+)
 
 log = get_logger("wire")
 ULOG_REMOTE_ERROR = 21
@@ -117,6 +121,9 @@ class ShadowOptions:
     # The claimed slot's ad (a classad2 ClassAd): its resources go to the shadow, which
     # shows them in the user log (slot_resources.py). None: none are sent.
     slot_ad: Any = None
+    # The slot's public ad as execd advertises it: nested in register_starter_info as
+    # `SlotAd` (slot_resources.py). None: none is sent.
+    published_slot_ad: WireAd | None = None
 
 
 def job_values(ad: WireAd) -> dict[str, object]:
@@ -347,7 +354,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     handed_over = False
     try:
         uid, gid = run_as_ids(str(job.get("Owner", "")), options.run_as_fallback)
-        await calls.register_starter_info(starter_ad)
+        slot = nested_slot_ad(options.published_slot_ad) if options.published_slot_ad else {}
+        await calls.register_starter_info(starter_ad | slot)
         await calls.get_sec_session_info()
         transfers = Transfers(calls, link, job_wire, address)
         executable = str(job.get("Cmd", ""))

@@ -18,13 +18,19 @@ starter.cpp; job1.pcap has both), and the user sees both in the job's user log:
 An amount a slot ad does not have (there is no `Swap` attribute) is left out, as
 HTCondor's CopyAttribute leaves it; so are `Assigned<Res>` and `AvailableGPUs` where the
 slot ad has none (a slot never bound to a GPU, a node without GPUs; execd/slots/ads.py).
+
+register_starter_info also carries the whole slot ad, nested as `SlotAd` (the public ad
+the execute point advertises, as condor_startd hands it to its starter). The shadow
+keeps it for common-file catalogs (the slot's `catalogs` list names nested ads with
+the path of each staged catalog) and, with `SHADOW_DEBUG = D_MACHINE`, logs it in the
+"StarterInfo ad" it prints. The reconnect reply carries no SlotAd, as HTCondor's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from execd.wire.classad_codec import WireAd, unparse_old
+from execd.wire.classad_codec import WireAd, to_classad, unparse_old
 
 # What HTCondor assumes of a slot ad without MachineResources.
 DEFAULT_RESOURCES = "CPUs, Disk, Memory"
@@ -67,3 +73,8 @@ def provisioned_resources(slot_ad: Any) -> WireAd:
         _copy(slot_ad, name, out, f"{name}Provisioned")
         _copy(slot_ad, f"Assigned{name}", out)
     return out
+
+
+def nested_slot_ad(published: WireAd) -> WireAd:
+    """register_starter_info's `SlotAd`: the slot's public ad as one nested ad."""
+    return {"SlotAd": unparse_old(to_classad(published))}

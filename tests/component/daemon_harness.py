@@ -19,11 +19,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class RunningDaemon:
-    def __init__(self, root: Path, extra_config: str = "") -> None:
+    def __init__(self, root: Path, extra_config: str = "", log: Path | None = None) -> None:
         self.root = root
         self.base_cgroup = f"execd-test-{os.getpid()}-{secrets.token_hex(4)}"
         self.config = root / "execd_config"
-        self.log = root / "ExecdLog"
+        self.log = log or root / "ExecdLog"
         self.config.write_text(self.config_text(extra_config))
         self.proc: subprocess.Popen[str] | None = None
         self._offset = 0

@@ -488,13 +488,19 @@ class RunningPool:
     def __init__(self, make: Callable[..., Pool] = Pool) -> None:
         self.make = make  # make(with_startd=..., idtokens=...): a Pool, not started
         self.current: Pool | None = None
+        self.last: Pool | None = None  # the latest made, running, stopped or failed
+        # Called with the last pool before the next one starts and wipes its logs.
+        self.before_wipe: Callable[[Pool], None] | None = None
 
     def get(self, *, with_startd: bool, idtokens: bool = False) -> Pool:
         if self.current is not None and (self.current.with_startd, self.current.idtokens) == (
                 with_startd, idtokens):  # fmt: skip
             return self.current
         self.close()
+        if self.last is not None and self.before_wipe is not None:
+            self.before_wipe(self.last)
         started = self.make(with_startd=with_startd, idtokens=idtokens)
+        self.last = started
         started.start()  # stops what it started itself when it fails
         self.current = started
         return started

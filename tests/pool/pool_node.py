@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,9 @@ queue
 
 # The execds started by the running test (drained by the autouse fixture).
 STARTED: list[PoolNode] = []
+# Where the running test's next execd writes its log (pool_logs.TestLogs.execd_log, set
+# by conftest.py); None: in its root.
+LOG_PLACE: Callable[[], Path] | None = None
 
 
 class PoolNode(RunningDaemon):
@@ -74,7 +78,7 @@ def start_node(pool: harness.Pool, root: Path, extra: str = "") -> PoolNode:
                       for knob in ("UID_DOMAIN", "FILESYSTEM_DOMAIN"))  # fmt: skip
     node = PoolNode(root, f"COLLECTOR_HOST = {pool.collector}\nUPDATE_INTERVAL = 2\n" + domains +
                           "NUM_CPUS = 2\nMEMORY = 1024\nEXECD_COMMAND_ADDRESS = 127.0.0.1:0\n"
-                          + extra)  # fmt: skip
+                          + extra, log=LOG_PLACE() if LOG_PLACE else None)  # fmt: skip
     STARTED.append(node)
     node.start()
     node.joined = node.wait_for("pool_joined")

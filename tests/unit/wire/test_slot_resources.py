@@ -12,14 +12,20 @@ from typing import Any
 
 from test_shadow_syscalls import _ad_of, activation
 
+from execd.claims.ids import ClaimIdFactory
 from execd.classads import evaluate
 from execd.machine.facts import GpuInfo, MachineFacts
 from execd.slots.layout import build_layout, default_slot_types
 from execd.slots.node import NodeSlots
 from execd.slots.requests import ResourceRequest
-from execd.wire.classad_codec import to_classad
+from execd.wire.classad_codec import is_private, to_classad
 from execd.wire.shadow import ShadowOptions, _starter_ad
-from execd.wire.slot_resources import provisioned_resources, starter_info_resources
+from execd.wire.slot_resources import (
+    nested_slot_ad,
+    provisioned_resources,
+    starter_info_resources,
+)
+from execd.wire.startd_ads import advertised_pair
 
 # What register_starter_info carries besides the resources (the slot's name, addresses,
 # versions, domains, the sandbox, the nested SlotAd): not this module's.
@@ -91,3 +97,34 @@ def test_the_starter_info_carries_the_claimed_slots_resources(tmp_path: Path) ->
     assert (sent["Memory"], sent["Cpus"], sent["Name"]) == (128, 1, ad["Name"])
     assert sent["StarterIpAddr"] == address  # what the starter says of itself wins
     assert "Memory" not in to_classad(_starter_ad(ShadowOptions(), tmp_path, address))
+
+
+# Of the real starter's SlotAd (job1.pcap): what says which slot it is and how to reach
+# and match it; execd's slot ad has each.
+SLOT_IDENTITY = ("Name", "MyType", "TargetType", "SlotType", "SlotID", "DSlotId", "Cpus",
+                 "Memory", "Disk", "GPUs", "Machine", "MyAddress", "StartdIpAddr",
+                 "Requirements", "Start", "Arch", "OpSys", "DynamicSlot", "State",
+                 "Activity", "TotalSlotCpus")  # fmt: skip
+
+
+def test_the_slot_ad_goes_nested_as_the_real_starters_did() -> None:
+    """register_starter_info's SlotAd: the slot's public ad as one nested ClassAd, which
+    the shadow's old-syntax parser reads back attribute for attribute, no secret in it."""
+    real_info, _, real_slot = real_starter()
+    assert real_info["SlotAd"].startswith("[ ") and real_slot["SlotType"] == "Dynamic"
+    assert all(name in real_slot for name in SLOT_IDENTITY)
+
+    address = "<127.0.0.1:9618?addrs=127.0.0.1-9618>"
+    claim = ClaimIdFactory(address, 1000).new()
+    public, _private = advertised_pair(dynamic_slot_ad(NO_GPU_FACTS, memory_mb=128),
+                                       address=address, claim_id=claim)  # fmt: skip
+    sent = nested_slot_ad(public)
+    assert list(sent) == ["SlotAd"] and sent["SlotAd"].startswith("[ ")
+    slot = to_classad(sent)["SlotAd"]  # as the shadow's getClassAd reads it
+    assert sorted(slot.keys()) == sorted(public)
+    assert all(slot.lookup(k) == to_classad({k: v}).lookup(k) for k, v in public.items())
+    assert [name for name in SLOT_IDENTITY if name not in slot] == []
+    assert (slot["Name"], slot["MyAddress"], slot["Memory"]) == ("slot1_1@node.example",
+                                                                 address, 128)  # fmt: skip
+    assert not any(is_private(name) for name in slot)
+    assert claim.secret not in sent["SlotAd"]
