@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from execd.claims.ids import parse_claim_id
 from execd.daemon.policy_glue import now
 from execd.daemon.recovery import recover
 from execd.daemon.runtime import Daemon
@@ -54,6 +55,15 @@ def ad(daemon: Daemon) -> dict[str, Any]:
     return next(a for a in daemon.ads() if str(a["Name"]).startswith("slot1@"))
 
 
+def held(daemon: Daemon) -> set[str]:
+    """The JobManager's claims, by public session id (never a secret in a message)."""
+    return {claim.session_id for _slot, claim in daemon.jobs.claims.values()}
+
+
+def session(claim_id: str) -> str:
+    return parse_claim_id(claim_id).session_id
+
+
 def stored(daemon: Daemon) -> dict[str, float]:
     """The store's claims: session id -> lease duration."""
     return {c.session_id: c.lease_duration for c in daemon.jobs.store.claims()}
@@ -85,21 +95,21 @@ def scenario(tmp_path: Path, body: Callable[[Daemon], None]) -> None:
 def test_a_waiting_preempting_claims_lease_does_not_run_until_it_holds_the_slot(
         tmp_path: Path) -> None:  # fmt: skip
     def body(daemon: Daemon) -> None:
-        alice, boss = busy_alice_then_boss(daemon)
+        _alice, boss = busy_alice_then_boss(daemon)
         # boss's lease (60 s) would be long over; alice's (1200 s) is not
         run(daemon, daemon.engine.evaluate(later(daemon, 600)))
         assert state(daemon) == "Claimed/Retiring"  # still retiring for boss
-        assert boss["claim_id"] in daemon.jobs.claims
+        assert session(boss["claim_id"]) in held(daemon)
         assert len(stored(daemon)) == 2
         waiting = daemon.engine.slots["slot1"].preempting_claim
-        assert waiting is not None and waiting.id.full() == boss["claim_id"]
+        assert waiting is not None and waiting.id.session_id == session(boss["claim_id"])
         # the job ends; its starter's exit hands the slot to boss's claim
         run(daemon, daemon.engine.job_exited("slot1", later(daemon, 700)))
         run(daemon, daemon.engine.starter_exited("slot1", later(daemon, 700)))
         for _ in range(2):
             run(daemon, daemon.engine.evaluate(later(daemon, 700)))
         assert state(daemon) == "Claimed/Idle"
-        assert alice["claim_id"] not in daemon.jobs.claims
+        assert held(daemon) == {session(boss["claim_id"])}
         assert ad(daemon)["ClaimLeaseDuration"] == 60
         # its lease runs from the takeover: not over 59 s later, over 61 s later
         run(daemon, daemon.engine.evaluate(later(daemon, 759)))
@@ -117,8 +127,8 @@ def test_a_preempting_claim_the_drain_drops_is_forgotten_at_once(tmp_path: Path)
         assert state(daemon) == "Claimed/Retiring"  # alice's job retires for the drain
         assert daemon.engine.slots["slot1"].preempting_claim is None
         # nothing of boss's claim is left: a command naming it is refused
-        assert set(daemon.jobs.claims) == {alice["claim_id"]}
-        assert list(stored(daemon)) == [daemon.jobs.claims[alice["claim_id"]][1].session_id]
+        assert held(daemon) == {session(alice["claim_id"])}
+        assert list(stored(daemon)) == [session(alice["claim_id"])]
 
     scenario(tmp_path, body)
 
@@ -130,7 +140,7 @@ def test_the_claim_that_took_the_slot_has_its_own_lease_after_a_restart(
         run(daemon, daemon.engine.job_exited("slot1", later(daemon, 0)))
         run(daemon, daemon.engine.starter_exited("slot1", later(daemon, 0)))
         assert state(daemon) == "Claimed/Idle"
-        assert set(daemon.jobs.claims) == {boss["claim_id"]}, alice
+        assert held(daemon) == {session(boss["claim_id"])}, alice["slot"]
         assert ad(daemon)["ClaimLeaseDuration"] == 60
         assert list(stored(daemon).values()) == [60.0]  # its own, not alice's 1200
 
@@ -150,13 +160,13 @@ def test_a_restart_does_not_restore_a_preempting_claim_still_waiting(tmp_path: P
 
     def first(daemon: Daemon) -> None:
         alice, boss = busy_alice_then_boss(daemon)
-        claims.update(alice=alice["claim_id"], boss=boss["claim_id"])
+        claims.update(alice=session(alice["claim_id"]), boss=session(boss["claim_id"]))
 
     def second(daemon: Daemon) -> None:
         assert recover(daemon.jobs)["claims"] == 1
-        assert set(daemon.jobs.claims) == {claims["alice"]}  # the slot's own claim
+        assert held(daemon) == {claims["alice"]}  # the slot's own claim
         slot = daemon.engine.slots["slot1"]
-        assert slot.claim is not None and slot.claim.id.full() == claims["alice"]
+        assert slot.claim is not None and slot.claim.id.session_id == claims["alice"]
         assert slot.preempting_claim is None
         assert ad(daemon)["ClaimLeaseDuration"] == 1200
         assert len(stored(daemon)) == 1
