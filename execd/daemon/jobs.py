@@ -163,16 +163,19 @@ class JobManager(StarterLifecycle):
                         if isinstance(a, act.LogEvent) and a.event == "claim_refused"), "refused")
             raise ControlError("refused", f"{name}: claim refused: {why}")
         self.matches.claimed(target)
-        lease = engine.slots[name].claim
+        # its own lease: a preempting claim is the slot's preempting_claim, not its claim
+        granted = next(c for c in (engine.slots[name].claim, engine.slots[name].preempting_claim)
+                       if c is not None and c.id == claim)  # fmt: skip
         self.store.add_claim(ClaimRecord(
             claim.session_id, claim.full(), name, parent=target if carved else None,
             carved=None if carved is None else carved_json(carved), request_ad=job_ad,
-            lease_duration=lease.lease.duration if lease else 0.0, granted=moment.wall))
+            lease_duration=granted.lease.duration, granted=moment.wall))
         self.claims[claim.full()] = (name, claim)
         logger.info("claim_granted", slot=name, claim=str(claim))
         basis = next((a.fields.get("basis") for a in actions
                       if isinstance(a, act.LogEvent) and a.event == "preempting_claim"), None)
-        return {"slot": name, "claim_id": claim.full(), "preempts_for": basis}
+        return {"slot": name, "claim_id": claim.full(), "preempts_for": basis,
+                "lease": granted.lease.duration}
 
     @staticmethod
     def claim_ids(birthday: int) -> ClaimIdFactory:
@@ -321,6 +324,10 @@ class JobManager(StarterLifecycle):
             for slot, claim in list(self.claims.values()):
                 if slot == action.slot and claim.session_id == action.claim:
                     self._claim_gone(claim)
+            if self.daemon.pool is not None:  # a REQUEST_CLAIM waiting on it is answered
+                self.daemon.pool.changed()
+        elif isinstance(action, act.ClaimTookSlot):  # its lease starts now: so after a restart
+            self.store.renew_claim(action.claim, now().wall)
         else:
             return False
         return True

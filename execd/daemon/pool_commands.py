@@ -164,9 +164,7 @@ class PoolCommands:
         await member.job_attrs.note_client(claim, channel.peer)  # its ClientMachine
         # As condor_startd: ALIVE every lease/3, the lease being the job's
         # JobLeaseDuration, else MAX_CLAIM_ALIVES_MISSED x the schedd's ALIVE_INTERVAL.
-        granted = self.daemon.engine.slots[name].claim
-        lease = int(granted.lease.duration) if granted is not None else req.alive_interval
-        member.track(claim, name, req.schedd_address, lease)
+        member.track(claim, name, req.schedd_address, int(result["lease"]))
         logger.info("pool_claimed", slot=name, claim=str(claim), schedd=req.schedd_address)
         if partitionable:
             member.replace_offer(slot)

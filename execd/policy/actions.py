@@ -61,6 +61,15 @@ class NotifyClaimHolder:
 
 
 @dataclass(frozen=True)
+class ClaimTookSlot:
+    """A preempting claim became the slot's claim (23, 24; 31 from Backfill): its lease
+    starts now, as condor_startd's beginClaim starts a claim's ClaimLease timer."""
+
+    slot: str
+    claim: str  # claim's public id, never the secret
+
+
+@dataclass(frozen=True)
 class StartBackfillClient:
     """Spawn the daemon's one backfill client (BACKFILL_SYSTEM); all backfill slots share it."""
 
@@ -94,6 +103,6 @@ class LogEvent:
 
 Action = (
     SpawnStarter | HoldJob | Suspend | Continue | SoftKill | HardKill | KillStarterFamily
-    | PublishAd | NotifyClaimHolder | StartBackfillClient | KillBackfillClient | RunBenchmarks
-    | DeleteDynamicSlot | LogEvent
+    | PublishAd | NotifyClaimHolder | ClaimTookSlot | StartBackfillClient | KillBackfillClient
+    | RunBenchmarks | DeleteDynamicSlot | LogEvent
 )

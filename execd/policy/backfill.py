@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from execd.policy import actions as act
+from execd.policy.preempting import drop_preempting_claim, take_slot
 from execd.policy.slot import Now, Slot
 from execd.policy.states import Activity, State
 
@@ -88,10 +89,10 @@ def leave_backfill_idle(engine: PolicyEngine, slot: Slot, now: Now, out: Actions
     where = slot.backfill_leave_to
     slot.backfill_leave_to = None
     if where == "claimed" and slot.preempting_claim is not None:
-        slot.claim, slot.preempting_claim = slot.preempting_claim, None
-        slot.claimed_once = True
+        take_slot(slot, now, out)
         engine._move(slot, "backfill_to_claimed", now, out)
     elif where == "matched":
         engine._move(slot, "backfill_to_matched", now, out)
     elif where is not None:
+        drop_preempting_claim(slot, "backfill ended for the owner", out)
         engine._move(slot, "backfill_to_owner", now, out)

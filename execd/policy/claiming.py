@@ -16,6 +16,7 @@ from execd.claims.lease import Lease, lease_duration
 from execd.errors import PolicyError
 from execd.policy import actions as act
 from execd.policy.evaluate import evaluate_slot, retirement_over
+from execd.policy.preempting import drop_preempting_claim
 from execd.policy.slot import FOR_PREEMPTING_CLAIM, Claim, Now, Slot
 from execd.policy.states import Activity, State, label
 
@@ -81,11 +82,8 @@ def request_claim(engine: PolicyEngine, slot: Slot, claim_id: ClaimId, request_a
     if slot.state == S.CLAIMED and basis is not None and (pending is None or replaces) \
             and not engine.draining and engine.shutting_down is None:
         claim.preempts_for = basis
+        drop_preempting_claim(slot, "replaced by a new preempting claim", out, "replaced")
         slot.preempting_claim = claim
-        if pending is not None:  # its REQUEST_CLAIM is answered NOT_OK
-            out.append(act.LogEvent("preempting_claim_withdrawn", {
-                "slot": slot.name, "why": "replaced by a new preempting claim"}))
-            out.append(act.NotifyClaimHolder(slot.name, str(pending.id), "replaced"))
         out.append(act.LogEvent("preempting_claim", {
             "slot": slot.name, "basis": basis,
             "why": f"preempting claim based on {PREEMPTION_BASES[basis]}"}))
@@ -243,8 +241,8 @@ def withdraw_preempting_claim(engine: PolicyEngine, slot: Slot, now: Now,
     """The preempting claim went away before it got the slot: retirement is undone (19)."""
     if slot.preempting_claim is None:
         raise PolicyError(f"no preempting claim waits on {slot.name}")
-    slot.preempting_claim = None
-    out: Actions = [act.LogEvent("preempting_claim_withdrawn", {"slot": slot.name, "why": why})]
+    out: Actions = []
+    drop_preempting_claim(slot, why, out)
     if slot.state == S.BACKFILL and slot.backfill_leave_to == "claimed":
         slot.backfill_leave_to = "owner"
     return out + evaluate_slot(engine, slot, now)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from execd import classads
 from execd.errors import PolicyError
 from execd.policy import actions as act
+from execd.policy.preempting import drop_preempting_claim
 from execd.policy.slot import Now, Slot
 from execd.policy.states import Activity, State
 
@@ -77,7 +78,7 @@ def shutdown(engine: PolicyEngine, mode: str, now: Now) -> Actions:
                 continue
             if mode == "peaceful":
                 slot.retirement_override = math.inf
-            slot.preempting_claim = None
+            drop_preempting_claim(slot, "shutdown", out)
             if slot.activity == A.IDLE:
                 engine._evict(slot, now, out, "shutdown")
             else:
@@ -124,7 +125,7 @@ def drain(engine: PolicyEngine, mode: str, now: Now, *, reason: str = "",
         if not slot.dynamic:
             slot.drain_mark = now.mono
         if slot.state == S.CLAIMED:
-            slot.preempting_claim = None
+            drop_preempting_claim(slot, "drain", out)
             if mode == "fast":
                 engine._evict(slot, now, out, "drain", kill=True)
             elif mode == "quick" or slot.activity == A.IDLE:

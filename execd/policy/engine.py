@@ -14,7 +14,7 @@ from execd import classads
 from execd.claims.ids import ClaimId
 from execd.errors import PolicyError
 from execd.policy import actions as act
-from execd.policy import backfill, claiming, drain, drain_estimates
+from execd.policy import backfill, claiming, drain, drain_estimates, preempting
 from execd.policy.adcache import AdCache, own_facts, references
 from execd.policy.config import PolicyConfig
 from execd.policy.drain_estimates import INT_MAX  # HTCondor's endless retirement (a C int)
@@ -344,11 +344,11 @@ class PolicyEngine:
             slot.retirement_override
         slot.starter_family_killed = False
         if slot.preempting_claim is not None and self.shutting_down is None:
-            slot.claim, slot.preempting_claim = slot.preempting_claim, None
-            slot.claim.lease.renew(now.mono)
+            preempting.take_slot(slot, now, out)
             self._move(slot, "starter_exited_preempting_claim", now, out)
         else:
-            slot.claim = slot.preempting_claim = None
+            preempting.drop_preempting_claim(slot, "shutdown", out)
+            slot.claim = None
             self._move(slot, "starter_exited", now, out)
 
     def _end_job(self, slot: Slot, now: Now) -> None:

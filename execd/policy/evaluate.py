@@ -97,11 +97,8 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
         out.append(act.LogEvent("claim_lease_expired", {"slot": slot.name}))
         engine._evict(slot, now, out, "lease expired", kill=True)
         return
-    pending = slot.preempting_claim
-    if pending is not None and pending.lease.expired(now.mono):
-        slot.preempting_claim = None  # its schedd went away: retirement may be undone (19)
-        out.append(act.LogEvent("preempting_claim_withdrawn", {
-            "slot": slot.name, "why": "lease expired"}))
+    # A waiting preempting claim has no lease running (condor_startd starts it when the
+    # claim takes the slot): it waits out the retirement, however long.
     if slot.retire_reason == FOR_PREEMPTING_CLAIM and slot.preempting_claim is None \
             and slot.activity == A.SUSPENDED:
         slot.retire_reason = None  # the claim it would retire for went away (not 16 but 15)

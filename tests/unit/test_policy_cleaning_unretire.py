@@ -73,14 +73,32 @@ def test_19_unretire_when_the_preempting_claim_is_released() -> None:
     assert not d.of_type(act.SoftKill)
 
 
-def test_19_unretire_when_the_preempting_claims_lease_expires() -> None:
-    d, _boss = _rank_retiring()
+def test_no_19_for_a_waiting_preempting_claim_its_lease_starts_when_it_takes_the_slot(
+        ) -> None:  # fmt: skip
+    # condor_startd starts a claim's lease timer when it becomes the slot's claim
+    # (Claim::beginClaim): a preempting claim waits out the retirement, however long
+    d, boss = _rank_retiring()
     alice = d.slot.claim.id
-    for _ in range(4):  # only the running job's schedd keeps sending alives
+    for _ in range(10):  # only the running job's schedd keeps sending alives
         d.do(d.engine.alive("slot1", d.clock.now(), alice))
-        d.tick(10)
-    assert d.pair == "Claimed/Busy" and d.transitions()[-1] == "19"
-    assert _events(d, "preempting_claim_withdrawn")[0].fields["why"] == "lease expired"
+        d.tick(10)  # boss's lease (30 s) would be long over
+    assert d.pair == "Claimed/Retiring" and "19" not in d.transitions()
+    assert not _events(d, "preempting_claim_withdrawn")
+    d.starter_exited()  # the job ends: boss's claim takes the slot
+    assert d.pair == "Claimed/Idle" and d.slot.claim.id == boss
+    assert act.ClaimTookSlot("slot1", str(boss)) in d.actions
+    d.tick(29)
+    assert d.pair == "Claimed/Idle"
+    d.tick(2)  # 31 s after it took the slot, with no alive: its lease is over
+    assert d.pair != "Claimed/Idle"
+
+
+def test_a_drain_drops_the_waiting_preempting_claim_and_tells_its_holder() -> None:
+    d, boss = _rank_retiring()
+    d.do(d.engine.drain("graceful", d.clock.now()))
+    assert d.slot.preempting_claim is None
+    assert act.NotifyClaimHolder("slot1", str(boss), "drain") in d.actions
+    assert _events(d, "preempting_claim_withdrawn")[0].fields["why"] == "drain"
 
 
 def test_no_unretire_for_preempt_and_withdrawing_nothing_is_an_error() -> None:

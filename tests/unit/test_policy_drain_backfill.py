@@ -266,3 +266,18 @@ def test_slot_weight_and_the_policy_times_are_published_as_configured() -> None:
     assert str(attrs["MaxJobRetirementTime"]) == "3600"
     assert str(attrs["MachineMaxVacateTime"]) == "600"
     assert str(Driver().engine.attributes("slot1", d.clock.now())["SlotWeight"]) == "Cpus"
+
+
+def test_a_claim_waiting_for_the_backfill_client_is_dropped_and_told_at_a_shutdown() -> None:
+    d = Driver(BACKFILL, backfill=True)
+    assert d.pair == "Backfill/Busy"
+    claim_id = d.ids.new()
+    assert d.do(d.engine.request_claim("slot1", claim_id, {"Owner": "alice"}, d.clock.now()))
+    assert d.pair == "Backfill/Killing"  # the claim waits for the client to go
+    d.do(d.engine.shutdown("graceful", d.clock.now()))
+    d.do(d.engine.backfill_client_exited(d.clock.now()))
+    assert d.pair == "Unclaimed/Idle"
+    assert d.slot.claim is None and d.slot.preempting_claim is None
+    # its holder is told (the daemon forgets the claim), as any dropped waiting claim
+    assert act.NotifyClaimHolder("slot1", str(claim_id), "backfill ended for the owner") \
+        in d.actions  # fmt: skip

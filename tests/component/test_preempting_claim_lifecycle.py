@@ -1,0 +1,175 @@
+"""A preempting claim's life in the daemon: its lease, how it ends, and a restart.
+
+As condor_startd 25 does (src/condor_startd.V6): a preempting claim waiting for the
+slot's job to retire has no lease running (its ClaimLease timer starts when it becomes
+the slot's claim, in Claim::beginClaim); once it holds the slot its lease is its own
+(the job's JobLeaseDuration, else MAX_CLAIM_ALIVES_MISSED x its ALIVE_INTERVAL). When
+the engine drops a waiting one (a drain, a shutdown, a better preempting claim), the
+daemon forgets it at once: gone from the JobManager and the store (the pool's REQUEST_CLAIM
+is then refused, as remove_pre's refuseClaimRequest). A restart restores the claim that
+took the slot with its own lease, and does not restore a claim that was still waiting
+(its holder's request died with the old daemon).
+
+The daemon is built as `execd run` builds it, without its cgroup tree: no job runs here;
+the engine is told that one does (activate, its starter's exit), and time is passed to
+it as to any policy evaluation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from execd.claims.ids import parse_claim_id
+from execd.daemon.policy_glue import now
+from execd.daemon.recovery import recover
+from execd.daemon.runtime import Daemon
+from execd.policy import actions as act
+from execd.policy.slot import Now
+from tests.component.in_process_daemon import daemon_without_cgroups
+
+# one static slot that ranks boss's jobs higher, and an hour of retirement
+CONFIG = ('SLOT_TYPE_1_PARTITIONABLE = False\nRANK = TARGET.Owner == "boss"\n'
+          "MAXJOBRETIREMENTTIME = 3600\n")
+ALICE = {"Owner": "alice", "Cmd": "/bin/sleep", "JobLeaseDuration": 1200}
+BOSS = {"Owner": "boss", "Cmd": "/bin/sleep", "JobLeaseDuration": 60}
+
+
+def later(daemon: Daemon, seconds: float) -> Now:
+    moment = now()
+    return Now(moment.mono + seconds, moment.wall + seconds)
+
+
+def run(daemon: Daemon, actions: list[Any]) -> None:
+    """The engine's actions, but no starter: none can run without a cgroup tree."""
+    daemon.execute([a for a in actions if not isinstance(a, act.SpawnStarter)])
+
+
+def state(daemon: Daemon) -> str:
+    slot = daemon.engine.slots["slot1"]
+    return f"{slot.state.value}/{slot.activity.value}"
+
+
+def ad(daemon: Daemon) -> dict[str, Any]:
+    return next(a for a in daemon.ads() if str(a["Name"]).startswith("slot1@"))
+
+
+def held(daemon: Daemon) -> set[str]:
+    """The JobManager's claims, by public session id (never a secret in a message)."""
+    return {claim.session_id for _slot, claim in daemon.jobs.claims.values()}
+
+
+def session(claim_id: str) -> str:
+    return parse_claim_id(claim_id).session_id
+
+
+def stored(daemon: Daemon) -> dict[str, float]:
+    """The store's claims: session id -> lease duration."""
+    return {c.session_id: c.lease_duration for c in daemon.jobs.store.claims()}
+
+
+def busy_alice_then_boss(daemon: Daemon) -> tuple[dict[str, Any], dict[str, Any]]:
+    """alice's job runs (Claimed/Busy); boss's claim (a higher RANK) makes it retire."""
+    alice = daemon.jobs.request_claim("slot1", ALICE)
+    accepted, actions = daemon.engine.activate("slot1", ALICE, later(daemon, 0))
+    assert accepted
+    run(daemon, actions)
+    boss = daemon.jobs.request_claim("slot1", BOSS)
+    assert boss["preempts_for"] == "rank"
+    assert state(daemon) == "Claimed/Retiring"
+    return alice, boss
+
+
+def scenario(tmp_path: Path, body: Callable[[Daemon], None]) -> None:
+    async def inner() -> None:
+        daemon = daemon_without_cgroups(tmp_path, CONFIG)
+        try:
+            body(daemon)
+        finally:
+            daemon.jobs.store.close()
+
+    asyncio.run(inner())  # the daemon's parts expect a running loop
+
+
+def test_a_waiting_preempting_claims_lease_does_not_run_until_it_holds_the_slot(
+        tmp_path: Path) -> None:  # fmt: skip
+    def body(daemon: Daemon) -> None:
+        _alice, boss = busy_alice_then_boss(daemon)
+        # boss's lease (60 s) would be long over; alice's (1200 s) is not
+        run(daemon, daemon.engine.evaluate(later(daemon, 600)))
+        assert state(daemon) == "Claimed/Retiring"  # still retiring for boss
+        assert session(boss["claim_id"]) in held(daemon)
+        assert len(stored(daemon)) == 2
+        waiting = daemon.engine.slots["slot1"].preempting_claim
+        assert waiting is not None and waiting.id.session_id == session(boss["claim_id"])
+        # the job ends; its starter's exit hands the slot to boss's claim
+        run(daemon, daemon.engine.job_exited("slot1", later(daemon, 700)))
+        run(daemon, daemon.engine.starter_exited("slot1", later(daemon, 700)))
+        for _ in range(2):
+            run(daemon, daemon.engine.evaluate(later(daemon, 700)))
+        assert state(daemon) == "Claimed/Idle"
+        assert held(daemon) == {session(boss["claim_id"])}
+        assert ad(daemon)["ClaimLeaseDuration"] == 60
+        # its lease runs from the takeover: not over 59 s later, over 61 s later
+        run(daemon, daemon.engine.evaluate(later(daemon, 759)))
+        assert state(daemon) == "Claimed/Idle"
+        run(daemon, daemon.engine.evaluate(later(daemon, 761)))
+        assert state(daemon) != "Claimed/Idle"
+
+    scenario(tmp_path, body)
+
+
+def test_a_preempting_claim_the_drain_drops_is_forgotten_at_once(tmp_path: Path) -> None:
+    def body(daemon: Daemon) -> None:
+        alice, _boss = busy_alice_then_boss(daemon)
+        run(daemon, daemon.engine.drain("graceful", later(daemon, 1), reason="test"))
+        assert state(daemon) == "Claimed/Retiring"  # alice's job retires for the drain
+        assert daemon.engine.slots["slot1"].preempting_claim is None
+        # nothing of boss's claim is left: a command naming it is refused
+        assert held(daemon) == {session(alice["claim_id"])}
+        assert list(stored(daemon)) == [session(alice["claim_id"])]
+
+    scenario(tmp_path, body)
+
+
+def test_the_claim_that_took_the_slot_has_its_own_lease_after_a_restart(
+        tmp_path: Path) -> None:  # fmt: skip
+    def first(daemon: Daemon) -> None:
+        alice, boss = busy_alice_then_boss(daemon)
+        run(daemon, daemon.engine.job_exited("slot1", later(daemon, 0)))
+        run(daemon, daemon.engine.starter_exited("slot1", later(daemon, 0)))
+        assert state(daemon) == "Claimed/Idle"
+        assert held(daemon) == {session(boss["claim_id"])}, alice["slot"]
+        assert ad(daemon)["ClaimLeaseDuration"] == 60
+        assert list(stored(daemon).values()) == [60.0]  # its own, not alice's 1200
+
+    def second(daemon: Daemon) -> None:
+        assert recover(daemon.jobs)["claims"] == 1
+        assert state(daemon) == "Claimed/Idle"
+        assert ad(daemon)["ClaimLeaseDuration"] == 60
+        run(daemon, daemon.engine.evaluate(later(daemon, 61)))  # nobody renewed it
+        assert state(daemon) != "Claimed/Idle"
+
+    scenario(tmp_path, first)
+    scenario(tmp_path, second)
+
+
+def test_a_restart_does_not_restore_a_preempting_claim_still_waiting(tmp_path: Path) -> None:
+    claims: dict[str, str] = {}
+
+    def first(daemon: Daemon) -> None:
+        alice, boss = busy_alice_then_boss(daemon)
+        claims.update(alice=session(alice["claim_id"]), boss=session(boss["claim_id"]))
+
+    def second(daemon: Daemon) -> None:
+        assert recover(daemon.jobs)["claims"] == 1
+        assert held(daemon) == {claims["alice"]}  # the slot's own claim
+        slot = daemon.engine.slots["slot1"]
+        assert slot.claim is not None and slot.claim.id.session_id == claims["alice"]
+        assert slot.preempting_claim is None
+        assert ad(daemon)["ClaimLeaseDuration"] == 1200
+        assert len(stored(daemon)) == 1
+
+    scenario(tmp_path, first)
+    scenario(tmp_path, second)
