@@ -37,6 +37,7 @@ from execd.claims.ids import parse_claim_id
 from execd.daemon.policy_glue import now
 from execd.errors import ExecdError
 from execd.policy.commands import kill_claim
+from execd.policy.states import State
 from execd.wire.advertiser import wait_event
 from execd.wire.server import Peer
 
@@ -124,7 +125,7 @@ class PslotPreemption:
             return False
         engine = member.daemon.engine
         for name in names:
-            if engine.slot(name).state.value == "Claimed":  # a Preempting one ends anyway
+            if engine.slot(name).state is State.CLAIMED:  # a Preempting one ends anyway
                 if (job := member.daemon.jobs.running.get(name)) is not None:
                     job.vacate_reason = VACATE_REASON
                 member.daemon.execute(kill_claim(engine, name, now(), REASON))
