@@ -60,6 +60,7 @@ class Job:
     starter_start: int = 0  # /proc start time of the starter: with its pid, names it
     suspended: str | None = None  # by "policy" or by a "command" (SUSPEND_CLAIM)
     evicted: bool = False  # the daemon killed it (JOB_EXIT says evict; before start: never run)
+    vacate_reason: tuple[str, int, int] | None = None  # why, for its shadow (VacateReason*)
     hooks: job_hook_runs.JobHooks | None = None  # its UPDATE_JOB_INFO/JOB_EXIT hooks
     exit_fifo: int | None = None  # read end of the starter's job-exit FIFO, while open
     evicting: str | None = None  # "vacating" or "killing" once a kill signal went out
@@ -369,3 +370,5 @@ class JobManager(StarterLifecycle):
             if slot == name:
                 self._claim_gone(claim)
         logger.info("dynamic_slot_deleted", slot=name)
+        if self.daemon.pool is not None:  # its ad goes now; a p-slot may wait for it
+            self.daemon.pool.changed()

@@ -166,7 +166,7 @@ class PoolMember:
         self.claims: dict[str, PoolClaim] = {}  # full claim id -> pool claim
         self._sessions: set[str] = set()  # claim session ids the server accepts
         self._alive_wake = asyncio.Event()
-        self._state_changed = asyncio.Event()
+        self.state_changed = asyncio.Event()
         self.closed_by_schedd: set[str] = set()  # claims whose schedd ended them
         self._notices: set[asyncio.Task[None]] = set()  # RELEASE_CLAIMs in flight
         self.daemon_attrs = DaemonAttributes(self)  # TotalSlots, JobStarts, MonitorSelf*, ...
@@ -226,7 +226,7 @@ class PoolMember:
     def changed(self) -> None:
         """A slot changed state: advertise now, not at the next UPDATE_INTERVAL."""
         self.advertiser.changed()
-        self._state_changed.set()
+        self.state_changed.set()
 
     async def wait_for_takeover(self, slot: str, claim: ClaimId,
                                 timeout_s: float = PREEMPTION_WAIT_S) -> bool:  # fmt: skip
@@ -234,7 +234,7 @@ class PoolMember:
         or `timeout_s` passed (False)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            self._state_changed.clear()
+            self.state_changed.clear()
             current = self.daemon.engine.slots.get(slot)
             if current is not None and current.claim is not None \
                     and current.claim.id.full() == claim.full():  # fmt: skip
@@ -242,7 +242,7 @@ class PoolMember:
             left = deadline - time.monotonic()
             if claim.full() not in self.daemon.jobs.claims or left <= 0:
                 return False
-            await wait_event(self._state_changed, left)
+            await wait_event(self.state_changed, left)
 
     # -- claim ids ---------------------------------------------------------------------
     def new_claim_id(self) -> ClaimId:
@@ -324,7 +324,7 @@ class PoolMember:
         current = next((c for s, c in live.values() if s == name), None)
         claim = self.offers.get(name) or current
         assert claim is not None, "_sync_claims() first"
-        children = [c for s, c in live.values() if s.startswith(f"{name}_")]
+        children = {s: c for s, c in self.offers.items() if s.startswith(f"{name}_")}
         public, private = advertised_pair(ad, address=self.address, claim_id=claim,
                                           child_claim_ids=children)  # fmt: skip
         # HasFileTransfer: the starter side of CEDAR file transfer (execd/wire/filetransfer.py)

@@ -24,6 +24,7 @@ from execd.daemon.control import Peer as LocalPeer
 from execd.daemon.control import Request as LocalRequest
 from execd.daemon.pool_admin import ADMIN_DAEMON_COMMANDS, READ_DAEMON_COMMANDS, DaemonCommands
 from execd.daemon.pool_job import PoolJob
+from execd.daemon.pool_pslot_preemption import PslotPreemption
 from execd.daemon.pool_query import query_startd_ads
 from execd.wire.channel import Channel
 from execd.wire.claim_messages import (
@@ -76,6 +77,7 @@ class PoolCommands:
     def __init__(self, member: PoolMember) -> None:
         self.member = member
         self.daemon = member.daemon
+        self.pslots = PslotPreemption(member)
 
     def handlers(self) -> dict[int, Handler]:
         deactivate = self.deactivate_claim
@@ -140,20 +142,27 @@ class PoolCommands:
         # a higher RANK, or for the submitter's better user priority (an equal RANK)
         preempting = slot in self.daemon.engine.slots and \
             self.daemon.engine.slots[slot].state.value == "Claimed"
-        claim = member.new_claim_id() if partitionable else member.offers.pop(slot)
-        try:
-            result = self.daemon.jobs.request_claim(slot, job_values(req.job_ad), claim=claim,
-                                                    alive_interval=req.alive_interval or None,
-                                                    user_priority=preempting)
-        except ControlError as exc:
-            if partitionable:
-                member.forget_session(claim)
-            else:
-                member.offers[slot] = claim
-            logger.info("pool_claim_refused", slot=slot, user=peer.user, why=exc.message)
-            await channel.send(encode_request_claim_reply(
-                channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
-            return
+        async with self.pslots.lock(slot):  # the carve comes after any d-slots it preempts
+            # ALLOW_PSLOT_PREEMPTION: the claims of d-slots to kill first
+            if req.extra_claims and not await self.pslots.take_back(slot, req.extra_claims,
+                                                                    peer):  # fmt: skip
+                await channel.send(encode_request_claim_reply(
+                    channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
+                return
+            claim = member.new_claim_id() if partitionable else member.offers.pop(slot)
+            try:
+                result = self.daemon.jobs.request_claim(
+                    slot, job_values(req.job_ad), claim=claim,
+                    alive_interval=req.alive_interval or None, user_priority=preempting)
+            except ControlError as exc:
+                if partitionable:
+                    member.forget_session(claim)
+                else:
+                    member.offers[slot] = claim
+                logger.info("pool_claim_refused", slot=slot, user=peer.user, why=exc.message)
+                await channel.send(encode_request_claim_reply(
+                    channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
+                return
         name = str(result["slot"])
         basis = result.get("preempts_for")
         if preempting and basis is not None:  # condor_startd counts each kind apart

@@ -152,7 +152,7 @@ class PoolJob:
         duration = float(report.get("RemoteWallClockTime") or time.time() - job.started)
         reason = report.get("ExitReason")
         return JobExit(wait_status(report), duration, requested=reason != "exited",
-                       graceful=reason == "soft_killed")  # fmt: skip
+                       graceful=reason == "soft_killed", vacate=job.vacate_reason)  # fmt: skip
 
     def _raise_if_held(self, report: dict[str, Any]) -> None:
         error = hold_from_report(report, self.launch.argv if self.launch else None)

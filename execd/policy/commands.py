@@ -6,6 +6,8 @@ and 20/16 while retiring): a slot suspended by its claim holder stays suspended 
 the holder continues it or the claim ends; the CONTINUE expression does not wake it.
 Deactivate ends the job but keeps the claim (DEACTIVATE_CLAIM: soft kill;
 ..._FORCEFULLY: hard kill); the slot goes Claimed/Idle when the starter exits (12).
+Kill ends a claim at once (condor_startd's kill_claim, as a p-slot taking back the
+d-slots a negotiator's ALLOW_PSLOT_PREEMPTION match preempts).
 
 Restoring is not a transition: a new daemon puts a slot back in the state the old one
 left it in (Claimed/Idle, or Claimed/Busy with a starter running), from the store.
@@ -78,6 +80,22 @@ def deactivate(engine: PolicyEngine, name: str, now: Now, *, forceful: bool = Fa
         slot.suspended_by_command = False
     out.append(act.HardKill(name) if forceful else act.SoftKill(name))
     out.append(act.LogEvent("claim_deactivated", {"slot": name, "forceful": forceful}))
+    return out
+
+
+def kill_claim(engine: PolicyEngine, name: str, now: Now, reason: str) -> Actions:
+    """condor_startd's kill_claim: the claim ends at once, whatever retirement its job has
+    left: Claimed/* -> Preempting/Killing with a hard kill (or at once without a job),
+    and the slot is not handed to a preempting claim waiting on it (that claim goes)."""
+    slot = engine.slot(name)
+    if slot.state != S.CLAIMED:
+        raise PolicyError(f"cannot kill the claim of {name} in "
+                          f"{label(slot.state, slot.activity)}: it is not Claimed")
+    out: Actions = []
+    if slot.preempting_claim is not None:
+        slot.preempting_claim = None
+        out.append(act.LogEvent("preempting_claim_withdrawn", {"slot": name, "why": reason}))
+    engine._evict(slot, now, out, reason, kill=True)
     return out
 
 

@@ -58,6 +58,10 @@ class JobExit:
     duration_s: float
     requested: bool = False
     graceful: bool = False
+    # why the startd evicted it (reason, code, subcode), as condor_starter passes on the
+    # startd's vacate reason: the shadow's 004 event says it (else "Unspecified job
+    # interruption", code 1005)
+    vacate: tuple[str, int, int] | None = None
 
     @property
     def by_signal(self) -> bool:
@@ -80,6 +84,11 @@ class JobExit:
             ad["JobCoreDumped"] = "true" if self.core_dumped else "false"
         else:
             ad["ExitCode"] = str(self.code)
+        if self.vacate is not None:
+            reason, code, subcode = self.vacate
+            quoted = reason.replace("\\", "\\\\").replace('"', '\\"')
+            ad.update(VacateReason=f'"{quoted}"', VacateReasonCode=str(code),
+                      VacateReasonSubCode=str(subcode))
         return ad
 
 

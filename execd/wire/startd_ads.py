@@ -5,7 +5,12 @@ The public ad is execd's slot ad (execd.slots) with the daemon's address added
 only the negotiator may read, as HTCondor's startd builds it (Resource::publish_private):
 MyType, Name, the address, ClaimId (the slot's current claim id, secret included),
 Capability = ClaimId (the old name the negotiator still reads) and, for a partitionable
-slot, ChildClaimIds (its dynamic slots' claim ids).
+slot, ChildClaimIds: its dynamic slots' preempting claim ids (HTCondor's r_pre, what a
+claimed slot offers), in the byte order of their names, the order of its Child<Attr>
+lists; with ALLOW_PSLOT_PREEMPTION the negotiator pairs them by position and hands the
+schedd those of the d-slots it preempts (execd.daemon.pool_pslot_preemption), once
+the private ad's NumDynamicSlots (published there too, as condor_startd does) says it
+has them all.
 
 The negotiator matches a job only with a slot whose Requirements hold, and condor_startd
 publishes Requirements = Start && WithinResourceLimits on every slot: a job that asks
@@ -20,7 +25,7 @@ catalogs: a job's RequestDisk is compared whole).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from execd.claims.ids import ClaimId
@@ -51,9 +56,10 @@ def advertised_pair(
     *,
     address: str,
     claim_id: ClaimId,
-    child_claim_ids: Sequence[ClaimId] = (),
+    child_claim_ids: Mapping[str, ClaimId] | None = None,
 ) -> tuple[WireAd, WireAd]:
-    """(public, private) wire ads for one slot ad (a classad2.ClassAd)."""
+    """(public, private) wire ads for one slot ad (a classad2.ClassAd); `child_claim_ids`:
+    a p-slot's d-slots (short names) and the claim id each offers."""
     public = public_part(from_classad(slot_ad))
     for needed in ("Name", "MyType"):
         if needed not in public:
@@ -73,5 +79,8 @@ def advertised_pair(
                        **from_values({"MyAddress": address, "StartdIpAddr": address}),
                        **secret, "Capability": "ClaimId"}  # fmt: skip
     if public.get("PartitionableSlot") == "true":
-        private["ChildClaimIds"] = from_values({"C": [c.full() for c in child_claim_ids]})["C"]
+        children = sorted((child_claim_ids or {}).items(), key=lambda kv: kv[0].encode())
+        private["ChildClaimIds"] = from_values({"C": [c.full() for _, c in children]})["C"]
+        # the negotiator counts the ids against the private ad's own NumDynamicSlots
+        private["NumDynamicSlots"] = str(len(children))
     return public, private

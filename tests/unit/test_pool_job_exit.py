@@ -83,3 +83,17 @@ def test_a_report_that_holds_says_why_with_htcondors_codes() -> None:
         f"'{os.strerror(13)}')"
     assert hold_from_report({"ExitReason": "exited", "ExitCode": 0}, ["/bin/true"]) is None
     assert hold_from_report({"ExitReason": "soft_killed"}, ["/bin/true"]) is None
+
+
+def test_a_startd_vacate_reason_reaches_the_shadow_in_the_exit_ad() -> None:
+    """condor_starter passes the startd's vacate reason on (VacateReason*), which the
+    shadow's 004 event then says; without one the exit ad has none (the shadow says
+    "Unspecified job interruption")."""
+    killed = signal.SIGKILL.value  # the wait status of a SIGKILLed job
+    plain = JobExit(killed, 2.0, requested=True).exit_ad()
+    assert not [k for k in plain if k.startswith("Vacate")]
+    ad = JobExit(killed, 2.0, requested=True,
+                 vacate=('Preempted for a "Priority" user', 1019, 0)).exit_ad()
+    assert (ad["VacateReason"], ad["VacateReasonCode"], ad["VacateReasonSubCode"]) \
+        == ('"Preempted for a \\"Priority\\" user"', "1019", "0")  # fmt: skip
+    assert ad["ExitSignal"] == "9"

@@ -64,3 +64,23 @@ def test_a_slot_open_to_its_start_says_so_in_condor_startds_words() -> None:
     assert not _matches(public)
     assert _matches(public, Owner="bob")
     assert not _matches(public, Owner="bob", RequestCpus=3)
+
+
+def test_a_pslots_private_ad_lists_its_dslots_offers_in_the_order_of_its_child_lists() -> None:
+    """ChildClaimIds: each d-slot's offer (its preempting claim id), in the byte order of
+    the names as the Child<Attr> lists (slot1_10 before slot1_2), and NumDynamicSlots,
+    which the negotiator counts them against (ALLOW_PSLOT_PREEMPTION)."""
+    ids = ClaimIdFactory(ADDRESS, 1)
+    children = {"slot1_2": ids.new(), "slot1_10": ids.new(), "slot1_1": ids.new()}
+    pslot = classad2.ClassAd({"MyType": "Machine", "Name": "slot1@host", "Cpus": 0,
+                              "PartitionableSlot": True, "Requirements": True})  # fmt: skip
+    public, private = advertised_pair(pslot, address=ADDRESS, claim_id=ids.new(),
+                                      child_claim_ids=children)  # fmt: skip
+    ad = to_classad(private)
+    assert [str(c) for c in ad["ChildClaimIds"]] == [
+        children[n].full() for n in ("slot1_1", "slot1_10", "slot1_2")]
+    assert ad["NumDynamicSlots"] == 3
+    assert "ChildClaimIds" not in public
+    static = classad2.ClassAd({"MyType": "Machine", "Name": "slot2@host", "Requirements": True})
+    _, private = advertised_pair(static, address=ADDRESS, claim_id=ids.new())
+    assert "ChildClaimIds" not in private and "NumDynamicSlots" not in private

@@ -123,3 +123,35 @@ def test_request_claim_without_the_extra_claims_count() -> None:
     req = RequestClaim("c", [("A", "1")], "<s:1>", 300)
     payload = encode_request_claim(Encoder(encrypted=True), req).payload()
     assert decode_request_claim(_dec(payload[:-8])) == req
+
+
+PREEMPTED = ("<127.0.0.1:9618>#1700000000#7#[Integrity=\"YES\";]" + "ab" * 32,
+             "<127.0.0.1:9618>#1700000000#8#[Integrity=\"YES\";]" + "cd" * 32)
+
+
+def test_request_claim_preempting_dslots_carries_their_claim_ids() -> None:
+    """ALLOW_PSLOT_PREEMPTION: after the alive interval the schedd puts the number of
+    d-slot claims to preempt, then each id (put_secret: in an encrypted stream, a string
+    like any other). The real schedd's request with two of them in place of its 0."""
+    (payload,), _ = _conversation(REQUEST)
+    assert payload[-8:] == (0).to_bytes(8, "big")
+    with_claims = Encoder(encrypted=True).put_int(2)
+    for claim in PREEMPTED:
+        with_claims.put_string(claim)
+    req = decode_request_claim(_dec(payload[:-8] + with_claims.payload()))
+    assert req.extra_claims == PREEMPTED
+    assert req.claim_id == _claim() and req.alive_interval == 300
+    assert "ab" * 32 not in repr(req) and "cd" * 32 not in repr(req)
+    assert encode_request_claim(Encoder(encrypted=True), req).payload() \
+        == payload[:-8] + with_claims.payload()  # fmt: skip
+
+
+@pytest.mark.parametrize("count", [3, -1])
+def test_request_claim_with_fewer_preempting_claims_than_announced_is_refused(
+        count: int) -> None:  # fmt: skip
+    req = RequestClaim("c", [("A", "1")], "<s:1>", 300, PREEMPTED)
+    payload = encode_request_claim(Encoder(encrypted=True), req).payload()
+    counted = Encoder(encrypted=True).put_int(2).payload()
+    bad = payload.replace(counted, Encoder(encrypted=True).put_int(count).payload(), 1)
+    with pytest.raises(RemoteProtocolError):
+        decode_request_claim(_dec(bad))
