@@ -208,7 +208,7 @@ class Daemon:
         for ad in ads:
             name = str(ad["Name"]).split("@")[0]
             if name in self.engine.slots:
-                ad.update(self.engine.attributes(name, moment))
+                ad.update(self.engine.attributes(name, moment) | self.fetch.attributes(name))
             elif "SlotBrokenReason" in ad:  # a broken d-slot kept out of use
                 ad.update(State="Owner", Activity="Idle", Start=False, Requirements=False)
             if self.pool is not None:
