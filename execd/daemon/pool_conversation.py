@@ -70,6 +70,7 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob,
         update_interval_s=float(daemon.settings.get_int("STARTER_UPDATE_INTERVAL") or 300),
         initial_update_s=float(daemon.settings.get_int("STARTER_INITIAL_UPDATE_INTERVAL") or 8),
         runner=job.runner, on_running=on_running, handover=handover, slot_ad=ad,
+        on_transferred=daemon.startd_stats.transfers.add,
     )  # fmt: skip
 
 

@@ -52,6 +52,7 @@ from execd.wire.filetransfer import (
     FILETRANS_UPLOAD,
     STD_FILES,
     TransferResult,
+    TransferTally,
     download_sandbox,
     output_names,
     upload_sandbox,
@@ -117,6 +118,8 @@ class ShadowOptions:
     # The claimed slot's ad (a classad2 ClassAd): its resources go to the shadow, which
     # shows them in the user log (slot_resources.py). None: none are sent.
     slot_ad: Any = None
+    # Told at the job's end the bytes its input and output transfers moved.
+    on_transferred: Callable[[int, int], None] | None = None
 
 
 def job_values(ad: WireAd) -> dict[str, object]:
@@ -139,6 +142,7 @@ class Transfers:
     link: ShadowLink
     job_wire: WireAd
     starter_address: str
+    tally: TransferTally = field(default_factory=TransferTally)
 
     def endpoint(self) -> tuple[str, str, SecSessionInfo]:
         assert self.calls.sessions is not None, "get_sec_session_info first"
@@ -151,7 +155,12 @@ class Transfers:
 
     async def run(self, command: int, work: Callable[[Channel], Awaitable[TransferResult]],
                   ) -> TransferResult:  # fmt: skip
-        return await _transfer(command, self, work)
+        result = await _transfer(command, self, work)
+        if command == FILETRANS_UPLOAD:  # the shadow uploads: the job's input
+            self.tally.received += result.bytes
+        else:
+            self.tally.sent += result.bytes
+        return result
 
 
 async def _transfer(command: int, how: Transfers,
@@ -219,6 +228,7 @@ class Conversation:
     starter_ad: WireAd
     lease_s: float | None
     started: int  # JobStartDate
+    input_bytes: int = 0  # what the input transfer brought
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -292,6 +302,7 @@ async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversat
         if not sent.ok:
             await calls.ulog(_transfer_error(job, sent))
             return
+    transfers.tally.final()  # condor_starter's final update to its startd
     if done.requested:
         await calls.job_exit(done.wait_status, JOB_SHOULD_REQUEUE,
                              {**exit_ad, "StarterIpAddr": f'"{address}"'})  # fmt: skip
@@ -349,7 +360,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         uid, gid = run_as_ids(str(job.get("Owner", "")), options.run_as_fallback)
         await calls.register_starter_info(starter_ad)
         await calls.get_sec_session_info()
-        transfers = Transfers(calls, link, job_wire, address)
+        transfers = Transfers(calls, link, job_wire, address,
+                              TransferTally(report=options.on_transferred))
         executable = str(job.get("Cmd", ""))
 
         async def receive(ch: Channel) -> TransferResult:
@@ -389,7 +401,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             and os.path.basename(stdin) in inputs else None  # fmt: skip
         log.info("shadow_job_starting", job=gjid, uid=uid)
         state = Conversation(gjid, dict(job_wire), str(sandbox), inputs, before, transfer,
-                             dict(starter_ad), link.lease_s, int(time.time()))  # fmt: skip
+                             dict(starter_ad), link.lease_s, int(time.time()),
+                             transfers.tally.received)  # fmt: skip
 
         def started() -> None:
             if options.on_running is not None:

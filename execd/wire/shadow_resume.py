@@ -30,6 +30,7 @@ from pathlib import Path
 from execd.errors import RemoteProtocolError
 from execd.log import get_logger
 from execd.wire.encoding import Decoder, Encoder
+from execd.wire.filetransfer import TransferTally
 from execd.wire.job_runner import JobHeldError, JobRunner
 from execd.wire.shadow import (
     Conversation,
@@ -84,7 +85,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
              connection="kept" if not isinstance(channel, LostConnection) else "lost")
     handed_over = False
     try:
-        transfers = Transfers(calls, link, state.job_wire, address)
+        tally = TransferTally(state.input_bytes, report=options.on_transferred)
+        transfers = Transfers(calls, link, state.job_wire, address, tally)
         if not isinstance(channel, LostConnection):  # the kept connection: the file
             await calls.get_sec_session_info()  # transfer session, as after a reconnect
         try:
