@@ -164,6 +164,8 @@ class Daemon:
         self.last_status = self.status_line()
         self.notifier.ready(self.last_status)
         self.wake.set()
+        if self.pool is not None:  # as condor_startd: the pool sees the new config at once
+            self.pool.changed()
         return True
 
     def resource_ads(self) -> list[Any]:
