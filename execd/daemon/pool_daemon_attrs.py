@@ -198,7 +198,7 @@ class DaemonAttributes:
     def limits(self) -> dict[str, Any]:
         """How the slot ads' WithinResourceLimits is built (execd.wire.startd_ads)."""
         settings = self.member.daemon.settings
-        return {"configured": (settings.text("WITHIN_RESOURCE_LIMITS") or "").strip() or None,
+        return {"configured": (settings.text("WithinResourceLimits") or "").strip() or None,
                 "job_has_request_attrs": settings.get_bool("STARTD_JOB_HAS_REQUEST_ATTRS")}
 
     def common(self, now: float) -> WireAd:

@@ -15,7 +15,7 @@ slot is considered for RANK preemption instead). execd's ad keeps its policy's
 Requirements (its Start, False while Matched, Preempting or Drained); the public ad ands
 it with WithinResourceLimits (`Start && WithinResourceLimits`, in condor_startd's words),
 as condor_startd 25.x publishes it less the common-files catalog term (execd has no
-catalogs: a job's RequestDisk is compared whole). The knob WITHIN_RESOURCE_LIMITS
+catalogs: a job's RequestDisk is compared whole). The knob WithinResourceLimits
 replaces it on every slot; STARTD_JOB_HAS_REQUEST_ATTRS builds HTCondor's older form,
 in which a job's _condor_Request<Res> overrides its Request<Res>.
 """
@@ -55,7 +55,7 @@ def within_resource_limits(slot_ad: Any, *, configured: str | None = None,
     resource (GPUs, MACHINE_RESOURCE_<name>) that a job need not request, as
     condor_startd's MachAttributes::withinLimitsExpression builds it: with
     `job_has_request_attrs` (STARTD_JOB_HAS_REQUEST_ATTRS) in the form that reads the
-    job's _condor_Request<Res> first; `configured` (WITHIN_RESOURCE_LIMITS) replaces it."""
+    job's _condor_Request<Res> first; `configured` (the knob WithinResourceLimits) replaces it."""
     if configured:
         return configured
     names = [n for n in resource_names(slot_ad) if n.lower() not in _STANDARD_LOWER]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pool_harness as harness
+import pytest
 from pool_node import start_node
 from test_pool_daemon import WAIT_S
 from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, on_both, submit_files
@@ -95,6 +96,38 @@ def test_execd_sends_a_startd_daemon_ad_as_condor_startd(
         for ad in (view["daemon"], *view["slots"]):
             assert parse_sinful(ad["MyAddress"]).params["alias"] == ad["Machine"]
             assert ad["AddressV1"] == v1_address(ad["MyAddress"])
+
+
+TRANSFER_SCRIPT = "#!/bin/sh\nhead -c 200000 in.txt > out.bin\necho done\n"
+TRANSFER_STATS = ("AvgTransferInputMB", "TotalTransferInputMB", "AvgTransferOutputMB",
+                  "TotalTransferOutputMB")  # fmt: skip
+
+
+def transfer_view(pool: harness.Pool) -> dict[str, float]:
+    """Two jobs, each with a 300000-byte input file and a 200000-byte output: the daemon
+    ad's transfer statistics once it has counted both."""
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra="transfer_input_files = in.txt")
+                       .replace("queue", "queue 2"),
+                       {"job.sh": TRANSFER_SCRIPT, "in.txt": "x" * 300000})  # fmt: skip
+    harness.wait_for("both jobs' ends", lambda: job.events().count("005") == 2, WAIT_S)
+    (daemon,) = harness.wait_for(
+        "the daemon ad counting both jobs' transfers",
+        lambda: [ad for ad in pool.status("-startd")
+                 if ad.get("TotalTransferInputMB", 0) >= 2 * 300000 / 2**20], WAIT_S, 0.5)
+    return {name: daemon[name] for name in TRANSFER_STATS}
+
+
+def test_the_daemon_ad_counts_the_jobs_transfers_as_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    ours, theirs = on_both(running_pool, transfer_view)
+    assert ours == theirs
+    # the input: job.sh and in.txt of each job; the output: out.bin, out.txt, err.txt
+    per_job_in = (300000 + len(TRANSFER_SCRIPT)) / 2**20
+    per_job_out = (200000 + len("done\n")) / 2**20
+    assert ours == pytest.approx({"AvgTransferInputMB": per_job_in,
+                                  "TotalTransferInputMB": 2 * per_job_in,
+                                  "AvgTransferOutputMB": per_job_out,
+                                  "TotalTransferOutputMB": 2 * per_job_out})  # fmt: skip
 
 
 def test_the_daemon_ad_goes_when_execd_stops_and_stays_away_when_disabled(

@@ -159,6 +159,6 @@ def test_every_slot_ad_says_what_execd_is_and_where(tmp_path: Path) -> None:
 def test_within_resource_limits_follows_the_knobs(tmp_path: Path) -> None:
     attributes, _ = daemon_attributes(tmp_path)
     assert attributes.limits() == {"configured": None, "job_has_request_attrs": False}
-    attributes, _ = daemon_attributes(tmp_path, "WITHIN_RESOURCE_LIMITS = Cpus > 0\n"
+    attributes, _ = daemon_attributes(tmp_path, "WithinResourceLimits = Cpus > 0\n"
                                       "STARTD_JOB_HAS_REQUEST_ATTRS = true\n")  # fmt: skip
     assert attributes.limits() == {"configured": "Cpus > 0", "job_has_request_attrs": True}
