@@ -36,7 +36,9 @@ pool's collector and its monitoring: what the node's startd is, not what one slo
   (condor_startd's latch on SYSTEM_STARTD_LATCH_EXPRS = NumDynamicSlots).
 
 DaemonStartTime, DaemonLastReconfigTime and UpdateSequenceNumber are the collector
-client's (execd.wire.advertiser), as in HTCondor's DCCollector.
+client's (execd.wire.advertiser), as in HTCondor's DCCollector. `limits()` says how
+execd.wire.startd_ads builds WithinResourceLimits (the knobs WithinResourceLimits and
+STARTD_JOB_HAS_REQUEST_ATTRS).
 """
 
 from __future__ import annotations
