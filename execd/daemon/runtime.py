@@ -103,6 +103,7 @@ class Daemon:
         self.node = Node.build(self.config, self.settings)
         self.node.refresh_load(time.time())
         self.engine = PolicyEngine(policy_config(self.settings))
+        self.fetch = FetchWorker(self)  # before anything builds an ad (its fetch times)
         self.backfill = BackfillClient(backfill_program(self.settings), self._backfill_exited)
         self.jobs = JobManager(self)
         self.node.on_broken = functools.partial(record_broken, self.jobs)
@@ -113,7 +114,6 @@ class Daemon:
             on_update=self._cron_updated,
         )
         self.benchmarks = BenchmarkRunner(self._benchmarks_done)
-        self.fetch = FetchWorker(self)
         if runs_at_startup(self.settings.text("RUNBENCHMARKS")):
             self.benchmarks.request("startup")
         moment = now()
