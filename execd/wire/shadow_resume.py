@@ -35,16 +35,15 @@ from execd.wire.job_runner import JobHeldError, JobRunner
 from execd.wire.shadow import (
     Conversation,
     ShadowOptions,
-    Transfers,
     conclude,
     hand_over,
-    job_values,
     remove_sandbox,
     report_hold,
     watch,
 )
 from execd.wire.shadow_link import ShadowLink
 from execd.wire.shadow_syscalls import MessageChannel, ShadowSyscalls
+from execd.wire.shadow_transfers import Transfers, job_values
 
 log = get_logger("wire")
 
