@@ -186,10 +186,14 @@ _group(
     ("MODIFY_REQUEST_EXPR_REQUESTDISK", E, "quantize(RequestDisk,{1024})", "How a job's disk request is rounded for a dynamic slot."),
     ("STARTD_ATTRS", L, "", "Config names whose values are published in every slot ad."),
     ("SLOT<N>_STARTD_ATTRS", L, None, "STARTD_ATTRS for slot N only."),
+    ("SYSTEM_STARTD_ATTRS", L, "COLLECTOR_HOST_STRING DedicatedScheduler", "Config names HTCondor itself publishes in every slot ad, read as STARTD_ATTRS (after it: the same name takes this list's value); an undefined or empty name is left out."),
+    ("COLLECTOR_HOST_STRING", S, '"$(COLLECTOR_HOST)"', "COLLECTOR_HOST as a ClassAd string, published by SYSTEM_STARTD_ATTRS (a job's $$(COLLECTOR_HOST_STRING) becomes the pool's collector)."),
     ("STARTD_SLOT_ATTRS", L, "", "Attributes of each slot cross-posted into every other slot's ad (slot2_State)."),
     ("STARTD_JOB_ATTRS", L, "", "Job attributes copied from the claim's job ad into a Claimed or Preempting slot's ad (pool mode), besides those HTCondor always copies (ImageSize, MemoryUsage, DiskUsage, ...)."),
     ("ADVERTISE_PSLOT_ROLLUP_INFORMATION", B, "true", "Whether a partitionable slot publishes PslotRollupInformation and the Child<Attr> lists of its dynamic slots' values (NumDynamicSlots is published either way)."),
     ("STARTD_PARTITIONABLE_SLOT_ATTRS", L, "", "Attributes of the dynamic slots rolled up into their partitionable slot's ad as Child<Attr> lists, besides Name, DSlotId, CurrentRank, RemoteUser, RemoteOwner, AccountingGroup, State, Activity, EnteredCurrentState, RetirementTimeRemaining, Cpus, Memory, Disk and the machine resources."),
+    ("WithinResourceLimits", E, None, "Replaces the WithinResourceLimits expression execd builds for every slot ad (pool mode), which the slot's Requirements (Start && WithinResourceLimits) use; unset: CPUs, memory, disk and a term per other machine resource. condor_startd reads this name (the attribute's, like START); there is no WITHIN_RESOURCE_LIMITS knob."),
+    ("STARTD_JOB_HAS_REQUEST_ATTRS", B, "false", "Build WithinResourceLimits with the job's _condor_Request<Res> attributes, which override its Request<Res> (HTCondor's pre-9.x form; a job without RequestCpus asks for one CPU, one without RequestMemory or RequestDisk matches nothing)."),
     ("STARTD_NAME", S, "", "Name of this execute point (slots are slotN@STARTD_NAME)."),
 )
 _group(

@@ -61,6 +61,8 @@ class FetchWorker:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         self.last_fetch: dict[str, float] = {}  # slot -> monotonic time the last fetch ended
+        # slot -> [LastFetchWorkSpawned, LastFetchWorkCompleted, NextFetchWorkDelay]
+        self.published: dict[str, list[int]] = {}
         self.fetching: set[str] = set()
         self.claims: dict[str, FetchedClaim] = {}  # slot -> its fetched claim
         self.wake = asyncio.Event()
@@ -92,7 +94,20 @@ class FetchWorker:
             from execd.classads import new_ad  # noqa: PLC0415 - only with a running fetched job
 
             job = new_ad(claim.job)
-        return fetch_work_delay(self.daemon.settings.text("FetchWorkDelay"), slot_ad, job)
+        delay = fetch_work_delay(self.daemon.settings.text("FetchWorkDelay"), slot_ad, job)
+        self._times(name)[2] = int(delay)
+        return delay
+
+    def _times(self, name: str) -> list[int]:
+        return self.published.setdefault(name, [0, 0, -1])
+
+    def attributes(self, name: str) -> dict[str, int]:
+        """What a slot's ad says of its fetching, as condor_startd's: when its hook last
+        started and last finished (wall seconds, 0: never) and the FetchWorkDelay last
+        evaluated for it (-1: never, a slot without fetch hooks)."""
+        spawned, completed, delay = self.published.get(name) or (0, 0, -1)
+        return {"LastFetchWorkSpawned": spawned, "LastFetchWorkCompleted": completed,
+                "NextFetchWorkDelay": delay}  # fmt: skip
 
     def poke(self) -> None:
         self.wake.set()
@@ -172,11 +187,13 @@ class FetchWorker:
             logger.exception("fetch_failed", slot=name, keyword=hooks.keyword, error=str(exc))
         finally:
             self.last_fetch[name] = time.monotonic()
+            self._times(name)[1] = int(time.time())
             self.fetching.discard(name)
             self.poke()
 
     async def _fetch_work(self, name: str, hooks: FetchHooks, ad: Any) -> str | None:
         lines: list[str] = []
+        self._times(name)[0] = int(time.time())
         result = await run_hook([hooks.fetch_work], on_line=lines.append, timeout=hooks.timeout,
                                 env=HOOK_ENV, cwd="/", stdin=ad_text_of(ad).encode())
         fields: dict[str, Any] = {"hook": "FETCH_WORK", "keyword": hooks.keyword, "slot": name}

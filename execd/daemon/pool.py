@@ -38,10 +38,10 @@ from execd.errors import ConfigError, ExecdError, ProtocolError
 from execd.wire.advertiser import Advertiser, wait_event
 from execd.wire.auth_token import IdToken, parse_token
 from execd.wire.claim_session import claim_session
-from execd.wire.classad_codec import WireAd, from_values
+from execd.wire.classad_codec import WireAd
 from execd.wire.collector import CollectorClient
 from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive, send_release
-from execd.wire.security import CONDOR_VERSION, ClientSecurity
+from execd.wire.security import ClientSecurity
 from execd.wire.server import CommandServer, ServerSecurity
 from execd.wire.shared_port import SharedPortEndpoint, endpoint_address
 from execd.wire.sinful import Sinful, collector_address, parse_sinful, with_alias
@@ -159,7 +159,7 @@ class PoolMember:
         self.startd_ad = StartdDaemonAd(self)  # the node's StartD ad besides its slot ads
         self.advertiser = Advertiser(self.collector, self.ad_pairs, interval_s=config.interval_s,
                                      started=lambda: (daemon.started, daemon.reconfigured),
-                                     daemon_ad=self.startd_ad.for_round)  # fmt: skip
+                                     daemon_ad=self.startd_ad)  # fmt: skip
         self.address = ""
         self.ids: ClaimIdFactory | None = None
         self.offers: dict[str, ClaimId] = {}  # slot -> the claim id it advertises
@@ -326,11 +326,10 @@ class PoolMember:
         assert claim is not None, "_sync_claims() first"
         children = {s: c for s, c in self.offers.items() if s.startswith(f"{name}_")}
         public, private = advertised_pair(ad, address=self.address, claim_id=claim,
-                                          child_claim_ids=children)  # fmt: skip
-        # HasFileTransfer: the starter side of CEDAR file transfer (execd/wire/filetransfer.py)
-        extra = {"CondorVersion": CONDOR_VERSION, "UidDomain": self.config.domain,
-                 "FileSystemDomain": self.config.filesystem_domain, "HasFileTransfer": True}
-        for key, value in {**from_values(extra), **self.daemon_attrs.for_slot(name, ad),
+                                          child_claim_ids=children,
+                                          limits=self.daemon_attrs.limits())  # fmt: skip
+        # CondorVersion, the domains, HasFileTransfer, ... (execd/daemon/pool_daemon_attrs.py)
+        for key, value in {**self.daemon_attrs.for_slot(name, ad),
                            **self.startd_ad.slot_attributes()}.items():
             public.setdefault(key, value)
         return public, private

@@ -87,6 +87,7 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         initial_update_s=float(daemon.settings.get_int("STARTER_INITIAL_UPDATE_INTERVAL") or 8),
         runner=job.runner, on_running=on_running, handover=handover, slot_ad=ad,
         published_slot_ad=published,
+        on_transferred=daemon.startd_stats.transfers.add,
     )  # fmt: skip
 
 

@@ -21,15 +21,24 @@ pool's collector and its monitoring: what the node's startd is, not what one slo
   `SubnetMask`) with no wake-on-LAN (execd does not read the NIC's WOL capabilities,
   and a machine that never sleeps needs no waking); `Unhibernate` is UNHIBERNATE or
   its default;
-- the execute volume: `DetectedDisk` (KiB the EXECUTE filesystem holds) and
-  `ExecuteVolume` (its device number, sysapi_partition_id's st_dev);
+- the execute volume: `DetectedDisk` (KiB the EXECUTE filesystem holds),
+  `ExecuteVolume` (its device number, sysapi_partition_id's st_dev) and
+  `HasRotationalScratch` (/sys/dev/block/<major>:<minor>/queue/rotational of that
+  device; false on a device of major 0, tmpfs and the like; left out when unknown);
+- what daemon core puts in every ad: `CondorVersion` and `CondorPlatform` (execd's
+  own: the version execd speaks, its build id "execd", and the platform it runs on,
+  `<Arch>-<OpSysShortName>_<OpSysMajorVer>`, not the platform of an HTCondor build it
+  is not), `AddressV1` (MyAddress in the v1 form, execd.wire.sinful) and the
+  domains;
 - `TimeToLive` (INT_MAX: execd never plans its own exit), `IsLocalStartd`
   (IS_LOCAL_STARTD);
 - on a partitionable slot `NumDynamicSlotsTime`: when its NumDynamicSlots last changed
   (condor_startd's latch on SYSTEM_STARTD_LATCH_EXPRS = NumDynamicSlots).
 
 DaemonStartTime, DaemonLastReconfigTime and UpdateSequenceNumber are the collector
-client's (execd.wire.advertiser), as in HTCondor's DCCollector.
+client's (execd.wire.advertiser), as in HTCondor's DCCollector. `limits()` says how
+execd.wire.startd_ads builds WithinResourceLimits (the knobs WithinResourceLimits and
+STARTD_JOB_HAS_REQUEST_ATTRS).
 """
 
 from __future__ import annotations
@@ -44,8 +53,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execd.daemon.self_monitor import DutyCycle, SelfMonitor
+from execd.slots.ads import machine_attributes
 from execd.wire.classad_codec import WireAd, from_values
-from execd.wire.sinful import parse_sinful
+from execd.wire.security import CONDOR_VERSION
+from execd.wire.sinful import parse_sinful, v1_address
 
 if TYPE_CHECKING:
     from execd.daemon.pool import PoolMember
@@ -75,13 +86,40 @@ def starter_abilities(job_networking: bool) -> dict[str, Any]:
     return {**abilities, "StarterAbilityList": ",".join(abilities), "HasVM": False}
 
 
+def rotational(device: int, sys_root: str = "/sys") -> bool | None:
+    """Whether the block device `device` (an st_dev) spins: None when /sys does not
+    say (no such block device: an overlay, a partition-less volume)."""
+    if os.major(device) == 0:  # tmpfs, ramdisks, overlays: memory, no platter
+        return False
+    path = Path(sys_root, "dev/block", f"{os.major(device)}:{os.minor(device)}",
+                "queue/rotational")  # fmt: skip
+    try:
+        flag = path.read_text()[:1]
+    except OSError:
+        return None
+    return flag == "1" if flag else None
+
+
 def execute_volume(execute: str) -> dict[str, Any]:
-    """DetectedDisk (the filesystem's size in KiB) and ExecuteVolume (its st_dev)."""
+    """DetectedDisk (the filesystem's size in KiB), ExecuteVolume (its st_dev) and
+    HasRotationalScratch (where /sys knows)."""
     try:
         fs, st = os.statvfs(execute), os.stat(execute)
     except OSError:
         return {}
-    return {"DetectedDisk": fs.f_blocks * fs.f_frsize // 1024, "ExecuteVolume": str(st.st_dev)}
+    values: dict[str, Any] = {"DetectedDisk": fs.f_blocks * fs.f_frsize // 1024,
+                              "ExecuteVolume": str(st.st_dev)}  # fmt: skip
+    if (spins := rotational(st.st_dev)) is not None:
+        values["HasRotationalScratch"] = spins
+    return values
+
+
+def condor_platform(machine: dict[str, Any]) -> str:
+    """CondorPlatform as HTCondor writes it (`$CondorPlatform: X86_64-AlmaLinux_9 $`),
+    of the machine execd runs on: execd is no build of HTCondor's for a platform."""
+    version = machine.get("OpSysMajorVer", "")
+    name = machine.get("OpSysShortName") or machine.get("OpSys", "")
+    return f"$CondorPlatform: {machine.get('Arch', '')}-{name}_{version} $"
 
 
 def _ioctl_ipv4(sock: socket.socket, request: int, interface: str) -> str:
@@ -129,21 +167,27 @@ class DaemonAttributes:
         self.monitor = SelfMonitor(quantum, sockets=member.server.open_connections,
                                    sessions=lambda: len(member.security.sessions))  # fmt: skip
         self.latch = DynamicSlotsLatch()
-        self._adapter: tuple[str, tuple[str, str]] | None = None
+        self._adapter: tuple[str, tuple[str, str, str]] | None = None
         self._static_ad: tuple[Any, WireAd] | None = None
         self._common: tuple[tuple[Any, ...], WireAd] | None = None
 
-    def _adapter_of(self, address: str) -> tuple[str, str]:
+    def _adapter_of(self, address: str) -> tuple[str, str, str]:
+        """(HardwareAddress, SubnetMask, AddressV1) of the advertised address."""
         if self._adapter is None or self._adapter[0] != address:
             host = parse_sinful(address).host if address else ""
-            self._adapter = (address, network_adapter(host) if host else NO_ADAPTER)
+            mac, mask = network_adapter(host) if host else NO_ADAPTER
+            self._adapter = (address, (mac, mask, v1_address(address) if host else ""))
         return self._adapter[1]
 
     def _static(self) -> WireAd:
         """The attributes only a reload can change (kept per Settings object)."""
         settings = self.member.daemon.settings
         if self._static_ad is None or self._static_ad[0] is not settings:
+            config = self.member.config
+            machine = machine_attributes(self.member.daemon.node.slots.facts)
             values = {
+                "CondorVersion": CONDOR_VERSION, "CondorPlatform": condor_platform(machine),
+                "UidDomain": config.domain, "FileSystemDomain": config.filesystem_domain,
                 **starter_abilities(not settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE")),
                 **HIBERNATION, "TimeToLive": INT_MAX,
                 "IsLocalStartd": settings.get_bool("IS_LOCAL_STARTD"),
@@ -153,6 +197,12 @@ class DaemonAttributes:
             self._static_ad = (settings, ad)
         return self._static_ad[1]
 
+    def limits(self) -> dict[str, Any]:
+        """How the slot ads' WithinResourceLimits is built (execd.wire.startd_ads)."""
+        settings = self.member.daemon.settings
+        return {"configured": (settings.text("WithinResourceLimits") or "").strip() or None,
+                "job_has_request_attrs": settings.get_bool("STARTD_JOB_HAS_REQUEST_ATTRS")}
+
     def common(self, now: float) -> WireAd:
         """What every slot ad of this moment carries: built once for all the slots of
         an advertising round (same second, no event counted, as many slots)."""
@@ -160,9 +210,9 @@ class DaemonAttributes:
         key = (int(now), self.stats.events, len(daemon.engine.slots), daemon.settings)
         if self._common is not None and self._common[0] == key:
             return self._common[1]
-        mac, mask = self._adapter_of(self.member.address)
+        mac, mask, v1 = self._adapter_of(self.member.address)
         values: dict[str, Any] = {
-            "TotalSlots": len(daemon.engine.slots),
+            "TotalSlots": len(daemon.engine.slots), **({"AddressV1": v1} if v1 else {}),
             **self.stats.publish(now),
             **self.monitor.attributes(now),
             **self.duty.attributes(time.monotonic()),

@@ -103,6 +103,7 @@ class Daemon:
         self.node = Node.build(self.config, self.settings)
         self.node.refresh_load(time.time())
         self.engine = PolicyEngine(policy_config(self.settings))
+        self.fetch = FetchWorker(self)  # before anything builds an ad (its fetch times)
         self.backfill = BackfillClient(backfill_program(self.settings), self._backfill_exited)
         self.jobs = JobManager(self)
         self.node.on_broken = functools.partial(record_broken, self.jobs)
@@ -113,7 +114,6 @@ class Daemon:
             on_update=self._cron_updated,
         )
         self.benchmarks = BenchmarkRunner(self._benchmarks_done)
-        self.fetch = FetchWorker(self)
         if runs_at_startup(self.settings.text("RUNBENCHMARKS")):
             self.benchmarks.request("startup")
         moment = now()
@@ -164,6 +164,8 @@ class Daemon:
         self.last_status = self.status_line()
         self.notifier.ready(self.last_status)
         self.wake.set()
+        if self.pool is not None:  # as condor_startd: the pool sees the new config at once
+            self.pool.changed()
         return True
 
     def resource_ads(self) -> list[Any]:
@@ -208,7 +210,7 @@ class Daemon:
         for ad in ads:
             name = str(ad["Name"]).split("@")[0]
             if name in self.engine.slots:
-                ad.update(self.engine.attributes(name, moment))
+                ad.update(self.engine.attributes(name, moment) | self.fetch.attributes(name))
             elif "SlotBrokenReason" in ad:  # a broken d-slot kept out of use
                 ad.update(State="Owner", Activity="Idle", Start=False, Requirements=False)
             if self.pool is not None:

@@ -15,7 +15,8 @@ What it holds, as condor_startd's (ResMgr::publish_daemon_ad): the machine's att
 (Arch, OpSys*, Detected*, Total*, MachineResources, the host's has_*/Cpu*/Utsname*),
 the node-wide ones every slot ad carries too (address, version, domains, load totals,
 clock, benchmarks, drain estimates, the startd's counters, self monitor, starter
-abilities, hibernation, execute volume: `ExecuteVolumes`, a list), and its own:
+abilities, hibernation, execute volume: `ExecuteVolumes`, a list; the values of
+STARTD_ATTRS and SYSTEM_STARTD_ATTRS, which daemon core puts in every ad), and its own:
 `TotalInUse<Res>` (resources of the dynamic slots and of claimed or preempting static
 slots), `TotalBackfillInUse<Res>` and `ExcessBackfill<Res>` (0: execd has no backfill
 slots). Nothing of one slot (state, policy, claimant, slot resources) goes in.
@@ -26,8 +27,8 @@ StartD, its Name and MyAddress) with the slot ads. ENABLE_STARTD_DAEMON_AD: true
 false (no daemon ad, no HasStartDaemonAd: the collector makes one up), auto (default:
 sent unless the collector said in its handshake it is older than 23.2).
 
-Not published (execd does not count them): the file-transfer byte statistics
-(Avg/TotalTransferInput/OutputMB) and CondorPlatform.
+It also carries, as condor_startd's and no slot ad, the jobs' file-transfer bytes:
+`Avg/TotalTransferInput/OutputMB` (execd.daemon.startd_stats.TransferBytes).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from execd.errors import ConfigError
 from execd.slots.ads import machine_attributes
+from execd.slots.from_config import daemon_ad_attrs
 from execd.slots.layout import STANDARD
 from execd.wire.advertiser import AdPairs, slot_name
 from execd.wire.classad_codec import WireAd, from_values
@@ -155,6 +157,7 @@ class StartdDaemonAd:
         first = pairs[0][0]
         facts = self.member.daemon.node.slots.facts
         names = (set(machine_attributes(facts)) | set(FROM_SLOT)
+                 | set(daemon_ad_attrs(self.member.daemon.config))
                  | set(self.member.daemon_attrs.common(time.time()))) - NOT_DAEMON  # fmt: skip
         ad: WireAd = {name: first[name] for name in sorted(names) if name in first}
         node = slot_name(first).partition("@")[2] or str(facts.hostname)
@@ -166,6 +169,7 @@ class StartdDaemonAd:
             **_bag("TotalInUse", resources_in_use(pairs)),
             **_bag("TotalBackfillInUse", dict.fromkeys(("Cpus", "Memory", "Disk"), 0.0)),
             **_bag("ExcessBackfill", idle),
+            **self.member.daemon.startd_stats.transfers.attributes(),
         }  # fmt: skip
         if "ExecuteVolume" in first:
             values["ExecuteVolumes"] = [first["ExecuteVolume"].strip('"')]

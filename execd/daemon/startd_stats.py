@@ -56,11 +56,41 @@ class RecentCounter:
         return sum(self.buckets)
 
 
+MIB = 1024 * 1024
+
+
+@dataclass
+class TransferBytes:
+    """The bytes the jobs' file transfers moved, summed at each job's end (condor_startd
+    sums its starters' final BytesRecvd/BytesSent) and published in its daemon ad only:
+    input is what the starter received, output what it sent; the average is per job,
+    in whole bytes as HTCondor's integer probe divides."""
+
+    jobs: int = 0
+    received: int = 0
+    sent: int = 0
+
+    def add(self, received: int, sent: int) -> None:
+        self.jobs += 1
+        self.received += received
+        self.sent += sent
+
+    def attributes(self) -> dict[str, float]:
+        def average(total: int) -> float:
+            return (total // self.jobs if self.jobs else total) / MIB
+
+        return {"AvgTransferInputMB": average(self.received),
+                "TotalTransferInputMB": self.received / MIB,
+                "AvgTransferOutputMB": average(self.sent),
+                "TotalTransferOutputMB": self.sent / MIB}  # fmt: skip
+
+
 class StartdStats:
     """The daemon's counters; count() as events happen, publish(now) for an ad."""
 
     def __init__(self) -> None:
         self.counters = {name: RecentCounter() for name in COUNTERS}
+        self.transfers = TransferBytes()
         self._last_update: int | None = None  # generic_stats_Tick's LastUpdateTime
         self._tick_time = 0  # ... and RecentTickTime: where the current quantum began
         self.events = 0  # every count() adds one: a cached publish() is stale when it moved

@@ -150,6 +150,8 @@ def slot_policy_attributes(slot: Slot, now: Now, start_expr: Any = True) -> dict
         # Requirements/Start are False while Matched, Preempting or Drained (seed 000).
         "Start": False if lies else start_expr,
         "Requirements": False if lies else start_expr,
+        # as condor_startd: on every slot, true for a claim accepted while draining
+        "AcceptedWhileDraining": slot.claim is not None and slot.claim.accepted_while_draining,
     }
     totals = dict(slot.state_times)  # the pairs left so far, and the current one
     current = (slot.state, slot.activity)
@@ -163,6 +165,4 @@ def slot_policy_attributes(slot: Slot, now: Now, start_expr: Any = True) -> dict
         attrs["RemoteRank"] = slot.claim.rank
         if math.isfinite(slot.claim.lease.duration):
             attrs["ClaimLeaseDuration"] = int(slot.claim.lease.duration)
-        if slot.claim.accepted_while_draining:
-            attrs["AcceptedWhileDraining"] = True
     return attrs

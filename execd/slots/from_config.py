@@ -185,15 +185,24 @@ def modify_request_exprs(config: ConfigLookup, slot_type: int | None = None) -> 
 
 
 def startd_attrs(config: ConfigLookup, slot_id: int) -> dict[str, str]:
-    """STARTD_ATTRS plus SLOT<N>_STARTD_ATTRS, each looked up with the slot prefix first."""
+    """STARTD_ATTRS plus SLOT<N>_STARTD_ATTRS, then SYSTEM_STARTD_ATTRS (HTCondor's own:
+    COLLECTOR_HOST_STRING), each looked up with the slot prefix first."""
     names = _list(_text(config, "STARTD_ATTRS")) + _list(_text(config, "STARTD_EXPRS"))
     names += _list(_text(config, f"SLOT{slot_id}_STARTD_ATTRS"))
+    names += _list(_text(config, "SYSTEM_STARTD_ATTRS"))
     values = {}
     for name in names:
         value = _text(config, name, slot=slot_id)
         if value is not None:
             values[name] = value
     return values
+
+
+def daemon_ad_attrs(config: ConfigLookup) -> list[str]:
+    """The names of STARTD_ATTRS and SYSTEM_STARTD_ATTRS, which the startd's daemon ad
+    carries too (HTCondor's daemon core publishes them in every ad of the daemon)."""
+    return [*_list(_text(config, "STARTD_ATTRS")), *_list(_text(config, "STARTD_EXPRS")),
+            *_list(_text(config, "SYSTEM_STARTD_ATTRS"))]  # fmt: skip
 
 
 def startd_slot_attrs(config: ConfigLookup) -> list[str]:

@@ -4,7 +4,8 @@ every UPDATE_INTERVAL and as soon as something changed (`changed()`), slots that
 disappeared (a released dynamic slot) are invalidated, and `stop()` invalidates them
 all, as a startd does when it shuts down. A `daemon_ad` hook gives the startd's daemon
 ad (execd.daemon.startd_daemon_ad) when one is due: it goes after the slot ads, alone,
-and stop() invalidates it too.
+and stop() invalidates it too, as does the first round after it is turned off (a
+reload of ENABLE_STARTD_DAEMON_AD = false), so that no stale copy stays listed.
 
 Every update carries what HTCondor's collector client (DCCollector) adds to both ads:
 DaemonStartTime and DaemonLastReconfigTime (`started()`), and UpdateSequenceNumber, one
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from execd.errors import ProtocolError
 from execd.log import get_logger
@@ -32,7 +34,15 @@ log = get_logger("wire")
 
 AdPairs = Sequence[tuple[WireAd, WireAd]]
 # The startd's daemon ad to send after this round's slot ads (None: not this round).
-DaemonAdHook = Callable[[AdPairs], "WireAd | None"]
+
+
+class DaemonAdSource(Protocol):
+    """The startd's daemon ad: `for_round` gives it when due (None: not now), `enabled`
+    says whether one is wanted at all (a reload may turn it off)."""
+
+    def for_round(self, pairs: AdPairs) -> WireAd | None: ...
+
+    def enabled(self) -> bool: ...
 START = time.time()  # when this process began, for an advertiser told nothing else
 
 
@@ -62,7 +72,7 @@ class Advertiser:
     def __init__(self, collector: CollectorClient, ads: Callable[[], AdPairs], *,
                  interval_s: float,
                  started: Callable[[], tuple[float, float]] = lambda: (START, START),
-                 daemon_ad: DaemonAdHook | None = None) -> None:  # fmt: skip
+                 daemon_ad: DaemonAdSource | None = None) -> None:  # fmt: skip
         self.collector = collector
         self.ads = ads
         self.started = started  # (DaemonStartTime, DaemonLastReconfigTime)
@@ -102,7 +112,10 @@ class Advertiser:
             for gone in sorted(self._advertised - names):
                 await self.collector.invalidate_startd_ad(gone)
                 self._advertised.discard(gone)
-            if self.daemon_ad is not None and (daemon := self.daemon_ad(pairs)) is not None:
+            if self.daemon_ad is not None and not self.daemon_ad.enabled():
+                await self._invalidate_daemon_ad()  # turned off: gone, not left to go stale
+            elif self.daemon_ad is not None and \
+                    (daemon := self.daemon_ad.for_round(pairs)) is not None:  # fmt: skip
                 self._stamp(daemon, {})
                 await self.collector.update_startd_ad(daemon, None)
                 self._daemon_advertised = (slot_name(daemon),
@@ -135,12 +148,18 @@ class Advertiser:
                 except ProtocolError as exc:
                     log.warning("collector_invalidate_failed", slot=name, reason=str(exc))
             self._advertised.clear()
-            if self._daemon_advertised is not None:
-                name, address = self._daemon_advertised
-                try:
-                    await self.collector.invalidate_startd_ad(name, "StartD", address)
-                except ProtocolError as exc:
-                    log.warning("collector_invalidate_failed", slot=name, reason=str(exc))
-                self._daemon_advertised = None
+            try:
+                await self._invalidate_daemon_ad()
+            except ProtocolError as exc:
+                name = self._daemon_advertised[0] if self._daemon_advertised else ""
+                log.warning("collector_invalidate_failed", slot=name, reason=str(exc))
         finally:
             await self.collector.close()
+
+    async def _invalidate_daemon_ad(self) -> None:
+        """The daemon ad this advertiser sent, if any, out of the collector."""
+        if self._daemon_advertised is not None:
+            name, address = self._daemon_advertised
+            await self.collector.invalidate_startd_ad(name, "StartD", address)
+            self._daemon_advertised = None
+            log.info("startd_daemon_ad_invalidated", name=name)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno as errnos
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,6 +72,22 @@ class TransferResult:
     def fail(self, code: int, subcode: int, reason: str) -> None:
         if self.ok:  # the first error is the one reported
             self.hold_code, self.hold_subcode, self.hold_reason = code, subcode, reason
+
+
+@dataclass
+class TransferTally:
+    """The bytes one job's transfers moved (input received, output sent), told to
+    `report` once, at the job's end: condor_starter's final update to its startd
+    carries them as BytesRecvd/BytesSent, which the startd sums for its daemon ad."""
+
+    received: int = 0
+    sent: int = 0
+    report: Callable[[int, int], None] | None = None
+
+    def final(self) -> None:
+        if self.report is not None:
+            self.report(self.received, self.sent)
+            self.report = None
 
 
 def _stats(result: TransferResult) -> str:

@@ -35,23 +35,21 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from execd.claims.ids import ClaimId
-from execd.errors import ProtocolError
 from execd.log import get_logger
 from execd.wire.channel import Channel
-from execd.wire.claim_session import ClaimSession
-from execd.wire.classad_codec import WireAd, from_values, to_classad
-from execd.wire.crypto import hkdf_key
+from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.filetransfer import (
     FILETRANS_DOWNLOAD,
     FILETRANS_UPLOAD,
     STD_FILES,
     TransferResult,
+    TransferTally,
     download_sandbox,
     output_names,
     upload_sandbox,
@@ -59,12 +57,7 @@ from execd.wire.filetransfer import (
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
 from execd.wire.security import (
     CONDOR_VERSION,
-    ClientSecurity,
-    claim_client_session,
-    connect,
-    start_command,
 )
-from execd.wire.session import Session
 from execd.wire.shadow_job import (
     JobProcess,
     job_argv,
@@ -79,10 +72,9 @@ from execd.wire.shadow_syscalls import (
     JOB_EXITED,
     JOB_SHOULD_REQUEUE,
     MessageChannel,
-    SecSessionInfo,
     ShadowSyscalls,
 )
-from execd.wire.sinful import parse_sinful
+from execd.wire.shadow_transfers import Transfers, job_values
 from execd.wire.slot_resources import (
     nested_slot_ad,
     provisioned_resources,
@@ -91,7 +83,6 @@ from execd.wire.slot_resources import (
 
 log = get_logger("wire")
 ULOG_REMOTE_ERROR = 21
-PEER_CLOSE_WAIT_S = 5.0
 SHADOW_SETTLE_S = 0.1
 STARTER_UPDATE_INTERVAL_S = 300
 
@@ -124,66 +115,8 @@ class ShadowOptions:
     # The slot's public ad as execd advertises it: nested in register_starter_info as
     # `SlotAd` (slot_resources.py). None: none is sent.
     published_slot_ad: WireAd | None = None
-
-
-def job_values(ad: WireAd) -> dict[str, object]:
-    parsed = to_classad(ad)
-    return {k: parsed.get(k) for k in parsed}
-
-
-def _filetrans_session(info: SecSessionInfo, address: str) -> Session:
-    session = ClaimSession(sid=info.filetrans_id, key=hkdf_key(info.filetrans_key.encode()),
-                           info={})  # fmt: skip
-    return claim_client_session(session, parse_sinful(address))
-
-
-@dataclass(frozen=True)
-class Transfers:
-    """How to reach the shadow's file transfer: its address, session, the job's key
-    (those of the latest shadow, after a reconnect)."""
-
-    calls: ShadowSyscalls
-    link: ShadowLink
-    job_wire: WireAd
-    starter_address: str
-
-    def endpoint(self) -> tuple[str, str, SecSessionInfo]:
-        assert self.calls.sessions is not None, "get_sec_session_info first"
-        if self.link.transfer is not None:
-            return (*self.link.transfer, self.calls.sessions)
-        job = job_values({"TransferSocket": self.job_wire.get("TransferSocket", '""'),
-                       "TransferKey": self.job_wire.get("TransferKey", '""')})  # fmt: skip
-        return str(job.get("TransferSocket") or ""), str(job.get("TransferKey") or ""), \
-            self.calls.sessions  # fmt: skip
-
-    async def run(self, command: int, work: Callable[[Channel], Awaitable[TransferResult]],
-                  ) -> TransferResult:  # fmt: skip
-        return await _transfer(command, self, work)
-
-
-async def _transfer(command: int, how: Transfers,
-                    work: Callable[[Channel], Awaitable[TransferResult]],
-                    ) -> TransferResult:  # fmt: skip
-    address, key, info = how.endpoint()
-    if not address:
-        raise ProtocolError("job ad has no TransferSocket")
-    sinful = parse_sinful(address)
-    channel = await connect(sinful, client_name=f"STARTER {how.starter_address}")
-    try:
-        security = ClientSecurity(subsystem="STARTER")
-        await start_command(channel, sinful, command, security,
-                            session=_filetrans_session(info, address))  # fmt: skip
-        await channel.send(channel.encoder().put_string(key).payload())
-        result = await work(channel)
-        # The shadow closes its end once its side of the transfer is done (about a
-        # millisecond); waiting for that keeps our next syscall behind its transfer's
-        # completion, so the user log has the transfer's end before what follows.
-        with contextlib.suppress(TimeoutError, OSError):
-            if await asyncio.wait_for(channel.reader.read(1), PEER_CLOSE_WAIT_S):
-                log.warning("shadow_transfer_extra_bytes", peer=channel.peer)
-        return result
-    finally:
-        await channel.close()
+    # Told at the job's end the bytes its input and output transfers moved.
+    on_transferred: Callable[[int, int], None] | None = None
 
 
 def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
@@ -226,6 +159,7 @@ class Conversation:
     starter_ad: WireAd
     lease_s: float | None
     started: int  # JobStartDate
+    input_bytes: int = 0  # what the input transfer brought
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -299,6 +233,7 @@ async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversat
         if not sent.ok:
             await calls.ulog(_transfer_error(job, sent))
             return
+    transfers.tally.final()  # condor_starter's final update to its startd
     if done.requested:
         await calls.job_exit(done.wait_status, JOB_SHOULD_REQUEUE,
                              {**exit_ad, "StarterIpAddr": f'"{address}"'})  # fmt: skip
@@ -357,7 +292,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         slot = nested_slot_ad(options.published_slot_ad) if options.published_slot_ad else {}
         await calls.register_starter_info(starter_ad | slot)
         await calls.get_sec_session_info()
-        transfers = Transfers(calls, link, job_wire, address)
+        transfers = Transfers(calls, link, job_wire, address,
+                              TransferTally(report=options.on_transferred))
         executable = str(job.get("Cmd", ""))
 
         async def receive(ch: Channel) -> TransferResult:
@@ -397,7 +333,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             and os.path.basename(stdin) in inputs else None  # fmt: skip
         log.info("shadow_job_starting", job=gjid, uid=uid)
         state = Conversation(gjid, dict(job_wire), str(sandbox), inputs, before, transfer,
-                             dict(starter_ad), link.lease_s, int(time.time()))  # fmt: skip
+                             dict(starter_ad), link.lease_s, int(time.time()),
+                             transfers.tally.received)  # fmt: skip
 
         def started() -> None:
             if options.on_running is not None:

@@ -30,20 +30,20 @@ from pathlib import Path
 from execd.errors import RemoteProtocolError
 from execd.log import get_logger
 from execd.wire.encoding import Decoder, Encoder
+from execd.wire.filetransfer import TransferTally
 from execd.wire.job_runner import JobHeldError, JobRunner
 from execd.wire.shadow import (
     Conversation,
     ShadowOptions,
-    Transfers,
     conclude,
     hand_over,
-    job_values,
     remove_sandbox,
     report_hold,
     watch,
 )
 from execd.wire.shadow_link import ShadowLink
 from execd.wire.shadow_syscalls import MessageChannel, ShadowSyscalls
+from execd.wire.shadow_transfers import Transfers, job_values
 
 log = get_logger("wire")
 
@@ -84,7 +84,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
              connection="kept" if not isinstance(channel, LostConnection) else "lost")
     handed_over = False
     try:
-        transfers = Transfers(calls, link, state.job_wire, address)
+        tally = TransferTally(state.input_bytes, report=options.on_transferred)
+        transfers = Transfers(calls, link, state.job_wire, address, tally)
         if not isinstance(channel, LostConnection):  # the kept connection: the file
             await calls.get_sec_session_info()  # transfer session, as after a reconnect
         try:

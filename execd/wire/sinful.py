@@ -10,6 +10,7 @@ hosts are bracketed: <[fd00::2]:9618>.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
@@ -91,3 +92,41 @@ def collector_address(text: str) -> Sinful:
     if word.count(":") == 1:
         return parse_sinful(word)
     return Sinful(word, DEFAULT_COLLECTOR_PORT)  # a host name (or a bare IPv6 address)
+
+
+def _route(protocol: str, host: str, port: int, extra: str) -> str:
+    return f'[ p="{protocol}"; a="{host}"; port={port}; n="Internet";{extra} ]'
+
+
+def v1_address(address: str) -> str:
+    """`AddressV1`: the address as HTCondor's Sinful writes its v1 form (a list of
+    source routes): the primary host and port first, then each of `addrs` (else the
+    host itself when it is an IP literal), each with the address's alias, shared-port
+    id and noUDP. e.g. <127.0.0.1:5?addrs=127.0.0.1-5&alias=node&noUDP> is
+    {[ p="primary"; a="127.0.0.1"; port=5; n="Internet"; alias="node"; noUDP=true; ],
+     [ p="IPv4"; a="127.0.0.1"; port=5; n="Internet"; alias="node"; noUDP=true; ]}"""
+    parsed = parse_sinful(address)
+    named = (("alias", "alias"), ("sock", "spid"))  # the address's name, the route's
+    extra = "".join(f' {key}="{parsed.params[name]}";' for name, key in named
+                    if parsed.params.get(name))  # fmt: skip
+    if "noUDP" in parsed.params:
+        extra += " noUDP=true;"
+    publics: list[tuple[str, int]] = []
+    if "addrs" in parsed.params:
+        for item in filter(None, parsed.params["addrs"].split("+")):
+            host, _, port = item.rpartition("-")
+            if host and port.isdigit():
+                publics.append((host.strip("[]"), int(port)))
+    elif not parsed.params and _ip_literal(parsed.host):
+        publics.append((parsed.host, parsed.port))
+    routes = [_route("primary", parsed.host, parsed.port, extra)]
+    routes += [_route("IPv6" if ":" in h else "IPv4", h, p, extra) for h, p in publics]
+    return "{" + ", ".join(routes) + "}"
+
+
+def _ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

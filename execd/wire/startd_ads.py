@@ -20,7 +20,9 @@ slot is considered for RANK preemption instead). execd's ad keeps its policy's
 Requirements (its Start, False while Matched, Preempting or Drained); the public ad ands
 it with WithinResourceLimits (`Start && WithinResourceLimits`, in condor_startd's words),
 as condor_startd 25.x publishes it less the common-files catalog term (execd has no
-catalogs: a job's RequestDisk is compared whole).
+catalogs: a job's RequestDisk is compared whole). The knob WithinResourceLimits
+replaces it on every slot; STARTD_JOB_HAS_REQUEST_ATTRS builds HTCondor's older form,
+in which a job's _condor_Request<Res> overrides its Request<Res>.
 """
 
 from __future__ import annotations
@@ -42,11 +44,31 @@ STANDARD_LIMITS = (
 )
 
 
-def within_resource_limits(slot_ad: Any) -> str:
+# STARTD_JOB_HAS_REQUEST_ATTRS: a job's _condor_Request<Res> overrides its Request<Res>;
+# without RequestCpus it asks for one CPU, without RequestMemory/RequestDisk nothing fits.
+_OVERRIDE = "ifThenElse(TARGET._condor_Request{r} =!= UNDEFINED,MY.{r} > 0 && " \
+    "TARGET._condor_Request{r} <= MY.{r},ifThenElse(TARGET.Request{r} =!= UNDEFINED," \
+    "MY.{r} > 0 && TARGET.Request{r} <= MY.{r},{otherwise}))"  # fmt: skip
+REQUEST_ATTRS_LIMITS = " && ".join(_OVERRIDE.format(r=r, otherwise=o) for r, o in
+                                   (("Cpus", "1 <= MY.Cpus"), ("Memory", "FALSE"),
+                                    ("Disk", "FALSE")))  # fmt: skip
+
+
+def within_resource_limits(slot_ad: Any, *, configured: str | None = None,
+                           job_has_request_attrs: bool = False) -> str:  # fmt: skip
     """WithinResourceLimits: the standard resources, then one term per other machine
     resource (GPUs, MACHINE_RESOURCE_<name>) that a job need not request, as
-    condor_startd's MachAttributes::withinLimitsExpression builds it."""
+    condor_startd's MachAttributes::withinLimitsExpression builds it: with
+    `job_has_request_attrs` (STARTD_JOB_HAS_REQUEST_ATTRS) in the form that reads the
+    job's _condor_Request<Res> first; `configured` (the knob WithinResourceLimits) replaces it."""
+    if configured:
+        return configured
     names = [n for n in resource_names(slot_ad) if n.lower() not in _STANDARD_LOWER]
+    if job_has_request_attrs:
+        return REQUEST_ATTRS_LIMITS + "".join(
+            f" && (TARGET.Request{n} is UNDEFINED ||MY.{n} >= ifThenElse(TARGET._condor_"
+            f"Request{n} is UNDEFINED,TARGET.Request{n},TARGET._condor_Request{n}))"
+            for n in names)  # fmt: skip
     return STANDARD_LIMITS + "".join(
         f" && (TARGET.Request{n} =?= undefined || MY.{n} >= TARGET.Request{n})" for n in names)
 
@@ -57,9 +79,11 @@ def advertised_pair(
     address: str,
     claim_id: ClaimId,
     child_claim_ids: Mapping[str, ClaimId] | None = None,
+    limits: Mapping[str, Any] | None = None,
 ) -> tuple[WireAd, WireAd]:
     """(public, private) wire ads for one slot ad (a classad2.ClassAd); `child_claim_ids`:
-    a p-slot's d-slots (short names) and the claim id each offers."""
+    a p-slot's d-slots (short names) and the claim id each offers; `limits`: the keywords
+    of within_resource_limits (the knobs)."""
     public = public_part(from_classad(slot_ad))
     for needed in ("Name", "MyType"):
         if needed not in public:
@@ -68,7 +92,7 @@ def advertised_pair(
     # starter puts the job's scratch directory in its place (not known before).
     public.update(from_values({"MyAddress": address, "StartdIpAddr": address,
                                "CondorScratchDir": SCRATCH_DIR_PLACEHOLDER}))
-    public["WithinResourceLimits"] = within_resource_limits(slot_ad)
+    public["WithinResourceLimits"] = within_resource_limits(slot_ad, **(limits or {}))
     requirements = public.get("Requirements", "true")
     if requirements == public.get("Start"):  # as condor_startd words it
         public["Requirements"] = "Start && WithinResourceLimits"

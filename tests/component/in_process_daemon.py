@@ -8,6 +8,7 @@ from pathlib import Path
 
 from execd.daemon.backfill import BackfillClient
 from execd.daemon.broken import record_broken
+from execd.daemon.fetch_work import FetchWorker
 from execd.daemon.jobs import JobManager
 from execd.daemon.node import Node, Paths
 from execd.daemon.policy_glue import now, policy_config, slot_facts
@@ -26,6 +27,7 @@ def daemon_without_cgroups(tmp_path: Path, extra_config: str = "") -> Daemon:
     daemon.paths.create()
     daemon.node = Node.build(daemon.config, daemon.settings)
     daemon.engine = PolicyEngine(policy_config(daemon.settings))
+    daemon.fetch = FetchWorker(daemon)  # not run: the slot ads' fetch-work times
     daemon.backfill = BackfillClient(None, lambda: None)
     daemon.jobs = JobManager(daemon)
     daemon.node.on_broken = functools.partial(record_broken, daemon.jobs)  # as start() does

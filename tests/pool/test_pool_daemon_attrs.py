@@ -7,12 +7,15 @@ the collector sequences execd's updates (UpdatesSequenced grows, none lost).
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 import pool_harness as harness
 from test_pool_daemon import WAIT_S, administrators
 from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, on_both, submit_files
+
+from execd.wire.sinful import v1_address
 
 COUNTERS = (
     "JobStarts", "ClaimRequests", "ActivationRequests", "JobPreemptions",
@@ -29,8 +32,13 @@ EVERY_SLOT = (
     "MonitorSelfRegisteredSocketCount", "MonitorSelfResidentSetSize",
     "MonitorSelfSecuritySessions", "MonitorSelfTime", "DaemonCoreDutyCycle",
     "RecentDaemonCoreDutyCycle", "DetectedDisk", "ExecuteVolume", "HardwareAddress",
-    "SubnetMask", "TimeToLive",
+    "SubnetMask", "TimeToLive", "AddressV1", "CondorPlatform", "COLLECTOR_HOST_STRING",
+    "HasRotationalScratch", "AcceptedWhileDraining", "LastFetchWorkSpawned",
+    "LastFetchWorkCompleted", "NextFetchWorkDelay",
 )  # fmt: skip
+# The same on both execute points (one host, no fetch hooks, no drain).
+SAME_VALUE = ("HasRotationalScratch", "AcceptedWhileDraining",
+              "LastFetchWorkSpawned", "LastFetchWorkCompleted", "NextFetchWorkDelay")
 PSLOT_ONLY = ("NumDynamicSlotsTime",)
 # What the collector keeps about each ad's updates (collector_stats.cpp).
 SEQUENCE = ("UpdateSequenceNumber", "UpdatesSequenced", "UpdatesLost", "UpdatesTotal")
@@ -87,6 +95,14 @@ def two_jobs_running(pool: harness.Pool) -> dict[str, Any]:
                                                     "HasTransferInputRemaps", "HasVM")},
             "hibernation": {n: pslot.get(n) for n in ("CanHibernate", "HibernationState",
                                                       "HibernationLevel", "TimeToLive")},
+            "same": [{n: ad.get(n) for n in SAME_VALUE if n != "COLLECTOR_HOST_STRING"}
+                     for ad in ads],
+            # SYSTEM_STARTD_ATTRS: the pool's COLLECTOR_HOST (each run has its own port)
+            "collector": {ad.get("COLLECTOR_HOST_STRING") == pool.collector
+                          for ad in ads},
+            # AddressV1 is MyAddress in HTCondor's v1 form, on every slot
+            "v1": all(ad["AddressV1"] == v1_address(ad["MyAddress"]) for ad in ads),
+            "platform": {ad["CondorPlatform"] for ad in ads},
         }
     finally:
         pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
@@ -108,6 +124,16 @@ def test_daemon_attributes_match_condor_startds_with_two_jobs_running(
     assert ours["same on every slot"] and theirs["same on every slot"]
     assert ours["abilities"] == theirs["abilities"]
     assert ours["hibernation"] == theirs["hibernation"]
+    assert ours["same"] == theirs["same"]
+    assert ours["collector"] == theirs["collector"] == {True}
+    assert ours["same"][0] == {
+        "HasRotationalScratch": theirs["same"][0]["HasRotationalScratch"],
+        "AcceptedWhileDraining": False, "LastFetchWorkSpawned": 0, "LastFetchWorkCompleted": 0,
+        "NextFetchWorkDelay": -1}  # fmt: skip
+    assert ours["v1"] and theirs["v1"]
+    for platform in (*ours["platform"], *theirs["platform"]):  # one each: the EP's
+        assert re.fullmatch(r"\$CondorPlatform: X86_64-\w+_\d* \$", platform), platform
+    assert len(ours["platform"]) == len(theirs["platform"]) == 1
     for name, sequence in [*ours["sequence"].items(), *theirs["sequence"].items()]:
         # the collector sequenced the updates after an ad's first; none went missing
         assert sequence["UpdateSequenceNumber"] >= 2, (name, sequence)

@@ -147,6 +147,12 @@ def test_fetched_cat_job_on_a_static_slot(hookdir: Path) -> None:
         # the claim was released: the slot went back to Unclaimed
         status = daemon.execd("status", "-af", "Name", "State")
         assert status.stdout.split()[1:] == ["Unclaimed"]
+        # its ad says when the hook last ran, as condor_startd's: wall seconds, and the
+        # FetchWorkDelay last evaluated (0 for the idle claim, then 300 unclaimed)
+        times = daemon.execd("status", "-af", "LastFetchWorkSpawned", "LastFetchWorkCompleted",
+                             "NextFetchWorkDelay").stdout.split()  # fmt: skip
+        spawned, completed, delay = (int(value) for value in times)
+        assert time.time() - 120 < spawned <= completed <= time.time() and delay in (0, 300)
     finally:
         daemon.stop(signal.SIGQUIT)
 
@@ -320,6 +326,11 @@ def test_reconfig_turns_fetching_on(hookdir: Path) -> None:
     root.mkdir()
     daemon = RunningDaemon(root, "").start()
     try:
+        # no fetch hooks: never spawned, never completed, no delay evaluated (as
+        # condor_startd publishes a slot without a hook keyword)
+        times = daemon.execd("status", "-af", "LastFetchWorkSpawned", "LastFetchWorkCompleted",
+                             "NextFetchWorkDelay").stdout.split()  # fmt: skip
+        assert times == ["0", "0", "-1"]
         with daemon.config.open("a") as f:
             f.write(config)
         assert daemon.execd("reconfig").returncode == 0

@@ -37,6 +37,9 @@ def test_drain_start_expression_lets_matching_jobs_scavenge_until_old_jobs_end()
     assert d.pair == "Claimed/Retiring" and pair(d, "slot2") == "Unclaimed/Idle"
     attrs = d.engine.attributes("slot2", d.clock.now())
     assert str(attrs["Start"]) == 'TARGET.Owner == "scav"'  # published as START
+    # as condor_startd: on every slot, false until a claim is accepted while draining
+    assert attrs["AcceptedWhileDraining"] is False
+    assert d.engine.attributes("slot1", d.clock.now())["AcceptedWhileDraining"] is False
     assert not claim(d, "slot2", "alice")
     assert claim(d, "slot2", "scav")
     assert d.engine.attributes("slot2", d.clock.now())["AcceptedWhileDraining"] is True

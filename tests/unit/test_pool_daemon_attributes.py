@@ -1,9 +1,12 @@
 """The daemon-level attributes' own parts (execd/daemon/pool_daemon_attrs.py): the
 starter's abilities as condor_startd lists them, the execute volume and the network
-adapter read from the real kernel, and the p-slot's NumDynamicSlotsTime latch."""
+adapter read from the real kernel (and /sys's rotational flag), the p-slot's
+NumDynamicSlotsTime latch, what daemon core says of execd (version, platform,
+AddressV1) and the WithinResourceLimits knobs."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,11 +19,17 @@ from execd.config.settings import load_settings
 from execd.daemon.pool_daemon_attrs import (
     DaemonAttributes,
     DynamicSlotsLatch,
+    condor_platform,
     execute_volume,
     network_adapter,
+    rotational,
     starter_abilities,
 )
 from execd.daemon.startd_stats import StartdStats
+from execd.machine.facts import MachineFacts
+from execd.wire.security import CONDOR_VERSION
+
+ADDRESS = "<127.0.0.1:9618?addrs=127.0.0.1-9618>"
 
 
 def test_the_ability_list_names_every_has_attribute_of_the_starter() -> None:
@@ -46,8 +55,30 @@ def test_the_execute_volume_is_the_filesystems_size_and_device(tmp_path: Path) -
                         text=True, check=True).stdout.split()  # fmt: skip
     device = subprocess.run(["stat", "-c", "%d", str(tmp_path)], capture_output=True,
                             text=True, check=True).stdout.strip()  # fmt: skip
-    assert execute_volume(str(tmp_path)) == {"DetectedDisk": int(df[-1]),
-                                             "ExecuteVolume": device}  # fmt: skip
+    volume = execute_volume(str(tmp_path))
+    assert {k: volume[k] for k in ("DetectedDisk", "ExecuteVolume")} == \
+        {"DetectedDisk": int(df[-1]), "ExecuteVolume": device}  # fmt: skip
+    spins = rotational(os.stat(tmp_path).st_dev)
+    assert volume.get("HasRotationalScratch") == spins
+
+
+def test_rotational_scratch_is_what_sys_says_of_the_device(tmp_path: Path) -> None:
+    queue = tmp_path / "dev/block/8:3/queue"
+    queue.mkdir(parents=True)
+    (queue / "rotational").write_text("1\n")
+    assert rotational(os.makedev(8, 3), str(tmp_path)) is True
+    (queue / "rotational").write_text("0\n")
+    assert rotational(os.makedev(8, 3), str(tmp_path)) is False
+    assert rotational(os.makedev(8, 4), str(tmp_path)) is None  # /sys does not say
+    assert rotational(os.makedev(0, 51), str(tmp_path)) is False  # tmpfs, overlay
+
+
+def test_condor_platform_is_the_machine_execd_runs_on() -> None:
+    assert condor_platform({"Arch": "X86_64", "OpSysShortName": "AlmaLinux",
+                            "OpSysMajorVer": 9}) == "$CondorPlatform: X86_64-AlmaLinux_9 $"
+    # a host whose os-release has no version (Debian sid): none, as HTCondor's build says
+    assert condor_platform({"Arch": "X86_64", "OpSysShortName": "Debian"}) == \
+        "$CondorPlatform: X86_64-Debian_ $"  # fmt: skip
 
 
 def test_a_missing_execute_directory_publishes_no_volume(tmp_path: Path) -> None:
@@ -76,10 +107,17 @@ def daemon_attributes(tmp_path: Path, config: str = "") -> tuple[DaemonAttribute
     """DaemonAttributes over a daemon of two slots with `config` (real Settings)."""
     path = tmp_path / "execd.conf"
     path.write_text(config)
+    facts = MachineFacts(detected_cpus=2, detected_cores=2, detected_memory_mb=512,
+                         total_cpus=2, total_memory_mb=512, total_disk_kb=1_000_000,
+                         total_vm_kb=4096, arch="X86_64", opsys_short_name="AlmaLinux",
+                         opsys_ver=903)  # fmt: skip
     daemon = SimpleNamespace(startd_stats=StartdStats(), settings=load_settings(load_config(path)),
                              engine=SimpleNamespace(slots={"slot1": None, "slot1_1": None}),
-                             paths=SimpleNamespace(execute=tmp_path))  # fmt: skip
-    member = SimpleNamespace(daemon=daemon, address="<127.0.0.1:9618?addrs=127.0.0.1-9618>",
+                             paths=SimpleNamespace(execute=tmp_path),
+                             node=SimpleNamespace(slots=SimpleNamespace(facts=facts)))  # fmt: skip
+    member = SimpleNamespace(daemon=daemon, address=ADDRESS,
+                             config=SimpleNamespace(domain="pool.example",
+                                                    filesystem_domain="fs.example"),
                              server=SimpleNamespace(open_connections=lambda: 0),
                              security=SimpleNamespace(sessions={}))  # fmt: skip
     return DaemonAttributes(member), daemon  # type: ignore[arg-type]
@@ -105,3 +143,22 @@ def test_the_configured_knobs_are_published(tmp_path: Path) -> None:
     assert (ad["IsLocalStartd"], ad["Unhibernate"], ad["HasJobNetworking"]) == \
         ("true", "KeyboardIdle < 60", "false")  # fmt: skip
     assert ad["SubnetMask"] == '"255.0.0.0"' and ad["TimeToLive"] == str(2**31 - 1)
+
+
+def test_every_slot_ad_says_what_execd_is_and_where(tmp_path: Path) -> None:
+    attributes, _ = daemon_attributes(tmp_path)
+    ad = attributes.for_slot("slot1", classad2.ClassAd({"PartitionableSlot": True}))
+    assert ad["CondorVersion"] == f'"{CONDOR_VERSION}"'
+    assert ad["CondorPlatform"] == '"$CondorPlatform: X86_64-AlmaLinux_9 $"'
+    assert (ad["UidDomain"], ad["FileSystemDomain"]) == ('"pool.example"', '"fs.example"')
+    assert classad2.ExprTree(ad["AddressV1"]).eval() == (
+        '{[ p="primary"; a="127.0.0.1"; port=9618; n="Internet"; ], '
+        '[ p="IPv4"; a="127.0.0.1"; port=9618; n="Internet"; ]}')
+
+
+def test_within_resource_limits_follows_the_knobs(tmp_path: Path) -> None:
+    attributes, _ = daemon_attributes(tmp_path)
+    assert attributes.limits() == {"configured": None, "job_has_request_attrs": False}
+    attributes, _ = daemon_attributes(tmp_path, "WithinResourceLimits = Cpus > 0\n"
+                                      "STARTD_JOB_HAS_REQUEST_ATTRS = true\n")  # fmt: skip
+    assert attributes.limits() == {"configured": "Cpus > 0", "job_has_request_attrs": True}

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from execd.daemon.startd_stats import COUNTERS, RECENT_QUANTUM_S, StartdStats
+from execd.daemon.startd_stats import (
+    COUNTERS,
+    MIB,
+    RECENT_QUANTUM_S,
+    StartdStats,
+    TransferBytes,
+)
 
 T0 = 1_800_000_000
 
@@ -75,3 +81,15 @@ def test_a_clock_set_back_moves_nothing() -> None:
 def test_an_unknown_counter_is_a_clear_error() -> None:
     with pytest.raises(KeyError, match="no startd counter named 'JobStart'"):
         StartdStats().count("JobStart")
+
+
+def test_transfer_bytes_are_summed_and_averaged_per_job_in_mib() -> None:
+    tally = TransferBytes()
+    assert tally.attributes() == {"AvgTransferInputMB": 0.0, "TotalTransferInputMB": 0.0,
+                                  "AvgTransferOutputMB": 0.0, "TotalTransferOutputMB": 0.0}
+    tally.add(3 * MIB, MIB)
+    tally.add(MIB, 0)
+    assert tally.attributes() == {"AvgTransferInputMB": 2.0, "TotalTransferInputMB": 4.0,
+                                  "AvgTransferOutputMB": 0.5, "TotalTransferOutputMB": 1.0}
+    tally.add(1, 0)  # HTCondor's probe divides whole bytes: the average drops the remainder
+    assert tally.attributes()["AvgTransferInputMB"] == (4 * MIB + 1) // 3 / MIB

@@ -84,3 +84,35 @@ def test_a_pslots_private_ad_lists_its_dslots_offers_in_the_order_of_its_child_l
     static = classad2.ClassAd({"MyType": "Machine", "Name": "slot2@host", "Requirements": True})
     _, private = advertised_pair(static, address=ADDRESS, claim_id=ids.new())
     assert "ChildClaimIds" not in private and "NumDynamicSlots" not in private
+
+
+def _limits(**limits: Any) -> Any:
+    slot = classad2.ClassAd({"MyType": "Machine", "Name": "slot1@host", "Cpus": 2,
+                             "Memory": 1024, "Disk": 100000, "GPUs": 1,
+                             "MachineResources": "Cpus Memory Disk Swap GPUs",
+                             "Requirements": True})  # fmt: skip
+    public, _ = advertised_pair(slot, address=ADDRESS, claim_id=ClaimIdFactory(ADDRESS, 1).new(),
+                                limits=limits)  # fmt: skip
+    return to_classad(public)
+
+
+def test_within_resource_limits_knob_replaces_the_built_expression() -> None:
+    public = _limits(configured="MY.Cpus >= 2")
+    assert str(public.lookup("WithinResourceLimits")) == "MY.Cpus >= 2"
+    assert _matches(public, RequestCpus=5)  # the operator's limits, not the slot's
+    assert not _matches(_limits(configured="false"))
+
+
+def test_job_request_attrs_override_the_requests_as_startd_job_has_request_attrs() -> None:
+    public = _limits(job_has_request_attrs=True)
+    text = str(public.lookup("WithinResourceLimits"))
+    assert text.startswith("ifThenElse(TARGET._condor_RequestCpus isnt undefined")
+    assert _matches(public, RequestCpus=5, _condor_RequestCpus=1)  # the override decides
+    assert not _matches(public, _condor_RequestMemory=2048)
+    assert not _matches(public, _condor_RequestGPUs=2, RequestGPUs=1)
+    assert _matches(public, RequestGPUs=1)
+    # without RequestCpus one CPU is asked; without RequestMemory nothing fits
+    job = classad2.ClassAd({"RequestMemory": 64, "RequestDisk": 10})
+    assert is_true(evaluate(public.lookup("Requirements"), public, job))
+    job = classad2.ClassAd({"RequestCpus": 1, "RequestDisk": 10})
+    assert not is_true(evaluate(public.lookup("Requirements"), public, job))

@@ -8,7 +8,13 @@ from wire_captures import stream
 from execd.wire.classad_codec import decode_ad, to_classad
 from execd.wire.encoding import Decoder
 from execd.wire.framing import unframe_plain
-from execd.wire.sinful import AddressError, collector_address, parse_sinful, with_alias
+from execd.wire.sinful import (
+    AddressError,
+    collector_address,
+    parse_sinful,
+    v1_address,
+    with_alias,
+)
 
 
 def test_real_connect_sinful_with_ipv6_and_shared_port() -> None:
@@ -66,3 +72,19 @@ def test_alias_goes_where_htcondor_writes_it() -> None:
         "<127.0.0.1:5?addrs=127.0.0.1-5&alias=vm&noUDP&sock=execd>"
     assert with_alias("<127.0.0.1:5?addrs=127.0.0.1-5&noUDP>", "") == \
         "<127.0.0.1:5?addrs=127.0.0.1-5&noUDP>"
+
+
+def test_address_v1_is_htcondors_list_of_source_routes() -> None:
+    """condor_startd 25.14.1's AddressV1 of <127.0.0.1:34047?addrs=127.0.0.1-34047&alias=vm&
+    noUDP&sock=startd_867243_246d>, seen in the pool."""
+    assert v1_address("<127.0.0.1:34047?addrs=127.0.0.1-34047&alias=vm&noUDP"
+                      "&sock=startd_867243_246d>") == (
+        '{[ p="primary"; a="127.0.0.1"; port=34047; n="Internet"; alias="vm"; '
+        'spid="startd_867243_246d"; noUDP=true; ], [ p="IPv4"; a="127.0.0.1"; port=34047; '
+        'n="Internet"; alias="vm"; spid="startd_867243_246d"; noUDP=true; ]}')
+    # a bare address: its IP literal is its one public route; a host name has none
+    assert v1_address("<10.0.0.3:9618>") == ('{[ p="primary"; a="10.0.0.3"; port=9618; '
+                                             'n="Internet"; ], [ p="IPv4"; a="10.0.0.3"; '
+                                             'port=9618; n="Internet"; ]}')  # fmt: skip
+    assert v1_address("<cm.example:9618>") == \
+        '{[ p="primary"; a="cm.example"; port=9618; n="Internet"; ]}'  # fmt: skip
