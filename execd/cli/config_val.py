@@ -54,18 +54,30 @@ def run(args: argparse.Namespace) -> int:
         if not args.verbose:
             print(value)
             continue
+        # as condor_config_val -v: the name as defined (or declared), where, and the
+        # assignment as written, NAME = raw value
         definition = config.definition(name, subsystem=subsystem)
-        print(f"{definition.name if definition else name.upper()} = {value}")
         if definition is not None:
+            print(f"{definition.name} = {value}")
             print(f" # at: {definition.origin}")
-            print(f" # raw: {definition.raw}")
+            print(f" # raw: {definition.name} = {definition.raw}")
         else:
+            declared = _declared_name(name)
+            print(f"{declared} = {value}")
             print(" # at: <Default>")
-        default = config.default(name)
-        if default is not None:
-            print(f" # default: {default}")
+            default = config.default(name)
+            if default is not None:
+                print(f" # raw: {declared} = {default}")
         print()
     return 1 if missing else 0
+
+
+def _declared_name(name: str) -> str:
+    """NAME spelled as the knob table declares it (StartIdleTime), else upper-case."""
+    from execd.config.knobs import registry  # noqa: PLC0415  (only -v needs the table)
+
+    knob = registry().get(name.upper())
+    return knob.name if knob is not None else name.upper()
 
 
 def _dump(config: object, args: argparse.Namespace, subsystem: str | None) -> int:

@@ -34,16 +34,26 @@ def test_config_val_undefined_name() -> None:
     assert done.stderr.strip() == "Not defined: NO_SUCH_KNOB"
 
 
-def test_config_val_verbose_says_where(tmp_path: Path) -> None:
+def test_config_val_verbose_says_where_as_condor_config_val_does(tmp_path: Path) -> None:
+    # condor_config_val 25.14.1 -v on this file prints exactly these blocks
     conf = tmp_path / "c"
-    conf.write_text("A = 1\nSTART = $(A) > 0\n")
-    done = execd("config-val", "-v", "START", config=conf)
+    conf.write_text("A = 1\nstart = $(A) > 0 && \\\n  B\n")
+    done = execd("config-val", "-v", "START", "startidletime", "UPDATE_INTERVAL", config=conf)
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0] == "START = 1 > 0"
-    assert lines[1] == f" # at: {conf}, line 2"
-    assert lines[2] == " # raw: $(A) > 0"
-    assert lines[3] == " # default: True"
+    assert done.stdout.splitlines() == [
+        "start = 1 > 0 && B",
+        f" # at: {conf}, line 3",
+        " # raw: start = $(A) > 0 && B",
+        "",
+        "StartIdleTime = 15 * 60",
+        " # at: <Default>",
+        " # raw: StartIdleTime = 15 * $(MINUTE)",
+        "",
+        "UPDATE_INTERVAL = 300",
+        " # at: <Default>",
+        " # raw: UPDATE_INTERVAL = 300",
+        "",
+    ]
 
 
 def test_config_val_default_of_unset_registered_knob() -> None:
