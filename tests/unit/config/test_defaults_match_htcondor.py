@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
-from execd.classads import ClassAdError, parse_expr
-from execd.config.knobs import Kind, Knob, all_knobs
+from execd.classads import ClassAdError, evaluate, parse_expr
+from execd.config.knobs import Kind, Knob, all_knobs, registry
 from execd.config.loader import load_config
 from execd.config.settings import Settings
+from execd.policy.config import EXPRESSION_DEFAULTS, NUMBER_DEFAULTS
+from execd.slots.requests import DEFAULT_MODIFY_REQUEST_EXPRS
 from tests.unit.config.htcondor_reader import typed_reference_values
 
 # Knob -> the default in HTCondor 25.x's code (src/ of htcondor/htcondor, V25_X).
@@ -115,3 +117,25 @@ def test_default_is_htcondors(knob: Knob, theirs: dict[str, Any], settings: Sett
         assert canonical(knob, mine) is None, f"HTCondor leaves {knob.name} unset"
         return
     assert canonical(knob, mine) == canonical(knob, reference)
+
+
+# The policy engine and the request modifier carry their own copies of some defaults
+# (they are built without a config in unit tests): the same values as the knob table.
+ENGINE_DEFAULTS = [
+    *[(n, t) for n, t in EXPRESSION_DEFAULTS.items() if (k := registry().get(n.upper()))
+      and k.default is not None],
+    *[(n, str(v)) for n, v in NUMBER_DEFAULTS.items()],
+    *[(f"MODIFY_REQUEST_EXPR_REQUEST{r.upper()}", t)
+      for r, t in DEFAULT_MODIFY_REQUEST_EXPRS.items()],
+]
+
+
+@pytest.mark.parametrize(("name", "text"), ENGINE_DEFAULTS, ids=[n for n, _ in ENGINE_DEFAULTS])
+def test_built_in_copies_of_defaults_are_the_knob_tables(
+    name: str, text: str, settings: Settings
+) -> None:
+    knob = registry()[name.upper()]
+    if knob.kind in (Kind.INT, Kind.FLOAT):
+        assert settings.get_float(name) == evaluate(text)
+    else:
+        assert str(parse_expr(settings.get_str(name) or "")) == str(parse_expr(text))
