@@ -14,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "config-val",
         help="print configuration values (like condor_config_val)",
         description="Print the expanded value of each NAME. -v also says where it was "
-        "defined; -dump prints every defined name.",
+        "defined; -dump prints every defined name, as written.",
         prefix_chars="-",
     )
     parser.add_argument("-v", "-verbose", dest="verbose", action="store_true",
@@ -22,6 +22,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("-dump", dest="dump", action="store_true",
                         help="print every name the config files define")
     parser.add_argument("-raw", dest="raw", action="store_true", help="print values unexpanded")
+    parser.add_argument("-expand", dest="expand", action="store_true",
+                        help="with -dump: print values expanded (-dump prints them as written)")
     parser.add_argument("-subsystem", dest="subsystem", default="STARTD",
                         help="look names up as this subsystem (default STARTD)")
     parser.add_argument("names", nargs="*", metavar="NAME")
@@ -81,6 +83,8 @@ def _declared_name(name: str) -> str:
 
 
 def _dump(config: object, args: argparse.Namespace, subsystem: str | None) -> int:
+    """As condor_config_val -dump: each value as written (-expand: expanded); -v adds
+    where, the expanded value and the default instead of the file list."""
     from execd.config.loader import Config  # noqa: PLC0415
 
     assert isinstance(config, Config)
@@ -93,19 +97,23 @@ def _dump(config: object, args: argparse.Namespace, subsystem: str | None) -> in
         if wanted and not any(w in name.upper() for w in wanted):
             continue
         try:
-            value = config.raw(name, subsystem) if args.raw else config.get(name, subsystem)
+            raw = config.raw(name, subsystem)
+            expanded = config.get(name, subsystem)
         except ConfigError as exc:
             print(f"# {name}: {exc.message}")
             code = 1
             continue
-        print(f"{name} = {value}")
+        print(f"{name} = {expanded if args.expand else raw}")
         if args.verbose:
             definition = config.definition(name, subsystem=subsystem)
             if definition is not None:
                 print(f" # at: {definition.origin}")
-                print(f" # raw: {definition.raw}")
-    print()
-    print("# Contributing configuration file(s):")
-    for path in config.files:
-        print(f"#\t{path}")
+            print(f" # expanded: {expanded}")
+            default = config.default(name)
+            if default is not None:
+                print(f" # default: {default}")
+    if not args.verbose:
+        print("# Contributing configuration file(s):")
+        for path in config.files:
+            print(f"#\t{path}")
     return code

@@ -69,6 +69,23 @@ def test_config_val_dump_lists_every_name_and_file() -> None:
     assert f"#\t{DEFAULT}" in done.stdout
 
 
+def test_config_val_dump_prints_as_condor_config_val_does(tmp_path: Path) -> None:
+    # condor_config_val 25.14.1 -dump MYX, -dump -expand MYX and -dump -v MYX on this file
+    conf = tmp_path / "c"
+    conf.write_text("A = 1\nMYX = $(A) + 1\n")
+    head = ["# Configuration from machine: " + execd("config-val", "FULL_HOSTNAME",
+                                                     config=conf).stdout.strip(),
+            "", "# Parameters with names that match MYX:"]
+    files = ["# Contributing configuration file(s):", f"#\t{conf}"]
+    done = execd("config-val", "-dump", "MYX", config=conf)
+    assert done.stdout.splitlines() == [*head, "MYX = $(A) + 1", *files]
+    done = execd("config-val", "-dump", "-expand", "MYX", config=conf)
+    assert done.stdout.splitlines() == [*head, "MYX = 1 + 1", *files]
+    done = execd("config-val", "-dump", "-v", "MYX", config=conf)
+    assert done.stdout.splitlines() == [
+        *head, "MYX = $(A) + 1", f" # at: {conf}, line 2", " # expanded: 1 + 1"]
+
+
 def test_global_config_flag_wins_over_environment(tmp_path: Path) -> None:
     conf = tmp_path / "c"
     conf.write_text("START = False\n")
