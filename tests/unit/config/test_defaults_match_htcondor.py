@@ -56,7 +56,8 @@ CODE_DEFAULTS: dict[str, Any] = {
 
 
 def compared() -> list[Knob]:
-    return [k for k in all_knobs() if not k.is_pattern and not k.ours and k.default is not None]
+    """HTCondor's plain knobs; those execd leaves unset must be unset in HTCondor too."""
+    return [k for k in all_knobs() if not k.is_pattern and not k.ours]
 
 
 # LOCAL_DIR's default is execd's own (knobs.py says why); pinned so that the knobs
