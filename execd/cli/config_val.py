@@ -14,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "config-val",
         help="print configuration values (like condor_config_val)",
         description="Print the expanded value of each NAME. -v also says where it was "
-        "defined; -dump prints every defined name.",
+        "defined; -dump prints every defined name, as written.",
         prefix_chars="-",
     )
     parser.add_argument("-v", "-verbose", dest="verbose", action="store_true",
@@ -22,6 +22,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("-dump", dest="dump", action="store_true",
                         help="print every name the config files define")
     parser.add_argument("-raw", dest="raw", action="store_true", help="print values unexpanded")
+    parser.add_argument("-expand", dest="expand", action="store_true",
+                        help="with -dump: print values expanded (-dump prints them as written)")
     parser.add_argument("-subsystem", dest="subsystem", default="STARTD",
                         help="look names up as this subsystem (default STARTD)")
     parser.add_argument("names", nargs="*", metavar="NAME")
@@ -54,21 +56,35 @@ def run(args: argparse.Namespace) -> int:
         if not args.verbose:
             print(value)
             continue
+        # as condor_config_val -v: the name as defined (or declared), where, and the
+        # assignment as written, NAME = raw value
         definition = config.definition(name, subsystem=subsystem)
-        print(f"{definition.name if definition else name.upper()} = {value}")
         if definition is not None:
+            print(f"{definition.name} = {value}")
             print(f" # at: {definition.origin}")
-            print(f" # raw: {definition.raw}")
+            print(f" # raw: {definition.name} = {definition.raw}")
         else:
+            declared = _declared_name(name)
+            print(f"{declared} = {value}")
             print(" # at: <Default>")
-        default = config.default(name)
-        if default is not None:
-            print(f" # default: {default}")
+            default = config.default(name)
+            if default is not None:
+                print(f" # raw: {declared} = {default}")
         print()
     return 1 if missing else 0
 
 
+def _declared_name(name: str) -> str:
+    """NAME spelled as the knob table declares it (StartIdleTime), else upper-case."""
+    from execd.config.knobs import registry  # noqa: PLC0415  (only -v needs the table)
+
+    knob = registry().get(name.upper())
+    return knob.name if knob is not None else name.upper()
+
+
 def _dump(config: object, args: argparse.Namespace, subsystem: str | None) -> int:
+    """As condor_config_val -dump: each value as written (-expand: expanded); -v adds
+    where, the expanded value and the default instead of the file list."""
     from execd.config.loader import Config  # noqa: PLC0415
 
     assert isinstance(config, Config)
@@ -81,19 +97,23 @@ def _dump(config: object, args: argparse.Namespace, subsystem: str | None) -> in
         if wanted and not any(w in name.upper() for w in wanted):
             continue
         try:
-            value = config.raw(name, subsystem) if args.raw else config.get(name, subsystem)
+            raw = config.raw(name, subsystem)
+            expanded = config.get(name, subsystem)
         except ConfigError as exc:
             print(f"# {name}: {exc.message}")
             code = 1
             continue
-        print(f"{name} = {value}")
+        print(f"{name} = {expanded if args.expand else raw}")
         if args.verbose:
             definition = config.definition(name, subsystem=subsystem)
             if definition is not None:
                 print(f" # at: {definition.origin}")
-                print(f" # raw: {definition.raw}")
-    print()
-    print("# Contributing configuration file(s):")
-    for path in config.files:
-        print(f"#\t{path}")
+            print(f" # expanded: {expanded}")
+            default = config.default(name)
+            if default is not None:
+                print(f" # default: {default}")
+    if not args.verbose:
+        print("# Contributing configuration file(s):")
+        for path in config.files:
+            print(f"#\t{path}")
     return code

@@ -61,7 +61,9 @@ I, F, B, S, P, L, E, M = (  # noqa: E741  (short aliases keep the table readable
 
 _group(
     "Locations",
-    ("LOCAL_DIR", P, "$(EXECD_STATE_DIR)", "Root of execd's state: EXECUTE, SPOOL and LOG default under it."),
+    ("LOCAL_DIR", P, "$(EXECD_STATE_DIR)", "Root of execd's state: EXECUTE, SPOOL, LOG and ETC default under it. "
+     "HTCondor's default is $(TILDE), the condor user's home (its packaged condor_config says /var); "
+     "execd's is a directory of its own.", True),
     ("EXECD_STATE_DIR", P, None, "Built in: /var/lib/execd when execd runs as root, else ~/.local/state/execd.", True),
     ("EXECUTE", P, "$(LOCAL_DIR)/execute", "Where job sandboxes (dir_<id>) are created."),
     ("SPOOL", P, "$(LOCAL_DIR)/spool", "Durable state: execd's SQLite store lives here."),
@@ -73,6 +75,7 @@ _group(
     ("LOCAL_CONFIG_DIR_EXCLUDE_REGEXP", S,
      r"^((\..*)|(.*\.pl)|(.*\.py)|(.*\.sh)|(.*~)|(#.*)|(.*\.rpmsave)|(.*\.rpmnew)|(.*\.dpkg-old)|(.*\.dpkg-dist)|(.*\.cfsaved))$",
      "File names in LOCAL_CONFIG_DIR that are skipped."),
+    ("ETC", P, "$(LOCAL_DIR)", "Directory of the node's keys (SEC_PASSWORD_DIRECTORY); HTCondor's packaged condor_config sets /etc/condor."),
     ("RELEASE_DIR", P, "/usr", "Installation prefix."),
     ("LIBEXEC", P, "$(RELEASE_DIR)/libexec", "Helper programs."),
     ("GPU_MONITOR", P, "$(LIBEXEC)/condor_gpu_utilization", "GPU usage monitor that use FEATURE : GPUs runs as a cron job."),
@@ -133,16 +136,17 @@ _group(
     ("WANT_SUSPEND_VANILLA", E, None, "WANT_SUSPEND for vanilla-universe jobs, if set."),
     ("WANT_VACATE_VANILLA", E, None, "WANT_VACATE for vanilla-universe jobs, if set."),
     ("SLOT_WEIGHT", E, "Cpus", "The slot's weight, published as SlotWeight: what the negotiator charges a submitter for a claim of it (NEGOTIATOR_USE_SLOT_WEIGHTS)."),
-    ("RUNBENCHMARKS", E, "False", "When true in Unclaimed, run the Mips/KFlops benchmarks."),
+    ("RUNBENCHMARKS", E, "LastBenchmark == 0", "When true in Unclaimed/Idle, run the Mips/KFlops benchmarks (Benchmarking); the default runs them once, the first time a slot is Unclaimed. use ROLE : Personal sets 0."),
     ("ENABLE_BACKFILL", B, "false", "Whether idle slots run backfill work."),
     ("BACKFILL_SYSTEM", S, "BOINC", "Names the one backfill client; <SYSTEM>_Executable, "
      "_Arguments, _InitialDir, _Owner (required as root), _Output, _Error, _Environment "
-     "define it (any program)."),
+     "define it (any program). HTCondor has no default (with ENABLE_BACKFILL it logs an "
+     "error and runs no backfill); execd's is BOINC, the one system HTCondor supports.", True),
     ("START_BACKFILL", E, "False", "When true in Unclaimed/Idle, enter Backfill."),
     ("EVICT_BACKFILL", E, "False", "When true in Backfill, kill the backfill client."),
-    ("STARTER_EVICT", E, None, "Starter-enforced eviction expression (seed 002)."),
-    ("STARTER_WANT_VACATE", E, "True", "Whether a starter-enforced eviction gives the soft kill signal."),
-    ("STARTER_KILL", E, None, "Starter-enforced hard-kill expression."),
+    ("STARTER_EVICT", E, None, "Starter-enforced eviction expression (seed 002's proposal; not in HTCondor 25).", True),
+    ("STARTER_WANT_VACATE", E, "True", "Whether a starter-enforced eviction gives the soft kill signal (seed 002).", True),
+    ("STARTER_KILL", E, None, "Starter-enforced hard-kill expression (seed 002).", True),
     ("STARTD_LATCH_EXPRS", L, "", "Expressions whose value changes are latched into <name>Value/<name>Time."),
     ("SLOTS_CONNECTED_TO_KEYBOARD", I, "0", "How many slots see keyboard activity in KeyboardIdle."),
     ("SLOTS_CONNECTED_TO_CONSOLE", I, "0", "How many slots see console activity in ConsoleIdle."),
@@ -183,7 +187,9 @@ _group(
     ("STARTD_DETECT_GPUS", S, "-properties $(GPU_DISCOVERY_EXTRA)", "Arguments of `$(LIBEXEC)/condor_gpu_discovery`, run as the GPUs inventory when neither MACHINE_RESOURCE_GPUs nor MACHINE_RESOURCE_INVENTORY_GPUs is defined (without the program: NVML). `false`, `0` or empty: no GPU discovery, and no GPUs resource at all; `true` or `1` is a configuration error, logged, and no discovery."),
     ("MODIFY_REQUEST_EXPR_REQUESTCPUS", E, "quantize(RequestCpus,{1})", "How a job's CPU request is rounded for a dynamic slot."),
     ("MODIFY_REQUEST_EXPR_REQUESTMEMORY", E, "quantize(RequestMemory,{128})", "How a job's memory request is rounded for a dynamic slot."),
-    ("MODIFY_REQUEST_EXPR_REQUESTDISK", E, "quantize(RequestDisk,{1024})", "How a job's disk request is rounded for a dynamic slot."),
+    ("MODIFY_REQUEST_EXPR_REQUESTDISK", E, "quantize(RequestDisk - $(CATALOG_SPACE),{Target.DiskQuantum?:1024})", "How a job's disk request is rounded for a dynamic slot: evaluated with the job as MY and the partitionable slot as TARGET (a DiskQuantum in the slot ad, e.g. from STARTD_ATTRS, replaces 1024)."),
+    ("SUM_OF_CATALOGS", M, 'ifthenelse(RequestedCatalogs is undefined || catalogs is undefined, 0, sum(evalInEachContext(member(CatalogID, RequestedCatalogIDs) ? CatalogSize : 0, catalogs)))', "Disk of the job's requested catalogs (execd has none: 0)."),
+    ("CATALOG_SPACE", M, 'ifthenelse(MappingMethod ?: "" != "Copy", $(SUM_OF_CATALOGS), 0)', "Disk of catalogs a job's request need not cover."),
     ("STARTD_ATTRS", L, "", "Config names whose values are published in every slot ad."),
     ("SLOT<N>_STARTD_ATTRS", L, None, "STARTD_ATTRS for slot N only."),
     ("SYSTEM_STARTD_ATTRS", L, "COLLECTOR_HOST_STRING DedicatedScheduler", "Config names HTCondor itself publishes in every slot ad, read as STARTD_ATTRS (after it: the same name takes this list's value); an undefined or empty name is left out."),
@@ -248,14 +254,14 @@ _group(
     ("SEC_TOKEN_DIRECTORY", P, "", "Directory of IDTOKENS this node presents."),
     ("EXECD_POOL_TOKEN_FILE", P, "", "IDTOKEN (from condor_token_create) execd presents to the pool; empty: the first file in SEC_TOKEN_DIRECTORY, else FS only (same host).", True),
     ("TRUST_DOMAIN", S, "$(UID_DOMAIN)", "The pool's trust domain: the issuer (iss) of its IDTOKENS; execd accepts tokens of this issuer only."),
-    ("SEC_PASSWORD_DIRECTORY", P, "/etc/condor/passwords.d", "Directory of the pool's token signing keys (file name = key id)."),
+    ("SEC_PASSWORD_DIRECTORY", P, "$(ETC)/passwords.d", "Directory of the pool's token signing keys (file name = key id)."),
     ("SEC_TOKEN_POOL_SIGNING_KEY_FILE", P, "$(SEC_PASSWORD_DIRECTORY)/POOL", "The POOL signing key: execd verifies IDTOKENS signed with it (readable by execd, e.g. root-only)."),
     ("SEC_TOKEN_MAX_AGE", I, None, "Seconds after its issue (iat) a token is no longer accepted; unset: no limit."),
     ("SEC_TOKEN_REVOCATION_EXPR", E, None, "Evaluated against a presented token's claims (sub, iss, jti, iat, exp, ...): true, or not boolean-like, refuses the token."),
     ("SEC_TOKEN_BLACKLIST_EXPR", E, None, "The old name of SEC_TOKEN_REVOCATION_EXPR, read when that is unset."),
     ("EXECD_SHARED_PORT", S, "", "host:port of this host's condor_shared_port: execd becomes its endpoint EXECD_SHARED_PORT_ID and advertises that address (empty: execd's own port).", True),
     ("EXECD_SHARED_PORT_ID", S, "execd", "execd's endpoint name behind the shared port (the sock= of its address).", True),
-    ("DAEMON_SOCKET_DIR", P, "$(LOCK)/daemon_sock", "Directory where the shared port finds its endpoints' Unix sockets (HTCondor's file fallback; the pool's $(LOCK)/daemon_sock)."),
+    ("DAEMON_SOCKET_DIR", S, "auto", "Directory where the shared port finds its endpoints' Unix sockets (HTCondor's file fallback); auto: $(LOCK)/daemon_sock, as in HTCondor."),
     ("EXECD_COMMAND_ADDRESS", S, "127.0.0.1:0", "host:port where execd serves the pool's startd commands (its MyAddress); port 0 lets the kernel pick.", True),
     ("EXECD_POOL_ADMINISTRATORS", L, "root@* condor@*", "Authenticated identities (user@domain patterns) allowed to drain and vacate execd from the pool.", True),
     ("EXECD_POOL_SCHEDULERS", L, "condor@*", "Identities besides a claim id's holder allowed to send claim commands (the pool's schedd and negotiator).", True),
@@ -270,7 +276,7 @@ _group(
     ("IS_LOCAL_STARTD", B, "false", "Published as IsLocalStartd on every slot ad (a startd run by a schedd for its local universe says true)."),
     ("UNHIBERNATE", E, None, "Published as Unhibernate (when condor_rooster would wake the machine); unset: MY.MachineLastMatchTime =!= UNDEFINED. execd never hibernates."),
     ("STATISTICS_WINDOW_SECONDS", I, "1200", "The window of the daemon's Recent* self statistics (RecentDaemonCoreDutyCycle); the startd's counters keep their fixed 20 minutes."),
-    ("STATISTICS_WINDOW_QUANTUM", I, "60", "Seconds between self-monitor samples (MonitorSelf*) and the quantum of the recent window."),
+    ("STATISTICS_WINDOW_QUANTUM", I, "240", "Seconds between self-monitor samples (MonitorSelf*) and the quantum of the recent window."),
 )
 
 

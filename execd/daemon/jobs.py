@@ -141,8 +141,10 @@ class JobManager(StarterLifecycle):
                 raise ControlError("refused", f"claim refused: {why}")
             config = self.daemon.config
             modifier = RequestModifier(from_config.modify_request_exprs(config))
+            # as condor_startd: the job is MY, the p-slot's ad TARGET (its DiskQuantum)
+            slot_ad = engine.machine_ad(engine.slots[target], moment, full=True)
             try:
-                request = modifier.request(ad, None, list(pslot.free_amounts))
+                request = modifier.request(ad, slot_ad, list(pslot.free_amounts))
                 carved = pslot.carve(request)
             except ResourceError as exc:
                 raise ControlError("refused", str(exc)) from None

@@ -111,6 +111,8 @@ def pool_settings(settings: Any) -> PoolSettings | None:
     if via := (settings.get_str("EXECD_SHARED_PORT") or "").strip():
         endpoint = settings.get_str("EXECD_SHARED_PORT_ID") or "execd"
         socket_dir = settings.get_str("DAEMON_SOCKET_DIR") or ""
+        if socket_dir == "auto":  # as HTCondor's SharedPortEndpoint resolves it for files
+            socket_dir = settings.config.expand("$(LOCK)/daemon_sock").strip()
         if not Path(socket_dir).is_dir():
             raise ConfigError(f"DAEMON_SOCKET_DIR {socket_dir!r} is not a directory (where "
                               "the shared port of EXECD_SHARED_PORT finds its endpoints)")

@@ -162,7 +162,7 @@ class DaemonAttributes:
         self.member = member
         self.stats = daemon.startd_stats
         settings = daemon.settings
-        quantum = settings.get_int("STATISTICS_WINDOW_QUANTUM") or 60
+        quantum = settings.get_int("STATISTICS_WINDOW_QUANTUM") or 240
         self.duty = DutyCycle(settings.get_int("STATISTICS_WINDOW_SECONDS") or 1200, quantum)
         self.monitor = SelfMonitor(quantum, sockets=member.server.open_connections,
                                    sessions=lambda: len(member.security.sessions))  # fmt: skip

@@ -2,7 +2,8 @@
 monitor's `MonitorSelf*` sample and the event loop's duty cycle.
 
 Self monitor (daemon core's SelfMonitorData, sampled every STATISTICS_WINDOW_QUANTUM,
-default 60 s, the first at startup): MonitorSelfTime (when sampled), MonitorSelfAge
+default 240 s: the param table's, which wins over the 60 written in self_monitor.cpp;
+the first at startup): MonitorSelfTime (when sampled), MonitorSelfAge
 (seconds the process has run), MonitorSelfCPUUsage (percent of one CPU since the last
 sample, over the whole life at the first), MonitorSelfImageSize and
 MonitorSelfResidentSetSize (KiB), MonitorSelfRegisteredSocketCount (the command

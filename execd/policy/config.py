@@ -27,7 +27,7 @@ EXPRESSION_DEFAULTS: dict[str, str] = {
     "MAXJOBRETIREMENTTIME": "0",
     "MachineMaxVacateTime": "600",
     "CLAIM_WORKLIFE": "1200",
-    "RUNBENCHMARKS": "False",
+    "RUNBENCHMARKS": "LastBenchmark == 0",
     "START_BACKFILL": "False",
     "EVICT_BACKFILL": "False",
     "WANT_HOLD": "False",

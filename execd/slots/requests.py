@@ -16,7 +16,12 @@ from execd.errors import ResourceError
 DEFAULT_MODIFY_REQUEST_EXPRS: dict[str, str] = {
     "Cpus": "quantize(RequestCpus, {1})",
     "Memory": "quantize(RequestMemory, {128})",
-    "Disk": "quantize(RequestDisk, {1024})",
+    # HTCondor's, with its CATALOG_SPACE expanded: 0 for a job without catalogs. TARGET is
+    # the slot ad: a DiskQuantum there (condor_startd's LVM volumes publish one) wins.
+    "Disk": 'quantize(RequestDisk - ifthenelse(MappingMethod ?: "" != "Copy", '
+            "ifthenelse(RequestedCatalogs is undefined || catalogs is undefined, 0, "
+            "sum(evalInEachContext(member(CatalogID, RequestedCatalogIDs) ? CatalogSize : 0, "
+            "catalogs))), 0), {Target.DiskQuantum ?: 1024})",
 }
 # A job ad without a request gets the smallest unit, as if it had asked for it.
 MISSING_REQUEST = {"Cpus": 1, "Memory": 1, "Disk": 1}

@@ -29,10 +29,12 @@ class RunningDaemon:
         self._offset = 0
 
     def config_text(self, extra: str) -> str:
-        # A private BASE_CGROUP, so the daemon never touches a real execd's tree.
+        # A private BASE_CGROUP, so the daemon never touches a real execd's tree. No
+        # benchmarks unless a test asks (RUNBENCHMARKS' default runs them once), as
+        # `use ROLE : Personal` says for the pool tier's condor_startd.
         return (
             f"LOCAL_DIR = {self.root}/state\nEXECD_LOG = {self.log}\nUPDATE_INTERVAL = 300\n"
-            f"BASE_CGROUP = {self.base_cgroup}\n"
+            f"BASE_CGROUP = {self.base_cgroup}\nRUNBENCHMARKS = 0\n"
             "use FEATURE : PartitionableSlot\n" + extra
         )
 

@@ -34,16 +34,26 @@ def test_config_val_undefined_name() -> None:
     assert done.stderr.strip() == "Not defined: NO_SUCH_KNOB"
 
 
-def test_config_val_verbose_says_where(tmp_path: Path) -> None:
+def test_config_val_verbose_says_where_as_condor_config_val_does(tmp_path: Path) -> None:
+    # condor_config_val 25.14.1 -v on this file prints exactly these blocks
     conf = tmp_path / "c"
-    conf.write_text("A = 1\nSTART = $(A) > 0\n")
-    done = execd("config-val", "-v", "START", config=conf)
+    conf.write_text("A = 1\nstart = $(A) > 0 && \\\n  B\n")
+    done = execd("config-val", "-v", "START", "startidletime", "UPDATE_INTERVAL", config=conf)
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0] == "START = 1 > 0"
-    assert lines[1] == f" # at: {conf}, line 2"
-    assert lines[2] == " # raw: $(A) > 0"
-    assert lines[3] == " # default: True"
+    assert done.stdout.splitlines() == [
+        "start = 1 > 0 && B",
+        f" # at: {conf}, line 3",
+        " # raw: start = $(A) > 0 && B",
+        "",
+        "StartIdleTime = 15 * 60",
+        " # at: <Default>",
+        " # raw: StartIdleTime = 15 * $(MINUTE)",
+        "",
+        "UPDATE_INTERVAL = 300",
+        " # at: <Default>",
+        " # raw: UPDATE_INTERVAL = 300",
+        "",
+    ]
 
 
 def test_config_val_default_of_unset_registered_knob() -> None:
@@ -57,6 +67,23 @@ def test_config_val_dump_lists_every_name_and_file() -> None:
     assert "SLOT_TYPE_1_PARTITIONABLE = true" in done.stdout.splitlines()
     assert "START = True" in done.stdout.splitlines()
     assert f"#\t{DEFAULT}" in done.stdout
+
+
+def test_config_val_dump_prints_as_condor_config_val_does(tmp_path: Path) -> None:
+    # condor_config_val 25.14.1 -dump MYX, -dump -expand MYX and -dump -v MYX on this file
+    conf = tmp_path / "c"
+    conf.write_text("A = 1\nMYX = $(A) + 1\n")
+    head = ["# Configuration from machine: " + execd("config-val", "FULL_HOSTNAME",
+                                                     config=conf).stdout.strip(),
+            "", "# Parameters with names that match MYX:"]
+    files = ["# Contributing configuration file(s):", f"#\t{conf}"]
+    done = execd("config-val", "-dump", "MYX", config=conf)
+    assert done.stdout.splitlines() == [*head, "MYX = $(A) + 1", *files]
+    done = execd("config-val", "-dump", "-expand", "MYX", config=conf)
+    assert done.stdout.splitlines() == [*head, "MYX = 1 + 1", *files]
+    done = execd("config-val", "-dump", "-v", "MYX", config=conf)
+    assert done.stdout.splitlines() == [
+        *head, "MYX = $(A) + 1", f" # at: {conf}, line 2", " # expanded: 1 + 1"]
 
 
 def test_global_config_flag_wins_over_environment(tmp_path: Path) -> None:

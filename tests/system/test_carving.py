@@ -74,3 +74,17 @@ def test_a_pslot_in_backfill_carves_nothing(root: Path) -> None:
         assert names_and_states(node) == ["slot1 Backfill Busy 2"]
     finally:
         node.stop(signal.SIGQUIT)
+
+
+def test_a_dslot_disk_is_rounded_to_the_pslots_disk_quantum(root: Path) -> None:
+    # MODIFY_REQUEST_EXPR_REQUESTDISK's default reads Target.DiskQuantum: the p-slot's
+    config = "NUM_CPUS = 2\nMEMORY = 1024\nDiskQuantum = 4096\nSTARTD_ATTRS = DiskQuantum\n"
+    node = RunningDaemon(root, config).start()
+    try:
+        run = node.execd("config-val", "RUN").stdout.strip()
+        with ControlClient(Path(run) / "execd.sock", timeout=60) as c:
+            c.call("request_claim", {"job": {**JOB, "RequestDisk": 1000}, "slot": "slot1"})
+        out = node.execd("status", "-af", "Name", "Disk").stdout.split()
+        assert out[out.index(next(n for n in out if n.startswith("slot1_1@"))) + 1] == "4096"
+    finally:
+        node.stop(signal.SIGQUIT)

@@ -58,3 +58,19 @@ def test_token_file_is_read(tmp_path: Path) -> None:
 def test_bad_values_are_refused_naming_the_knob(text: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         pool_settings(settings(text))
+
+
+@pytest.mark.parametrize("line", ["", "DAEMON_SOCKET_DIR = auto\n"])
+def test_daemon_socket_dir_auto_is_lock_daemon_sock(line: str, tmp_path: Path) -> None:
+    # HTCondor's default, auto: the shared port's file sockets are in $(LOCK)/daemon_sock
+    (tmp_path / "daemon_sock").mkdir()
+    config = pool_settings(settings(f"COLLECTOR_HOST = 127.0.0.1:9\nLOCK = {tmp_path}\n"
+                                    f"EXECD_SHARED_PORT = 127.0.0.1:9618\n{line}"))  # fmt: skip
+    assert config is not None and config.shared_port is not None
+    assert config.shared_port[2] == f"{tmp_path}/daemon_sock"
+
+
+def test_daemon_socket_dir_auto_without_the_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=f"DAEMON_SOCKET_DIR '{tmp_path}/daemon_sock'"):
+        pool_settings(settings(f"COLLECTOR_HOST = 127.0.0.1:9\nLOCK = {tmp_path}\n"
+                               "EXECD_SHARED_PORT = 127.0.0.1:9618\n"))  # fmt: skip

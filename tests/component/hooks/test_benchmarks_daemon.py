@@ -77,3 +77,24 @@ def test_runbenchmarks_true_at_startup_only_when_defined(tmp_path: Path) -> None
         assert ("Unclaimed/Benchmarking", "3") not in transitions(daemon)
     finally:
         daemon.stop(signal.SIGQUIT)
+
+
+def test_runbenchmarks_default_runs_them_once_in_unclaimed(tmp_path: Path) -> None:
+    # HTCondor 25's default, LastBenchmark == 0: the first Unclaimed/Idle pass runs them
+    # (transition 3), and once LastBenchmark is set they never run again
+    daemon = RunningDaemon(tmp_path)
+    daemon.config.write_text(daemon.config_text("").replace("RUNBENCHMARKS = 0\n", ""))
+    daemon.start()
+    try:
+        finished = daemon.wait_for("benchmarks_finished", timeout=60)
+        daemon.wait_for("slot_state_changed", new="Unclaimed/Idle", transition="4")
+        assert ("Unclaimed/Benchmarking", "3") in transitions(daemon)
+        with ControlClient(daemon.root / "state" / "log" / "execd.sock") as client:
+            client.call("reconfig")  # one more full policy pass
+        daemon.wait_for("reconfig_applied")
+        ad = slot_ad(daemon)
+        assert ad["Mips"] == finished["mips"] and ad["KFlops"] == finished["kflops"]
+        assert ad["LastBenchmark"] > 0 and ad["Activity"] == "Idle"
+        assert [e["event"] for e in daemon.events()].count("benchmarks_finished") == 1
+    finally:
+        daemon.stop(signal.SIGQUIT)

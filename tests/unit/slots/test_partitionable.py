@@ -41,6 +41,15 @@ def test_default_modify_exprs_quantize_like_htcondor_25() -> None:
     assert (req.cpus, req.memory_mb, req.disk_kb) == (2, 128, 1024)
 
 
+def test_default_disk_quantum_is_the_slot_ads_disk_quantum() -> None:
+    # HTCondor 25: quantize(RequestDisk - $(CATALOG_SPACE), {Target.DiskQuantum ?: 1024})
+    # with the slot as TARGET; a job's own DiskQuantum changes nothing
+    asked = job(RequestDisk=1000, DiskQuantum=7)
+    assert RequestModifier().request(asked, new_ad({"DiskQuantum": 4096})).disk_kb == 4096
+    assert RequestModifier().request(asked, new_ad({})).disk_kb == 1024
+    assert RequestModifier().request(asked).disk_kb == 1024
+
+
 def test_modify_expr_can_use_slot_attributes() -> None:
     mod = RequestModifier({"Memory": "quantize(RequestMemory, {TotalSlotMemory / TotalSlotCpus})"})
     slot_ad = new_ad({"TotalSlotMemory": 8192, "TotalSlotCpus": 8})
