@@ -41,6 +41,8 @@ CODE_DEFAULTS: dict[str, Any] = {
     "SLOT_TYPE_0_PARTITIONABLE": True,
     # condor_startd.V6/Resource.cpp: param_boolean("ADVERTISE_PSLOT_ROLLUP_INFORMATION", true)
     "ADVERTISE_PSLOT_ROLLUP_INFORMATION": True,
+    # condor_startd.V6/ResAttributes.cpp: param_boolean("STARTD_JOB_HAS_REQUEST_ATTRS", false)
+    "STARTD_JOB_HAS_REQUEST_ATTRS": False,
     # condor_starter.V6.1/job_info_communicator.cpp: default_allow is true but on Windows
     "STARTER_ALLOW_RUNAS_OWNER": True,
     # condor_starter.V6.1/starter.cpp: param_boolean("AUTO_SET_NVIDIA_VISIBLE_DEVICES", true)
