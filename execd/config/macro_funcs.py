@@ -16,6 +16,7 @@ first ``)``, which breaks ``$EVAL(strcat("a","b"))`` and ``$INT($(X)*2)``.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Callable, Mapping
@@ -28,8 +29,10 @@ NAMES = frozenset({"ENV", "RANDOM_CHOICE", "RANDOM_INTEGER", "CHOICE", "SUBSTR",
                    "STRING", "EVAL", "BASENAME", "DIRNAME"})  # fmt: skip
 # $F followed by any of HTCondor's file name flags, in either case ($F alone too)
 _FILENAME = re.compile(r"F[pnxdqabfwuPNXDQABFWU]*")
+_CALL = re.compile(r"\$([A-Za-z_]+)\(")
 # one printf conversion: flags, width, precision, C length modifiers (Python has none)
-_CONVERSION = re.compile(r"%([-+ #0]*\d*(?:\.\d*)?)(?:hh|h|ll|l|j|z|t|L|q)?([a-zA-Z%])")
+_CONVERSION = re.compile(r"%([-+ #0]*(\d*)(?:\.(\d*))?)(?:hh|h|ll|l|j|z|t|L|q)?([a-zA-Z%])")
+MAX_FORMAT_WIDTH = 4096  # a wider field or precision is a mistake, not a value
 _KINDS = {"INT": "diouxXc", "REAL": "eEfFgG", "STRING": "s"}
 _WHAT = {"INT": "integer", "REAL": "real", "STRING": "string"}
 _DECIMAL = re.compile(r"\s*[-+]?\d+\s*")
@@ -37,13 +40,11 @@ _DECIMAL = re.compile(r"\s*[-+]?\d+\s*")
 
 def special(text: str, j: int) -> str | None:
     """The function name when ``text[j:]`` starts ``$NAME(`` for a special macro, else None."""
-    open_at = text.find("(", j + 1)
-    if open_at < 0:
+    found = _CALL.match(text, j)
+    if found is None:
         return None
-    name = text[j + 1 : open_at]
-    if name in NAMES or _FILENAME.fullmatch(name):
-        return name
-    return None
+    name = found.group(1)
+    return name if name in NAMES or _FILENAME.fullmatch(name) else None
 
 
 @dataclass
@@ -66,7 +67,14 @@ class Call:
 
 
 def call(func: str, body: str, ctx: Call) -> str:
-    """The expansion of ``$func(body)``."""
+    """The expansion of ``$func(body)``; any problem is a ConfigError naming the macro."""
+    try:
+        return _call(func, body, ctx)
+    except (ArithmeticError, ValueError, TypeError, MemoryError) as exc:  # never past here
+        raise ConfigError(f"${func}({body}): {type(exc).__name__}: {exc}") from None
+
+
+def _call(func: str, body: str, ctx: Call) -> str:
     if func == "ENV":
         var, colon, default = body.partition(":")
         found = ctx.env.get(var.strip())
@@ -165,10 +173,14 @@ def _formatted(func: str, body: str, fmt: str | None, value: object) -> str | No
     """VALUE through a printf format with one conversion of FUNC's kind; None without one."""
     if fmt is None:
         return None
-    conversions = [m for m in _CONVERSION.finditer(fmt) if m.group(2) != "%"]
-    if len(conversions) == 1 and conversions[0].group(2) in _KINDS[func]:
+    conversions = [m for m in _CONVERSION.finditer(fmt) if m.group(4) != "%"]
+    if len(conversions) == 1 and conversions[0].group(4) in _KINDS[func]:
+        sizes = [int(n) for n in conversions[0].group(2, 3) if n]
+        if any(n > MAX_FORMAT_WIDTH for n in sizes):
+            raise ConfigError(f"${func}({body}): {fmt!r} asks for a field wider than "
+                              f"{MAX_FORMAT_WIDTH} characters")  # fmt: skip
         try:  # as a Python %-format: C's length modifiers dropped
-            return _CONVERSION.sub(lambda m: f"%{m.group(1)}{m.group(2)}", fmt) % (value,)
+            return _CONVERSION.sub(lambda m: f"%{m.group(1)}{m.group(4)}", fmt) % (value,)
         except (ValueError, TypeError, OverflowError):
             pass
     raise ConfigError(f"${func}({body}): {fmt!r} is not a printf format for one {_WHAT[func]}")
@@ -201,7 +213,7 @@ def _integer(text: str) -> int | None:
     if _DECIMAL.fullmatch(text):
         return int(text)
     value = _plain_number(_evaluated(text)) if text.strip() else None
-    return None if value is None else int(value)
+    return None if value is None or not math.isfinite(value) else int(value)
 
 
 def _real(text: str) -> float | None:

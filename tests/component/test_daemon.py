@@ -64,6 +64,21 @@ def test_sighup_with_a_bad_config_keeps_the_old_one(daemon: RunningDaemon) -> No
     assert done.stdout.strip() == "Unclaimed"
 
 
+@pytest.mark.parametrize("line", ["NUM_CPUS = $INT(1e400)", "NUM_CPUS = $INT(2,%99999999999d)",
+                                  'NUM_CPUS = $SUBSTR(NUM_X,1e400)\nNUM_X = "12"'])
+def test_sighup_with_a_macro_python_cannot_compute_keeps_the_old_config(
+    daemon: RunningDaemon, line: str
+) -> None:
+    """A number too big for an int, a field too wide to format: a ConfigError naming the
+    macro, not an exception that ends the daemon."""
+    daemon.config.write_text(daemon.config.read_text() + line + "\n")
+    daemon.send(signal.SIGHUP)
+    rejected = daemon.wait_for("reconfig_rejected")
+    assert line.split("= ")[1].partition("\n")[0] in rejected["error"]
+    done = daemon.execd("status", "-af", "State")
+    assert (done.returncode, done.stdout.strip()) == (0, "Unclaimed")
+
+
 def test_reconfig_over_the_socket(daemon: RunningDaemon) -> None:
     from execd.daemon.client import ControlClient
 

@@ -134,6 +134,10 @@ def test_colon_assignment_warns_that_it_is_obsolete(config_file: Path) -> None:
         ("X = $REAL(2.5,%d)", r"'%d' is not a printf format for one real"),
         ("X = $STRING(a,%s %s)", r"is not a printf format for one string"),
         ("X = $RANDOM_CHOICE()", r"nothing to choose from"),
+        ("X = $INT(1e400)", r"'1e400' is not an integer"),  # infinite: no int
+        ('X = $INT(real("NaN"))', r"is not an integer"),
+        ("X = $INT(2,%99999999999d)", r"wider than 4096 characters"),
+        ("X = $SUBSTR(X,1e400)", r"'1e400' is not an integer"),
     ],
 )
 def test_a_bad_special_macro_is_a_config_error_naming_it(
