@@ -45,13 +45,10 @@ def published_slot_ad(member: PoolMember, slot: str) -> WireAd | None:
     taken as the claim is activated, before the slot goes Busy, it is what condor_startd
     hands the starter it spawns, which nests it in register_starter_info as SlotAd. None
     for a slot with neither a claim nor an offer."""
-    ad = member.slot_ads().get(slot)
-    if ad is None:
-        return None
     claimed = any(name == slot for name, _ in member.daemon.jobs.claims.values())
     if not claimed and slot not in member.offers:
         return None
-    return member.pair(slot, ad)[0]
+    return member.public_ad(slot)
 
 
 def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over: list[bool],
