@@ -73,16 +73,18 @@ async def offered_claim(pool: harness.Pool) -> str:
 
 async def request_claim(address: str, claim_id: str, schedd: str = "<127.0.0.1:9>",
                         alive_interval: int = 300, job: WireAd = JOB, *,
-                        reply_timeout_s: float | None = None) -> RequestClaimReply:
+                        reply_timeout_s: float | None = None,
+                        preempting: tuple[str, ...] = ()) -> RequestClaimReply:
     """A schedd's REQUEST_CLAIM; its reply awaited `reply_timeout_s` (the channel's 10 s
-    by default: a preempting claim's is answered only once it holds the slot)."""
+    by default: a preempting claim's is answered only once it holds the slot);
+    `preempting`: the d-slot claim ids of a pslot-preempting match."""
     execd = parse_sinful(address)
     session = claim_client_session(claim_session(claim_id), execd)
     channel = await connect(execd, timeout_s=10)
     try:
         await start_command(channel, execd, Command.REQUEST_CLAIM, ClientSecurity(timeout_s=10),
                             session=session)  # fmt: skip
-        request = RequestClaim(claim_id, list(job.items()), schedd, alive_interval)
+        request = RequestClaim(claim_id, list(job.items()), schedd, alive_interval, preempting)
         await channel.send(encode_request_claim(channel.encoder(), request).payload())
         reply = await channel.recv(reply_timeout_s)
         return decode_request_claim_reply(channel.decoder(reply))

@@ -30,7 +30,7 @@ from typing import Any
 
 import pool_harness as harness
 from pool_node import WAIT_S, PoolNode, pool_slots, start_node, wait_pool
-from test_pool_claims import JOB, request_claim
+from test_pool_claims import request_claim
 from test_pool_daemon_attrs import startd_counters
 from test_pool_jobs import PLAIN_SUBMIT, submit_files, timeless
 from test_pool_preemption import (
@@ -44,17 +44,10 @@ from test_pool_preemption import (
 from test_pool_user_priority import BETTER, priority_preemption
 
 from execd.claims.ids import parse_claim_id
-from execd.wire.claim_messages import (
-    RequestClaim,
-    RequestClaimReply,
-    decode_request_claim_reply,
-    encode_request_claim,
-)
-from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import to_classad
 from execd.wire.collector import CollectorClient
 from execd.wire.commands import Command, Reply
-from execd.wire.security import ClientSecurity, claim_client_session, connect, start_command
+from execd.wire.security import ClientSecurity
 from execd.wire.sinful import parse_sinful
 
 NEGOTIATOR_CONFIG = "96-execd-pslot-preemption.conf"
@@ -160,23 +153,6 @@ def pslot_preempted(pool: harness.Pool, node: PoolNode | None) -> tuple[Any, ...
             pool.tool("condor_rm", str(high.cluster), user=BETTER)
 
 
-async def claim_preempting(address: str, claim_id: str, preempting: list[str]
-                           ) -> RequestClaimReply:  # fmt: skip
-    """REQUEST_CLAIM as the schedd sends it for a pslot-preempting match."""
-    execd = parse_sinful(address)
-    session = claim_client_session(claim_session(claim_id), execd)
-    channel = await connect(execd, timeout_s=10)
-    try:
-        await start_command(channel, execd, Command.REQUEST_CLAIM, ClientSecurity(timeout_s=10),
-                            session=session)  # fmt: skip
-        request = RequestClaim(claim_id, list(JOB.items()), "<127.0.0.1:9>", 300,
-                               tuple(preempting))  # fmt: skip
-        await channel.send(encode_request_claim(channel.encoder(), request).payload())
-        return decode_request_claim_reply(channel.decoder(await channel.recv()))
-    finally:
-        await channel.close()
-
-
 def test_a_request_naming_a_foreign_or_unknown_dslot_is_refused_a_good_one_kills(
         pool: harness.Pool) -> None:  # fmt: skip
     """Over the wire, as the real schedd: two p-slots of 1 CPU, each with a d-slot. A
@@ -196,7 +172,8 @@ def test_a_request_naming_a_foreign_or_unknown_dslot_is_refused_a_good_one_kills
         for seen, (preempting, why) in enumerate((
                 ([foreign.claim_id], "is slot2_1's, not a dynamic slot of slot1"),
                 ([dslot.claim_id, unknown], "is no claim of any slot"))):  # fmt: skip
-            reply = asyncio.run(claim_preempting(node.address(), leftover, preempting))
+            reply = asyncio.run(request_claim(node.address(), leftover,
+                                              preempting=tuple(preempting)))  # fmt: skip
             assert reply.status == Reply.NOT_OK and not reply.claimed
             refused = harness.wait_for("the refusal in the log", lambda n=seen: [
                 e for e in node.events() if e["event"] == "pslot_preemption_refused"][n:],
@@ -204,7 +181,7 @@ def test_a_request_naming_a_foreign_or_unknown_dslot_is_refused_a_good_one_kills
             assert refused[0]["slot"] == "slot1" and refused[0]["why"].endswith(why), refused
         assert {n: ad["State"] for n, ad in node.slots().items() if "_" in n.split("@")[0]} \
             == {n: "Claimed" for n in node.slots() if "_" in n.split("@")[0]}  # fmt: skip
-        reply = asyncio.run(claim_preempting(node.address(), leftover, [dslot.claim_id]))
+        reply = asyncio.run(request_claim(node.address(), leftover, preempting=(dslot.claim_id,)))
         assert reply.status == Reply.OK
         (carved,) = reply.claimed
         assert int(dict(carved.ad)["Cpus"]) == 1
