@@ -95,11 +95,12 @@ def test_a_graceful_drain_keeps_the_waiting_claim_until_the_retirement_ends() ->
     assert d.slot.preempting_claim is bob
     before = len(_moves(d))
     _alice_ends(d)
-    # the drain's START (False) refuses it; the slot drains
+    # the drain's START (False) refuses it; the slot drains (through Unclaimed: IS_OWNER
+    # is false, as condor_startd's enter_action finds on entering Owner)
     assert act.NotifyClaimHolder("slot1", str(bob.id), "START is false") in d.actions
     assert _moves(d)[before:] == [("Claimed/Cleaning", "18"), ("Preempting/Vacating", "c2"),
-                                  ("Owner/Idle", "22"), ("Drained/Retiring", "36"),
-                                  ("Drained/Idle", "33")]
+                                  ("Owner/Idle", "22"), ("Unclaimed/Idle", "1"),
+                                  ("Drained/Retiring", "37"), ("Drained/Idle", "33")]
     assert d.slot.claim is None and d.slot.preempting_claim is None
 
 
