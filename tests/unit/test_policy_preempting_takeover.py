@@ -122,3 +122,18 @@ def test_a_drain_start_expression_that_admits_the_job_lets_it_take_the_slot() ->
                         start='TARGET.Owner == "bob"'))  # fmt: skip
     _alice_ends(d)
     assert d.slot.claim is bob and d.pair == "Claimed/Idle"
+
+
+def test_a_waiting_claim_waits_out_the_whole_retirement_with_no_bound_of_its_own() -> None:
+    """No timer of the startd's ends the wait (the daemon once gave up after 30 minutes):
+    two hours into a three-hour retirement bob's claim still waits; the retirement's end
+    (MaxJobRetirementTime) vacates the job and hands bob the slot."""
+    d = Driver({**RETIRING, "MAXJOBRETIREMENTTIME": "10800"}, facts={**FACTS, "Welcome": "bob"})
+    bob = _bob_preempts(d)
+    d.tick_with_alives(7200)  # only the running job's schedd sends alives
+    assert d.pair == "Claimed/Retiring" and d.slot.preempting_claim is bob
+    assert not _events(d, "preempting_claim_withdrawn")
+    d.tick_with_alives(3600 + 60)
+    assert d.pair == "Preempting/Vacating"
+    d.starter_exited()
+    assert d.slot.claim is bob and d.pair == "Claimed/Idle"
