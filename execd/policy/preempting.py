@@ -30,9 +30,9 @@ START_FALSE = "START is false"
 
 def drop_preempting_claim(slot: Slot, why: str, out: Actions, reason: str = "") -> None:
     """The waiting preempting claim (if any) is gone: released by its holder, replaced by
-    a better one, refused by START at the takeover, dropped by a shutdown. As condor_startd's remove_pre (its
-    REQUEST_CLAIM refused at once), its holder is told (`reason`, else `why`): the
-    daemon forgets the claim."""
+    a better one, refused by START at the takeover, dropped by a shutdown. As
+    condor_startd's remove_pre (its REQUEST_CLAIM refused at once), its holder is told
+    (`reason`, else `why`): the daemon forgets the claim."""
     pending = slot.preempting_claim
     if pending is None:
         return
