@@ -54,9 +54,6 @@ if TYPE_CHECKING:
 logger = log.get_logger("pool")
 
 STOP_TIMEOUT_S = 20.0  # invalidating ads on shutdown never holds the daemon longer
-# How long a preempting REQUEST_CLAIM waits for the current claim to go (retirement,
-# then the vacate); HTCondor's schedd gives a claim request 30 minutes too.
-PREEMPTION_WAIT_S = 1800.0
 LISTEN_PORT_KEY = "pool_listen_port"  # the store's meta: the command port of the last run
 
 
@@ -231,20 +228,24 @@ class PoolMember:
         self.state_changed.set()
 
     async def wait_for_takeover(self, slot: str, claim: ClaimId,
-                                timeout_s: float = PREEMPTION_WAIT_S) -> bool:  # fmt: skip
+                                given_up: asyncio.Future[Any]) -> bool:  # fmt: skip
         """Until the preempting `claim` is `slot`'s current claim (True), or it went away
-        or `timeout_s` passed (False)."""
-        deadline = time.monotonic() + timeout_s
+        or its holder gave up (`given_up` done: the schedd closed its REQUEST_CLAIM, as at
+        its REQUEST_CLAIM_TIMEOUT) (False). No timer of execd's bounds the wait, as none
+        of condor_startd's does (Claim::requestClaimSockClosed is what ends it there)."""
         while True:
             self.state_changed.clear()
             current = self.daemon.engine.slots.get(slot)
             if current is not None and current.claim is not None \
                     and current.claim.id.full() == claim.full():  # fmt: skip
                 return True
-            left = deadline - time.monotonic()
-            if claim.full() not in self.daemon.jobs.claims or left <= 0:
+            if claim.full() not in self.daemon.jobs.claims or given_up.done():
                 return False
-            await wait_event(self.state_changed, left)
+            changed = asyncio.ensure_future(self.state_changed.wait())
+            try:
+                await asyncio.wait({changed, given_up}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
 
     # -- claim ids ---------------------------------------------------------------------
     def new_claim_id(self) -> ClaimId:

@@ -13,6 +13,7 @@ command and the claim's public session id, never the claim id's secret.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
@@ -192,21 +193,32 @@ class PoolCommands:
         """The engine took `claim` as `slot`'s preempting claim (for rank or priority): the
         current claim retires and is vacated. As HTCondor's startd does, the schedd's
         REQUEST_CLAIM is answered only once the new claim holds the slot (it would
-        activate at once); NOT_OK if the preempting claim went away meanwhile."""
+        activate at once); NOT_OK if the preempting claim went away meanwhile. The schedd
+        gives up by closing the request's connection (its REQUEST_CLAIM_TIMEOUT, 30
+        minutes by default): the claim is withdrawn then, as condor_startd's
+        requestClaimSockClosed removes it, and the retiring job unretires."""
         logger.info("pool_claim_preempting", slot=slot, claim=str(claim), user=peer.user)
         self.member.changed()
-        if await self.member.wait_for_takeover(slot, claim):
-            return True
+        # the schedd sends nothing more on this connection: a read ends only when it closes
+        given_up = asyncio.ensure_future(channel.reader.read(1))
+        try:
+            if await self.member.wait_for_takeover(slot, claim, given_up):
+                return True
+        finally:
+            given_up.cancel()
+        closed = given_up.done() and not given_up.cancelled()
         logger.warning("pool_claim_refused", slot=slot, user=peer.user, session=peer.sid,
-                       why="the preempting claim went away before the slot was vacated")
+                       why="the schedd closed its claim request" if closed else
+                       "the preempting claim went away before the slot was vacated")  # fmt: skip
         if claim.full() in self.daemon.jobs.claims:
             try:
                 self.daemon.jobs.release(claim.full())
             except ControlError as exc:
                 logger.info("pool_release_refused", slot=slot, why=exc.message)
         self.member.forget_session(claim)
-        await channel.send(encode_request_claim_reply(
-            channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
+        if not closed:
+            await channel.send(encode_request_claim_reply(
+                channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
         return False
 
     async def activate_claim(self, channel: Channel, command: int, peer: Peer) -> None:

@@ -125,7 +125,8 @@ def drain(engine: PolicyEngine, mode: str, now: Now, *, reason: str = "",
         if not slot.dynamic:
             slot.drain_mark = now.mono
         if slot.state == S.CLAIMED:
-            drop_preempting_claim(slot, "drain", out)
+            # a waiting preempting claim stays: once the job is gone, the drain's START
+            # refuses it (preempting.may_take_slot), as condor_startd does
             if mode == "fast":
                 engine._evict(slot, now, out, "drain", kill=True)
             elif mode == "quick" or slot.activity == A.IDLE:

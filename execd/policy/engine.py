@@ -343,7 +343,7 @@ class PolicyEngine:
         slot.retirement_override = None if self.shutting_down is None else \
             slot.retirement_override
         slot.starter_family_killed = False
-        if slot.preempting_claim is not None and self.shutting_down is None:
+        if preempting.may_take_slot(self, slot, now, out):
             preempting.take_slot(slot, now, out)
             self._move(slot, "starter_exited_preempting_claim", now, out)
         else:

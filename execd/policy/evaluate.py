@@ -22,8 +22,9 @@ def evaluate_slot(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
     if slot.drain_mark is not None:
         account_unclaimed(engine, slot, now)
     _cpu_busy(engine, slot, now, out)
-    # A few moves chain in one pass (Owner -> Unclaimed -> Backfill); bound it.
-    for _ in range(4):
+    # A few moves chain in one pass (Owner -> Unclaimed -> Backfill; a drain that
+    # resumes on completion: Owner -> Unclaimed -> Drained -> Owner -> Unclaimed); bound it.
+    for _ in range(6):
         before = (slot.state, slot.activity)
         _step(engine, slot, now, out)
         # Claimed activities move at most once a pass: a suspend is not undone at once.
@@ -35,17 +36,19 @@ def evaluate_slot(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
 def _step(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
     cfg = engine.config
     state, activity = slot.state, slot.activity
-    if engine.draining and not engine.scavenging and not slot.dynamic \
-            and activity == A.IDLE and state in (S.OWNER, S.UNCLAIMED):
+    # condor_startd enters Owner only to leave it for Unclaimed at once when IS_OWNER is
+    # false (ResState::enter_action), before a drain is looked at (Unclaimed -> Drained)
+    draining = engine.draining and not engine.scavenging and not slot.dynamic
+    if state == S.OWNER and not slot.dynamic:
+        my = engine.machine_ad(slot, now)
+        if not engine._true(slot, "IS_OWNER", my, None, out):
+            engine._move(slot, "is_owner_false", now, out)
+            return
+    if draining and activity == A.IDLE and state in (S.OWNER, S.UNCLAIMED):
         engine._move(slot, "drain", now, out)
         return
     if state == S.OWNER:
-        if slot.dynamic:  # a d-slot whose claim ended: Owner -> Unclaimed -> deleted
-            if slot.claimed_once:
-                engine._move(slot, "is_owner_false", now, out)
-            return
-        my = engine.machine_ad(slot, now)
-        if not engine._true(slot, "IS_OWNER", my, None, out):
+        if slot.dynamic and slot.claimed_once:  # its claim ended: Unclaimed -> deleted
             engine._move(slot, "is_owner_false", now, out)
         return
     if state == S.UNCLAIMED and activity == A.IDLE:

@@ -4,9 +4,10 @@ As condor_startd 25 does (src/condor_startd.V6): a preempting claim waiting for 
 slot's job to retire has no lease running (its ClaimLease timer starts when it becomes
 the slot's claim, in Claim::beginClaim); once it holds the slot its lease is its own
 (the job's JobLeaseDuration, else MAX_CLAIM_ALIVES_MISSED x its ALIVE_INTERVAL). When
-the engine drops a waiting one (a drain, a shutdown, a better preempting claim), the
-daemon forgets it at once: gone from the JobManager and the store (the pool's REQUEST_CLAIM
-is then refused, as remove_pre's refuseClaimRequest). A restart restores the claim that
+the engine drops a waiting one (START false for its job once the slot is free, e.g. a
+drain's; a shutdown; a better preempting claim), the daemon forgets it at once: gone
+from the JobManager and the store (the pool's REQUEST_CLAIM is then refused, as
+remove_pre's refuseClaimRequest). A restart restores the claim that
 took the slot with its own lease, and does not restore a claim that was still waiting
 (its holder's request died with the old daemon).
 
@@ -120,15 +121,21 @@ def test_a_waiting_preempting_claims_lease_does_not_run_until_it_holds_the_slot(
     scenario(tmp_path, body)
 
 
-def test_a_preempting_claim_the_drain_drops_is_forgotten_at_once(tmp_path: Path) -> None:
+def test_a_preempting_claim_a_drain_refuses_is_forgotten_at_the_takeover(
+        tmp_path: Path) -> None:  # fmt: skip
     def body(daemon: Daemon) -> None:
-        alice, _boss = busy_alice_then_boss(daemon)
+        alice, boss = busy_alice_then_boss(daemon)
         run(daemon, daemon.engine.drain("graceful", later(daemon, 1), reason="test"))
         assert state(daemon) == "Claimed/Retiring"  # alice's job retires for the drain
+        # boss's claim waits on, as condor_startd's r_pre through a drain
+        assert held(daemon) == {session(alice["claim_id"]), session(boss["claim_id"])}
+        run(daemon, daemon.engine.job_exited("slot1", later(daemon, 2)))
+        run(daemon, daemon.engine.starter_exited("slot1", later(daemon, 2)))
+        # the drain's START refuses it: nothing of it is left, a command naming it fails
         assert daemon.engine.slots["slot1"].preempting_claim is None
-        # nothing of boss's claim is left: a command naming it is refused
-        assert held(daemon) == {session(alice["claim_id"])}
-        assert list(stored(daemon)) == [session(alice["claim_id"])]
+        assert held(daemon) == set()
+        assert stored(daemon) == {}
+        assert state(daemon).startswith("Drained/")
 
     scenario(tmp_path, body)
 

@@ -6,16 +6,19 @@ slot (Claim::beginClaim); a preempting claim waiting for the running job to reti
 none running, however long the retirement. So a job of `job_lease_duration = 15`
 that preempts for RANK a job retiring for 30 s more runs once the retiring job ends:
 the preempting claim is not dropped when 15 s have passed (the retiring job does not
-unretire, and the schedd's REQUEST_CLAIM is not left waiting its 30 minutes).
+unretire).
 
-A waiting preempting claim that goes without taking the slot (here: condor_drain) has
-its REQUEST_CLAIM answered NOT_OK, as condor_startd's remove_pre refuses the held
-request; nothing of it is left on the node (its claim id claims nothing any more).
+A waiting preempting claim that goes without taking the slot has its REQUEST_CLAIM
+answered NOT_OK, as condor_startd's remove_pre refuses the held request; nothing of it
+is left on the node (its claim id claims nothing any more). condor_drain keeps it
+waiting until the job is gone (the drain's START refuses it then); nothing but its
+schedd giving up (closing the request's connection) ends the wait before that.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import tempfile
@@ -118,13 +121,13 @@ def test_a_preempting_claim_waits_out_a_retirement_longer_than_its_lease(
                         "Claimed/Idle", "Claimed/Busy"], ours  # fmt: skip
 
 
-def test_a_waiting_preempting_claim_the_drain_drops_is_refused_at_once(
+def test_a_waiting_preempting_claim_the_drain_keeps_is_refused_when_the_job_ends(
         pool: harness.Pool) -> None:  # fmt: skip
     """The submitter's job retires for a ranked REQUEST_CLAIM (the slot's preempting
-    claim id); condor_drain drops that claim: its REQUEST_CLAIM is answered NOT_OK within
-    seconds (not after the schedd's 30 minutes), the claim id claims nothing any more,
-    and the slot advertises no preempting claim; the retiring job retires on, for the
-    drain, and ends on its own."""
+    claim id); condor_drain leaves that claim waiting, its REQUEST_CLAIM unanswered, as
+    condor_startd does. The job ends: the drain's START refuses the claim, its
+    REQUEST_CLAIM is answered NOT_OK, its claim id claims nothing any more, the slot
+    drains."""
     ranked = from_values({**dict(JOB.items()), "Owner": RANKED})
     token = f"{os.getpid()}-{pool._jobs}"
     mark = Path(RETIRE_MARK.format(token=token))
@@ -138,31 +141,75 @@ def test_a_waiting_preempting_claim_the_drain_drops_is_refused_at_once(
                            and claimant(ad) == harness.SUBMITTER)  # fmt: skip
             preempting = asyncio.run(offered_claim(pool))
 
-            async def preempt_then_drain() -> Reply:
+            async def preempt_drain_then_end() -> Reply:
                 request = asyncio.create_task(request_claim(
                     node.address(), preempting, job=ranked, reply_timeout_s=WAIT_S))
                 await asyncio.to_thread(node.wait_for, "pool_claim_preempting", slot="slot1")
                 await asyncio.to_thread(
                     lambda: pool.tool("condor_drain", busy["Name"]).check())
+                await asyncio.to_thread(node.wait_for, "pool_drain")
+                draining = await asyncio.to_thread(slot_ad, pool, lambda ad: (
+                    "DrainReason" in ad and ad["Activity"] == "Retiring"))
+                assert draining.get("PreemptingUser", "").startswith(f"{RANKED}@"), draining
+                assert not request.done()  # still waiting for the job
+                mark.touch()
                 return (await request).status
 
-            assert asyncio.run(preempt_then_drain()) == Reply.NOT_OK
+            assert asyncio.run(preempt_drain_then_end()) == Reply.NOT_OK
             dropped = node.wait_for("preempting_claim_withdrawn", slot="slot1")
-            assert dropped["why"] == "drain"
-            refused = node.wait_for("pool_claim_refused", slot="slot1")
-            assert refused["why"] == ("the preempting claim went away before the slot "
-                                      "was vacated")  # fmt: skip
-            # nothing of it is left: its claim's session is gone (so is its id), and the
-            # slot names no preempting claim
+            assert dropped["why"] == "START is false"
+            low.wait_for_event("005", WAIT_S)
             with pytest.raises(SessionNotFoundError):
                 asyncio.run(request_claim(node.address(), preempting, job=ranked))
-            retiring = slot_ad(pool, lambda ad: ad["Activity"] == "Retiring"
-                               and "PreemptingRank" not in ad)  # fmt: skip
-            assert claimant(retiring) == harness.SUBMITTER, retiring
-            mark.touch()
-            low.wait_for_event("005", WAIT_S)
             slot_ad(pool, lambda ad: ad["State"] == "Drained")
             assert preempting[-64:] not in node.log.read_text()
+        finally:
+            mark.unlink(missing_ok=True)
+            pool.tool("condor_rm", str(low.cluster))
+            node.stop(signal.SIGQUIT)
+
+
+def test_a_waiting_preempting_claim_whose_schedd_gives_up_is_withdrawn(
+        pool: harness.Pool) -> None:  # fmt: skip
+    """The schedd gives up a REQUEST_CLAIM by closing its connection (REQUEST_CLAIM_TIMEOUT,
+    30 minutes by default, is its only bound: condor_startd has no timer of its own and
+    removes the claim when the socket closes, requestClaimSockClosed). The waiting claim
+    is withdrawn and the retiring job unretires (Claimed/Busy, no preempting claim
+    advertised); its claim id claims nothing any more."""
+    ranked = from_values({**dict(JOB.items()), "Owner": RANKED})
+    token = f"{os.getpid()}-{pool._jobs}"
+    mark = Path(RETIRE_MARK.format(token=token))
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = start_node(pool, Path(tmp), RETIRING.execd)
+        low = submit_files(pool, PLAIN_SUBMIT.format(args=token, extra=""),
+                           {"job.sh": RETIRE_SCRIPT})  # fmt: skip
+        try:
+            low.wait_for_event("001", WAIT_S)
+            slot_ad(pool, lambda ad: ad["Activity"] == "Busy"
+                    and claimant(ad) == harness.SUBMITTER)  # fmt: skip
+            preempting = asyncio.run(offered_claim(pool))
+
+            async def preempt_then_give_up() -> None:
+                request = asyncio.create_task(request_claim(
+                    node.address(), preempting, job=ranked, reply_timeout_s=WAIT_S))
+                await asyncio.to_thread(node.wait_for, "pool_claim_preempting", slot="slot1")
+                await asyncio.to_thread(slot_ad, pool, lambda ad: ad["Activity"] == "Retiring")
+                request.cancel()  # the connection closes, unanswered
+                with contextlib.suppress(asyncio.CancelledError):
+                    await request
+
+            asyncio.run(preempt_then_give_up())
+            refused = node.wait_for("pool_claim_refused", slot="slot1")
+            assert refused["why"] == "the schedd closed its claim request"
+            node.wait_for("preempting_claim_withdrawn", slot="slot1")
+            node.wait_for("slot_state_changed", slot="slot1", new="Claimed/Busy", transition="19")
+            busy = slot_ad(pool, lambda ad: ad["Activity"] == "Busy")
+            assert claimant(busy) == harness.SUBMITTER and "PreemptingUser" not in busy, busy
+            with pytest.raises(SessionNotFoundError):
+                asyncio.run(request_claim(node.address(), preempting, job=ranked))
+            mark.touch()
+            low.wait_for_event("005", WAIT_S)
+            assert "004" not in low.events()
         finally:
             mark.unlink(missing_ok=True)
             pool.tool("condor_rm", str(low.cluster))

@@ -93,12 +93,17 @@ def test_no_19_for_a_waiting_preempting_claim_its_lease_starts_when_it_takes_the
     assert d.pair != "Claimed/Idle"
 
 
-def test_a_drain_drops_the_waiting_preempting_claim_and_tells_its_holder() -> None:
+def test_a_drain_keeps_the_waiting_preempting_claim_and_its_start_refuses_it() -> None:
+    """As condor_startd: the drain leaves the waiting claim be; the job's end hands the
+    slot over only if START allows, which a drain's START (False) does not."""
     d, boss = _rank_retiring()
     d.do(d.engine.drain("graceful", d.clock.now()))
-    assert d.slot.preempting_claim is None
-    assert act.NotifyClaimHolder("slot1", str(boss), "drain") in d.actions
-    assert _events(d, "preempting_claim_withdrawn")[0].fields["why"] == "drain"
+    assert d.slot.preempting_claim is not None and d.slot.preempting_claim.id == boss
+    assert not _events(d, "preempting_claim_withdrawn")
+    d.starter_exited()
+    assert d.slot.preempting_claim is None and d.slot.claim is None
+    assert act.NotifyClaimHolder("slot1", str(boss), "START is false") in d.actions
+    assert _events(d, "preempting_claim_withdrawn")[0].fields["why"] == "START is false"
 
 
 def test_no_unretire_for_preempt_and_withdrawing_nothing_is_an_error() -> None:

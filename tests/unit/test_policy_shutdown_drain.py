@@ -121,5 +121,6 @@ def test_drain_reason_badput_and_resume_on_completion() -> None:
     assert attrs["DrainReason"] == "kernel update"
     assert attrs["TotalMachineDrainingBadput"] == 30
     d.starter_exited()
-    assert d.transitions()[-4:] == ["36", "33", "34", "1"]
+    # Owner (22) is left for Unclaimed at once (IS_OWNER false), which drains (37)
+    assert d.transitions()[-6:] == ["22", "1", "37", "33", "34", "1"]
     assert d.pair == "Unclaimed/Idle"
