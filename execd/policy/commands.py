@@ -22,6 +22,7 @@ from execd.claims.ids import ClaimId
 from execd.claims.lease import Lease
 from execd.errors import PolicyError
 from execd.policy import actions as act
+from execd.policy.preempting import drop_preempting_claim
 from execd.policy.slot import Claim, Now, Slot
 from execd.policy.states import Activity, State, label
 
@@ -92,9 +93,7 @@ def kill_claim(engine: PolicyEngine, name: str, now: Now, reason: str) -> Action
         raise PolicyError(f"cannot kill the claim of {name} in "
                           f"{label(slot.state, slot.activity)}: it is not Claimed")
     out: Actions = []
-    if slot.preempting_claim is not None:
-        slot.preempting_claim = None
-        out.append(act.LogEvent("preempting_claim_withdrawn", {"slot": name, "why": reason}))
+    drop_preempting_claim(slot, reason, out)
     engine._evict(slot, now, out, reason, kill=True)
     return out
 

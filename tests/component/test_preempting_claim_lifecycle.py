@@ -27,6 +27,7 @@ from execd.daemon.policy_glue import now
 from execd.daemon.recovery import recover
 from execd.daemon.runtime import Daemon
 from execd.policy import actions as act
+from execd.policy.commands import kill_claim
 from execd.policy.slot import Now
 from tests.component.in_process_daemon import daemon_without_cgroups
 
@@ -180,3 +181,20 @@ def test_a_restart_does_not_restore_a_preempting_claim_still_waiting(tmp_path: P
 
     scenario(tmp_path, first)
     scenario(tmp_path, second)
+
+
+def test_a_killed_claim_takes_the_preempting_claim_waiting_on_it_along(tmp_path: Path) -> None:
+    """condor_startd's kill_claim (pslot preemption) ends the slot's claim at once; the
+    preempting claim waiting for it goes too, and is forgotten at once (its REQUEST_CLAIM
+    refused), not left in the JobManager until the slot is gone."""
+
+    def body(daemon: Daemon) -> None:
+        alice, boss = busy_alice_then_boss(daemon)
+        run(daemon, kill_claim(daemon.engine, "slot1", later(daemon, 1), "pslot_preemption"))
+        assert daemon.engine.slots["slot1"].preempting_claim is None
+        assert session(boss["claim_id"]) not in held(daemon)
+        assert session(boss["claim_id"]) not in stored(daemon)
+        assert state(daemon).startswith("Preempting/")
+        assert session(alice["claim_id"]) in held(daemon)  # until its job is gone
+
+    scenario(tmp_path, body)
