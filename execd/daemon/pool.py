@@ -22,8 +22,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from execd import log
@@ -33,20 +32,19 @@ from execd.daemon.control import ControlError
 from execd.daemon.pool_claimant import claimant_attributes
 from execd.daemon.pool_daemon_attrs import DaemonAttributes
 from execd.daemon.pool_job_attrs import JobAttributes
-from execd.daemon.startd_daemon_ad import StartdDaemonAd, daemon_ad_mode
-from execd.errors import ConfigError, ExecdError, ProtocolError
+from execd.daemon.pool_settings import PoolSettings, pool_settings
+from execd.daemon.startd_daemon_ad import StartdDaemonAd
+from execd.errors import ExecdError, ProtocolError
 from execd.wire.advertiser import Advertiser, wait_event
-from execd.wire.auth_token import IdToken, parse_token
 from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import WireAd
 from execd.wire.collector import CollectorClient
 from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive, send_release
 from execd.wire.security import ClientSecurity
 from execd.wire.server import CommandServer, ServerSecurity
-from execd.wire.shared_port import SharedPortEndpoint, endpoint_address
-from execd.wire.sinful import Sinful, collector_address, parse_sinful, with_alias
+from execd.wire.shared_port import SharedPortEndpoint
+from execd.wire.sinful import parse_sinful, with_alias
 from execd.wire.startd_ads import advertised_pair
-from execd.wire.token_issuer import TokenIssuer
 
 if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
@@ -55,75 +53,6 @@ logger = log.get_logger("pool")
 
 STOP_TIMEOUT_S = 20.0  # invalidating ads on shutdown never holds the daemon longer
 LISTEN_PORT_KEY = "pool_listen_port"  # the store's meta: the command port of the last run
-
-
-@dataclass(frozen=True)
-class PoolSettings:
-    collector: Sinful
-    listen_host: str
-    listen_port: int
-    domain: str
-    filesystem_domain: str
-    interval_s: float
-    administrators: tuple[str, ...]
-    schedulers: tuple[str, ...]
-    token: IdToken | None = field(default=None, repr=False)
-    tokens: TokenIssuer | None = None  # verifies the IDTOKENS peers present
-    # Behind this host's condor_shared_port: (its endpoint address, id, socket dir).
-    shared_port: tuple[str, str, str] | None = None
-
-
-def _token(settings: Any) -> IdToken | None:
-    path = settings.get_str("EXECD_POOL_TOKEN_FILE") or ""
-    if not path:
-        directory = settings.get_str("SEC_TOKEN_DIRECTORY") or ""
-        if directory and Path(directory).is_dir():
-            files = sorted(p for p in Path(directory).iterdir() if p.is_file())
-            path = str(files[0]) if files else ""
-    if not path:
-        return None
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"EXECD_POOL_TOKEN_FILE {path}: {exc.strerror}") from None
-    return parse_token(text, where=f"token file {path}")
-
-
-def pool_settings(settings: Any) -> PoolSettings | None:
-    """The pool this node joins, or None (no COLLECTOR_HOST/CONDOR_HOST: standalone)."""
-    collector = (settings.get_str("COLLECTOR_HOST") or "").strip()
-    if not collector:
-        return None
-    try:
-        address = collector_address(collector)
-    except ExecdError as exc:
-        raise ConfigError(f"COLLECTOR_HOST: {exc}") from None
-    listen = settings.get_str("EXECD_COMMAND_ADDRESS") or "127.0.0.1:0"
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"EXECD_COMMAND_ADDRESS {listen!r} is not host:port")
-    domain = settings.get_str("UID_DOMAIN") or "localdomain"
-    daemon_ad_mode(settings.get_str("ENABLE_STARTD_DAEMON_AD"))  # a bad value stops startup
-    shared_port = None
-    if via := (settings.get_str("EXECD_SHARED_PORT") or "").strip():
-        endpoint = settings.get_str("EXECD_SHARED_PORT_ID") or "execd"
-        socket_dir = settings.get_str("DAEMON_SOCKET_DIR") or ""
-        if socket_dir == "auto":  # as HTCondor's SharedPortEndpoint resolves it for files
-            socket_dir = settings.config.expand("$(LOCK)/daemon_sock").strip()
-        if not Path(socket_dir).is_dir():
-            raise ConfigError(f"DAEMON_SOCKET_DIR {socket_dir!r} is not a directory (where "
-                              "the shared port of EXECD_SHARED_PORT finds its endpoints)")
-        shared_port = (endpoint_address(via, endpoint), endpoint, socket_dir)
-    return PoolSettings(
-        collector=address, listen_host=host, listen_port=int(port), domain=domain,
-        filesystem_domain=settings.get_str("FILESYSTEM_DOMAIN") or domain,
-        interval_s=float(settings.get_int("UPDATE_INTERVAL") or 300),
-        administrators=tuple(settings.get_list("EXECD_POOL_ADMINISTRATORS")),
-        schedulers=tuple(settings.get_list("EXECD_POOL_SCHEDULERS")),
-        token=_token(settings),
-        tokens=TokenIssuer.from_settings(settings, domain),
-        shared_port=shared_port,
-    )  # fmt: skip
 
 
 @dataclass

@@ -9,7 +9,7 @@ import pytest
 
 from execd.config.loader import parse_config_text
 from execd.config.settings import Settings, load_settings
-from execd.daemon.pool import pool_settings
+from execd.daemon.pool_settings import pool_settings
 from execd.errors import ConfigError
 
 # a syntactically valid JWT that condor_token_create could have written (not a real key)
