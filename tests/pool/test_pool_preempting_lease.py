@@ -36,13 +36,12 @@ from test_pool_preemption import (
     RETIRE_MARK,
     RETIRE_SCRIPT,
     RETIRING,
-    SLEEP,
     claimant,
     early_preemption,
-    execd_moves,
+    ranked_claim_waiting,
     reference_slot_layout,
+    slot1_moves,
     slot_ad,
-    startd_moves,
 )
 
 from execd.wire.classad_codec import from_values
@@ -65,38 +64,17 @@ def preempted_after_a_long_retirement(pool: harness.Pool,
     """The submitter's job runs; execdrank's (ranked higher, a lease of LEASE_S) preempts
     it; the first retires RETIRE_FOR_S more and ends (005); the ranked job then runs."""
     start_log = len(pool.daemon_log("StartLog"))
-    token = f"{os.getpid()}-{pool._jobs}"
-    marks = [Path(RETIRE_MARK.format(token=token)),
-             pool.host_path(RETIRE_MARK.format(token=token))]  # fmt: skip
-    low = submit_files(pool, PLAIN_SUBMIT.format(args=token, extra=""),
-                       {"job.sh": LONG_RETIRE_SCRIPT})  # fmt: skip
-    high: harness.SubmittedJob | None = None
-    try:
-        low.wait_for_event("001", WAIT_S)
-        high = submit_files(pool, PLAIN_SUBMIT.format(
-            args="", extra=f"job_lease_duration = {LEASE_S}"), SLEEP, user=RANKED)
-        retiring = slot_ad(pool, lambda ad: ad["Activity"] == "Retiring"
-                           and claimant(ad) == harness.SUBMITTER)  # fmt: skip
-        assert retiring.get("PreemptingUser", "").startswith(f"{RANKED}@"), retiring
-        for mark in marks:
-            mark.touch()
+    with ranked_claim_waiting(pool, LONG_RETIRE_SCRIPT,
+                              f"job_lease_duration = {LEASE_S}") as (low, high, _, let_end):
+        let_end()
         low.wait_for_event("005", WAIT_S + RETIRE_FOR_S)
         high.wait_for_event("001", WAIT_S)
         taken = slot_ad(pool, lambda ad: claimant(ad) == RANKED)
         assert (taken["State"], taken["Activity"]) == ("Claimed", "Busy")
-        if node is None:
-            moves = startd_moves(pool.daemon_log("StartLog")[start_log:], "slot1")
-        else:
+        if node is not None:
             assert not [e for e in node.events()
                         if e["event"] == "preempting_claim_withdrawn"]  # fmt: skip
-            moves = execd_moves(node, "slot1")
-        return timeless(low.events()), timeless(high.events()), moves
-    finally:
-        for mark in marks:
-            mark.unlink(missing_ok=True)
-        pool.tool("condor_rm", str(low.cluster))
-        if high is not None:
-            pool.tool("condor_rm", str(high.cluster), user=RANKED)
+        return timeless(low.events()), timeless(high.events()), slot1_moves(pool, node, start_log)
 
 
 def test_a_preempting_claim_waits_out_a_retirement_longer_than_its_lease(

@@ -12,7 +12,6 @@ user log holds its submission alone); the preempted job ends on its own (005).
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
 import tempfile
 from collections.abc import Callable
@@ -22,20 +21,18 @@ from typing import Any
 import pool_harness as harness
 from pool_node import WAIT_S, PoolNode, start_node
 from test_pool_daemon import administrators
-from test_pool_jobs import PLAIN_SUBMIT, submit_files, timeless
+from test_pool_jobs import timeless
 from test_pool_preemption import (
     RANKED,
-    RETIRE_MARK,
     RETIRE_SCRIPT,
     RETIRING,
-    SLEEP,
     claimant,
     early_preemption,
-    execd_moves,
     job_status,
+    ranked_claim_waiting,
     reference_slot_layout,
+    slot1_moves,
     slot_ad,
-    startd_moves,
 )
 
 # The ranked job may start only on a busy slot: the negotiator matches it to the
@@ -51,38 +48,17 @@ def ranked_job_refused(pool: harness.Pool, node: PoolNode | None,
     it retires; `during(retiring ad)` happens; the job is let end (005); the slot ends up
     `final` with the ranked job refused: the user logs, the slot's moves."""
     start_log = len(pool.daemon_log("StartLog"))
-    token = f"{os.getpid()}-{pool._jobs}"
-    marks = [Path(RETIRE_MARK.format(token=token)),
-             pool.host_path(RETIRE_MARK.format(token=token))]  # fmt: skip
-    low = submit_files(pool, PLAIN_SUBMIT.format(args=token, extra=""),
-                       {"job.sh": RETIRE_SCRIPT})  # fmt: skip
-    high: harness.SubmittedJob | None = None
-    try:
-        low.wait_for_event("001", WAIT_S)
-        high = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP, user=RANKED)
-        retiring = slot_ad(pool, lambda ad: ad["Activity"] == "Retiring"
-                           and claimant(ad) == harness.SUBMITTER)  # fmt: skip
-        assert retiring.get("PreemptingUser", "").startswith(f"{RANKED}@"), retiring
+    with ranked_claim_waiting(pool, RETIRE_SCRIPT) as (low, high, retiring, let_end):
         during(retiring)
-        for mark in marks:
-            mark.touch()
+        let_end()
         low.wait_for_event("005", WAIT_S)
         ended = slot_ad(pool, lambda ad: ad["State"] == final and claimant(ad) is None)
         assert "PreemptingUser" not in ended, ended
         assert job_status(high) == 1  # Idle: refused, never run
-        if node is None:
-            moves = startd_moves(pool.daemon_log("StartLog")[start_log:], "slot1")
-        else:
+        if node is not None:
             (dropped,) = [e for e in node.events() if e["event"] == "preempting_claim_withdrawn"]
             assert dropped["why"] == "START is false", dropped
-            moves = execd_moves(node, "slot1")
-        return timeless(low.events()), timeless(high.events()), moves
-    finally:
-        for mark in marks:
-            mark.unlink(missing_ok=True)
-        pool.tool("condor_rm", str(low.cluster))
-        if high is not None:
-            pool.tool("condor_rm", str(high.cluster), user=RANKED)
+        return timeless(low.events()), timeless(high.events()), slot1_moves(pool, node, start_log)
 
 
 def compared(running_pool: harness.RunningPool, during: Callable[[dict[str, Any]], None],

@@ -170,6 +170,48 @@ def job_status(job: harness.SubmittedJob) -> int | None:
     return None if ad is None else int(ad["JobStatus"])
 
 
+@contextlib.contextmanager
+def ranked_claim_waiting(pool: harness.Pool, script: str, ranked_extra: str = "",
+                         ) -> Iterator[tuple[harness.SubmittedJob, harness.SubmittedJob,
+                                             dict[str, Any], Callable[[], None]]]:  # fmt: skip
+    """The submitter's job (`script`, which runs until let end) runs in slot1; execdrank's
+    (ranked higher; `ranked_extra` in its submit file) preempts it, and its claim waits
+    while the job retires. Yields (the retiring job, the ranked job, the retiring slot's
+    ad, what lets the retiring job end); both jobs are removed after."""
+    token = f"{os.getpid()}-{pool._jobs}"
+    marks = [Path(RETIRE_MARK.format(token=token)),
+             pool.host_path(RETIRE_MARK.format(token=token))]  # fmt: skip
+    low = submit_files(pool, PLAIN_SUBMIT.format(args=token, extra=""), {"job.sh": script})
+    high: harness.SubmittedJob | None = None
+    try:
+        low.wait_for_event("001", WAIT_S)
+        high = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=ranked_extra), SLEEP,
+                            user=RANKED)  # fmt: skip
+        retiring = slot_ad(pool, lambda ad: ad["Activity"] == "Retiring"
+                           and claimant(ad) == harness.SUBMITTER)  # fmt: skip
+        assert retiring.get("PreemptingUser", "").startswith(f"{RANKED}@"), retiring
+
+        def let_end() -> None:
+            for mark in marks:
+                mark.touch()
+
+        yield low, high, retiring, let_end
+    finally:
+        for mark in marks:
+            mark.unlink(missing_ok=True)
+        pool.tool("condor_rm", str(low.cluster))
+        if high is not None:
+            pool.tool("condor_rm", str(high.cluster), user=RANKED)
+
+
+def slot1_moves(pool: harness.Pool, node: PoolNode | None, start_log: int) -> list[str]:
+    """slot1's moves since `start_log` (the StartLog's length then): condor_startd's from
+    its StartLog, execd's from its log."""
+    if node is None:
+        return startd_moves(pool.daemon_log("StartLog")[start_log:], "slot1")
+    return execd_moves(node, "slot1")
+
+
 def preempted_by(pool: harness.Pool, node: PoolNode | None, layout: Layout = STATIC,
                  *, by: str = RANKED, rank: float = 1.0,
                  basis: str = "machine rank") -> tuple[Any, ...]:  # fmt: skip
