@@ -55,14 +55,25 @@ class FetchedClaim:
     last_job: dict[str, Any] | None = None  # for EVICT_CLAIM's stdin
 
 
+@dataclass
+class FetchTimes:
+    """One slot's fetching record. It belongs to the engine's Slot object it was made
+    for: a later d-slot that reuses the name (the lowest freed number is reused) starts
+    afresh, as condor_startd's new Resource does (0, 0, -1 until it fetches)."""
+
+    slot: object  # the engine's Slot these times are of
+    spawned: int = 0  # LastFetchWorkSpawned (wall seconds, 0: never)
+    completed: int = 0  # LastFetchWorkCompleted
+    next_delay: int = -1  # NextFetchWorkDelay (-1: never evaluated)
+    ended: float = float("-inf")  # monotonic time the last fetch ended (paces the next)
+
+
 class FetchWorker:
     """The fetch-work loop; the daemon's TaskGroup owns `run`."""
 
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
-        self.last_fetch: dict[str, float] = {}  # slot -> monotonic time the last fetch ended
-        # slot -> [LastFetchWorkSpawned, LastFetchWorkCompleted, NextFetchWorkDelay]
-        self.published: dict[str, list[int]] = {}
+        self.times: dict[str, FetchTimes] = {}  # slot name -> its current slot's record
         self.fetching: set[str] = set()
         self.claims: dict[str, FetchedClaim] = {}  # slot -> its fetched claim
         self.wake = asyncio.Event()
@@ -95,19 +106,30 @@ class FetchWorker:
 
             job = new_ad(claim.job)
         delay = fetch_work_delay(self.daemon.settings.text("FetchWorkDelay"), slot_ad, job)
-        self._times(name)[2] = int(delay)
+        self._times(name).next_delay = int(delay)
         return delay
 
-    def _times(self, name: str) -> list[int]:
-        return self.published.setdefault(name, [0, 0, -1])
+    def _current(self, name: str) -> FetchTimes | None:
+        """The name's record if it is of the slot that has the name now."""
+        times = self.times.get(name)
+        if times is not None and times.slot is not self.daemon.engine.slots.get(name):
+            del self.times[name]  # of a deleted d-slot
+            return None
+        return times
+
+    def _times(self, name: str) -> FetchTimes:
+        times = self._current(name)
+        if times is None:
+            times = self.times[name] = FetchTimes(self.daemon.engine.slots.get(name))
+        return times
 
     def attributes(self, name: str) -> dict[str, int]:
         """What a slot's ad says of its fetching, as condor_startd's: when its hook last
         started and last finished (wall seconds, 0: never) and the FetchWorkDelay last
         evaluated for it (-1: never, a slot without fetch hooks)."""
-        spawned, completed, delay = self.published.get(name) or (0, 0, -1)
-        return {"LastFetchWorkSpawned": spawned, "LastFetchWorkCompleted": completed,
-                "NextFetchWorkDelay": delay}  # fmt: skip
+        times = self._current(name) or FetchTimes(None)
+        return {"LastFetchWorkSpawned": times.spawned, "LastFetchWorkCompleted": times.completed,
+                "NextFetchWorkDelay": times.next_delay}  # fmt: skip
 
     def poke(self) -> None:
         self.wake.set()
@@ -117,6 +139,8 @@ class FetchWorker:
             while True:
                 self.wake.clear()
                 self._forget_lost_claims()
+                for name in [n for n in self.times if n not in self.daemon.engine.slots]:
+                    del self.times[name]  # deleted d-slots' records
                 now = time.monotonic()
                 next_due = now + IDLE_RECHECK
                 sources = self.sources()
@@ -127,7 +151,7 @@ class FetchWorker:
                     ad = ads.get(name)
                     if ad is None:
                         continue
-                    due = self.last_fetch.get(name, float("-inf")) + self.delay(name, ad)
+                    due = self._times(name).ended + self.delay(name, ad)
                     if due <= now:
                         self.fetching.add(name)
                         self._spawn(self._fetch(name, hooks, ad))
@@ -186,14 +210,14 @@ class FetchWorker:
         except Exception as exc:  # a bug here is logged; the daemon and the slot go on
             logger.exception("fetch_failed", slot=name, keyword=hooks.keyword, error=str(exc))
         finally:
-            self.last_fetch[name] = time.monotonic()
-            self._times(name)[1] = int(time.time())
+            times = self._times(name)
+            times.ended, times.completed = time.monotonic(), int(time.time())
             self.fetching.discard(name)
             self.poke()
 
     async def _fetch_work(self, name: str, hooks: FetchHooks, ad: Any) -> str | None:
         lines: list[str] = []
-        self._times(name)[0] = int(time.time())
+        self._times(name).spawned = int(time.time())
         result = await run_hook([hooks.fetch_work], on_line=lines.append, timeout=hooks.timeout,
                                 env=HOOK_ENV, cwd="/", stdin=ad_text_of(ad).encode())
         fields: dict[str, Any] = {"hook": "FETCH_WORK", "keyword": hooks.keyword, "slot": name}
@@ -256,7 +280,7 @@ class FetchWorker:
             logger.info("fetched_claim_evicted", slot=new.slot, keyword=old.hooks.keyword)
             self._advisory(old.hooks, "EVICT_CLAIM", job_text=ad_text(old.last_job or {}),
                            slot_ad=self.slot_ad(new.slot))
-        self.last_fetch[new.slot] = time.monotonic()  # a carved d-slot: this fetch counts
+        self._times(new.slot).ended = time.monotonic()  # a carved d-slot: this fetch counts
         self._reply(hooks, True, job, new.slot)
         logger.info("fetched_job_accepted", slot=new.slot, keyword=hooks.keyword)
         if was_claimed and new.slot == name:  # preempting by RANK

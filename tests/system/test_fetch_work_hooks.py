@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.component.daemon_harness import RunningDaemon, public_dir, write_script
+from tests.component.daemon_harness import REPO, RunningDaemon, public_dir, write_script
 
 KEYWORD = "FETCHTEST"
 
@@ -167,6 +169,23 @@ def test_fetched_cat_job_on_a_partitionable_slot(hookdir: Path) -> None:
         assert first(daemon, "dynamic_slot_deleted")["slot"] == "slot1_1"
         status = daemon.execd("status", "-af", "Name", "Cpus")
         assert status.stdout.split()[1:] == ["2"]
+        # a later d-slot that reuses the name is a new slot: it has never fetched, as
+        # condor_startd's new d-slot (its ad does not carry slot1_1's old fetch times)
+        go = hookdir / "go"
+        with subprocess.Popen(
+            [sys.executable, "-m", "execd", "--config", str(daemon.config), "job", "--", "sh",
+             "-c", f"echo started; while [ ! -e {go} ]; do sleep 0.1; done"],
+            env=daemon.env(), stdout=subprocess.PIPE, text=True, cwd=REPO,
+        ) as job:
+            assert job.stdout is not None
+            try:
+                assert job.stdout.readline().strip() == "started"
+                again = daemon.execd("status", "-af", "Name", "LastFetchWorkSpawned",
+                                     "LastFetchWorkCompleted", "NextFetchWorkDelay").stdout
+                assert again.splitlines()[1].startswith("slot1_1@"), again
+                assert again.splitlines()[1].split()[1:] == ["0", "0", "-1"], again
+            finally:
+                go.touch()
     finally:
         daemon.stop(signal.SIGQUIT)
 
