@@ -120,6 +120,8 @@ def starter_update(status: dict[str, Any], started: int, suspended: bool,
         update["DiskUsage"] = (size + 1023) // 1024
         update["ScratchDirFileCount"] = entries
         for attr, name in zip(("StdoutMtime", "StderrMtime"), stdio, strict=True):
+            if name == os.devnull:
+                continue  # a discarded stream (Out/Err unset): none, as condor_starter's
             try:
                 update[attr] = int((sandbox / name).stat().st_mtime)
             except OSError:

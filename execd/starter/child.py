@@ -35,8 +35,16 @@ def _open_stdio(fd: int, path: str | None, base: str, write: bool) -> None:
         path = os.devnull
     elif not os.path.isabs(path):
         path = os.path.join(base, path)
-    flags = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if write else os.O_RDONLY
-    opened = os.open(path, flags, 0o644)
+    if not write:
+        opened = os.open(path, os.O_RDONLY)
+    else:
+        # As HTCondor's starter: appending, so that stdout and stderr naming one file
+        # both land in it in the order written; not truncated if that is refused.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        try:
+            opened = os.open(path, flags | os.O_TRUNC, 0o644)
+        except PermissionError:
+            opened = os.open(path, flags, 0o644)
     if opened != fd:
         os.dup2(opened, fd)
         os.close(opened)

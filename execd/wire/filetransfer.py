@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno as errnos
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +44,7 @@ ZERO_FILE_MARKER = 666
 CHUNK_BYTES = 256 * 1024  # HTCondor's AES file buffer: one message per chunk
 ALIVE_INTERVAL_S = 300
 STD_FILES = ("_condor_stdout", "_condor_stderr")  # the shadow renames them to Out and Err
+NULL_FILE = "/dev/null"
 # Hold codes (condor_utils/condor_holdcodes.h).
 HOLD_DOWNLOAD_FILE_ERROR = 12
 HOLD_UPLOAD_FILE_ERROR = 13
@@ -320,19 +321,36 @@ async def upload_sandbox(ch: MessageChannel, sandbox: Path, names: Sequence[str]
     return result
 
 
+def std_files(job: Mapping[str, object]) -> tuple[str | None, str | None]:
+    """The sandbox names the job's stdout and stderr are written to and sent back under,
+    as HTCondor's starter remaps them: `_condor_stdout` for Out, `_condor_stderr` for
+    Err, but stdout's file for an Err that names Out's file (both streams go into it,
+    in the order written); None for one that is unset or /dev/null (discarded)."""
+    out, err = (job.get(attr) for attr in ("Out", "Err"))
+    stdout = STD_FILES[0] if isinstance(out, str) and out not in ("", NULL_FILE) else None
+    if not isinstance(err, str) or err in ("", NULL_FILE):
+        return stdout, None
+    return stdout, STD_FILES[0] if stdout is not None and err == out else STD_FILES[1]
+
+
+def sent_std_files(job: Mapping[str, object]) -> list[str]:
+    """The std files that go back to the shadow: each sandbox name once."""
+    return [name for name in dict.fromkeys(std_files(job)) if name is not None]
+
+
 def output_names(sandbox: Path, job: dict[str, object], inputs: Sequence[str],
                  before: dict[str, float]) -> list[str]:  # fmt: skip
     """Which sandbox files go back: TransferOutput if the job names them, else every
-    top-level regular file the job created or changed; `_condor_stdout`/`_condor_stderr`
-    always (the shadow renames them to the job's Out/Err)."""
-    std = list(STD_FILES)
+    top-level regular file the job created or changed; and always the job's std files
+    (sent_std_files: the shadow renames them to its Out/Err)."""
+    std = sent_std_files(job)
     listed = job.get("TransferOutput")
     if isinstance(listed, str) and listed.strip():
         chosen = [n.strip() for n in listed.split(",") if n.strip()]
-        return [n for n in chosen if (sandbox / n).is_file() and n not in std] + std
+        return [n for n in chosen if (sandbox / n).is_file() and n not in STD_FILES] + std
     out = []
     for entry in sorted(sandbox.iterdir()):
-        if entry.name in std or not entry.is_file() or entry.is_symlink():
+        if entry.name in STD_FILES or not entry.is_file() or entry.is_symlink():
             continue
         with contextlib.suppress(OSError):
             if entry.name in inputs and before.get(entry.name) == entry.stat().st_mtime:

@@ -47,11 +47,12 @@ from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.filetransfer import (
     FILETRANS_DOWNLOAD,
     FILETRANS_UPLOAD,
-    STD_FILES,
     TransferResult,
     TransferTally,
     download_sandbox,
     output_names,
+    sent_std_files,
+    std_files,
     upload_sandbox,
 )
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
@@ -309,7 +310,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             await asyncio.sleep(1)
 
             async def failure_files(ch: Channel) -> TransferResult:
-                return await upload_sandbox(ch, sandbox, STD_FILES)
+                return await upload_sandbox(ch, sandbox, sent_std_files(job))
 
             await transfers.run(FILETRANS_DOWNLOAD, failure_files)
             await calls.ulog(_transfer_error(job, got))
@@ -341,8 +342,10 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                 options.on_running(dataclasses.replace(state, started=int(time.time())))
 
         try:
+            stdout, stderr = std_files(job)
             launch = JobLaunch(job, job_argv(job, sandbox, got.files), sandbox,
-                               job_env(job, sandbox), (uid, gid), stdin_name)  # fmt: skip
+                               job_env(job, sandbox), (uid, gid), stdin_name,
+                               stdout or os.devnull, stderr or os.devnull)  # fmt: skip
             proc = options.runner(launch if transfer else shared_fs_launch(launch))
             done = await _run_job(calls, proc, options, started)
         except JobHeldError as exc:

@@ -19,6 +19,7 @@ from execd.wire.filetransfer import (
     HOLD_DOWNLOAD_FILE_ERROR,
     download_sandbox,
     output_names,
+    std_files,
     upload_sandbox,
 )
 
@@ -56,10 +57,25 @@ def test_output_upload_equals_the_real_starters(tmp_path: Path) -> None:
     script = [("send", m) for m in starter[:4]] + [("recv", shadow[0]), ("recv", shadow[1])]
     script += [("send", m) for m in starter[4:]] + [("recv", shadow[2])]
     replay = Replay(script)
-    names = output_names(tmp_path, {}, [], {})
+    names = output_names(tmp_path, {"Out": "out.txt", "Err": "err.txt"}, [], {})
     result = asyncio.run(upload_sandbox(replay, tmp_path, names))
     assert not replay.script
     assert result.ok and result.files == ["_condor_stdout", "_condor_stderr"]
+
+
+def test_std_files_as_condor_starter_remaps_them(tmp_path: Path) -> None:
+    # Out and Err: their own files; the same file: stderr into stdout's; unset or
+    # /dev/null: discarded, and not sent back
+    assert std_files({"Out": "o", "Err": "e"}) == ("_condor_stdout", "_condor_stderr")
+    assert std_files({"Out": "both", "Err": "both"}) == ("_condor_stdout", "_condor_stdout")
+    assert std_files({"Out": "/dev/null", "Err": "/dev/null"}) == (None, None)
+    assert std_files({"Err": "e"}) == (None, "_condor_stderr")
+    assert std_files({"Out": "o"}) == ("_condor_stdout", None)
+    (tmp_path / "_condor_stdout").write_text("both\n")
+    (tmp_path / "made.txt").write_text("x\n")
+    assert output_names(tmp_path, {"Out": "both", "Err": "both"}, [], {}) == \
+        ["made.txt", "_condor_stdout"]
+    assert output_names(tmp_path, {}, [], {}) == ["made.txt"]
 
 
 def _enc() -> Encoder:
