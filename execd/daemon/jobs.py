@@ -347,6 +347,16 @@ class JobManager(StarterLifecycle):
         except StoreError as exc:
             logger.error("eviction_not_stored", job=job.job_id, error=str(exc))
 
+    def set_vacate_reason(self, job: Job, reason: tuple[str, int, int]) -> None:
+        """Why the startd evicts `job` (reason, code, subcode), for its shadow's 004; kept
+        in the store before the kill goes out, so that a restarted daemon that reports
+        the exit still gives it."""
+        job.vacate_reason = reason
+        try:
+            self.store.set_vacate_reason(job.job_id, reason)
+        except StoreError as exc:
+            logger.error("vacate_reason_not_stored", job=job.job_id, error=str(exc))
+
     def _record_suspension(self, job: Job, suspended: bool) -> None:
         """A restarted daemon must find a frozen job Suspended, and know who froze it."""
         slot = self.daemon.engine.slots.get(job.slot)

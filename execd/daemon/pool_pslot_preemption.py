@@ -127,7 +127,7 @@ class PslotPreemption:
         for name in names:
             if engine.slot(name).state is State.CLAIMED:  # a Preempting one ends anyway
                 if (job := member.daemon.jobs.running.get(name)) is not None:
-                    job.vacate_reason = VACATE_REASON
+                    member.daemon.jobs.set_vacate_reason(job, VACATE_REASON)  # and stored
                 member.daemon.execute(kill_claim(engine, name, now(), REASON))
         logger.info("pslot_preempting", slot=pslot, dslots=names, user=peer.user)
         member.changed()

@@ -60,7 +60,7 @@ def recover(jobs: JobManager) -> dict[str, int]:
                 job = Job(record.job_id, record.slot, parse_claim_id(claim.claim_id),
                           record.ad, started=record.started, starter_start=record.starter_start,
                           hold_reason=record.hold_reason, suspended=record.suspended,
-                          evicting=record.evicting)
+                          evicting=record.evicting, vacate_reason=record.vacate_reason)
                 job.handle = StarterHandle(StarterSpec.from_dict(record.spec), None,
                                            pid=record.starter_pid)
             except (ValueError, KeyError, TypeError) as exc:

@@ -3,7 +3,8 @@
 What a new daemon needs after `kill -9`, a crash or a restart in place (USR2) to carry
 on where the old one stopped: the claims (slot, claim id, lease, and for a d-slot the
 resources carved for it), the running jobs (starter pid and start time — together they
-name one process even after the pid is reused —, cgroup, sandbox, job ad), the drain
+name one process even after the pid is reused —, cgroup, sandbox, job ad, and once it
+is being evicted how and why, which its shadow is told), the drain
 request, the broken slots (what could not be killed outlives any daemon), and the
 outcome of each finished job until its claim holder has taken it.
 
@@ -26,10 +27,10 @@ from execd.errors import ExecdError
 from execd.slots.layout import Assigned
 from execd.slots.partitionable import DynamicSlot
 
-# 3: claims.renewed. 2: jobs.evicting. The broken table came later without a new
-# version: CREATE TABLE IF NOT EXISTS adds it to an older file, and an older execd
-# ignores it.
-SCHEMA_VERSION = 3
+# 4: jobs.vacate_reason. 3: claims.renewed. 2: jobs.evicting. The broken table came
+# later without a new version: CREATE TABLE IF NOT EXISTS adds it to an older file, and
+# an older execd ignores it.
+SCHEMA_VERSION = 4
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS claims (
@@ -58,7 +59,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     report TEXT,                      -- JSON: the starter's report
     hold_reason TEXT,
     suspended TEXT,                   -- NULL, or who suspended it: 'policy' or 'command'
-    evicting TEXT                     -- NULL, or 'vacating' / 'killing': being evicted
+    evicting TEXT,                    -- NULL, or 'vacating' / 'killing': being evicted
+    vacate_reason TEXT                -- JSON [reason, code, subcode] for its shadow; NULL: none
 );
 CREATE TABLE IF NOT EXISTS broken (
     slot TEXT PRIMARY KEY,
@@ -81,9 +83,11 @@ CREATE TABLE IF NOT EXISTS drain (
 """
 
 
-# From schema N to N+1 (the added columns read NULL: not evicting, no ALIVE recorded).
+# From schema N to N+1 (the added columns read NULL: not evicting, no ALIVE recorded,
+# no vacate reason).
 MIGRATIONS = {1: "ALTER TABLE jobs ADD COLUMN evicting TEXT",
-              2: "ALTER TABLE claims ADD COLUMN renewed REAL"}
+              2: "ALTER TABLE claims ADD COLUMN renewed REAL",
+              3: "ALTER TABLE jobs ADD COLUMN vacate_reason TEXT"}
 
 
 class StoreError(ExecdError):
@@ -128,6 +132,9 @@ class JobRecord:
     hold_reason: str | None = None
     suspended: str | None = None
     evicting: str | None = None  # 'vacating' or 'killing': a restart goes on evicting it
+    # why the startd evicts it (reason, code, subcode): its shadow's 004 says so, also
+    # when a restarted daemon reports the exit
+    vacate_reason: tuple[str, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +166,14 @@ def _json(value: Any) -> str | None:
 
 def _load(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def _vacate_reason(text: str | None) -> tuple[str, int, int] | None:
+    """A stored vacate reason back as (reason, code, subcode)."""
+    if text is None:
+        return None
+    reason, code, subcode = json.loads(text)
+    return str(reason), int(code), int(subcode)
 
 
 class Store:
@@ -244,11 +259,11 @@ class Store:
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                 (sequence[0], str(sequence[1])))
             self.db.execute(
-                "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (job.job_id, job.slot, job.session_id, _json(job.ad), _json(job.spec),
                  job.starter_pid, job.starter_start, job.cgroup, job.sandbox, job.started,
                  job.finished, _json(job.report), job.hold_reason, job.suspended,
-                 job.evicting))
+                 job.evicting, _json(job.vacate_reason)))
 
     def set_suspended(self, job_id: str, by: str | None) -> None:
         with self._tx():
@@ -257,6 +272,11 @@ class Store:
     def set_evicting(self, job_id: str, how: str) -> None:
         with self._tx():
             self.db.execute("UPDATE jobs SET evicting=? WHERE job_id=?", (how, job_id))
+
+    def set_vacate_reason(self, job_id: str, reason: tuple[str, int, int] | None) -> None:
+        with self._tx():
+            self.db.execute("UPDATE jobs SET vacate_reason=? WHERE job_id=?",
+                            (_json(reason), job_id))
 
     def finish_job(self, job_id: str, finished: float, report: dict[str, Any],
                    hold_reason: str | None) -> None:
@@ -272,7 +292,8 @@ class Store:
     def jobs(self) -> list[JobRecord]:
         rows = self.db.execute("SELECT * FROM jobs ORDER BY started").fetchall()
         return [JobRecord(r[0], r[1], r[2], _load(r[3]), _load(r[4]), r[5], r[6], r[7], r[8],
-                          r[9], r[10], _load(r[11]), r[12], r[13], r[14]) for r in rows]
+                          r[9], r[10], _load(r[11]), r[12], r[13], r[14], _vacate_reason(r[15]))
+                for r in rows]
 
     # -- broken slots -----------------------------------------------------------------
     def set_broken(self, slot: str, reason: str, carved: dict[str, Any] | None) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import signal
 import tempfile
@@ -235,3 +236,57 @@ def test_a_better_users_big_job_preempts_several_dslots_as_on_condor_startd(
         ("Partitionable", 0, "Unclaimed", "")], ours
     assert [(kind, cpus, state, user) for kind, cpus, _, state, _, user, _ in ours[4]] == [
         ("Dynamic", 2, "Claimed", BETTER), ("Partitionable", 0, "Unclaimed", "")], ours
+
+
+def test_the_priority_vacate_reason_survives_execd_restart_while_the_kill_is_under_way(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """The preemption above with `execd restart` while the d-slots' kills are under way
+    (their starters stopped, so each has its hard kill pending): the new image adopts
+    both jobs and goes on killing them (`eviction_resumed`, killing), and both evicted
+    jobs' 004 still says "Preempted for a Priority user" (1019), as condor_startd's do
+    without a restart (the test above), not "Unspecified job interruption" (1005)."""
+    pool = running_pool.get(with_startd=False)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp, \
+            pslot_preemption_allowed(pool), priority_preemption(pool):  # fmt: skip
+        node = start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + PSLOT)
+        lows = [submit_files(pool, PLAIN_SUBMIT.format(args="", extra=LOW), SLEEP)
+                for _ in range(2)]  # fmt: skip
+        high: harness.SubmittedJob | None = None
+        stopped: list[int] = []
+        try:
+            for low in lows:
+                low.wait_for_event("001", WAIT_S)
+            wait_pool(pool, "two busy d-slots", lambda s: busy(s, harness.SUBMITTER) == 2
+                      and len(s) == 3)  # fmt: skip
+            starters = [e["pid"] for e in node.events() if e["event"] == "starter_spawned"]
+            assert len(starters) == 2, starters
+            try:
+                for pid in starters:  # a starter that is slow to act on the kill
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+                high = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=HIGH), SLEEP,
+                                    user=BETTER)  # fmt: skip
+                node.wait_for("pslot_preempting", slot="slot1")
+                restarted = node.execd("restart")
+                assert restarted.returncode == 0, restarted.stderr
+                assert "2 running jobs re-adopted" in restarted.stdout, restarted.stdout
+                resumed = [(e["slot"], e["how"]) for e in node.events()
+                           if e["event"] == "eviction_resumed"]  # fmt: skip
+                assert sorted(resumed) == [("slot1_1", "killing"), ("slot1_2", "killing")]
+            finally:
+                for pid in stopped:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
+            logs = [low.wait_for_event("004", WAIT_S) for low in lows]
+            high.wait_for_event("001", WAIT_S)
+            assert [evicted_lines(log) for log in logs] == 2 * [[
+                "Job was evicted. Code 1019 Subcode 0",
+                "Reason: Preempted for a Priority user"]], logs  # fmt: skip
+            harness.wait_for("the evicted jobs Idle in condor_q",
+                             lambda: all(job_status(low) == 1 for low in lows), WAIT_S, 0.2)
+        finally:
+            for low in lows:
+                pool.tool("condor_rm", str(low.cluster))
+            if high is not None:
+                pool.tool("condor_rm", str(high.cluster), user=BETTER)
+            node.stop(signal.SIGQUIT)
