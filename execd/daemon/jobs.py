@@ -167,12 +167,14 @@ class JobManager(StarterLifecycle):
             raise ControlError("refused", f"{name}: claim refused: {why}")
         self.matches.claimed(target)
         # its own lease: a preempting claim is the slot's preempting_claim, not its claim
-        granted = next(c for c in (engine.slots[name].claim, engine.slots[name].preempting_claim)
-                       if c is not None and c.id == claim)  # fmt: skip
+        held = engine.slots[name].claim
+        waiting = held is None or held.id != claim  # the slot's preempting_claim
+        granted = engine.slots[name].preempting_claim if waiting else held
+        assert granted is not None and granted.id == claim
         self.store.add_claim(ClaimRecord(
             claim.session_id, claim.full(), name, parent=target if carved else None,
             carved=None if carved is None else carved_json(carved), request_ad=job_ad,
-            lease_duration=granted.lease.duration, granted=moment.wall))
+            lease_duration=granted.lease.duration, granted=moment.wall, preempting=waiting))
         self.claims[claim.full()] = (name, claim)
         logger.info("claim_granted", slot=name, claim=str(claim))
         basis = next((a.fields.get("basis") for a in actions
@@ -330,7 +332,7 @@ class JobManager(StarterLifecycle):
             if self.daemon.pool is not None:  # a REQUEST_CLAIM waiting on it is answered
                 self.daemon.pool.changed()
         elif isinstance(action, act.ClaimTookSlot):  # its lease starts now: so after a restart
-            self.store.renew_claim(action.claim, now().wall)
+            self.store.claim_took_slot(action.claim, now().wall)  # no longer waiting
         else:
             return False
         return True

@@ -2,7 +2,8 @@
 
 What a new daemon needs after `kill -9`, a crash or a restart in place (USR2) to carry
 on where the old one stopped: the claims (slot, claim id, lease, and for a d-slot the
-resources carved for it), the running jobs (starter pid and start time — together they
+resources carved for it, and whether it is a preempting claim still waiting for the
+slot), the running jobs (starter pid and start time — together they
 name one process even after the pid is reused —, cgroup, sandbox, job ad, and once it
 is being evicted how and why, which its shadow is told), the drain
 request, the broken slots (what could not be killed outlives any daemon), and the
@@ -27,10 +28,10 @@ from execd.errors import ExecdError
 from execd.slots.layout import Assigned
 from execd.slots.partitionable import DynamicSlot
 
-# 4: jobs.vacate_reason. 3: claims.renewed. 2: jobs.evicting. The broken table came
-# later without a new version: CREATE TABLE IF NOT EXISTS adds it to an older file, and
-# an older execd ignores it.
-SCHEMA_VERSION = 4
+# 5: claims.preempting. 4: jobs.vacate_reason. 3: claims.renewed. 2: jobs.evicting. The
+# broken table came later without a new version: CREATE TABLE IF NOT EXISTS adds it to
+# an older file, and an older execd ignores it.
+SCHEMA_VERSION = 5
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS claims (
@@ -42,7 +43,8 @@ CREATE TABLE IF NOT EXISTS claims (
     request_ad TEXT NOT NULL,         -- JSON
     lease_duration REAL NOT NULL,
     granted REAL NOT NULL,            -- wall time
-    renewed REAL                      -- wall time of the last ALIVE; NULL: none yet
+    renewed REAL,                     -- wall time of the last ALIVE; NULL: none yet
+    preempting INTEGER NOT NULL DEFAULT 0  -- 1: a preempting claim waiting for the slot
 );
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
@@ -83,11 +85,12 @@ CREATE TABLE IF NOT EXISTS drain (
 """
 
 
-# From schema N to N+1 (the added columns read NULL: not evicting, no ALIVE recorded,
-# no vacate reason).
+# From schema N to N+1 (the added columns read NULL or 0: not evicting, no ALIVE
+# recorded, no vacate reason, the slot's own claim).
 MIGRATIONS = {1: "ALTER TABLE jobs ADD COLUMN evicting TEXT",
               2: "ALTER TABLE claims ADD COLUMN renewed REAL",
-              3: "ALTER TABLE jobs ADD COLUMN vacate_reason TEXT"}
+              3: "ALTER TABLE jobs ADD COLUMN vacate_reason TEXT",
+              4: "ALTER TABLE claims ADD COLUMN preempting INTEGER NOT NULL DEFAULT 0"}
 
 
 class StoreError(ExecdError):
@@ -105,6 +108,9 @@ class ClaimRecord:
     lease_duration: float = 0.0
     granted: float = 0.0
     renewed: float | None = None  # wall time of the last ALIVE (None: none since granted)
+    # a preempting claim still waiting for its slot's job to go (not the slot's claim);
+    # False once it took the slot
+    preempting: bool = False
 
     @property
     def last_renewed(self) -> float:
@@ -222,15 +228,22 @@ class Store:
         with self._tx():
             self.db.execute(
                 "INSERT OR REPLACE INTO claims (session_id, claim_id, slot, parent, carved,"
-                " request_ad, lease_duration, granted, renewed) VALUES (?,?,?,?,?,?,?,?,?)",
+                " request_ad, lease_duration, granted, renewed, preempting)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (claim.session_id, claim.claim_id, claim.slot, claim.parent,
                  _json(claim.carved), _json(claim.request_ad or {}), claim.lease_duration,
-                 claim.granted, claim.renewed))
+                 claim.granted, claim.renewed, int(claim.preempting)))
 
     def renew_claim(self, session_id: str, wall: float) -> None:
         """An ALIVE renewed the claim's lease: a restarted daemon counts it from here."""
         with self._tx():
             self.db.execute("UPDATE claims SET renewed=? WHERE session_id=?",
+                            (wall, session_id))
+
+    def claim_took_slot(self, session_id: str, wall: float) -> None:
+        """A waiting preempting claim became its slot's claim; its lease runs from now."""
+        with self._tx():
+            self.db.execute("UPDATE claims SET renewed=?, preempting=0 WHERE session_id=?",
                             (wall, session_id))
 
     def remove_claim(self, session_id: str) -> None:
@@ -243,9 +256,9 @@ class Store:
     def claims(self) -> list[ClaimRecord]:
         rows = self.db.execute(
             "SELECT session_id, claim_id, slot, parent, carved, request_ad, lease_duration,"
-            " granted, renewed FROM claims ORDER BY granted").fetchall()
-        return [ClaimRecord(r[0], r[1], r[2], r[3], _load(r[4]), _load(r[5]), r[6], r[7], r[8])
-                for r in rows]
+            " granted, renewed, preempting FROM claims ORDER BY granted").fetchall()
+        return [ClaimRecord(r[0], r[1], r[2], r[3], _load(r[4]), _load(r[5]), r[6], r[7], r[8],
+                            bool(r[9])) for r in rows]
 
     # -- jobs -----------------------------------------------------------------------
     def sequence(self, name: str) -> int:
