@@ -12,7 +12,14 @@ each id (a secret).
 
 As condor_startd 25.x (command.cpp request_claim): every id must name a slot (its
 preempting id or its current claim's) and that slot must have no retirement time left;
-otherwise the whole request is refused and nothing is killed. Then each d-slot's claim
+otherwise the whole request is refused and nothing is killed. condor_startd answers
+such a refusal with nothing: it closes the connection (its `goto abort`, before any
+reply), and its abort_claim moves the p-slot to Owner ("claiming protocol failed") with
+a new claim object, then on to Unclaimed; the ad it publishes then shows the d-slots'
+retirement time, so the negotiator stops matching them. execd does the same (`abort`):
+closes without an answer, the p-slot passes Owner, gets a new offer, and its ad goes
+out at once; the schedd logs "Response problem from startd when requesting claim" and
+drops the match, as with condor_startd. Then each d-slot's claim
 is killed ("Preempted for a Priority user" on condor_startd, whatever the basis: its
 kill_claim, straight to Preempting/Killing), and the p-slot carves the new d-slot from
 the resources they return. Two differences, both on the safe side: execd refuses an id
@@ -36,6 +43,7 @@ from execd import log
 from execd.claims.ids import parse_claim_id
 from execd.daemon.policy_glue import now
 from execd.errors import ExecdError
+from execd.policy.claiming import abort_claim
 from execd.policy.commands import kill_claim
 from execd.policy.states import State
 from execd.wire.advertiser import wait_event
@@ -112,6 +120,17 @@ class PslotPreemption:
 
     def lock(self, pslot: str) -> asyncio.Lock:
         return self._locks.setdefault(pslot, asyncio.Lock())
+
+    def abort(self, pslot: str) -> None:
+        """The refused REQUEST_CLAIM is over, unanswered: `pslot` through Owner to
+        Unclaimed (claiming.abort_claim), a new offer in place of the one the schedd
+        used, and the ads published now."""
+        member = self.member
+        engine = member.daemon.engine
+        if pslot in engine.slots:
+            member.daemon.execute(abort_claim(engine, engine.slot(pslot), now()))
+        member.replace_offer(pslot)
+        member.changed()
 
     async def take_back(self, pslot: str, claim_ids: Sequence[str], peer: Peer) -> bool:
         """Kill the claims of the d-slots `claim_ids` name and wait until they are gone;
