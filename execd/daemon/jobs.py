@@ -30,6 +30,7 @@ from execd.daemon.job_launch import StarterLifecycle
 from execd.daemon.matching import Matches
 from execd.daemon.policy_glue import now
 from execd.daemon.store import ClaimRecord, Store, StoreError, carved_json
+from execd.daemon.vacate_reasons import vacate_reason
 from execd.errors import CgroupError, ConfigError, ExecdError, ResourceError
 from execd.hooks import job_hook_runs
 from execd.policy import actions as act
@@ -338,26 +339,20 @@ class JobManager(StarterLifecycle):
         return True
 
     def _record_eviction(self, job: Job, how: str) -> None:
-        """A restarted daemon must go on evicting it (Preempting), not find it Busy."""
+        """A restarted daemon must go on evicting it (Preempting), not find it Busy, and
+        tell its shadow why (vacate_reasons), as the first kill signal's eviction said:
+        a restored eviction's reason is the stored one, not the resumed vacate's."""
         slot = self.daemon.engine.slots.get(job.slot)
         if slot is None or slot.state is not State.PREEMPTING \
                 or job.evicting in (how, "killing"):
             return
+        if job.evicting is None and job.vacate_reason is None:
+            job.vacate_reason = vacate_reason(slot.evict_reason)
         job.evicting = how
         try:
-            self.store.set_evicting(job.job_id, how)
+            self.store.set_evicting(job.job_id, how, job.vacate_reason)
         except StoreError as exc:
             logger.error("eviction_not_stored", job=job.job_id, error=str(exc))
-
-    def set_vacate_reason(self, job: Job, reason: tuple[str, int, int]) -> None:
-        """Why the startd evicts `job` (reason, code, subcode), for its shadow's 004; kept
-        in the store before the kill goes out, so that a restarted daemon that reports
-        the exit still gives it."""
-        job.vacate_reason = reason
-        try:
-            self.store.set_vacate_reason(job.job_id, reason)
-        except StoreError as exc:
-            logger.error("vacate_reason_not_stored", job=job.job_id, error=str(exc))
 
     def _record_suspension(self, job: Job, suspended: bool) -> None:
         """A restarted daemon must find a frozen job Suspended, and know who froze it."""

@@ -54,10 +54,9 @@ if TYPE_CHECKING:
 
 logger = log.get_logger("pool")
 
-REASON = "pslot_preemption"  # the killed claims' eviction reason (NotifyClaimHolder, log)
-# what condor_startd's kill_claim tells the killed jobs' shadows, whatever the basis
-# (condor_holdcodes.h StartdPreemptingClaimUserPrio): their 004 event's reason and code
-VACATE_REASON = ("Preempted for a Priority user", 1019, 0)
+# the killed claims' eviction reason (NotifyClaimHolder, log; the shadows' vacate reason
+# by execd.daemon.vacate_reasons)
+REASON = "pslot_preemption"
 # How long the carve waits for the killed d-slots to go: condor_startd keeps the schedd's
 # claim request waiting up to MATCH_TIMEOUT (120 s) less 10 s.
 TAKE_BACK_WAIT_S = 110.0
@@ -145,8 +144,7 @@ class PslotPreemption:
         engine = member.daemon.engine
         for name in names:
             if engine.slot(name).state is State.CLAIMED:  # a Preempting one ends anyway
-                if (job := member.daemon.jobs.running.get(name)) is not None:
-                    member.daemon.jobs.set_vacate_reason(job, VACATE_REASON)  # and stored
+                # its shadow is told "Preempted for a Priority user" (vacate_reasons)
                 member.daemon.execute(kill_claim(engine, name, now(), REASON))
         logger.info("pslot_preempting", slot=pslot, dslots=names, user=peer.user)
         member.changed()

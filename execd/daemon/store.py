@@ -282,14 +282,12 @@ class Store:
         with self._tx():
             self.db.execute("UPDATE jobs SET suspended=? WHERE job_id=?", (by, job_id))
 
-    def set_evicting(self, job_id: str, how: str) -> None:
+    def set_evicting(self, job_id: str, how: str,
+                     vacate_reason: tuple[str, int, int] | None = None) -> None:
+        """The job is being evicted (`how`), and why, for its shadow (None: no reason)."""
         with self._tx():
-            self.db.execute("UPDATE jobs SET evicting=? WHERE job_id=?", (how, job_id))
-
-    def set_vacate_reason(self, job_id: str, reason: tuple[str, int, int] | None) -> None:
-        with self._tx():
-            self.db.execute("UPDATE jobs SET vacate_reason=? WHERE job_id=?",
-                            (_json(reason), job_id))
+            self.db.execute("UPDATE jobs SET evicting=?, vacate_reason=? WHERE job_id=?",
+                            (how, _json(vacate_reason), job_id))
 
     def finish_job(self, job_id: str, finished: float, report: dict[str, Any],
                    hold_reason: str | None) -> None:

@@ -25,7 +25,7 @@ from test_pool_jobs import (
     submit_files,
     timeless,
 )
-from test_pool_preemption import reference_config
+from test_pool_preemption import evicted_lines, reference_config
 
 # Evicted once no more than the vacate time is left of the retirement: after ~18 s.
 RETIREMENT = "MAXJOBRETIREMENTTIME = 20\nMachineMaxVacateTime = 2\n"
@@ -108,3 +108,31 @@ def test_a_graceful_condor_vacate_waits_for_retirement_as_on_condor_startd(
                                lambda ad: ad.get("MaxJobRetirementTime") == 20))
     assert ours == theirs
     assert ours[1:] == ("Claimed/Retiring", True)
+
+
+def vacate_reasons(pool: harness.Pool) -> dict[str, list[str]]:
+    """condor_vacate -all, gracefully and -fast, of a running job: the 004 event's code
+    line and reason, each."""
+    seen = {}
+    for how in ("graceful", "fast"):
+        job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), {"job.sh": SLEEP_SCRIPT})
+        try:
+            job.wait_for_event("001", WAIT_S)
+            pool.tool("condor_vacate", *(["-fast"] if how == "fast" else []), "-all").check()
+            seen[how] = evicted_lines(job.wait_for_event("004", 2 * WAIT_S))
+        finally:
+            pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+    return seen
+
+
+def test_condor_vacate_tells_the_shadow_why_as_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """The evicted job's 004 says "Claim vacated by the administrator" (code 1010,
+    StartdVacateCommand) on both execute points, for a graceful and a fast vacate
+    (execd said "Unspecified job interruption", 1005, before)."""
+    admins = administrators(running_pool.get(with_startd=False))
+    ours, theirs = on_both(running_pool, vacate_reasons, admins)
+    assert ours == theirs
+    assert ours == {how: ["Job was evicted. Code 1010 Subcode 0",
+                          "Reason: Claim vacated by the administrator"]
+                    for how in ("graceful", "fast")}, ours  # fmt: skip

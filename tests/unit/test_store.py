@@ -168,7 +168,7 @@ def test_a_jobs_vacate_reason_is_read_back_and_a_schema_3_file_gains_the_column(
     store = Store(tmp_path / "state.db")
     assert [(j.job_id, j.evicting, j.vacate_reason) for j in store.jobs()] == [
         ("1.1", "killing", None)]
-    store.set_vacate_reason("1.1", ("Preempted for a Priority user", 1019, 0))
+    store.set_evicting("1.1", "killing", ("Preempted for a Priority user", 1019, 0))
     store.add_job(job("1.2"))
     store.db.close()  # as after kill -9
     again = Store(tmp_path / "state.db")
