@@ -19,16 +19,15 @@ a new claim object, then on to Unclaimed; the ad it publishes then shows the d-s
 retirement time, so the negotiator stops matching them. execd does the same (`abort`):
 closes without an answer, the p-slot passes Owner, gets a new offer, and its ad goes
 out at once; the schedd logs "Response problem from startd when requesting claim" and
-drops the match, as with condor_startd. Then each d-slot's claim
-is killed ("Preempted for a Priority user" on condor_startd, whatever the basis: its
-kill_claim, straight to Preempting/Killing), and the p-slot carves the new d-slot from
-the resources they return. Two differences, both on the safe side: execd refuses an id
-of a slot that is no d-slot of this p-slot (condor_startd would kill it and give its
-resources to its own parent), and it carves only once the killed d-slots are gone
-(their jobs dead and their cgroups empty), where condor_startd moves their resources
-back at once while their starters still run. The REQUEST_CLAIM is answered after that.
-condor_startd counts these kills in no preemption counter (JobPreemptions & co.); nor
-does execd.
+drops the match, as with condor_startd. Then each d-slot's claim is killed ("Preempted
+for a Priority user" on condor_startd, whatever the basis: its kill_claim, straight to
+Preempting/Killing), and the p-slot carves the new d-slot from the resources they
+return. Two differences, both on the safe side: execd refuses an id of a slot that is
+no d-slot of this p-slot (condor_startd would kill it and give its resources to its own
+parent), and it carves only once the killed d-slots are gone (their jobs dead and their
+cgroups empty), where condor_startd moves their resources back at once while their
+starters still run. The REQUEST_CLAIM is answered after that. condor_startd counts
+these kills in no preemption counter (JobPreemptions & co.); nor does execd.
 """
 
 from __future__ import annotations

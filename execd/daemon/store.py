@@ -1,13 +1,13 @@
 """The durable state of the daemon: SQLite (stdlib sqlite3, WAL) under SPOOL.
 
 What a new daemon needs after `kill -9`, a crash or a restart in place (USR2) to carry
-on where the old one stopped: the claims (slot, claim id, lease, and for a d-slot the
+on where the old one stopped: the claims (slot, claim id, lease, for a d-slot the
 resources carved for it, and whether it is a preempting claim still waiting for the
-slot), the running jobs (starter pid and start time — together they
-name one process even after the pid is reused —, cgroup, sandbox, job ad, and once it
-is being evicted how and why, which its shadow is told), the drain
-request, the broken slots (what could not be killed outlives any daemon), and the
-outcome of each finished job until its claim holder has taken it.
+slot), the running jobs (starter pid and start time — together they name one process
+even after the pid is reused —, cgroup, sandbox, job ad, and once it is being evicted
+how and why, which its shadow is told), the drain request, the broken slots (what
+could not be killed outlives any daemon), and the outcome of each finished job until
+its claim holder has taken it.
 
 Every method that changes something commits before it returns, and the daemon calls
 it before it acknowledges the command that caused the change: an acknowledged claim
