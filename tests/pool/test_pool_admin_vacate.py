@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 
 import pool_harness as harness
-import pytest
-from pool_node import pool_slots, wait_pool
+from pool_node import wait_pool
 from test_pool_daemon import WAIT_S, administrators
 from test_pool_jobs import (
     PLAIN_SUBMIT,
@@ -26,7 +25,7 @@ from test_pool_jobs import (
     submit_files,
     timeless,
 )
-from test_pool_preemption import evicted_lines, reference_config
+from test_pool_preemption import reference_config
 
 # Evicted once no more than the vacate time is left of the retirement: after ~18 s.
 RETIREMENT = "MAXJOBRETIREMENTTIME = 20\nMachineMaxVacateTime = 2\n"
@@ -111,39 +110,3 @@ def test_a_graceful_condor_vacate_waits_for_retirement_as_on_condor_startd(
     assert ours[1:] == ("Claimed/Retiring", True)
 
 
-
-def eviction_reasons(pool: harness.Pool, tool: str) -> dict[str, list[str]]:
-    """`tool` (condor_vacate -all, condor_drain slot1@...), -graceful and -fast, of a
-    running job: the 004 event's code line and reason, each."""
-    seen = {}
-    for how in ("graceful", "fast"):
-        job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), {"job.sh": SLEEP_SCRIPT})
-        try:
-            job.wait_for_event("001", WAIT_S)
-            if tool == "condor_vacate":
-                pool.tool("condor_vacate", *(["-fast"] if how == "fast" else []), "-all").check()
-            else:
-                name = next(n for n in pool_slots(pool) if n.startswith("slot1@"))
-                pool.tool("condor_drain", f"-{how}", name).check()
-            seen[how] = evicted_lines(job.wait_for_event("004", 2 * WAIT_S))
-            if tool == "condor_drain":
-                pool.tool("condor_drain", "-cancel", name).check()
-        finally:
-            pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
-    return seen
-
-
-@pytest.mark.parametrize(("tool", "code", "reason"), [
-    ("condor_vacate", 1010, "Claim vacated by the administrator"),  # StartdVacateCommand
-    ("condor_drain", 1014, "Startd was draining"),  # StartdDraining
-])  # fmt: skip
-def test_the_shadow_is_told_why_as_by_condor_startd(running_pool: harness.RunningPool,
-                                                    tool: str, code: int, reason: str) -> None:
-    """The evicted job's 004 gives condor_startd's reason and code on both execute
-    points, for a graceful and a fast vacate or drain (execd's said "Unspecified job
-    interruption", 1005, before)."""
-    admins = administrators(running_pool.get(with_startd=False))
-    ours, theirs = on_both(running_pool, lambda pool: eviction_reasons(pool, tool), admins)
-    assert ours == theirs
-    assert ours == {how: [f"Job was evicted. Code {code} Subcode 0", f"Reason: {reason}"]
-                    for how in ("graceful", "fast")}, ours  # fmt: skip
