@@ -134,8 +134,8 @@ class StarterLifecycle:
         self.store.add_job(JobRecord(
             job.job_id, slot, job.claim.session_id, job.ad, spec._asdict(), handle.pid,
             job.starter_start, str(self.tree.job(slot).slice),
-            spec.sandbox or os.path.join(spec.execute_dir, f"dir_{handle.pid}"), job.started),
-            sequence=("job", self.sequence))
+            spec.sandbox or os.path.join(spec.execute_dir, f"dir_{handle.pid}"), job.started,
+            vacate_reason=job.vacate_reason), sequence=("job", self.sequence))
         logger.info("starter_spawned", slot=slot, job=job.job_id, pid=handle.pid)
         self.watch(job, os.pidfd_open(handle.pid))
 

@@ -30,6 +30,7 @@ from execd.daemon.job_launch import StarterLifecycle
 from execd.daemon.matching import Matches
 from execd.daemon.policy_glue import now
 from execd.daemon.store import ClaimRecord, Store, StoreError, carved_json
+from execd.daemon.vacate_reasons import vacate_reason
 from execd.errors import CgroupError, ConfigError, ExecdError, ResourceError
 from execd.hooks import job_hook_runs
 from execd.policy import actions as act
@@ -167,12 +168,14 @@ class JobManager(StarterLifecycle):
             raise ControlError("refused", f"{name}: claim refused: {why}")
         self.matches.claimed(target)
         # its own lease: a preempting claim is the slot's preempting_claim, not its claim
-        granted = next(c for c in (engine.slots[name].claim, engine.slots[name].preempting_claim)
-                       if c is not None and c.id == claim)  # fmt: skip
+        held = engine.slots[name].claim
+        waiting = held is None or held.id != claim  # the slot's preempting_claim
+        granted = engine.slots[name].preempting_claim if waiting else held
+        assert granted is not None and granted.id == claim
         self.store.add_claim(ClaimRecord(
             claim.session_id, claim.full(), name, parent=target if carved else None,
             carved=None if carved is None else carved_json(carved), request_ad=job_ad,
-            lease_duration=granted.lease.duration, granted=moment.wall))
+            lease_duration=granted.lease.duration, granted=moment.wall, preempting=waiting))
         self.claims[claim.full()] = (name, claim)
         logger.info("claim_granted", slot=name, claim=str(claim))
         basis = next((a.fields.get("basis") for a in actions
@@ -330,20 +333,24 @@ class JobManager(StarterLifecycle):
             if self.daemon.pool is not None:  # a REQUEST_CLAIM waiting on it is answered
                 self.daemon.pool.changed()
         elif isinstance(action, act.ClaimTookSlot):  # its lease starts now: so after a restart
-            self.store.renew_claim(action.claim, now().wall)
+            self.store.claim_took_slot(action.claim, now().wall)  # no longer waiting
         else:
             return False
         return True
 
     def _record_eviction(self, job: Job, how: str) -> None:
-        """A restarted daemon must go on evicting it (Preempting), not find it Busy."""
+        """A restarted daemon must go on evicting it (Preempting), not find it Busy, and
+        tell its shadow why (vacate_reasons), as the first kill signal's eviction said:
+        a restored eviction's reason is the stored one, not the resumed vacate's."""
         slot = self.daemon.engine.slots.get(job.slot)
         if slot is None or slot.state is not State.PREEMPTING \
                 or job.evicting in (how, "killing"):
             return
+        if job.evicting is None and job.vacate_reason is None:
+            job.vacate_reason = vacate_reason(slot.evict_reason)
         job.evicting = how
         try:
-            self.store.set_evicting(job.job_id, how)
+            self.store.set_evicting(job.job_id, how, job.vacate_reason)
         except StoreError as exc:
             logger.error("eviction_not_stored", job=job.job_id, error=str(exc))
 

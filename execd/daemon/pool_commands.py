@@ -147,8 +147,7 @@ class PoolCommands:
             # ALLOW_PSLOT_PREEMPTION: the claims of d-slots to kill first
             if req.extra_claims and not await self.pslots.take_back(slot, req.extra_claims,
                                                                     peer):  # fmt: skip
-                await channel.send(encode_request_claim_reply(
-                    channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
+                self.pslots.abort(slot)  # no answer: the connection closes
                 return
             claim = member.new_claim_id() if partitionable else member.offers.pop(slot)
             try:

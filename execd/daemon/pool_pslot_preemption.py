@@ -12,16 +12,22 @@ each id (a secret).
 
 As condor_startd 25.x (command.cpp request_claim): every id must name a slot (its
 preempting id or its current claim's) and that slot must have no retirement time left;
-otherwise the whole request is refused and nothing is killed. Then each d-slot's claim
-is killed ("Preempted for a Priority user" on condor_startd, whatever the basis: its
-kill_claim, straight to Preempting/Killing), and the p-slot carves the new d-slot from
-the resources they return. Two differences, both on the safe side: execd refuses an id
-of a slot that is no d-slot of this p-slot (condor_startd would kill it and give its
-resources to its own parent), and it carves only once the killed d-slots are gone
-(their jobs dead and their cgroups empty), where condor_startd moves their resources
-back at once while their starters still run. The REQUEST_CLAIM is answered after that.
-condor_startd counts these kills in no preemption counter (JobPreemptions & co.); nor
-does execd.
+otherwise the whole request is refused and nothing is killed. condor_startd answers
+such a refusal with nothing: it closes the connection (its `goto abort`, before any
+reply), and its abort_claim moves the p-slot to Owner ("claiming protocol failed") with
+a new claim object, then on to Unclaimed; the ad it publishes then shows the d-slots'
+retirement time, so the negotiator stops matching them. execd does the same (`abort`):
+closes without an answer, the p-slot passes Owner, gets a new offer, and its ad goes
+out at once; the schedd logs "Response problem from startd when requesting claim" and
+drops the match, as with condor_startd. Then each d-slot's claim is killed ("Preempted
+for a Priority user" on condor_startd, whatever the basis: its kill_claim, straight to
+Preempting/Killing), and the p-slot carves the new d-slot from the resources they
+return. Two differences, both on the safe side: execd refuses an id of a slot that is
+no d-slot of this p-slot (condor_startd would kill it and give its resources to its own
+parent), and it carves only once the killed d-slots are gone (their jobs dead and their
+cgroups empty), where condor_startd moves their resources back at once while their
+starters still run. The REQUEST_CLAIM is answered after that. condor_startd counts
+these kills in no preemption counter (JobPreemptions & co.); nor does execd.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from execd import log
 from execd.claims.ids import parse_claim_id
 from execd.daemon.policy_glue import now
 from execd.errors import ExecdError
+from execd.policy.claiming import abort_claim
 from execd.policy.commands import kill_claim
 from execd.policy.states import State
 from execd.wire.advertiser import wait_event
@@ -46,10 +53,9 @@ if TYPE_CHECKING:
 
 logger = log.get_logger("pool")
 
-REASON = "pslot_preemption"  # the killed claims' eviction reason (NotifyClaimHolder, log)
-# what condor_startd's kill_claim tells the killed jobs' shadows, whatever the basis
-# (condor_holdcodes.h StartdPreemptingClaimUserPrio): their 004 event's reason and code
-VACATE_REASON = ("Preempted for a Priority user", 1019, 0)
+# the killed claims' eviction reason (NotifyClaimHolder, log; the shadows' vacate reason
+# by execd.daemon.vacate_reasons)
+REASON = "pslot_preemption"
 # How long the carve waits for the killed d-slots to go: condor_startd keeps the schedd's
 # claim request waiting up to MATCH_TIMEOUT (120 s) less 10 s.
 TAKE_BACK_WAIT_S = 110.0
@@ -113,6 +119,17 @@ class PslotPreemption:
     def lock(self, pslot: str) -> asyncio.Lock:
         return self._locks.setdefault(pslot, asyncio.Lock())
 
+    def abort(self, pslot: str) -> None:
+        """The refused REQUEST_CLAIM is over, unanswered: `pslot` through Owner to
+        Unclaimed (claiming.abort_claim), a new offer in place of the one the schedd
+        used, and the ads published now."""
+        member = self.member
+        engine = member.daemon.engine
+        if pslot in engine.slots:
+            member.daemon.execute(abort_claim(engine, engine.slot(pslot), now()))
+        member.replace_offer(pslot)
+        member.changed()
+
     async def take_back(self, pslot: str, claim_ids: Sequence[str], peer: Peer) -> bool:
         """Kill the claims of the d-slots `claim_ids` name and wait until they are gone;
         False (logged, nothing killed) when one cannot be preempted."""
@@ -126,8 +143,7 @@ class PslotPreemption:
         engine = member.daemon.engine
         for name in names:
             if engine.slot(name).state is State.CLAIMED:  # a Preempting one ends anyway
-                if (job := member.daemon.jobs.running.get(name)) is not None:
-                    job.vacate_reason = VACATE_REASON
+                # its shadow is told "Preempted for a Priority user" (vacate_reasons)
                 member.daemon.execute(kill_claim(engine, name, now(), REASON))
         logger.info("pslot_preempting", slot=pslot, dslots=names, user=peer.user)
         member.changed()

@@ -60,7 +60,7 @@ def recover(jobs: JobManager) -> dict[str, int]:
                 job = Job(record.job_id, record.slot, parse_claim_id(claim.claim_id),
                           record.ad, started=record.started, starter_start=record.starter_start,
                           hold_reason=record.hold_reason, suspended=record.suspended,
-                          evicting=record.evicting)
+                          evicting=record.evicting, vacate_reason=record.vacate_reason)
                 job.handle = StarterHandle(StarterSpec.from_dict(record.spec), None,
                                            pid=record.starter_pid)
             except (ValueError, KeyError, TypeError) as exc:
@@ -101,14 +101,16 @@ def recover(jobs: JobManager) -> dict[str, int]:
 def _restore_claim(jobs: JobManager, claim: ClaimRecord, moment: Now) -> str | None:
     daemon, engine = jobs.daemon, jobs.daemon.engine
     name = claim.slot
-    held = engine.slots.get(name)
-    if claim.carved is None and held is not None and held.claim is not None:
-        # A preempting claim that was waiting for the slot (granted after the slot's own,
-        # restored just before): its holder's request died with the old daemon.
+    if claim.preempting:
+        # A preempting claim still waiting for the slot (the store says so, whatever the
+        # order of the grants' wall times): its holder's request died with the old daemon.
         logger.info("preempting_claim_not_restored", slot=name, claim=claim.session_id)
         jobs.store.remove_claim(claim.session_id)
         return None
     try:
+        held = engine.slots.get(name)
+        if held is not None and held.claim is not None:  # only a file of schema 4 or older
+            raise ExecdError(f"{name} holds claim {held.claim.id} already")
         claim_id = parse_claim_id(claim.claim_id)
         if claim.carved is not None:
             carved = dynamic_slot(claim.carved)

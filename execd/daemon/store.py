@@ -1,11 +1,13 @@
 """The durable state of the daemon: SQLite (stdlib sqlite3, WAL) under SPOOL.
 
 What a new daemon needs after `kill -9`, a crash or a restart in place (USR2) to carry
-on where the old one stopped: the claims (slot, claim id, lease, and for a d-slot the
-resources carved for it), the running jobs (starter pid and start time — together they
-name one process even after the pid is reused —, cgroup, sandbox, job ad), the drain
-request, the broken slots (what could not be killed outlives any daemon), and the
-outcome of each finished job until its claim holder has taken it.
+on where the old one stopped: the claims (slot, claim id, lease, for a d-slot the
+resources carved for it, and whether it is a preempting claim still waiting for the
+slot), the running jobs (starter pid and start time — together they name one process
+even after the pid is reused —, cgroup, sandbox, job ad, and once it is being evicted
+how and why, which its shadow is told), the drain request, the broken slots (what
+could not be killed outlives any daemon), and the outcome of each finished job until
+its claim holder has taken it.
 
 Every method that changes something commits before it returns, and the daemon calls
 it before it acknowledges the command that caused the change: an acknowledged claim
@@ -26,10 +28,10 @@ from execd.errors import ExecdError
 from execd.slots.layout import Assigned
 from execd.slots.partitionable import DynamicSlot
 
-# 3: claims.renewed. 2: jobs.evicting. The broken table came later without a new
-# version: CREATE TABLE IF NOT EXISTS adds it to an older file, and an older execd
-# ignores it.
-SCHEMA_VERSION = 3
+# 5: claims.preempting. 4: jobs.vacate_reason. 3: claims.renewed. 2: jobs.evicting. The
+# broken table came later without a new version: CREATE TABLE IF NOT EXISTS adds it to
+# an older file, and an older execd ignores it.
+SCHEMA_VERSION = 5
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS claims (
@@ -41,7 +43,8 @@ CREATE TABLE IF NOT EXISTS claims (
     request_ad TEXT NOT NULL,         -- JSON
     lease_duration REAL NOT NULL,
     granted REAL NOT NULL,            -- wall time
-    renewed REAL                      -- wall time of the last ALIVE; NULL: none yet
+    renewed REAL,                     -- wall time of the last ALIVE; NULL: none yet
+    preempting INTEGER NOT NULL DEFAULT 0  -- 1: a preempting claim waiting for the slot
 );
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
@@ -58,7 +61,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     report TEXT,                      -- JSON: the starter's report
     hold_reason TEXT,
     suspended TEXT,                   -- NULL, or who suspended it: 'policy' or 'command'
-    evicting TEXT                     -- NULL, or 'vacating' / 'killing': being evicted
+    evicting TEXT,                    -- NULL, or 'vacating' / 'killing': being evicted
+    vacate_reason TEXT                -- JSON [reason, code, subcode] for its shadow; NULL: none
 );
 CREATE TABLE IF NOT EXISTS broken (
     slot TEXT PRIMARY KEY,
@@ -81,9 +85,12 @@ CREATE TABLE IF NOT EXISTS drain (
 """
 
 
-# From schema N to N+1 (the added columns read NULL: not evicting, no ALIVE recorded).
+# From schema N to N+1 (the added columns read NULL or 0: not evicting, no ALIVE
+# recorded, no vacate reason, the slot's own claim).
 MIGRATIONS = {1: "ALTER TABLE jobs ADD COLUMN evicting TEXT",
-              2: "ALTER TABLE claims ADD COLUMN renewed REAL"}
+              2: "ALTER TABLE claims ADD COLUMN renewed REAL",
+              3: "ALTER TABLE jobs ADD COLUMN vacate_reason TEXT",
+              4: "ALTER TABLE claims ADD COLUMN preempting INTEGER NOT NULL DEFAULT 0"}
 
 
 class StoreError(ExecdError):
@@ -101,6 +108,9 @@ class ClaimRecord:
     lease_duration: float = 0.0
     granted: float = 0.0
     renewed: float | None = None  # wall time of the last ALIVE (None: none since granted)
+    # a preempting claim still waiting for its slot's job to go (not the slot's claim);
+    # False once it took the slot
+    preempting: bool = False
 
     @property
     def last_renewed(self) -> float:
@@ -128,6 +138,9 @@ class JobRecord:
     hold_reason: str | None = None
     suspended: str | None = None
     evicting: str | None = None  # 'vacating' or 'killing': a restart goes on evicting it
+    # why the startd evicts it (reason, code, subcode): its shadow's 004 says so, also
+    # when a restarted daemon reports the exit
+    vacate_reason: tuple[str, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +172,14 @@ def _json(value: Any) -> str | None:
 
 def _load(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def _vacate_reason(text: str | None) -> tuple[str, int, int] | None:
+    """A stored vacate reason back as (reason, code, subcode)."""
+    if text is None:
+        return None
+    reason, code, subcode = json.loads(text)
+    return str(reason), int(code), int(subcode)
 
 
 class Store:
@@ -207,15 +228,22 @@ class Store:
         with self._tx():
             self.db.execute(
                 "INSERT OR REPLACE INTO claims (session_id, claim_id, slot, parent, carved,"
-                " request_ad, lease_duration, granted, renewed) VALUES (?,?,?,?,?,?,?,?,?)",
+                " request_ad, lease_duration, granted, renewed, preempting)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (claim.session_id, claim.claim_id, claim.slot, claim.parent,
                  _json(claim.carved), _json(claim.request_ad or {}), claim.lease_duration,
-                 claim.granted, claim.renewed))
+                 claim.granted, claim.renewed, int(claim.preempting)))
 
     def renew_claim(self, session_id: str, wall: float) -> None:
         """An ALIVE renewed the claim's lease: a restarted daemon counts it from here."""
         with self._tx():
             self.db.execute("UPDATE claims SET renewed=? WHERE session_id=?",
+                            (wall, session_id))
+
+    def claim_took_slot(self, session_id: str, wall: float) -> None:
+        """A waiting preempting claim became its slot's claim; its lease runs from now."""
+        with self._tx():
+            self.db.execute("UPDATE claims SET renewed=?, preempting=0 WHERE session_id=?",
                             (wall, session_id))
 
     def remove_claim(self, session_id: str) -> None:
@@ -228,9 +256,9 @@ class Store:
     def claims(self) -> list[ClaimRecord]:
         rows = self.db.execute(
             "SELECT session_id, claim_id, slot, parent, carved, request_ad, lease_duration,"
-            " granted, renewed FROM claims ORDER BY granted").fetchall()
-        return [ClaimRecord(r[0], r[1], r[2], r[3], _load(r[4]), _load(r[5]), r[6], r[7], r[8])
-                for r in rows]
+            " granted, renewed, preempting FROM claims ORDER BY granted").fetchall()
+        return [ClaimRecord(r[0], r[1], r[2], r[3], _load(r[4]), _load(r[5]), r[6], r[7], r[8],
+                            bool(r[9])) for r in rows]
 
     # -- jobs -----------------------------------------------------------------------
     def sequence(self, name: str) -> int:
@@ -244,19 +272,22 @@ class Store:
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                 (sequence[0], str(sequence[1])))
             self.db.execute(
-                "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (job.job_id, job.slot, job.session_id, _json(job.ad), _json(job.spec),
                  job.starter_pid, job.starter_start, job.cgroup, job.sandbox, job.started,
                  job.finished, _json(job.report), job.hold_reason, job.suspended,
-                 job.evicting))
+                 job.evicting, _json(job.vacate_reason)))
 
     def set_suspended(self, job_id: str, by: str | None) -> None:
         with self._tx():
             self.db.execute("UPDATE jobs SET suspended=? WHERE job_id=?", (by, job_id))
 
-    def set_evicting(self, job_id: str, how: str) -> None:
+    def set_evicting(self, job_id: str, how: str,
+                     vacate_reason: tuple[str, int, int] | None = None) -> None:
+        """The job is being evicted (`how`), and why, for its shadow (None: no reason)."""
         with self._tx():
-            self.db.execute("UPDATE jobs SET evicting=? WHERE job_id=?", (how, job_id))
+            self.db.execute("UPDATE jobs SET evicting=?, vacate_reason=? WHERE job_id=?",
+                            (how, _json(vacate_reason), job_id))
 
     def finish_job(self, job_id: str, finished: float, report: dict[str, Any],
                    hold_reason: str | None) -> None:
@@ -272,7 +303,8 @@ class Store:
     def jobs(self) -> list[JobRecord]:
         rows = self.db.execute("SELECT * FROM jobs ORDER BY started").fetchall()
         return [JobRecord(r[0], r[1], r[2], _load(r[3]), _load(r[4]), r[5], r[6], r[7], r[8],
-                          r[9], r[10], _load(r[11]), r[12], r[13], r[14]) for r in rows]
+                          r[9], r[10], _load(r[11]), r[12], r[13], r[14], _vacate_reason(r[15]))
+                for r in rows]
 
     # -- broken slots -----------------------------------------------------------------
     def set_broken(self, slot: str, reason: str, carved: dict[str, Any] | None) -> None:

@@ -154,6 +154,20 @@ def carve_refusal(engine: PolicyEngine, pslot: Slot, request_ad: Any, now: Now
     return None, out
 
 
+def abort_claim(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
+    """A claim request refused without an answer (a p-slot's REQUEST_CLAIM naming d-slots
+    it cannot preempt), as condor_startd's abort_claim: a slot not claimed goes to Owner
+    ("claiming protocol failed") and, IS_OWNER false, on to Unclaimed at once (its
+    enter_action), which publishes its ad again; a claimed one stays as it is."""
+    out: Actions = []
+    if (slot.state, slot.activity) not in ((S.UNCLAIMED, A.IDLE), (S.MATCHED, A.IDLE)):
+        return out
+    engine._move(slot, "claim_aborted", now, out)
+    if not engine._true(slot, "IS_OWNER", engine.machine_ad(slot, now), None, out):
+        engine._move(slot, "is_owner_false", now, out)
+    return out
+
+
 def alive(slot: Slot, now: Now, claim_id: ClaimId | None) -> None:
     """A keep-alive renews the claim it names (every claim on the slot when none is named)."""
     for claim in (slot.claim, slot.preempting_claim):

@@ -55,6 +55,10 @@ TRANSITIONS: tuple[Transition, ...] = (
     _t(UI, "claim", CI, "5"),
     _t(UI, "match", MI, "6"),
     _t(UI, "start_backfill", BI, "7"),
+    # condor_startd's abort_claim ("claiming protocol failed"): a claim request refused
+    # without an answer (pool_pslot_preemption); IS_OWNER false takes it on to Unclaimed
+    _t(UI, "claim_aborted", OI, "2"),
+    _t(MI, "claim_aborted", OI, "8"),
     _t(MI, "match_timeout", OI, "8"),
     _t(MI, "start_false", OI, "8"),
     _t(MI, "claim", CI, "9"),

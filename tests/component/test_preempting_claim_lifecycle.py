@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from execd.claims.ids import parse_claim_id
 from execd.daemon.policy_glue import now
 from execd.daemon.recovery import recover
@@ -151,6 +153,7 @@ def test_the_claim_that_took_the_slot_has_its_own_lease_after_a_restart(
         assert held(daemon) == {session(boss["claim_id"])}, alice["slot"]
         assert ad(daemon)["ClaimLeaseDuration"] == 60
         assert list(stored(daemon).values()) == [60.0]  # its own, not alice's 1200
+        assert [c.preempting for c in daemon.jobs.store.claims()] == [False]  # the slot's
 
     def second(daemon: Daemon) -> None:
         assert recover(daemon.jobs)["claims"] == 1
@@ -163,12 +166,27 @@ def test_the_claim_that_took_the_slot_has_its_own_lease_after_a_restart(
     scenario(tmp_path, second)
 
 
-def test_a_restart_does_not_restore_a_preempting_claim_still_waiting(tmp_path: Path) -> None:
+@pytest.mark.parametrize("grants", ["in_order", "same_instant", "clock_stepped_back"])
+def test_a_restart_does_not_restore_a_preempting_claim_still_waiting(
+        tmp_path: Path, grants: str) -> None:  # fmt: skip
+    """Which claim is waiting comes from the store's flag, not from the grants' wall
+    times: the slot's own claim is restored (its lease) and the waiting one is not, also
+    when boss's claim was granted at the same wall time as alice's or, the wall clock
+    stepped back an hour between the two grants, before it (before the flag, the
+    recovered daemon gave the slot to boss's claim and dropped alice's)."""
     claims: dict[str, str] = {}
 
     def first(daemon: Daemon) -> None:
         alice, boss = busy_alice_then_boss(daemon)
         claims.update(alice=session(alice["claim_id"]), boss=session(boss["claim_id"]))
+        if grants != "in_order":  # what the wall clock wrote for boss's grant
+            (alices,) = [c.granted for c in daemon.jobs.store.claims()
+                         if c.session_id == claims["alice"]]  # fmt: skip
+            wall = alices - 3600 if grants == "clock_stepped_back" else alices
+            daemon.jobs.store.db.execute("UPDATE claims SET granted=? WHERE session_id=?",
+                                         (wall, claims["boss"]))  # fmt: skip
+        assert {c.session_id: c.preempting for c in daemon.jobs.store.claims()} == {
+            claims["alice"]: False, claims["boss"]: True}
 
     def second(daemon: Daemon) -> None:
         assert recover(daemon.jobs)["claims"] == 1

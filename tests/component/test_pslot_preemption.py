@@ -44,6 +44,9 @@ class Member:
     def changed(self) -> None:
         self.state_changed.set()
 
+    def replace_offer(self, slot: str) -> None:
+        self.offers[slot] = self.ids.new()
+
     def claimant(self, name: str) -> dict[str, Any]:  # the daemon's ads ask
         return {}
 
@@ -123,6 +126,24 @@ def test_a_dslot_with_retirement_time_left_is_refused_and_nothing_is_killed(memb
     assert re.fullmatch(rf"{running} still has (3600|359\d) s of retirement time: it cannot "
                         "be preempted at once", event["why"]), event  # fmt: skip
     assert states(member.daemon)[idle] == "Claimed/Idle"  # the other was not killed either
+
+
+def test_an_aborted_request_takes_the_pslot_through_owner_with_a_new_offer(member: Member
+                                                                         ) -> None:  # fmt: skip
+    """condor_startd's abort_claim after a refusal: the p-slot Unclaimed -> Owner ->
+    Unclaimed at once (IS_OWNER false), a new offer for it, its d-slots untouched."""
+    dslot, _ = member.claim("slot1")
+    member.offers["slot1"] = used = member.ids.new()
+    with capture_logs() as events:
+        PslotPreemption(member).abort("slot1")  # type: ignore[arg-type]
+    moves = [(e["old"], e["new"], e["trigger"]) for e in events
+             if e["event"] == "slot_state_changed" and e["slot"] == "slot1"]  # fmt: skip
+    assert moves == [("Unclaimed/Idle", "Owner/Idle", "claim_aborted"),
+                     ("Owner/Idle", "Unclaimed/Idle", "is_owner_false")]
+    assert member.offers["slot1"] != used
+    assert member.state_changed.is_set()  # its ad goes out now
+    assert states(member.daemon) == {"slot1": "Unclaimed/Idle", dslot: "Claimed/Idle",
+                                     "slot2": "Unclaimed/Idle"}
 
 
 def test_the_named_dslots_claims_are_killed_and_the_carve_waits_until_they_are_gone(

@@ -108,3 +108,5 @@ def test_a_graceful_condor_vacate_waits_for_retirement_as_on_condor_startd(
                                lambda ad: ad.get("MaxJobRetirementTime") == 20))
     assert ours == theirs
     assert ours[1:] == ("Claimed/Retiring", True)
+
+

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import signal
 import tempfile
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pool_harness as harness
+import pytest
 from pool_node import WAIT_S, PoolNode, pool_slots, start_node, wait_pool
 from test_pool_claims import request_claim
 from test_pool_daemon_attrs import startd_counters
@@ -44,10 +46,11 @@ from test_pool_preemption import (
 from test_pool_user_priority import BETTER, priority_preemption
 
 from execd.claims.ids import parse_claim_id
+from execd.errors import RemoteProtocolError
 from execd.wire.classad_codec import to_classad
 from execd.wire.collector import CollectorClient
 from execd.wire.commands import Command, Reply
-from execd.wire.security import ClientSecurity
+from execd.wire.security import ClientSecurity, SessionNotFoundError
 from execd.wire.sinful import parse_sinful
 
 NEGOTIATOR_CONFIG = "96-execd-pslot-preemption.conf"
@@ -157,8 +160,10 @@ def test_a_request_naming_a_foreign_or_unknown_dslot_is_refused_a_good_one_kills
         pool: harness.Pool) -> None:  # fmt: skip
     """Over the wire, as the real schedd: two p-slots of 1 CPU, each with a d-slot. A
     REQUEST_CLAIM of slot1 naming slot2's d-slot, or a claim id execd never made, is
-    refused (NOT_OK, `pslot_preemption_refused` naming the problem) and kills nothing;
-    naming slot1_1 kills its claim and carves the new d-slot from its CPU."""
+    refused (`pslot_preemption_refused` naming the problem) and kills nothing; as
+    condor_startd, it gets no answer (the connection closes), slot1 passes Owner and
+    offers a new claim id (the old one is refused); naming slot1_1 kills its claim and
+    carves the new d-slot from its CPU."""
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
         node = start_node(pool, Path(tmp), "NUM_SLOTS_TYPE_1 = 2\nSLOT_TYPE_1 = 50%\n" + PSLOT)
         wait_pool(pool, "execd's two p-slots", lambda s: len(s) == 2)
@@ -169,16 +174,27 @@ def test_a_request_naming_a_foreign_or_unknown_dslot_is_refused_a_good_one_kills
         (dslot,), (foreign,) = first.claimed, other.claimed
         unknown = dslot.claim_id.replace("#", "#9", 2)  # well formed, never made
         leftover = first.leftover.claim_id
+        used = [leftover]
         for seen, (preempting, why) in enumerate((
                 ([foreign.claim_id], "is slot2_1's, not a dynamic slot of slot1"),
                 ([dslot.claim_id, unknown], "is no claim of any slot"))):  # fmt: skip
-            reply = asyncio.run(request_claim(node.address(), leftover,
-                                              preempting=tuple(preempting)))  # fmt: skip
-            assert reply.status == Reply.NOT_OK and not reply.claimed
+            with pytest.raises(RemoteProtocolError, match="closed the connection"):
+                asyncio.run(request_claim(node.address(), leftover,
+                                          preempting=tuple(preempting)))  # fmt: skip
             refused = harness.wait_for("the refusal in the log", lambda n=seen: [
                 e for e in node.events() if e["event"] == "pslot_preemption_refused"][n:],
                 WAIT_S)  # fmt: skip
             assert refused[0]["slot"] == "slot1" and refused[0]["why"].endswith(why), refused
+            assert [(e["old"], e["new"], e["trigger"]) for e in node.events()
+                    if e["event"] == "slot_state_changed" and e["slot"] == "slot1"][-2:] == [
+                ("Unclaimed/Idle", "Owner/Idle", "claim_aborted"),
+                ("Owner/Idle", "Unclaimed/Idle", "is_owner_false")]  # fmt: skip
+            leftover = harness.wait_for("slot1's new offer in the collector", lambda: (
+                new := str(asyncio.run(private_ads(pool))["slot1"]["ClaimId"])) not in used
+                and new, WAIT_S)  # fmt: skip
+            used.append(leftover)
+        with pytest.raises(SessionNotFoundError):  # an aborted claim's id: its session gone
+            asyncio.run(request_claim(node.address(), used[0], preempting=(dslot.claim_id,)))
         assert {n: ad["State"] for n, ad in node.slots().items() if "_" in n.split("@")[0]} \
             == {n: "Claimed" for n in node.slots() if "_" in n.split("@")[0]}  # fmt: skip
         reply = asyncio.run(request_claim(node.address(), leftover, preempting=(dslot.claim_id,)))
@@ -193,7 +209,7 @@ def test_a_request_naming_a_foreign_or_unknown_dslot_is_refused_a_good_one_kills
         assert states == {"slot1": "Unclaimed", "slot1_1": "Claimed", "slot2": "Unclaimed",
                           "slot2_1": "Claimed"}, states  # slot1_1 again: its id is free
         log = node.log.read_text()
-        assert not [c for c in (dslot.claim_id, foreign.claim_id, leftover)
+        assert not [c for c in (dslot.claim_id, foreign.claim_id, *used)
                     if c[-64:] in log]  # fmt: skip
         assert node.stop(signal.SIGQUIT) == 0
 
@@ -235,3 +251,58 @@ def test_a_better_users_big_job_preempts_several_dslots_as_on_condor_startd(
         ("Partitionable", 0, "Unclaimed", "")], ours
     assert [(kind, cpus, state, user) for kind, cpus, _, state, _, user, _ in ours[4]] == [
         ("Dynamic", 2, "Claimed", BETTER), ("Partitionable", 0, "Unclaimed", "")], ours
+
+
+def test_the_priority_vacate_reason_survives_execd_restart_while_the_kill_is_under_way(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """The preemption above with `execd restart` while the d-slots' kills are under way
+    (their starters stopped, so each has its hard kill pending): the new image adopts
+    both jobs and goes on killing them (`eviction_resumed`, killing), and both evicted
+    jobs' 004 still says "Preempted for a Priority user" (1019), as condor_startd's do
+    without a restart (the test above), not "Unspecified job interruption" (1005)."""
+    pool = running_pool.get(with_startd=False)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp, \
+            pslot_preemption_allowed(pool), priority_preemption(pool):  # fmt: skip
+        node = start_node(pool, Path(tmp), "STARTER_UPDATE_INTERVAL = 2\n" + PSLOT)
+        lows = [submit_files(pool, PLAIN_SUBMIT.format(args="", extra=LOW), SLEEP)
+                for _ in range(2)]  # fmt: skip
+        high: harness.SubmittedJob | None = None
+        stopped: list[int] = []
+        try:
+            for low in lows:
+                low.wait_for_event("001", WAIT_S)
+            wait_pool(pool, "two busy d-slots", lambda s: busy(s, harness.SUBMITTER) == 2
+                      and len(s) == 3)  # fmt: skip
+            starters = [e["pid"] for e in node.events() if e["event"] == "starter_spawned"]
+            assert len(starters) == 2, starters
+            try:
+                for pid in starters:  # a starter that is slow to act on the kill
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+                high = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=HIGH), SLEEP,
+                                    user=BETTER)  # fmt: skip
+                node.wait_for("pslot_preempting", slot="slot1")
+                restarted = node.execd("restart")
+                assert restarted.returncode == 0, restarted.stderr
+                assert "2 running jobs re-adopted" in restarted.stdout, restarted.stdout
+                resumed = [(e["slot"], e["how"]) for e in node.events()
+                           if e["event"] == "eviction_resumed"]  # fmt: skip
+                assert sorted(resumed) == [("slot1_1", "killing"), ("slot1_2", "killing")]
+            finally:
+                for pid in stopped:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
+            logs = [low.wait_for_event("004", WAIT_S) for low in lows]
+            high.wait_for_event("001", WAIT_S)
+            assert [evicted_lines(log) for log in logs] == 2 * [[
+                "Job was evicted. Code 1019 Subcode 0",
+                "Reason: Preempted for a Priority user"]], logs  # fmt: skip
+            harness.wait_for("the evicted jobs Idle in condor_q",
+                             lambda: all(job_status(low) == 1 for low in lows), WAIT_S, 0.2)
+        finally:
+            for low in lows:
+                pool.tool("condor_rm", str(low.cluster))
+            if high is not None:
+                pool.tool("condor_rm", str(high.cluster), user=BETTER)
+            node.stop(signal.SIGQUIT)
+

@@ -22,8 +22,18 @@ def claim(session: str = "<n>#1#1") -> ClaimRecord:
 
 def schema_before(version: int) -> str:
     """The tables as execd with schema `version` made them."""
+    older = re.sub(r"REAL,(\s+-- wall time of the last ALIVE[^\n]*)\n\s+preempting [^\n]*\n",
+                   r"REAL\1\n", SCHEMA)
+    assert "preempting" not in older
+    if version == 4:
+        return older
+    older = re.sub(r"TEXT,(\s+-- NULL, or 'vacating'[^\n]*)\n\s+vacate_reason TEXT[^\n]*\n",
+                   r"TEXT\1\n", older)
+    assert "vacate_reason" not in older
+    if version == 3:
+        return older
     older = re.sub(r"granted REAL NOT NULL,(\s+-- wall time)\n\s+renewed REAL[^\n]*\n",
-                   r"granted REAL NOT NULL\1\n", SCHEMA)
+                   r"granted REAL NOT NULL\1\n", older)
     assert "renewed" not in older
     if version == 1:  # and no jobs.evicting
         older = re.sub(r"TEXT,(\s+-- NULL, or who suspended[^\n]*)\n\s+evicting TEXT[^\n]*\n",
@@ -100,7 +110,7 @@ def test_a_store_from_another_schema_is_refused_naming_both(tmp_path: Path) -> N
     db.execute("UPDATE meta SET value='99' WHERE key='schema'")
     db.commit()
     db.close()
-    with pytest.raises(StoreError, match="schema 99, execd knows 3"):
+    with pytest.raises(StoreError, match="schema 99, execd knows 5"):
         Store(tmp_path / "state.db")
 
 
@@ -146,6 +156,43 @@ def test_a_claims_lease_runs_from_its_last_alive_across_stores_and_from_schema_2
     again = Store(tmp_path / "state.db")
     assert [(c.session_id, c.last_renewed) for c in again.claims()] == [
         ("<n>#1#1", 50.0), ("<n>#1#2", 1.0)]
+
+
+def test_a_jobs_vacate_reason_is_read_back_and_a_schema_3_file_gains_the_column(
+        tmp_path: Path) -> None:  # fmt: skip
+    """Why the startd evicts a job (its shadow's 004) outlives the daemon; a job of an
+    older file has none."""
+    write_old_store(tmp_path / "state.db", schema_before(3), 3,
+                    "INSERT INTO jobs VALUES ('1.1','slot1_1','s','{}','{}',1,2,'c','d',5.0,"
+                    "NULL,NULL,NULL,NULL,'killing')")
+    store = Store(tmp_path / "state.db")
+    assert [(j.job_id, j.evicting, j.vacate_reason) for j in store.jobs()] == [
+        ("1.1", "killing", None)]
+    store.set_evicting("1.1", "killing", ("Preempted for a Priority user", 1019, 0))
+    store.add_job(job("1.2"))
+    store.db.close()  # as after kill -9
+    again = Store(tmp_path / "state.db")
+    assert [(j.job_id, j.vacate_reason) for j in again.jobs()] == [
+        ("1.1", ("Preempted for a Priority user", 1019, 0)), ("1.2", None)]
+
+
+def test_a_waiting_preempting_claim_is_flagged_until_it_takes_the_slot_and_from_schema_4(
+        tmp_path: Path) -> None:  # fmt: skip
+    """Whether a claim waits for its slot is read back, not guessed from the order of
+    the grants; a claim of a schema-4 file is the slot's own."""
+    write_old_store(tmp_path / "state.db", schema_before(4), 4,
+                    "INSERT INTO claims VALUES ('<n>#1#1','<n>#1#1#[]x','slot1',NULL,NULL,"
+                    "'{}',1200.0,9.0,NULL)")
+    store = Store(tmp_path / "state.db")
+    store.add_claim(ClaimRecord("<n>#1#2", "<n>#1#2#[]y", "slot1", request_ad={},
+                                lease_duration=60.0, granted=5.0, preempting=True))
+    store.db.close()  # as after kill -9
+    again = Store(tmp_path / "state.db")
+    assert [(c.session_id, c.preempting) for c in again.claims()] == [
+        ("<n>#1#2", True), ("<n>#1#1", False)]
+    again.remove_claim("<n>#1#1")
+    again.claim_took_slot("<n>#1#2", 20.0)
+    assert [(c.preempting, c.last_renewed) for c in again.claims()] == [(False, 20.0)]
 
 
 def test_an_unwritable_store_is_a_clear_error(tmp_path: Path) -> None:

@@ -1,0 +1,33 @@
+"""What an evicted job's shadow is told about why (VacateReason, VacateReasonCode,
+VacateReasonSubCode: its 004 event's words), by the policy engine's eviction reason, as
+condor_startd 25.14.1 tells it (codes from condor_holdcodes.h; each compared in the
+pool tier).
+
+An eviction left out here gets no reason, and the shadow writes "Unspecified job
+interruption" (1005): so does condor_startd 25.14.1's for RANK preemption
+(test_pool_preemption), though its source names one. Not compared yet, so left out:
+a shutdown ("Startd was shutdown", 1013 in condor_startd's source), the schedd's
+RELEASE_CLAIM ("Schedd released the claim", 1017); an expired claim lease has none in
+condor_startd's source either.
+"""
+
+from __future__ import annotations
+
+VacateReason = tuple[str, int, int]
+
+VACATE_REASONS: dict[str, VacateReason] = {
+    # condor_vacate, graceful or -fast (command.cpp: StartdVacateCommand)
+    "vacate": ("Claim vacated by the administrator", 1010, 0),
+    # condor_drain, graceful, quick or fast (ResMgr's releaseAllClaims: StartdDraining)
+    "drain": ("Startd was draining", 1014, 0),
+    # the PREEMPT expression (ResState's eval_policy: StartdPreemptExpression)
+    "preempt": ("PREEMPT expression evaluated to True", 1011, 0),
+    # a p-slot taking back d-slots (ALLOW_PSLOT_PREEMPTION), whatever the basis:
+    # condor_startd's kill_claim (StartdPreemptingClaimUserPrio)
+    "pslot_preemption": ("Preempted for a Priority user", 1019, 0),
+}
+
+
+def vacate_reason(evict_reason: str | None) -> VacateReason | None:
+    """The shadow's vacate reason for the engine's `evict_reason`; None: none is given."""
+    return None if evict_reason is None else VACATE_REASONS.get(evict_reason)

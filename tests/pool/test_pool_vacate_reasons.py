@@ -1,0 +1,76 @@
+"""Why the startd evicted a job, as its shadow's 004 event says it (VacateReason & co.,
+execd/daemon/vacate_reasons.py), compared with condor_startd 25.14.1 in the same pool:
+condor_vacate and condor_drain, graceful and fast, and the PREEMPT expression. Before,
+execd gave no reason for any of them and the 004 said "Unspecified job interruption"
+(1005)."""
+
+from __future__ import annotations
+
+import pool_harness as harness
+import pytest
+from pool_node import pool_slots
+from test_pool_daemon import WAIT_S, administrators
+from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, on_both, submit_files
+from test_pool_preemption import REFERENCE_NODE, SLEEP, evicted_lines, reference_config
+
+# PREEMPT true 4 s into a job, which is not suspended first
+PREEMPTING = "PREEMPT = (time() - JobStart) > 4\nWANT_SUSPEND = False\n"
+REFERENCE_CONFIG = "99-execd-vacate-reasons.conf"
+MARK = "VacateReasonsTest = true\nSTARTD_ATTRS = $(STARTD_ATTRS) VacateReasonsTest\n"
+
+
+def eviction_reasons(pool: harness.Pool, tool: str) -> dict[str, list[str]]:
+    """`tool` (condor_vacate -all, condor_drain slot1@...), -graceful and -fast, of a
+    running job: the 004 event's code line and reason, each."""
+    seen = {}
+    for how in ("graceful", "fast"):
+        job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), {"job.sh": SLEEP_SCRIPT})
+        try:
+            job.wait_for_event("001", WAIT_S)
+            if tool == "condor_vacate":
+                pool.tool("condor_vacate", *(["-fast"] if how == "fast" else []), "-all").check()
+            else:
+                name = next(n for n in pool_slots(pool) if n.startswith("slot1@"))
+                pool.tool("condor_drain", f"-{how}", name).check()
+            seen[how] = evicted_lines(job.wait_for_event("004", 2 * WAIT_S))
+            if tool == "condor_drain":
+                pool.tool("condor_drain", "-cancel", name).check()
+        finally:
+            pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+    return seen
+
+
+@pytest.mark.parametrize(("tool", "code", "reason"), [
+    ("condor_vacate", 1010, "Claim vacated by the administrator"),  # StartdVacateCommand
+    ("condor_drain", 1014, "Startd was draining"),  # StartdDraining
+])  # fmt: skip
+def test_the_shadow_is_told_why_as_by_condor_startd(running_pool: harness.RunningPool,
+                                                    tool: str, code: int, reason: str) -> None:
+    """The evicted job's 004 gives condor_startd's reason and code on both execute
+    points, for a graceful and a fast vacate or drain (execd's said "Unspecified job
+    interruption", 1005, before)."""
+    admins = administrators(running_pool.get(with_startd=False))
+    ours, theirs = on_both(running_pool, lambda pool: eviction_reasons(pool, tool), admins)
+    assert ours == theirs
+    assert ours == {how: [f"Job was evicted. Code {code} Subcode 0", f"Reason: {reason}"]
+                    for how in ("graceful", "fast")}, ours  # fmt: skip
+
+
+def preempted(pool: harness.Pool) -> list[str]:
+    """A job the PREEMPT expression evicts: the 004 event's code line and reason."""
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP)
+    try:
+        job.wait_for_event("001", WAIT_S)
+        return evicted_lines(job.wait_for_event("004", 2 * WAIT_S))
+    finally:
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+
+
+def test_a_job_preempt_evicts_is_told_why_as_by_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    ours, theirs = on_both(running_pool, preempted, PREEMPTING, lambda pool: reference_config(
+        pool, REFERENCE_CONFIG, REFERENCE_NODE + PREEMPTING + MARK,
+        lambda ad: ad.get("VacateReasonsTest") is True))  # fmt: skip
+    assert ours == theirs
+    assert ours == ["Job was evicted. Code 1011 Subcode 0",
+                    "Reason: PREEMPT expression evaluated to True"], ours  # StartdPreemptExpression
