@@ -37,7 +37,7 @@ from test_pool_user_priority import BETTER, priority_preemption
 # The low jobs' retirement begins this long after their submission: their d-slots' ads,
 # published while it was 0, let the negotiator preempt them; at the REQUEST_CLAIM it is
 # an hour, and the execute point refuses.
-RETIRE_AFTER_S = 20
+RETIRE_AFTER_S = 45  # room for both jobs to start on a loaded 2-core CI machine
 # an hour of retirement, which the jobs lower to 0 until RETIRE_AFTER_S; slot ads
 # published on state changes only (not again once the retirement begins)
 RETIRING = "MAXJOBRETIREMENTTIME = 3600\nUPDATE_INTERVAL = 600\n"
