@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pool_harness as harness
-from pool_node import start_node
+from pool_node import PoolNode, start_node
 
 WAIT_S = 60
 HISTORY_DIR = "/var/lib/condor/execd-history-test"  # in the chroot; both daemons read it
@@ -88,14 +88,14 @@ def startd_name(pool: harness.Pool) -> str:
     return names[0]
 
 
-def reconfigure(pool: harness.Pool, node: object, text: str, *, restart: bool) -> None:
+def reconfigure(pool: harness.Pool, node: PoolNode, text: str, *, restart: bool) -> None:
     """The same extra config for condor_startd (reconfig or restart) and execd (SIGHUP)."""
     pool.host_path(STARTD_CONFIG).write_text(text)
     pool.tool("condor_restart" if restart else "condor_reconfig", "-startd").check()
-    config = node.config  # type: ignore[attr-defined]
-    config.write_text(config.read_text() + text)
-    node.proc.send_signal(signal.SIGHUP)  # type: ignore[attr-defined]
-    node.wait_for("reconfig_applied", timeout=WAIT_S)  # type: ignore[attr-defined]
+    node.config.write_text(node.config.read_text() + text)
+    assert node.proc is not None
+    node.proc.send_signal(signal.SIGHUP)
+    node.wait_for("reconfig_applied", timeout=WAIT_S)
 
 
 def test_condor_history_of_execd_is_condor_startds(
@@ -172,4 +172,6 @@ def test_condor_history_of_execd_is_condor_startds(
     finally:
         pool.host_path(STARTD_CONFIG).unlink(missing_ok=True)
         shutil.rmtree(shared, ignore_errors=True)
-        pool.tool("condor_restart", "-startd")
+        pool.tool("condor_restart", "-startd")  # as the next test expects it: no test config
+        harness.wait_for("condor_startd answering without the test's config", lambda: history(
+            pool, pool.tool("hostname").stdout.strip())[0] == 0, WAIT_S)  # fmt: skip
