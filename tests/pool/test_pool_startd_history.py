@@ -10,6 +10,7 @@ output, the errors and the exit codes must be the same. Then the history knob un
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import signal
 import tempfile
@@ -17,6 +18,12 @@ from pathlib import Path
 
 import pool_harness as harness
 from pool_node import PoolNode, start_node
+
+from execd.errors import ProtocolError
+from execd.wire.classad_codec import WireAd, decode_ad, encode_ad
+from execd.wire.commands import Command
+from execd.wire.security import ClientSecurity, connect, start_command
+from execd.wire.sinful import parse_sinful
 
 WAIT_S = 60
 HISTORY_DIR = "/var/lib/condor/execd-history-test"  # in the chroot; both daemons read it
@@ -81,6 +88,50 @@ def compare(pool: harness.Pool, startd: str, cases: list[list[str]]) -> None:
         assert ours == theirs, (args, ours, theirs)
 
 
+async def raw_history(address: str, query: WireAd) -> list[list[WireAd]]:
+    """GET_HISTORY with `query` as written (what condor_history cannot send): the ads of
+    each message, until the end ad, or [] last when the connection closes before it."""
+    target = parse_sinful(address)
+    channel = await connect(target, timeout_s=10)
+    messages: list[list[WireAd]] = []
+    try:
+        await start_command(channel, target, Command.GET_HISTORY, ClientSecurity(timeout_s=10))
+        await channel.send(encode_ad(channel.encoder(), query).payload())
+        while True:
+            try:
+                payload = await channel.recv(10)
+            except (ProtocolError, OSError, asyncio.IncompleteReadError):
+                return [*messages, []]
+            dec = channel.decoder(payload)
+            messages.append([])
+            while not dec.at_end():
+                messages[-1].append(decode_ad(dec))
+            if messages[-1] and messages[-1][-1].get("Owner") == "0":
+                return messages
+    finally:
+        await channel.close()
+
+
+# Queries only a program (or another client) sends: error ads, no answer, no streaming.
+RAW_QUERIES: list[WireAd] = [
+    {"HistoryRecordSource": '"STARTD"', "Projection": "5"},  # error 3
+    {"HistoryRecordSource": '"STARTD"', "Projection": '{ "ClusterId", 1 }'},  # error 3
+    {"HistoryRecordSource": '"STARTD"', "Projection": '{ "ClusterId", "ProcId" }'},
+    {"HistoryRecordSource": '"DAEMON"'},  # error 6
+    {"HistoryRecordSource": '"STARTD"', "NumJobMatches": "1"},  # not streamed: one message
+    {"HistoryRecordSource": '"STARTD"', "StreamResults": "true", "ScanLimit": "1",
+     "Projection": '"ClusterId,ProcId,Cmd"'},
+    {"HistoryRecordSource": '"STARTD"', "Since": "1", "Projection": '"ProcId"'},  # a job id
+    {"HistoryRecordSource": '"STARTD"', "Since": '"nonsense"'},  # the child ends: closed
+    {"HistoryRecordSource": '"STARTD"', "Since": "ProcId == 0",
+     "HistoryReadForwards": "true"},  # condor_history refuses -forwards with -since
+    {"HistoryRecordSource": '"STARTD"', "HistoryAdTypeFilter": '"ALL"',
+     "Projection": '"ClusterId"'},
+    {"HistoryRecordSource": '"STARTD"', "HistoryFromDir": "true"},
+    {"Projection": '"ClusterId"'},  # no source: the HISTORY knob
+]  # fmt: skip
+
+
 def startd_name(pool: harness.Pool) -> str:
     names = [row[0] for row in pool.status_af("Name", what="-startd") if row[0] != EXECD_NAME]
     assert names == [pool.tool("hostname").check().stdout.strip()], names
@@ -111,14 +162,16 @@ def test_condor_history_of_execd_is_condor_startds(
     shared.mkdir(parents=True, exist_ok=True)
     current = shared / "startd_history"
     current.write_text(real)
-    config = f"STARTD_HISTORY = {HISTORY_DIR}/startd_history\n"
+    config = (f"STARTD_HISTORY = {HISTORY_DIR}/startd_history\n"
+              f"HISTORY = {HISTORY_DIR}/history\n")
     pool.host_path(STARTD_CONFIG).write_text(config)
     pool.tool("condor_reconfig", "-startd").check()
     first, second = job.cluster, job.cluster  # one cluster, procs 0 and 1
     try:
         with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
             node = start_node(pool, Path(tmp), f"NETWORK_HOSTNAME = {EXECD_NAME}\n"
-                              f"STARTD_HISTORY = {current}\n")  # fmt: skip
+                              f"STARTD_HISTORY = {current}\n"
+                              f"HISTORY = {shared / 'history'}\n")  # fmt: skip
             try:
                 harness.wait_for("execd's daemon ad", lambda: EXECD_NAME in [
                     row[0] for row in pool.status_af("Name", what="-startd")], WAIT_S)
@@ -136,6 +189,22 @@ def test_condor_history_of_execd_is_condor_startds(
                     ["-since", f"{second}.0"], ["-since", "ProcId == 0", "-af", "ProcId"],
                     [str(first)], [f"{first}.1"], ["-wide"],
                 ])  # fmt: skip
+                theirs_at = next(row[1] for row in pool.status_af("Name", "MyAddress",
+                                                              what="-startd")
+                             if row[0] == startd)  # fmt: skip
+                answers = []
+                for query in RAW_QUERIES:
+                    ours_raw = asyncio.run(raw_history(node.address(), query))
+                    theirs_raw = asyncio.run(raw_history(theirs_at, query))
+                    assert ours_raw == theirs_raw, (query, ours_raw, theirs_raw)
+                    answers.append(ours_raw)
+                assert answers[0] == [[{"Owner": "0", "ErrorCode": "3", "ErrorString":
+                                        '"Unable to convert projection list to string list"'}]]
+                assert [len(message) for message in answers[4]] == [2]  # not streamed
+                assert answers[4][0][1] == {"Owner": "0", "NumJobMatches": "1",
+                                            "MalformedAds": "0", "AdCount": "1"}
+                assert [len(message) for message in answers[5]] == [1, 1, 1]  # streamed
+                assert answers[7] == answers[8] == [[]]  # closed without an answer
                 listed = history(pool, EXECD_NAME, "-af", "ClusterId", "ProcId")[1]
                 assert sorted(listed.splitlines()) == [
                     f"{first} 0", f"{first} 1"], listed  # the comparisons saw both jobs
