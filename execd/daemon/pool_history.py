@@ -152,8 +152,13 @@ def history_query(query: Any, settings: Settings) -> tuple[HistoryQuery, str]:
 class HistoryQueue:
     """GET_HISTORY: at most HISTORY_HELPER_MAX_CONCURRENCY read at once, 1000 waiting."""
 
-    def __init__(self, settings: Any) -> None:
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def __init__(self, settings: Any, max_waiting: int = MAX_WAITING) -> None:
         self._settings = settings  # a callable: the current Settings (reload changes them)
+        self._max_waiting = max_waiting
         self._reading = 0
         self._waiting: list[asyncio.Future[None]] = []
 
@@ -164,9 +169,9 @@ class HistoryQueue:
             parsed, path = history_query(query, settings)
             limit = settings.get_int("HISTORY_HELPER_MAX_CONCURRENCY") or 0
             if self._reading >= limit:
-                if len(self._waiting) >= MAX_WAITING:
-                    raise HistoryError(9, f"Cowardly refusing to queue more than {MAX_WAITING}"
-                                          " requests.")  # fmt: skip
+                if len(self._waiting) >= self._max_waiting:
+                    raise HistoryError(9, "Cowardly refusing to queue more than "
+                                          f"{self._max_waiting} requests.")  # fmt: skip
                 turn = asyncio.get_running_loop().create_future()
                 self._waiting.append(turn)
                 try:
