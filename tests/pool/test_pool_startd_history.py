@@ -42,6 +42,7 @@ request_memory = 64
 queue 2
 """
 # Records in HTCondor's format: a good one, one with a line that is no `Attr = expr`,
+# one with an expression over two lines, one with trailing text after an expression,
 # one of another type (EPOCH), one with comments and blanks, and one being written.
 ODD_RECORDS = """\
 ClusterId = 901
@@ -60,6 +61,14 @@ ClusterId = 902
 this line is not an attribute
 Owner = "bob"
 *** Offset = 200 ClusterId = 902 ProcId = 0 Owner = "bob" CurrentTime = 1700000200
+ClusterId = 906
+Split = (1
++ 2)
+*** Offset = 250 ClusterId = 906 ProcId = 0 Owner = "frank" CurrentTime = 1700000250
+ClusterId = 907
+Trailing = 1 2
+Owner = "grace"
+*** Offset = 260 ClusterId = 907 ProcId = 0 Owner = "grace" CurrentTime = 1700000260
 ClusterId = 903
 Owner = "carol"
 *** EPOCH ClusterId = 903 ProcId = 0 Owner = "carol" CurrentTime = 1700000300
@@ -215,9 +224,10 @@ def test_condor_history_of_execd_is_condor_startds(
                 # a malformed record, one of another type, comments, a record being written
                 current.write_text(ODD_RECORDS)
                 compare(pool, startd, [[], ["-l"], ["-forwards", "-l"],
-                                       ["-af", "ClusterId", "Weight"], ["-limit", "2"],
+                                       ["-af", "ClusterId", "Weight", "Trailing"],
+                                       ["-limit", "2"],
                                        ["-attributes", "Weight", "-l"]])  # fmt: skip
-                assert history(pool, EXECD_NAME, "-af", "ClusterId")[1] == "904\n901\n"
+                assert history(pool, EXECD_NAME, "-af", "ClusterId")[1] == "904\n907\n901\n"
                 current.write_text("")  # empty
                 compare(pool, startd, [[], ["-l"], ["-forwards"]])
                 current.unlink()  # none
