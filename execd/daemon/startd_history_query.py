@@ -286,7 +286,7 @@ def projected(ad: Any, projection: tuple[str, ...]) -> WireAd:
     and the attributes of the ad its expression refers to, in case-insensitive name
     order; private attributes never (the file's writer leaves them out anyway)."""
     if not projection:
-        return {k: unparse_old(ad.lookup(k)) for k in ad if not is_private(k)}
+        return {k: v for k, v in _unparsed(ad).items() if not is_private(k)}
     names: dict[str, str] = {}
     for name in projection:
         if name in ad:
@@ -295,3 +295,12 @@ def projected(ad: Any, projection: tuple[str, ...]) -> WireAd:
                 names.setdefault(str(ref).lower(), str(ref))
     return {names[key]: unparse_old(ad.lookup(names[key])) for key in sorted(names)
             if names[key] in ad and not is_private(names[key])}  # fmt: skip
+
+
+def _unparsed(ad: Any) -> WireAd:
+    """Every attribute's old-syntax text: one printOld of the ad (a tenth of the cost of
+    one per attribute) unless a value spans lines (a string holding a newline)."""
+    lines = ad.printOld().split("\n")[:-1]
+    if len(lines) != len(ad):
+        return {k: unparse_old(ad.lookup(k)) for k in ad}
+    return dict(line.split(" = ", 1) for line in lines)

@@ -85,6 +85,13 @@ def test_a_projection_brings_the_attributes_its_expressions_refer_to(tmp_path: P
     oldest = next(HistoryScan(HistoryQuery(forwards=True)).records([str(path)]))
     assert projected(oldest, ("weight", "Missing")) == {"ClusterId": "1",
                                                         "weight": "ClusterId * 2"}
+    assert projected(oldest, ()) == {"ClusterId": "1", "Owner": '"alice"',
+                                     "Weight": "ClusterId * 2"}
+    # a string holding a newline: still one attribute each
+    (tmp_path / "lines").write_text('Text = "a\\nb"\n*** Offset = 0\n')
+    ad = next(HistoryScan(HistoryQuery()).records([str(tmp_path / "lines")]))
+    ad["Text"] = "a\nb"
+    assert projected(ad, ()) == {"Text": '"a\nb"'}
 
 
 @pytest.mark.parametrize(("config", "query", "code"), [
