@@ -13,8 +13,8 @@ ad in a message of its own, else every ad in one message; last {Owner = 0,
 NumJobMatches, MalformedAds = 0, AdCount = records read}. An error is one ad
 {Owner = 0, ErrorString, ErrorCode}, which condor_history prints as `Error <code>:
 <string>` and exits with the code: 10 remote history disabled
-(HISTORY_HELPER_MAX_CONCURRENCY = 0), 2/3 a Projection that does not evaluate or is no
-string list, 6 a DAEMON source without DaemonHistorySubsys, 9 more than 1000 queries
+(HISTORY_HELPER_MAX_CONCURRENCY = 0), 3 a Projection that is no string (list), its
+evaluation failing included, 6 a DAEMON source without DaemonHistorySubsys, 9 more than 1000 queries
 waiting, 5 the history knob undefined. Where condor_startd's child would end without a
 word (HistoryReadForwards with Since, a literal Since that is no job id, a file it cannot
 open) the connection closes without one; condor_history then says "Failed to receive
@@ -30,7 +30,6 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from execd import log
-from execd._htcondor import classad2
 from execd.daemon.startd_history_query import HistoryQuery, HistoryScan, ad_types, history_files
 from execd.daemon.startd_history_query import projected as projected_ad
 from execd.errors import ExecdError, LocalProtocolError
@@ -89,9 +88,7 @@ def _projection(query: Any) -> tuple[str, ...]:
         names = [n for n in re.split(r"[\s,]+", value) if n]
     elif isinstance(value, list) and all(isinstance(n, str) for n in value):
         names = list(value)
-    elif value is classad2.Value.Error:
-        raise HistoryError(2, "Unable to evaluate projection list")
-    else:
+    else:  # an error value too: condor_startd's evaluation "succeeds" (its error 2 never comes)
         raise HistoryError(3, "Unable to convert projection list to string list")
     return tuple(dict.fromkeys(names))
 

@@ -126,6 +126,7 @@ RAW_QUERIES: list[WireAd] = [
     {"HistoryRecordSource": '"STARTD"', "Projection": "5"},  # error 3
     {"HistoryRecordSource": '"STARTD"', "Projection": '{ "ClusterId", 1 }'},  # error 3
     {"HistoryRecordSource": '"STARTD"', "Projection": '{ "ClusterId", "ProcId" }'},
+    {"HistoryRecordSource": '"STARTD"', "Projection": "1/0"},  # an error value: 3 too
     {"HistoryRecordSource": '"DAEMON"'},  # error 6
     {"HistoryRecordSource": '"STARTD"', "NumJobMatches": "1"},  # not streamed: one message
     {"HistoryRecordSource": '"STARTD"', "StreamResults": "true", "ScanLimit": "1",
@@ -209,11 +210,11 @@ def test_condor_history_of_execd_is_condor_startds(
                     answers.append(ours_raw)
                 assert answers[0] == [[{"Owner": "0", "ErrorCode": "3", "ErrorString":
                                         '"Unable to convert projection list to string list"'}]]
-                assert [len(message) for message in answers[4]] == [2]  # not streamed
-                assert answers[4][0][1] == {"Owner": "0", "NumJobMatches": "1",
+                assert [len(message) for message in answers[5]] == [2]  # not streamed
+                assert answers[5][0][1] == {"Owner": "0", "NumJobMatches": "1",
                                             "MalformedAds": "0", "AdCount": "1"}
-                assert [len(message) for message in answers[5]] == [1, 1, 1]  # streamed
-                assert answers[7] == answers[8] == [[]]  # closed without an answer
+                assert [len(message) for message in answers[6]] == [1, 1, 1]  # streamed
+                assert answers[8] == answers[9] == [[]]  # closed without an answer
                 listed = history(pool, EXECD_NAME, "-af", "ClusterId", "ProcId")[1]
                 assert sorted(listed.splitlines()) == [
                     f"{first} 0", f"{first} 1"], listed  # the comparisons saw both jobs
