@@ -139,6 +139,10 @@ RAW_QUERIES: list[WireAd] = [
      "Projection": '"ClusterId"'},
     {"HistoryRecordSource": '"STARTD"', "HistoryFromDir": "true"},
     {"Projection": '"ClusterId"'},  # no source: the HISTORY knob
+    {"HistoryRecordSource": '"STARTD"', "NumJobMatches": "0", "ScanLimit": "0"},  # no limits
+    {"HistoryRecordSource": '"STARTD"', "Requirements": "ProcId == 1",
+     "Projection": '"ProcId"', "StreamResults": "false"},
+    {"HistoryRecordSource": '"STARTD"', "HistoryAdTypeFilter": '"EPOCH"'},  # none
 ]  # fmt: skip
 
 
