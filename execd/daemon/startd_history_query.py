@@ -124,20 +124,29 @@ def history_files(path: str) -> list[str]:
     return [*found, path] if base in names else found
 
 
-def _lines_backwards(path: str) -> Iterator[str]:
+def _lines_backwards(path: str) -> Iterator[str | None]:
+    """The file's lines, last first; None after each chunk read that ended no line (a
+    long stretch without a newline), so that the reader can give the loop a turn. The
+    pieces of a line are kept in a list and joined once: linear in the line's length."""
     with open(path, "rb") as file:
         end = file.seek(0, os.SEEK_END)
-        tail = b""
+        pieces: list[bytes] = []  # the start of the current line, last piece first
         while end > 0:
             start = max(0, end - READ_CHUNK)
             file.seek(start)
-            chunk = file.read(end - start) + tail
+            chunk = file.read(end - start)
             end = start
             lines = chunk.split(b"\n")
-            tail = lines[0]
-            for line in reversed(lines[1:]):
+            if len(lines) == 1:
+                pieces.append(chunk)
+                yield None
+                continue
+            pieces.append(lines[-1])
+            yield b"".join(reversed(pieces)).decode("utf-8", "replace")
+            for line in reversed(lines[1:-1]):
                 yield line.decode("utf-8", "replace")
-        yield tail.decode("utf-8", "replace")
+            pieces = [lines[0]]
+        yield b"".join(reversed(pieces)).decode("utf-8", "replace")
 
 
 def _skipped(line: str) -> bool:
@@ -215,16 +224,24 @@ class HistoryScan:
 
     def records(self, files: list[str]) -> Iterator[Any | None]:
         """For each record read, its ad if it matches, else None (a record that is not
-        an ad counts for nothing); OSError when a file cannot be opened."""
+        an ad counts for nothing); None too after a stretch read without a whole record.
+        A file gone since it was listed (a backup rotated away) is skipped; OSError when
+        a file cannot be opened for another reason."""
         for path in files if self.query.forwards else reversed(files):
             if self.done():
                 return
             records = self._forwards(path) if self.query.forwards else self._backwards(path)
-            for lines in records:
-                ad = parse_record(lines)
-                yield ad if ad is not None and self._matches(ad) else None
-                if self.done():
-                    return
+            try:
+                for lines in records:
+                    if lines is None:
+                        yield None
+                        continue
+                    ad = parse_record(lines)
+                    yield ad if ad is not None and self._matches(ad) else None
+                    if self.done():
+                        return
+            except FileNotFoundError:
+                continue  # raised only by the open: an open file stays readable
 
     def _matches(self, ad: Any) -> bool:
         self.counts.read += 1
@@ -240,13 +257,21 @@ class HistoryScan:
         kind = banner_type(banner)
         return kind is None or "ALL" in self.query.ad_types or kind in self.query.ad_types
 
-    def _backwards(self, path: str) -> Iterator[list[str]]:
+    def _backwards(self, path: str) -> Iterator[list[str] | None]:
         lines = _lines_backwards(path)
-        banner = next((line for line in lines if line.startswith(BANNER)), "")
+        banner = ""
+        for line in lines:
+            if line is None:
+                yield None
+            elif line.startswith(BANNER):
+                banner = line
+                break
         wanted = self._wanted(banner)
         record: list[str] = []
         for line in lines:
-            if line.startswith(BANNER):
+            if line is None:
+                yield None
+            elif line.startswith(BANNER):
                 if record:
                     yield record[::-1]
                     record = []
@@ -258,7 +283,7 @@ class HistoryScan:
         if record and not self.done():
             yield record[::-1]
 
-    def _forwards(self, path: str) -> Iterator[list[str]]:
+    def _forwards(self, path: str) -> Iterator[list[str] | None]:
         """A bad line skips its record through the next banner (parse_record says so)."""
         record: list[str] = []
         with open(path, encoding="utf-8", errors="replace", newline="\n") as file:
