@@ -5,6 +5,7 @@ The pool tier compares the same files through condor_history against condor_star
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -116,10 +117,66 @@ def test_a_query_is_read_from_the_knobs_file_with_its_limits() -> None:
     assert path == "/var/log/execd/startd_history"
     assert (query.match_limit, query.scan_limit, query.projection) == (3, 10,
                                                                        ("ClusterId", "Owner"))
-    assert query.since is not None  # a literal Since is a job id: ClusterId == 7
     with pytest.raises(NoAnswer):  # condor_history refuses -forwards with -since
         history_query(to_classad({"HistoryRecordSource": '"STARTD"', "Since": "true == x",
                                   "HistoryReadForwards": "true"}), settings(""))  # fmt: skip
+
+
+def since_query(since: str) -> HistoryQuery:
+    ad = to_classad({"HistoryRecordSource": '"STARTD"', "Since": since})
+    return history_query(ad, settings(""))[0]
+
+
+def test_since_is_a_job_id_when_literal_and_an_expression_otherwise(tmp_path: Path) -> None:
+    """As condor_history's -since reads the text condor_startd gives it: a literal
+    (ExprTreeIsLiteral, which looks inside parentheses) must be a job id."""
+    path = tmp_path / "startd_history"
+    path.write_text("".join(f"ClusterId = {n}\nProcId = {n % 2}\n*** Offset = 0\n"
+                            for n in range(1, 10)))  # fmt: skip
+    files = [str(path)]
+    assert clusters(since_query("7"), files) == [9, 8]  # stops at ClusterId == 7
+    assert clusters(since_query("7.1"), files) == [9, 8]
+    assert clusters(since_query("7.0"), files) == [9, 8, 7, 6, 5, 4, 3, 2, 1]  # 7.0: no such job
+    assert clusters(since_query("ClusterId < 5"), files) == [9, 8, 7, 6, 5]
+    # a reference is an expression (evaluated in each ad: undefined, never stops)
+    assert clusters(since_query("e"), files) == [9, 8, 7, 6, 5, 4, 3, 2, 1]
+    for literal in ("(7)", "((7))", '"7"', "true"):
+        with pytest.raises(NoAnswer):
+            since_query(literal)
+
+
+def test_queries_condor_startds_child_ends_without_an_answer(tmp_path: Path) -> None:
+    """`-type -x` is a missing argument to condor_history; `-dir` with no directory."""
+    with pytest.raises(NoAnswer):
+        history_query(to_classad({"HistoryRecordSource": '"STARTD"',
+                                  "HistoryAdTypeFilter": '"-JOB"'}), settings(""))  # fmt: skip
+    (tmp_path / "file").write_text("")
+    for named in (tmp_path / "file", tmp_path / "none"):
+        with pytest.raises(NoAnswer):
+            history_query(to_classad({"HistoryRecordSource": '"STARTD"',
+                                      "HistoryFromDir": "true"}),
+                          settings(f"STARTD_HISTORY_DIR = {named}\n"))  # fmt: skip
+    _query, path = history_query(to_classad({"HistoryRecordSource": '"STARTD"',
+                                            "HistoryFromDir": "true"}),
+                                settings(f"STARTD_HISTORY_DIR = {tmp_path}\n"))  # fmt: skip
+    assert path == ""  # a directory: an empty answer, as condor_startd's
+
+
+def test_a_long_line_is_read_backwards_in_linear_time_giving_turns(tmp_path: Path) -> None:
+    """20 MB without a newline (NULs after a crash): the reader says after each chunk
+    that it has nothing yet (the loop gets a turn) and reads on to the records before."""
+    path = tmp_path / "startd_history"
+    with path.open("wb") as file:
+        file.write(b"ClusterId = 1\n*** Offset = 0\n")
+        file.write(b"\0" * 20_000_000)
+        file.write(b"\n*** Offset = 1\n")
+    scan = HistoryScan(HistoryQuery())
+    started = time.monotonic()
+    items = list(scan.records([str(path)]))
+    took = time.monotonic() - started
+    assert [ad["ClusterId"] for ad in items if ad is not None] == [1]
+    assert items.count(None) >= 20_000_000 // (64 * 1024)
+    assert took < 1.0, took  # quadratic, it took 1.9 s
 
 
 def test_get_history_is_a_read_command() -> None:
