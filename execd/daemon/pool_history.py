@@ -320,7 +320,7 @@ class HistoryQueue:
         try:
             for ad in scan.records(files):
                 if ad is not None:
-                    encode_ad(enc, projected_ad(ad, query.projection))
+                    encode_ad(enc, projected_ad(ad, query.projection), names_as_read=True)
                     if stream:
                         await channel.send(enc.payload())
                         enc = channel.encoder()

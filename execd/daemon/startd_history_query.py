@@ -185,28 +185,45 @@ def _parse_old(text: str) -> Any | None:
         return None
 
 
+def _insert_name(line: str) -> str | None:
+    """The name ClassAd::Insert takes from an old-syntax line: the text before the
+    first `=`, leading blanks and trailing spaces off (`My Attr` too); None when there
+    is no `=`, no name, a quoted one or no expression."""
+    name, sep, expr = line.lstrip().partition("=")
+    name = name.rstrip(" ")
+    if not sep or not name or name[0] == "'" or not expr.strip():
+        return None
+    return name
+
+
 def parse_record(lines: list[str]) -> Any | None:
     """A record's lines (file order) as a ClassAd; None when a line is not
     `Attr = expression` (a later line for the same attribute wins)."""
     names: set[str] = set()
+    plain = True
     for line in lines:
-        name, sep, expr = line.partition("=")
-        if not sep or not ATTR_NAME.fullmatch(name.strip()) or not expr.strip():
+        name = _insert_name(line)
+        if name is None:
             return None
+        plain = plain and ATTR_NAME.fullmatch(name.strip()) is not None
         names.add(name.strip().lower())
     # The whole record in one parse costs a third of line by line; where it reads
     # otherwise (a line that does not parse, an expression over two lines) the count of
     # attributes differs and each line is parsed alone, as condor_history inserts them.
-    whole = _parse_old("\n".join(lines))
+    whole = _parse_old("\n".join(lines)) if plain else None
     if whole is not None and len(whole) == len(names):
         return whole
     ad = classad2.ClassAd()
     for line in lines:
-        name = line.partition("=")[0].strip()
-        one = _parse_old(line)
+        name = _insert_name(line) or ""
+        if ATTR_NAME.fullmatch(name.strip()):
+            name = name.strip()
+            one = _parse_old(line)
+        else:  # a name the parser would not take: its expression under a stand-in
+            one = _parse_old("_ = " + line.partition("=")[2])
         if one is None or len(one) != 1:
             return None
-        ad[name] = one.lookup(name)
+        ad[name] = one.lookup(next(iter(one.keys())))
     return ad
 
 
@@ -302,7 +319,7 @@ class HistoryScan:
 def _true(expr: Any, ad: Any) -> bool:
     try:
         return classads.is_true(classads.evaluate(expr, ad))
-    except ExecdError:
+    except (ExecdError, ValueError):  # a string Python cannot decode ("\377"): no boolean
         return False
 
 
@@ -326,6 +343,6 @@ def _unparsed(ad: Any) -> WireAd:
     """Every attribute's old-syntax text: one printOld of the ad (a tenth of the cost of
     one per attribute) unless a value spans lines (a string holding a newline)."""
     lines = ad.printOld().split("\n")[:-1]
-    if len(lines) != len(ad):
+    if len(lines) != len(ad) or any(line.startswith("'") for line in lines):  # `'My Attr'`
         return {k: unparse_old(ad.lookup(k)) for k in ad}
     return dict(line.split(" = ", 1) for line in lines)

@@ -42,7 +42,8 @@ request_memory = 64
 queue 2
 """
 # Records in HTCondor's format: a good one, one with a line that is no `Attr = expr`,
-# one with an expression over two lines, one with trailing text after an expression,
+# one whose attribute name has a blank in it (ClassAd::Insert takes any text before
+# the `=`), one with an expression over two lines, one with trailing text after an expression,
 # one of another type (EPOCH), one with comments and blanks, and one being written.
 ODD_RECORDS = """\
 ClusterId = 901
@@ -61,6 +62,10 @@ ClusterId = 902
 this line is not an attribute
 Owner = "bob"
 *** Offset = 200 ClusterId = 902 ProcId = 0 Owner = "bob" CurrentTime = 1700000200
+ClusterId = 908
+My Attr = 1
+Owner = "heidi"
+*** Offset = 230 ClusterId = 908 ProcId = 0 Owner = "heidi" CurrentTime = 1700000230
 ClusterId = 906
 Split = (1
 + 2)
@@ -143,6 +148,10 @@ RAW_QUERIES: list[WireAd] = [
     {"HistoryRecordSource": '"STARTD"', "Requirements": "ProcId == 1",
      "Projection": '"ProcId"', "StreamResults": "false"},
     {"HistoryRecordSource": '"STARTD"', "HistoryAdTypeFilter": '"EPOCH"'},  # none
+    {"HistoryRecordSource": '"STARTD"', "Since": "e", "Projection": '"ClusterId"'},  # an expr
+    {"HistoryRecordSource": '"STARTD"', "Since": "(1)"},  # a literal, no job id: closed
+    {"HistoryRecordSource": '"STARTD"', "HistoryAdTypeFilter": '"-JOB"'},  # `-type -JOB`
+    {"HistoryRecordSource": '"STARTD"', "Requirements": '"\\377"'},  # a string, not UTF-8
 ]  # fmt: skip
 
 
@@ -218,7 +227,9 @@ def test_condor_history_of_execd_is_condor_startds(
                 assert answers[5][0][1] == {"Owner": "0", "NumJobMatches": "1",
                                             "MalformedAds": "0", "AdCount": "1"}
                 assert [len(message) for message in answers[6]] == [1, 1, 1]  # streamed
-                assert answers[8] == answers[9] == [[]]  # closed without an answer
+                assert answers[8] == answers[9] == answers[17] == answers[18] == [[]]
+                assert answers[16][-1][-1]["NumJobMatches"] == "2"  # Since = e: never true
+                assert answers[19][-1][-1]["NumJobMatches"] == "0"  # answered, no match
                 listed = history(pool, EXECD_NAME, "-af", "ClusterId", "ProcId")[1]
                 assert sorted(listed.splitlines()) == [
                     f"{first} 0", f"{first} 1"], listed  # the comparisons saw both jobs
@@ -232,7 +243,7 @@ def test_condor_history_of_execd_is_condor_startds(
                                        ["-af", "ClusterId", "Weight", "Trailing"],
                                        ["-limit", "2"],
                                        ["-attributes", "Weight", "-l"]])  # fmt: skip
-                assert history(pool, EXECD_NAME, "-af", "ClusterId")[1] == "904\n907\n901\n"
+                assert history(pool, EXECD_NAME, "-af", "ClusterId")[1] == "904\n907\n908\n901\n"
                 current.write_text("")  # empty
                 compare(pool, startd, [[], ["-l"], ["-forwards"]])
                 current.unlink()  # none

@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from execd.classads import parse_expr
 from execd.config.loader import parse_config_text
 from execd.config.settings import Settings, load_settings
+from execd.daemon.pool_commands import PoolCommands
 from execd.daemon.pool_history import HistoryError, NoAnswer, history_query
+from execd.daemon.pool_settings import pool_settings
 from execd.daemon.startd_history_query import HistoryQuery, HistoryScan, history_files, projected
-from execd.wire.classad_codec import to_classad
+from execd.wire.classad_codec import encode_ad, to_classad
 from execd.wire.commands import Command, within_limits
+from execd.wire.encoding import Encoder
+from execd.wire.server import Peer
 
 RECORDS = """\
 ClusterId = 1
@@ -180,5 +185,32 @@ def test_a_long_line_is_read_backwards_in_linear_time_giving_turns(tmp_path: Pat
 
 
 def test_get_history_is_a_read_command() -> None:
+    """A token scoped to READ may ask, and so may any authenticated peer that is neither
+    an administrator nor a scheduler (PoolCommands.authorize, HTCondor's ALLOW_READ)."""
     assert within_limits(Command.GET_HISTORY, frozenset({"READ"}))
     assert not within_limits(Command.GET_HISTORY, frozenset())
+    config = pool_settings(settings("COLLECTOR_HOST = 127.0.0.1:9618\n"
+                                    "EXECD_POOL_ADMINISTRATORS = admin@*\n"
+                                    "EXECD_POOL_SCHEDULERS = condor@*\n"))  # fmt: skip
+    commands = SimpleNamespace(member=SimpleNamespace(config=config))  # what authorize reads
+    reader = Peer(user="someone@pool", method="FS", sid="s", address="127.0.0.1:1")
+    assert PoolCommands.authorize(commands, Command.GET_HISTORY, reader)  # type: ignore[arg-type]
+    assert not PoolCommands.authorize(commands, Command.DRAIN_JOBS, reader)  # type: ignore[arg-type]
+
+
+def test_any_text_before_the_equals_sign_is_a_name_as_classad_insert_reads_it(
+        tmp_path: Path) -> None:  # fmt: skip
+    path = tmp_path / "startd_history"
+    path.write_text('ClusterId = 1\nMy Attr = 1 + 1\n  Two  = 2\n*** Offset = 0\n'
+                    "ClusterId = 2\n'Quoted' = 1\n*** Offset = 1\n")  # fmt: skip
+    ads = [ad for ad in HistoryScan(HistoryQuery()).records([str(path)]) if ad is not None]
+    assert [projected(ad, ()) for ad in ads] == [  # a quoted name spoils its record
+        {"ClusterId": "1", "My Attr": "1 + 1", "Two": "2"}]
+    enc = encode_ad(Encoder(), projected(ads[0], ()), names_as_read=True)
+    assert b"My Attr = 1 + 1\0" in enc.payload()  # sent as putClassAd sends it
+
+
+def test_a_constraint_whose_value_python_cannot_decode_matches_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "startd_history"
+    path.write_text(RECORDS)
+    assert clusters(HistoryQuery(requirements=parse_expr('"\\377"')), [str(path)]) == []
