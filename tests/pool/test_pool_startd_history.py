@@ -152,6 +152,7 @@ RAW_QUERIES: list[WireAd] = [
     {"HistoryRecordSource": '"STARTD"', "Since": "(1)"},  # a literal, no job id: closed
     {"HistoryRecordSource": '"STARTD"', "HistoryAdTypeFilter": '"-JOB"'},  # `-type -JOB`
     {"HistoryRecordSource": '"STARTD"', "Requirements": '"\\377"'},  # a string, not UTF-8
+    {"HistoryRecordSource": '"JOB_EPOCH"', "HistoryFromDir": "true"},  # a file: closed
 ]  # fmt: skip
 
 
@@ -186,7 +187,8 @@ def test_condor_history_of_execd_is_condor_startds(
     current = shared / "startd_history"
     current.write_text(real)
     config = (f"STARTD_HISTORY = {HISTORY_DIR}/startd_history\n"
-              f"HISTORY = {HISTORY_DIR}/history\n")
+              f"HISTORY = {HISTORY_DIR}/history\n"
+              f"JOB_EPOCH_HISTORY_DIR = {HISTORY_DIR}/startd_history\n")  # no directory
     pool.host_path(STARTD_CONFIG).write_text(config)
     pool.tool("condor_reconfig", "-startd").check()
     first, second = job.cluster, job.cluster  # one cluster, procs 0 and 1
@@ -194,7 +196,8 @@ def test_condor_history_of_execd_is_condor_startds(
         with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
             node = start_node(pool, Path(tmp), f"NETWORK_HOSTNAME = {EXECD_NAME}\n"
                               f"STARTD_HISTORY = {current}\n"
-                              f"HISTORY = {shared / 'history'}\n")  # fmt: skip
+                              f"HISTORY = {shared / 'history'}\n"
+                              f"JOB_EPOCH_HISTORY_DIR = {current}\n")  # fmt: skip
             try:
                 harness.wait_for("execd's daemon ad", lambda: EXECD_NAME in [
                     row[0] for row in pool.status_af("Name", what="-startd")], WAIT_S)
@@ -228,6 +231,7 @@ def test_condor_history_of_execd_is_condor_startds(
                                             "MalformedAds": "0", "AdCount": "1"}
                 assert [len(message) for message in answers[6]] == [1, 1, 1]  # streamed
                 assert answers[8] == answers[9] == answers[17] == answers[18] == [[]]
+                assert answers[20] == [[]]
                 assert answers[16][-1][-1]["NumJobMatches"] == "2"  # Since = e: never true
                 assert answers[19][-1][-1]["NumJobMatches"] == "0"  # answered, no match
                 listed = history(pool, EXECD_NAME, "-af", "ClusterId", "ProcId")[1]
@@ -244,6 +248,15 @@ def test_condor_history_of_execd_is_condor_startds(
                                        ["-limit", "2"],
                                        ["-attributes", "Weight", "-l"]])  # fmt: skip
                 assert history(pool, EXECD_NAME, "-af", "ClusterId")[1] == "904\n907\n908\n901\n"
+                # an answer without streaming over 64 KB: execd sends it in packets as it
+                # is built (encrypted, the message's end in its last one); the same ads
+                current.write_text("".join(
+                    f'ClusterId = {n}\nProcId = 0\nCmd = "{"x" * 300}"\n*** Offset = {n} '
+                    f"ClusterId = {n} ProcId = 0 CurrentTime = 0\n" for n in range(400)))
+                whole = {"HistoryRecordSource": '"STARTD"', "Projection": '"ClusterId,Cmd"'}
+                ours_raw = asyncio.run(raw_history(node.address(), whole))
+                assert ours_raw == asyncio.run(raw_history(theirs_at, whole))
+                assert [len(message) for message in ours_raw] == [401]  # one message
                 current.write_text("")  # empty
                 compare(pool, startd, [[], ["-l"], ["-forwards"]])
                 current.unlink()  # none
