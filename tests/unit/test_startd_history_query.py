@@ -1,7 +1,7 @@
 """Reading STARTD_HISTORY for GET_HISTORY (execd/daemon/startd_history_query.py,
 execd/daemon/pool_history.py) as condor_startd's `condor_history -inherit` child reads it.
 The pool tier compares the same files through condor_history against condor_startd
-(tests/pool/test_pool_startd_history.py); these pin the rules found in its source."""
+(tests/pool/test_pool_remote_history.py); these pin the rules found in its source."""
 
 from __future__ import annotations
 
