@@ -276,6 +276,11 @@ _group(
     ("IS_LOCAL_STARTD", B, "false", "Published as IsLocalStartd on every slot ad (a startd run by a schedd for its local universe says true)."),
     ("UNHIBERNATE", E, None, "Published as Unhibernate (when condor_rooster would wake the machine); unset: MY.MachineLastMatchTime =!= UNDEFINED. execd never hibernates."),
     ("STATISTICS_WINDOW_SECONDS", I, "1200", "The window of the daemon's Recent* self statistics (RecentDaemonCoreDutyCycle); the startd's counters keep their fixed 20 minutes."),
+    ("STARTD_HISTORY", S, "$(LOG)/startd_history", "File execd appends each ended job's ad to (condor_history -startd)."),
+    ("HISTORY", S, "$(SPOOL)/history", "The schedd's job history file: read by a remote history query that names no record source (as condor_startd reads it)."),
+    ("JOB_EPOCH_HISTORY", S, "$(SPOOL)/epoch_history", "The schedd's job epoch history file: read by a remote history query whose record source is JOB_EPOCH (as condor_startd reads it)."),
+    ("HISTORY_HELPER_MAX_CONCURRENCY", I, "50", "Remote history queries (condor_history -startd -name) read at once, as in HTCondor; execd reads at most 4 at once whatever this says, and lets 16 more wait (60 s at most). 0 disables remote history: a query gets error 10."),
+    ("HISTORY_HELPER_MAX_HISTORY", I, "2000000000", "Records a remote history query reads at most unless it sets its own -scanlimit."),
     ("STATISTICS_WINDOW_QUANTUM", I, "240", "Seconds between self-monitor samples (MonitorSelf*) and the quantum of the recent window."),
 )
 

@@ -24,6 +24,7 @@ from execd.daemon.control import ControlError, Role
 from execd.daemon.control import Peer as LocalPeer
 from execd.daemon.control import Request as LocalRequest
 from execd.daemon.pool_admin import ADMIN_DAEMON_COMMANDS, READ_DAEMON_COMMANDS, DaemonCommands
+from execd.daemon.pool_history import HistoryQueue
 from execd.daemon.pool_job import PoolJob
 from execd.daemon.pool_pslot_preemption import PslotPreemption
 from execd.daemon.pool_query import query_startd_ads
@@ -57,6 +58,7 @@ ADMIN_COMMANDS = frozenset({
     Command.VACATE_CLAIM, Command.VACATE_CLAIM_FAST, Command.VACATE_ALL_CLAIMS,
     Command.VACATE_ALL_FAST, Command.DRAIN_JOBS, Command.CANCEL_DRAIN_JOBS,
 })  # fmt: skip
+READ_COMMANDS = frozenset({Command.QUERY_STARTD_ADS, Command.GET_HISTORY})
 # condor_drain's HowFast (condor_commands.h DRAIN_GRACEFUL/QUICK/FAST)
 HOW_FAST = {0: "graceful", 10: "quick", 20: "fast"}
 DRAIN_RESUME_ON_COMPLETION = 1
@@ -79,6 +81,7 @@ class PoolCommands:
         self.member = member
         self.daemon = member.daemon
         self.pslots = PslotPreemption(member)
+        self.history = HistoryQueue(lambda: member.daemon.settings)
 
     def handlers(self) -> dict[int, Handler]:
         deactivate = self.deactivate_claim
@@ -99,6 +102,7 @@ class PoolCommands:
             Command.CANCEL_DRAIN_JOBS: self.cancel_drain,
             Command.CA_CMD: self.ca_command,
             Command.QUERY_STARTD_ADS: self.query,  # condor_who, condor_status -direct
+            Command.GET_HISTORY: self.history.serve,  # condor_history -startd
             **DaemonCommands(self.daemon).handlers(),  # condor_reconfig, condor_config_val
         }
 
@@ -108,7 +112,7 @@ class PoolCommands:
             allowed = peer.user == MATCH_SESSION_USER or matches(peer.user, config.schedulers)
         elif command in ADMIN_COMMANDS or command in ADMIN_DAEMON_COMMANDS:
             allowed = matches(peer.user, config.administrators)
-        elif command in READ_DAEMON_COMMANDS or command == Command.QUERY_STARTD_ADS:
+        elif command in READ_DAEMON_COMMANDS or command in READ_COMMANDS:
             allowed = True  # any authenticated peer, as HTCondor's default ALLOW_READ
         else:
             allowed = False

@@ -133,18 +133,20 @@ class Channel:
         self._first_send = self._first_recv = False
 
     # ----- sending -----------------------------------------------------------------
-    async def send(self, payload: bytes) -> None:
-        """Send one whole message."""
-        self.writer.write(self._frame(payload))
+    async def send(self, payload: bytes, *, end: bool = True) -> None:
+        """Send one whole message; with `end` false, packets of a message that goes on
+        (the last of them sent with `end` true): a long message need not be held whole."""
+        self.writer.write(self._frame(payload, end))
         try:
             await asyncio.wait_for(self.writer.drain(), self.timeout_s)
         except (OSError, TimeoutError) as exc:
             reason = exc or "timed out"
             raise RemoteProtocolError(f"sending to {self.peer} failed: {reason}") from None
 
-    def _frame(self, payload: bytes) -> bytes:
+    def _frame(self, payload: bytes, last: bool = True) -> bytes:
         out = bytearray()
-        for end, chunk in chunk_payload(payload, SEND_PACKET_BYTES):
+        for final, chunk in chunk_payload(payload, SEND_PACKET_BYTES):
+            end = final and last
             if self._sealer is None:
                 header = encode_header(end, len(chunk))
                 if self._sent_md is not None:

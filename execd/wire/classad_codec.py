@@ -51,6 +51,10 @@ def _valid_name(name: str) -> bool:
     return all(c.isalnum() or c in "_." for c in name) and name.isascii()
 
 
+def _line_name(name: str) -> bool:
+    return bool(name) and name[0] not in " '" and not any(c in name for c in "=\n\r")
+
+
 def split_line(line: str) -> tuple[str, str]:
     """'Attr = expr' -> (Attr, expr); RemoteProtocolError naming a malformed line."""
     name, sep, expr = line.partition("=")
@@ -67,16 +71,19 @@ def encode_ad(
     *,
     exclude_private: bool = False,
     mark_secrets: bool = False,
+    names_as_read: bool = False,
 ) -> Encoder:
     """Append one ad (name -> old-syntax expression text) to `enc`.
 
     On an unencrypted connection a private attribute is refused, unless the caller
     says the connection is one where HTCondor itself sends secrets behind the "ZKM"
     marker in clear (`mark_secrets`: a local socket between startd and starter).
+    `names_as_read`: a name may be any text ClassAd::Insert took from a file's
+    `name = expr` line (`My Attr`), sent as it is, as HTCondor's putClassAd sends it.
     """
     lines: list[str | None] = []
     for name, expr in ad.items() if isinstance(ad, Mapping) else ad:
-        if not _valid_name(name):
+        if not (_line_name(name) if names_as_read else _valid_name(name)):
             raise LocalProtocolError(f"bad ClassAd attribute name {name!r}")
         if "\0" in expr:
             raise LocalProtocolError(f"attribute {name} has a NUL byte in its expression")

@@ -17,6 +17,7 @@ class Command(IntEnum):
     DEACTIVATE_CLAIM = 403
     DEACTIVATE_CLAIM_FORCIBLY = 404
     DEACTIVATE_CLAIM_JOB_DONE = 413
+    GET_HISTORY = 429  # SCHED_VERS + 29: condor_history -startd
     ALIVE = 441
     REQUEST_CLAIM = 442
     RELEASE_CLAIM = 443
@@ -88,7 +89,7 @@ COMMAND_PERMISSION: dict[int, str] = {
     Command.VACATE_ALL_CLAIMS: "ADMINISTRATOR", Command.VACATE_ALL_FAST: "ADMINISTRATOR",
     Command.VACATE_CLAIM: "ADMINISTRATOR", Command.VACATE_CLAIM_FAST: "ADMINISTRATOR",
     Command.DRAIN_JOBS: "ADMINISTRATOR", Command.CANCEL_DRAIN_JOBS: "ADMINISTRATOR",
-    Command.QUERY_STARTD_ADS: "READ", Command.CA_CMD: "WRITE",
+    Command.QUERY_STARTD_ADS: "READ", Command.GET_HISTORY: "READ", Command.CA_CMD: "WRITE",
 }  # fmt: skip
 # What each level implies (condor_perms.cpp's hierarchy).
 IMPLIED_PERMISSION = {"WRITE": "READ", "NEGOTIATOR": "READ", "ADMINISTRATOR": "WRITE",
