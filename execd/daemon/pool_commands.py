@@ -40,6 +40,12 @@ from execd.wire.claim_messages import (
 from execd.wire.claim_session import MATCH_SESSION_USER
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
 from execd.wire.commands import Command, Reply
+from execd.wire.job_owner_session import (
+    OwnerSessions,
+    refuse_sshd,
+    serve_create_owner_session,
+    serve_owner_peek,
+)
 from execd.wire.server import Handler, Peer
 from execd.wire.shadow_link import serve_ca_command
 
@@ -52,7 +58,10 @@ CLAIM_COMMANDS = frozenset({
     Command.REQUEST_CLAIM, Command.ACTIVATE_CLAIM, Command.DEACTIVATE_CLAIM,
     Command.DEACTIVATE_CLAIM_FORCIBLY, Command.DEACTIVATE_CLAIM_JOB_DONE,
     Command.RELEASE_CLAIM, Command.SUSPEND_CLAIM, Command.CONTINUE_CLAIM, Command.CA_CMD,
+    Command.CREATE_JOB_OWNER_SEC_SESSION,
 })  # fmt: skip
+# condor_tail and condor_ssh_to_job: only on a job owner's session (job_owner_session.py)
+OWNER_COMMANDS = frozenset({Command.STARTER_PEEK, Command.START_SSHD})
 ADMIN_COMMANDS = frozenset({
     Command.VACATE_CLAIM, Command.VACATE_CLAIM_FAST, Command.VACATE_ALL_CLAIMS,
     Command.VACATE_ALL_FAST, Command.DRAIN_JOBS, Command.CANCEL_DRAIN_JOBS,
@@ -79,6 +88,7 @@ class PoolCommands:
         self.member = member
         self.daemon = member.daemon
         self.pslots = PslotPreemption(member)
+        self.owners: OwnerSessions | None = None  # once the member has its server security
 
     def handlers(self) -> dict[int, Handler]:
         deactivate = self.deactivate_claim
@@ -98,6 +108,9 @@ class PoolCommands:
             Command.DRAIN_JOBS: self.drain,
             Command.CANCEL_DRAIN_JOBS: self.cancel_drain,
             Command.CA_CMD: self.ca_command,
+            Command.CREATE_JOB_OWNER_SEC_SESSION: self.owner_command,
+            Command.STARTER_PEEK: self.owner_command,
+            Command.START_SSHD: self.owner_command,
             Command.QUERY_STARTD_ADS: self.query,  # condor_who, condor_status -direct
             **DaemonCommands(self.daemon).handlers(),  # condor_reconfig, condor_config_val
         }
@@ -108,6 +121,8 @@ class PoolCommands:
             allowed = peer.user == MATCH_SESSION_USER or matches(peer.user, config.schedulers)
         elif command in ADMIN_COMMANDS or command in ADMIN_DAEMON_COMMANDS:
             allowed = matches(peer.user, config.administrators)
+        elif command in OWNER_COMMANDS:
+            allowed = self.owners is not None and self.owners.holder(peer) is not None
         elif command in READ_DAEMON_COMMANDS or command == Command.QUERY_STARTD_ADS:
             allowed = True  # any authenticated peer, as HTCondor's default ALLOW_READ
         else:
@@ -117,6 +132,7 @@ class PoolCommands:
                            method=peer.method, command=command,
                            why="not an administrator"
                            if command in ADMIN_COMMANDS or command in ADMIN_DAEMON_COMMANDS
+                           else "not the job owner's session" if command in OWNER_COMMANDS
                            else "not a claim holder or pool scheduler")  # fmt: skip
         return allowed
 
@@ -280,6 +296,18 @@ class PoolCommands:
         """The shadow's reconnect (execd/wire/shadow_link.py): execd is the starter too."""
 
         await serve_ca_command(channel, peer, schedd_moved=self.member.schedd_moved)
+
+    async def owner_command(self, channel: Channel, command: int, peer: Peer) -> None:
+        """condor_tail / condor_ssh_to_job: the schedd makes the job owner's session,
+        the owner peeks (or asks for an sshd) on it."""
+        if self.owners is None:
+            self.owners = OwnerSessions(self.member.security)
+        if command == Command.CREATE_JOB_OWNER_SEC_SESSION:
+            await serve_create_owner_session(channel, peer, self.owners)
+        elif command == Command.STARTER_PEEK:
+            await serve_owner_peek(channel, peer, self.owners)
+        else:
+            await refuse_sshd(channel, peer, self.owners)
 
     async def release_claim(self, channel: Channel, command: int, peer: Peer) -> None:
         claim_id = decode_claim_only(channel.decoder(await channel.recv()), "RELEASE_CLAIM")

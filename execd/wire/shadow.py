@@ -54,6 +54,7 @@ from execd.wire.filetransfer import (
     output_names,
     upload_sandbox,
 )
+from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
 from execd.wire.security import (
     CONDOR_VERSION,
@@ -284,6 +285,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     link = ShadowLink(channel, claim_id=claim_text, global_job_id=gjid,
                       lease_s=float(lease) if isinstance(lease, int) else None,
                       starter_ad=starter_ad, starter_address=address)  # fmt: skip
+    link.owner = str(job.get("User") or "")
     calls.attach(link)
     options.links.add(link)
     handed_over = False
@@ -335,6 +337,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         state = Conversation(gjid, dict(job_wire), str(sandbox), inputs, before, transfer,
                              dict(starter_ad), link.lease_s, int(time.time()),
                              transfers.tally.received)  # fmt: skip
+        link.files = job_files(job, sandbox, transfer, uid)  # condor_tail may read them now
 
         def started() -> None:
             if options.on_running is not None:
