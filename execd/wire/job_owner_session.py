@@ -39,6 +39,8 @@ log = get_logger("wire")
 NO_SSH = ("execd does not support ssh access to jobs (condor_ssh_to_job): "
           "this execute point runs no sshd for a job")  # fmt: skip
 DUMMY_OWNER = "job-owner@submit-domain"  # condor_starter's name for a job without User
+# Each condor_tail run makes a session; a job keeps its latest ones, the older go.
+SESSIONS_PER_JOB = 16
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class OwnerSessions:
             ClaimSession(sid, hkdf_key(secret.encode("ascii")), {}), user=user)
         self._sessions[sid] = OwnerSession(sid, user, link)
         link.on_close.append(lambda: self.forget(sid))
+        held = [s for s in self._sessions.values() if s.link is link]
+        for old in held[:-SESSIONS_PER_JOB]:
+            self.forget(old.sid)
         return f"{sid}#{SESSION_ATTRS}{secret}"
 
     def forget(self, sid: str) -> None:

@@ -21,7 +21,9 @@ from execd.wire.classad_codec import decode_ad, encode_ad, from_values, to_class
 from execd.wire.commands import Command
 from execd.wire.crypto import hkdf_key
 from execd.wire.job_owner_session import (
+    DUMMY_OWNER,
     NO_SSH,
+    SESSIONS_PER_JOB,
     OwnerSessions,
     refuse_sshd,
     serve_create_owner_session,
@@ -165,6 +167,13 @@ def test_the_claims_schedd_gets_an_owner_session_that_peeks_only_at_the_jobs_fil
             session = owner_session(owner, where)
             seen["early"] = await peek(where, session, {"Out": True, "MaxTransferBytes": 10})
             link.files = job_files(JOB, sandbox, True, os.getuid())
+            garbled = await connect(where, timeout_s=5)  # not an ad: dropped, nothing else
+            await start_command(garbled, where, Command.STARTER_PEEK, ClientSecurity(timeout_s=5),
+                                session=session)  # fmt: skip
+            await garbled.send(b"\x00\x01 not an ad")
+            with pytest.raises(ProtocolError):
+                await garbled.recv()
+            await garbled.close()
             seen["tail"] = await peek(where, session, {"Out": True, "OutOffset": -1, "Err": True,
                                                        "ErrOffset": -1, "MaxTransferBytes": 20})
             seen["named"] = await peek(where, session, {
@@ -175,6 +184,9 @@ def test_the_claims_schedd_gets_an_owner_session_that_peeks_only_at_the_jobs_fil
             for name in ("../../etc/passwd", "escape.txt", "gone"):
                 seen[name] = await peek(where, session, {"TransferFiles": [name],
                                                          "MaxTransferBytes": 1024})
+            seen["numbers"] = await peek(where, session, {"TransferFiles": [1, 2]})
+            seen["huge"] = await peek(where, session, {"Out": True, "OutOffset": 10**9,
+                                                       "MaxTransferBytes": 1024})
             seen["sshd"] = await peek(where, session, {"Shell": "/bin/sh"}, Command.START_SSHD)
             # the schedd's claim session is no job owner's: it may not peek
             with pytest.raises(ProtocolError):
@@ -205,11 +217,15 @@ def test_the_claims_schedd_gets_an_owner_session_that_peeks_only_at_the_jobs_fil
     assert seen["escape.txt"][0]["ErrorString"] == \
         f"Invalid symlink or filename (/etc/passwd) outside sandbox ({sandbox})"  # fmt: skip
     assert seen["gone"][0]["Retry"] is True
+    assert seen["numbers"][0]["ErrorString"] == "Could not evaluate transfer list."
+    huge, files = seen["huge"]  # an offset past the end: nothing, from the end
+    assert files == [b""] and huge["count"] == 1
     assert seen["sshd"][0] == {"Result": False, "ErrorString": NO_SSH}
     assert len(owners) == 0
     secret = seen["owner"].rsplit("]", 1)[1]
     assert not any(secret in str(e) or SECRET in str(e) or "d" * 64 in str(e) for e in events)
     assert any(e["event"] == "job_owner_session_refused" for e in events)
+    assert any(e["event"] == "wire_connection_dropped" for e in events)  # the garbled one
     created = [e for e in events if e["event"] == "job_owner_session_created"]
     assert created and created[0]["user"] == OWNER
 
@@ -227,3 +243,16 @@ def test_stdout_and_stderr_take_the_names_condor_starter_gives_them() -> None:
     assert names(JOB, transfer=False) == ("out.txt", "err.txt")  # no file transfer
     assert job_files(JOB, box, True, 1).outputs == ("progress.txt", "empty.txt",
                                                    "escape.txt", "gone")  # fmt: skip
+
+
+def test_a_job_keeps_its_latest_owner_sessions_and_none_after_its_end() -> None:
+    security = ServerSecurity(domain="test")
+    owners = OwnerSessions(security, ShadowLinks())
+    link = ShadowLink(Idle(), claim_id=CLAIM, global_job_id="vm#1.0#1", lease_s=60,
+                      starter_ad={}, starter_address="<127.0.0.1:1>")  # fmt: skip
+    made = [owners.create(link).split("#", 1)[0] for _ in range(SESSIONS_PER_JOB + 4)]
+    assert len(owners) == SESSIONS_PER_JOB
+    assert set(security.sessions) == set(made[4:])
+    assert all(security.sessions[sid].peer.user == DUMMY_OWNER for sid in made[4:])
+    link.close()
+    assert len(owners) == 0 and not security.sessions
