@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from structlog.testing import capture_logs
 
+from execd.daemon.pool_commands import PoolCommands
 from execd.errors import ProtocolError
-from execd.wire.channel import Channel
-from execd.wire.claim_session import MATCH_SESSION_USER, ClaimSession, claim_session
+from execd.wire.claim_session import ClaimSession, claim_session
 from execd.wire.classad_codec import decode_ad, encode_ad, from_values, to_classad
 from execd.wire.commands import Command
 from execd.wire.crypto import hkdf_key
@@ -25,13 +26,10 @@ from execd.wire.job_owner_session import (
     NO_SSH,
     SESSIONS_PER_JOB,
     OwnerSessions,
-    refuse_sshd,
-    serve_create_owner_session,
-    serve_owner_peek,
 )
 from execd.wire.job_peek import job_files
 from execd.wire.security import ClientSecurity, claim_client_session, connect, start_command
-from execd.wire.server import CommandServer, Peer, ServerSecurity
+from execd.wire.server import CommandServer, ServerSecurity
 from execd.wire.shadow_link import ShadowLink, ShadowLinks
 from execd.wire.shadow_syscalls import MessageChannel
 from execd.wire.sinful import parse_sinful
@@ -120,28 +118,18 @@ async def peek(where: Any, session: Any, request: dict[str, Any],
 
 
 def serve(links: ShadowLinks) -> tuple[CommandServer, OwnerSessions]:
+    """execd's command server with the pool's own authorization and handlers for the
+    three commands (a member with the default identities, nothing else)."""
     security = ServerSecurity(domain="test", timeout_s=5)
-    owners = OwnerSessions(security, links)
-
-    def authorize(command: int, peer: Peer) -> bool:  # as execd.daemon.pool_commands
-        if command == Command.CREATE_JOB_OWNER_SEC_SESSION:
-            return peer.user == MATCH_SESSION_USER
-        return owners.holder(peer) is not None
-
-    async def create(channel: Channel, command: int, peer: Peer) -> None:
-        await serve_create_owner_session(channel, peer, owners)
-
-    async def peek_handler(channel: Channel, command: int, peer: Peer) -> None:
-        await serve_owner_peek(channel, peer, owners)
-
-    async def sshd(channel: Channel, command: int, peer: Peer) -> None:
-        await refuse_sshd(channel, peer, owners)
-
-    security.authorize = authorize
+    config = SimpleNamespace(schedulers=("condor@*",), administrators=("root@*",))
+    commands = PoolCommands(cast(Any, SimpleNamespace(config=config, daemon=None,
+                                                      security=security)))  # fmt: skip
+    commands.owners = OwnerSessions(security, links)
+    security.authorize = commands.authorize
     security.add_claim_session(claim_session(CLAIM))
-    return CommandServer({Command.CREATE_JOB_OWNER_SEC_SESSION: create,
-                          Command.STARTER_PEEK: peek_handler,
-                          Command.START_SSHD: sshd}, security), owners  # fmt: skip
+    handlers = {command: commands.owner_command for command in (
+        Command.CREATE_JOB_OWNER_SEC_SESSION, Command.STARTER_PEEK, Command.START_SSHD)}
+    return CommandServer(handlers, security), commands.owners
 
 
 def test_the_claims_schedd_gets_an_owner_session_that_peeks_only_at_the_jobs_files(
@@ -226,6 +214,8 @@ def test_the_claims_schedd_gets_an_owner_session_that_peeks_only_at_the_jobs_fil
     assert not any(secret in str(e) or SECRET in str(e) or "d" * 64 in str(e) for e in events)
     assert any(e["event"] == "job_owner_session_refused" for e in events)
     assert any(e["event"] == "wire_connection_dropped" for e in events)  # the garbled one
+    assert any(e["event"] == "pool_command_refused" and e["command"] == Command.STARTER_PEEK
+               and e["why"] == "not the job owner's session" for e in events)  # the schedd's
     created = [e for e in events if e["event"] == "job_owner_session_created"]
     assert created and created[0]["user"] == OWNER
 
