@@ -111,7 +111,8 @@ async def serve_owner_peek(channel: Channel, peer: Peer, sessions: OwnerSessions
     if owner is None:  # the authorization hook let no other peer through
         raise RemoteProtocolError(f"{peer.user} may not peek at a job's files")
     link = owner.link
-    await serve_peek(channel, link.files, finished=link.closed, job=link.global_job_id)
+    await serve_peek(channel, link.files, finished=link.closed or link.job_done,
+                     job=link.global_job_id)  # fmt: skip
 
 
 async def refuse_sshd(channel: Channel, peer: Peer, sessions: OwnerSessions) -> None:

@@ -348,6 +348,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                                job_env(job, sandbox), (uid, gid), stdin_name)  # fmt: skip
             proc = options.runner(launch if transfer else shared_fs_launch(launch))
             done = await _run_job(calls, proc, options, started)
+            link.job_done = True  # condor_tail is refused from now on, as condor_starter
         except JobHeldError as exc:
             await report_hold(calls, job, gjid, exc)
             return

@@ -98,6 +98,7 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
             await calls.get_sec_session_info()  # transfer session, as after a reconnect
         try:
             done = await watch(calls, proc, options, 0)  # its first call waits for the shadow
+            link.job_done = True
         except JobHeldError as exc:
             await report_hold(calls, job_values(state.job_wire), state.global_job_id, exc)
             return

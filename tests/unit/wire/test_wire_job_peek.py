@@ -179,6 +179,8 @@ def test_the_claims_schedd_gets_an_owner_session_that_peeks_only_at_the_jobs_fil
             # the schedd's claim session is no job owner's: it may not peek
             with pytest.raises(ProtocolError):
                 await peek(where, claim_client_session(claim_session(CLAIM), where), {})
+            link.job_done = True  # the job exited; its output transfer is under way
+            seen["done"] = await peek(where, session, {"Out": True})
             link.close()  # the job's conversation ended: its owner sessions with it
             with pytest.raises(ProtocolError, match="no longer knows our session"):
                 await peek(where, session, {"Out": True})
@@ -208,6 +210,8 @@ def test_the_claims_schedd_gets_an_owner_session_that_peeks_only_at_the_jobs_fil
     assert seen["numbers"][0]["ErrorString"] == "Could not evaluate transfer list."
     huge, files = seen["huge"]  # an offset past the end: nothing, from the end
     assert files == [b""] and huge["count"] == 1
+    assert seen["done"][0] == {"Result": False, "ErrorString":
+                               "Rejecting request, because the job is finished."}  # fmt: skip
     assert seen["sshd"][0] == {"Result": False, "ErrorString": NO_SSH}
     assert len(owners) == 0
     secret = seen["owner"].rsplit("]", 1)[1]
