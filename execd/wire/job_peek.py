@@ -156,10 +156,10 @@ def plan_sizes(chosen: list[PeekFile], files: JobFiles, max_bytes: int) -> None:
         except OSError as exc:
             code = exc.errno or 0
             raise PeekError(f"Unable to resolve file {path} to real path. "
-                              f"(errno={code}, {os.strerror(code)})", retry=True) from None
+                            f"(errno={code}, {os.strerror(code)})", retry=True) from None
         if not _inside(real, files.sandbox):
             raise PeekError(f"Invalid symlink or filename ({real}) outside sandbox "
-                              f"({files.sandbox})")  # fmt: skip
+                            f"({files.sandbox})")  # fmt: skip
         item.path = real
         size = 0
         if (fd := open_in_sandbox(real, files)) is not None:
@@ -240,7 +240,7 @@ async def serve_peek(channel: Channel, files: JobFiles | None, *, finished: bool
     try:
         if files is None:
             raise PeekError("Retrying request, because the job execution environment "
-                              "is not yet ready.", retry=True)  # fmt: skip
+                            "is not yet ready.", retry=True)  # fmt: skip
         if finished:
             raise PeekError("Rejecting request, because the job is finished.")
         chosen = select_files(values, files)

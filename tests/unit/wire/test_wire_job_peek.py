@@ -201,6 +201,7 @@ def test_the_claims_schedd_gets_an_owner_session_that_peeks_only_at_the_jobs_fil
     assert named["TransferFiles"] == ["empty.txt", "progress.txt"] and named["count"] == 2
     assert files == [b"", b"named 1\nnamed 2\n"]  # an empty file's 666 rides the next message
     assert seen["offset"][1] == [OUT[-7:].encode()]
+    assert seen["offset"][0]["TransferOffsets"] == [0]  # condor_starter's answer for stdout
     assert seen["../../etc/passwd"][0]["ErrorString"] == \
         "File ../../etc/passwd requested but not authorized to be sent."  # fmt: skip
     assert "Retry" not in seen["../../etc/passwd"][0]
