@@ -112,7 +112,7 @@ async def serve_owner_peek(channel: Channel, peer: Peer, sessions: OwnerSessions
         raise RemoteProtocolError(f"{peer.user} may not peek at a job's files")
     link = owner.link
     await serve_peek(channel, link.files, finished=link.closed or link.job_done,
-                     job=link.global_job_id)  # fmt: skip
+                     enabled=link.peek_enabled, job=link.global_job_id)  # fmt: skip
 
 
 async def refuse_sshd(channel: Channel, peer: Peer, sessions: OwnerSessions) -> None:

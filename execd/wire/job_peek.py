@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -233,11 +233,14 @@ async def send_files(channel: Channel, chosen: list[PeekFile], files: JobFiles) 
 
 
 async def serve_peek(channel: Channel, files: JobFiles | None, *, finished: bool,
-                     job: str) -> None:  # fmt: skip
-    """One STARTER_PEEK request from the job's owner (already authorized)."""
+                     enabled: Callable[[], bool], job: str) -> None:  # fmt: skip
+    """One STARTER_PEEK request from the job's owner (already authorized); `enabled`
+    asks ENABLE_PEEK_JOB."""
     request = to_classad(decode_ad(channel.decoder(await channel.recv()), "STARTER_PEEK ad"))
     values = {key: request.eval(key) for key in request}
     try:
+        if not enabled():
+            raise PeekError("Rejecting request, because ENABLE_PEEK_JOB=false")
         if files is None:
             raise PeekError("Retrying request, because the job execution environment "
                             "is not yet ready.", retry=True)  # fmt: skip

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import socket
@@ -118,6 +119,9 @@ class ShadowOptions:
     published_slot_ad: WireAd | None = None
     # Told at the job's end the bytes its input and output transfers moved.
     on_transferred: Callable[[int, int], None] | None = None
+    # Asked at each condor_tail request with the job's ad: may its files be read
+    # (ENABLE_PEEK_JOB)? None: always.
+    peek_enabled: Callable[[dict[str, object]], bool] | None = None
 
 
 def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
@@ -338,6 +342,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                              dict(starter_ad), link.lease_s, int(time.time()),
                              transfers.tally.received)  # fmt: skip
         link.files = job_files(job, sandbox, transfer, uid)  # condor_tail may read them now
+        if options.peek_enabled is not None:
+            link.peek_enabled = functools.partial(options.peek_enabled, job)
 
         def started() -> None:
             if options.on_running is not None:

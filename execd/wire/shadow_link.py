@@ -71,6 +71,7 @@ class ShadowLink:
         self.owner = ""  # the job ad's User: whom a job owner's session is made for
         self.files: JobFiles | None = None  # what condor_tail may read, once the job runs
         self.job_done = False  # the job has exited (its output may still be on its way)
+        self.peek_enabled: Callable[[], bool] = lambda: True  # ENABLE_PEEK_JOB for this job
         self.on_close: list[Callable[[], None]] = []  # e.g. forget its owner sessions
 
     def claim_matches(self, claim_id: str) -> bool:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 from pathlib import Path
 
@@ -86,6 +87,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
     with contextlib.suppress(OSError):  # the job runs as its sandbox's owner
         link.files = job_files(job, Path(state.sandbox), state.transfer,
                                os.stat(state.sandbox).st_uid)  # fmt: skip
+    if options.peek_enabled is not None:
+        link.peek_enabled = functools.partial(options.peek_enabled, job)
     calls.attach(link)
     options.links.add(link)
     log.info("shadow_conversation_resumed", job=state.global_job_id, lease_s=state.lease_s,

@@ -10,9 +10,11 @@ execute points.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,8 @@ TAILS = {
     "symlink-out": ["-no-stdout", "{job}", "escape.txt"],
 }
 SSH_WAIT_S = 30
+PEEK_OFF = "ENABLE_PEEK_JOB = TARGET.User =!= \"nobody@nowhere\" && MY.Cpus < 0\n"
+PEEK_OFF_FILE = "/etc/condor/config.d/95-execd-peek-off.conf"
 
 
 def tail(pool: harness.Pool, job: str, args: list[str]) -> tuple[int, str, str]:
@@ -108,3 +112,41 @@ def test_condor_tail_prints_the_same_as_on_condor_startd(
     assert code != 0
     assert "execd does not support ssh access to jobs" in err
     assert took < SSH_WAIT_S
+
+
+@contextlib.contextmanager
+def starters_reading(pool: harness.Pool, text: str) -> Iterator[None]:
+    """condor_starters started meanwhile read `text` (each starter reads the config)."""
+    path = pool.host_path(PEEK_OFF_FILE)
+    path.write_text(text)
+    try:
+        yield
+    finally:
+        path.unlink()
+
+
+def tail_of_a_job_not_to_be_peeked(pool: harness.Pool) -> tuple[int, str, str]:
+    stamp = f"{os.getpid()}-{time.monotonic_ns()}"
+    ready, release = Path(f"/tmp/execd-tail-ready-{stamp}"), Path(f"/tmp/execd-tail-go-{stamp}")
+    job = submit_files(pool, PLAIN_SUBMIT.format(args=f"{ready} {release}", extra=TRANSFER),
+                       {"job.sh": SCRIPT})  # fmt: skip
+    try:
+        harness.wait_for(f"the job's {ready}", ready.exists, WAIT_S)
+        seen = tail(pool, f"{job.cluster}.0", [])
+        release.touch()
+        job.wait_for_event("005", WAIT_S)
+        return seen
+    finally:
+        for path in (ready, release):
+            path.unlink(missing_ok=True)
+
+
+def test_enable_peek_job_false_refuses_condor_tail_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """ENABLE_PEEK_JOB, an expression over the slot (MY) and the job (TARGET), false
+    for this job: the same refusal from both starters."""
+    ours, theirs = on_both(running_pool, tail_of_a_job_not_to_be_peeked, PEEK_OFF,
+                           lambda pool: starters_reading(pool, PEEK_OFF))  # fmt: skip
+    assert ours == theirs
+    assert ours == (1, "", "Failed to peek at file from starter: Rejecting request, "
+                           "because ENABLE_PEEK_JOB=false\n")

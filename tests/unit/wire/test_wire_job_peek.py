@@ -15,7 +15,11 @@ from typing import Any, cast
 import pytest
 from structlog.testing import capture_logs
 
+from execd.classads import new_ad
+from execd.config.loader import load_config
+from execd.config.settings import load_settings
 from execd.daemon.pool_commands import PoolCommands
+from execd.daemon.pool_conversation import peek_enabled
 from execd.errors import ProtocolError
 from execd.wire.claim_session import ClaimSession, claim_session
 from execd.wire.classad_codec import decode_ad, encode_ad, from_values, to_classad
@@ -179,6 +183,9 @@ def test_the_claims_schedd_gets_an_owner_session_that_peeks_only_at_the_jobs_fil
             # the schedd's claim session is no job owner's: it may not peek
             with pytest.raises(ProtocolError):
                 await peek(where, claim_client_session(claim_session(CLAIM), where), {})
+            link.peek_enabled = lambda: False  # ENABLE_PEEK_JOB false for this job
+            seen["disabled"] = await peek(where, session, {"Out": True})
+            link.peek_enabled = lambda: True
             link.job_done = True  # the job exited; its output transfer is under way
             seen["done"] = await peek(where, session, {"Out": True})
             link.close()  # the job's conversation ended: its owner sessions with it
@@ -211,6 +218,8 @@ def test_the_claims_schedd_gets_an_owner_session_that_peeks_only_at_the_jobs_fil
     assert seen["numbers"][0]["ErrorString"] == "Could not evaluate transfer list."
     huge, files = seen["huge"]  # an offset past the end: nothing, from the end
     assert files == [b""] and huge["count"] == 1
+    assert seen["disabled"][0] == {"Result": False, "ErrorString":
+                                   "Rejecting request, because ENABLE_PEEK_JOB=false"}  # fmt: skip
     assert seen["done"][0] == {"Result": False, "ErrorString":
                                "Rejecting request, because the job is finished."}  # fmt: skip
     assert seen["sshd"][0] == {"Result": False, "ErrorString": NO_SSH}
@@ -251,3 +260,17 @@ def test_a_job_keeps_its_latest_owner_sessions_and_none_after_its_end() -> None:
     assert all(security.sessions[sid].peer.user == DUMMY_OWNER for sid in made[4:])
     link.close()
     assert len(owners) == 0 and not security.sessions
+
+
+@pytest.mark.parametrize(("knob", "enabled"), [
+    ("", True), ("ENABLE_PEEK_JOB = false", False), ("ENABLE_PEEK_JOB = 0", False),
+    ('ENABLE_PEEK_JOB = TARGET.User == "alice@pool.example"', True),
+    ('ENABLE_PEEK_JOB = TARGET.User == "bob@pool.example"', False),
+    ("ENABLE_PEEK_JOB = MY.Cpus > 4", False), ("ENABLE_PEEK_JOB = no_such_attr", True),
+])  # fmt: skip
+def test_enable_peek_job_is_read_as_condor_starter_reads_it(tmp_path: Path, knob: str,
+                                                            enabled: bool) -> None:  # fmt: skip
+    config = tmp_path / "condor_config"
+    config.write_text(knob + "\n")
+    settings = load_settings(load_config(config, env={}))
+    assert peek_enabled(settings, new_ad({"Cpus": 2}), dict(JOB)) is enabled
