@@ -7,7 +7,8 @@ Authorization (before any handler runs, in the wire server's hook): claim comman
 only from the holder of a claim id (the claim's own session, which only the
 negotiator's match gives a schedd) or an EXECD_POOL_SCHEDULERS identity; vacate and
 drain (and the daemon-core reconfig and shutdown commands, execd.daemon.pool_admin) only
-from EXECD_POOL_ADMINISTRATORS. Every refusal is logged with the peer, the
+from EXECD_POOL_ADMINISTRATORS; a job owner's session (condor_tail's) only STARTER_PEEK
+and START_SSHD, whatever user it names. Every refusal is logged with the peer, the
 command and the claim's public session id, never the claim id's secret.
 """
 
@@ -116,13 +117,14 @@ class PoolCommands:
         }
 
     def authorize(self, command: int, peer: Peer) -> bool:
-        config = self.member.config
-        if command in CLAIM_COMMANDS:
+        config, owners = self.member.config, self.owners
+        owner_session = owners is not None and owners.is_owner_session(peer.sid)
+        if owners is not None and owner_session:  # whatever user it names
+            allowed = command in OWNER_COMMANDS and owners.holder(peer) is not None
+        elif command in CLAIM_COMMANDS:
             allowed = peer.user == MATCH_SESSION_USER or matches(peer.user, config.schedulers)
         elif command in ADMIN_COMMANDS or command in ADMIN_DAEMON_COMMANDS:
             allowed = matches(peer.user, config.administrators)
-        elif command in OWNER_COMMANDS:
-            allowed = self.owners is not None and self.owners.holder(peer) is not None
         elif command in READ_DAEMON_COMMANDS or command == Command.QUERY_STARTD_ADS:
             allowed = True  # any authenticated peer, as HTCondor's default ALLOW_READ
         else:
@@ -130,7 +132,8 @@ class PoolCommands:
         if not allowed:
             logger.warning("pool_command_refused", peer=peer.address, user=peer.user,
                            method=peer.method, command=command,
-                           why="not an administrator"
+                           why="a job owner's session serves only its owner commands"
+                           if owner_session else "not an administrator"
                            if command in ADMIN_COMMANDS or command in ADMIN_DAEMON_COMMANDS
                            else "not the job owner's session" if command in OWNER_COMMANDS
                            else "not a claim holder or pool scheduler")  # fmt: skip
@@ -298,8 +301,7 @@ class PoolCommands:
         await serve_ca_command(channel, peer, schedd_moved=self.member.schedd_moved)
 
     async def owner_command(self, channel: Channel, command: int, peer: Peer) -> None:
-        """condor_tail / condor_ssh_to_job: the schedd makes the job owner's session,
-        the owner peeks (or asks for an sshd) on it."""
+        """condor_tail / condor_ssh_to_job: the job owner's session, then its use."""
         if self.owners is None:
             self.owners = OwnerSessions(self.member.security)
         if command == Command.CREATE_JOB_OWNER_SEC_SESSION:

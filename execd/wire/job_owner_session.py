@@ -9,8 +9,12 @@ any other is refused without an answer), makes a session with a fresh id and key
 peer is the job's owner (the job ad's User), and answers {Version, Result = true,
 ClaimId = "<session id>#[session info]<64 hex key>", StarterIpAddr}; the schedd hands it
 to the tool, which resumes that session for STARTER_PEEK (execd.wire.job_peek) or
-START_SSHD. The session serves that one job's owner commands and is forgotten when the
-job's conversation ends. Its key is in no log: only the session id is logged.
+START_SSHD. The session serves that one job's owner commands (STARTER_PEEK and
+START_SSHD, nothing else whatever its user: execd.daemon.pool_commands authorizes it)
+and is forgotten when the job's conversation ends. condor_starter keeps every session
+until then; execd keeps a job's SESSIONS_PER_JOB most recently used ones (each
+condor_tail run makes one; a `condor_tail -f` uses its own every few seconds, so only
+sessions left idle longest go). Its key is in no log: only the session id is logged.
 
 START_SSHD gets condor_starter's answer for a starter built without ssh support
 (Result = false and an ErrorString, no Retry): execd runs no sshd for a job
@@ -20,7 +24,9 @@ exits at once.
 
 from __future__ import annotations
 
+import functools
 import secrets
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from execd.claims.ids import SESSION_ATTRS
@@ -39,8 +45,8 @@ log = get_logger("wire")
 NO_SSH = ("execd does not support ssh access to jobs (condor_ssh_to_job): "
           "this execute point runs no sshd for a job")  # fmt: skip
 DUMMY_OWNER = "job-owner@submit-domain"  # condor_starter's name for a job without User
-# Each condor_tail run makes a session; a job keeps its latest ones, the older go.
-SESSIONS_PER_JOB = 16
+# Each condor_tail run makes a session; a job keeps the ones used last, the idlest go.
+SESSIONS_PER_JOB = 64
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class OwnerSessions:
         self.security = security
         self.links = links
         self._sessions: dict[str, OwnerSession] = {}
+        self._by_job: dict[ShadowLink, OrderedDict[str, None]] = {}  # least recently used first
 
     def create(self, link: ShadowLink) -> str:
         """A new session for `link`'s job owner; the claim id that carries it."""
@@ -65,20 +72,38 @@ class OwnerSessions:
         self.security.add_claim_session(
             ClaimSession(sid, hkdf_key(secret.encode("ascii")), {}), user=user)
         self._sessions[sid] = OwnerSession(sid, user, link)
-        link.on_close.append(lambda: self.forget(sid))
-        held = [s for s in self._sessions.values() if s.link is link]
-        for old in held[:-SESSIONS_PER_JOB]:
-            self.forget(old.sid)
+        held = self._by_job.get(link)
+        if held is None:  # one hook per job: its end forgets all its sessions
+            held = self._by_job[link] = OrderedDict()
+            link.on_close.append(functools.partial(self._forget_job, link))
+        held[sid] = None
+        while len(held) > SESSIONS_PER_JOB:
+            self.forget(next(iter(held)))
         return f"{sid}#{SESSION_ATTRS}{secret}"
 
     def forget(self, sid: str) -> None:
-        if self._sessions.pop(sid, None) is not None:
+        owner = self._sessions.pop(sid, None)
+        if owner is not None:
             self.security.remove_session(sid)
+            held = self._by_job.get(owner.link)
+            if held is not None:
+                held.pop(sid, None)
+
+    def _forget_job(self, link: ShadowLink) -> None:
+        for sid in list(self._by_job.pop(link, OrderedDict())):
+            self.forget(sid)
+
+    def is_owner_session(self, sid: str) -> bool:
+        return sid in self._sessions
 
     def holder(self, peer: Peer) -> OwnerSession | None:
-        """The session `peer` came on, if it is a job owner's and the peer its owner."""
+        """The session `peer` came on, if it is a job owner's and the peer its owner
+        (the session counts as used now)."""
         owner = self._sessions.get(peer.sid)
-        return owner if owner is not None and owner.user == peer.user else None
+        if owner is None or owner.user != peer.user:
+            return None
+        self._by_job[owner.link].move_to_end(owner.sid)
+        return owner
 
     def __len__(self) -> int:
         return len(self._sessions)

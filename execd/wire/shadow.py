@@ -290,6 +290,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                       lease_s=float(lease) if isinstance(lease, int) else None,
                       starter_ad=starter_ad, starter_address=address)  # fmt: skip
     link.owner = str(job.get("User") or "")
+    if options.peek_enabled is not None:  # condor_tail is refused at once, not retried
+        link.peek_enabled = functools.partial(options.peek_enabled, job)
     calls.attach(link)
     options.links.add(link)
     handed_over = False
@@ -342,8 +344,6 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                              dict(starter_ad), link.lease_s, int(time.time()),
                              transfers.tally.received)  # fmt: skip
         link.files = job_files(job, sandbox, transfer, uid)  # condor_tail may read them now
-        if options.peek_enabled is not None:
-            link.peek_enabled = functools.partial(options.peek_enabled, job)
 
         def started() -> None:
             if options.on_running is not None:
