@@ -25,8 +25,9 @@ regular file inside the sandbox that the job's user may read is then opened, thr
 that handle: a directory swapped for a symlink meanwhile reaches nothing outside. A
 directory named is sent as condor_starter's put_file sends one: an empty file, counted.
 The file work (resolving, opening, reading) runs on a thread of its own with a time
-limit, so a sandbox on a hung NFS or FUSE mount does not stop the daemon: a request
-that runs out of time is answered "retry", or its connection is dropped mid-file.
+limit (execd.wire.blocking_worker), so a sandbox on a hung NFS or FUSE mount does not
+stop the daemon, nor its exit: a request that runs out of time is answered "retry", or
+its connection is dropped mid-file.
 A file offset below 0 asks for its last bytes; MaxTransferBytes bounds the bytes of
 all files together (condor_starter's arithmetic, quirks included: the stdout offset it
 answers for a request that gave one is 0, and only the first named file's offset is
@@ -35,16 +36,15 @@ read, from the last number of the list).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from execd.log import get_logger
+from execd.wire.blocking_worker import BlockingWorker
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
 from execd.wire.filetransfer import CHUNK_BYTES, ZERO_FILE_MARKER
@@ -58,7 +58,7 @@ REQUEST_ATTRS = ("Out", "Err", "OutOffset", "ErrOffset", "TransferFiles", "Trans
 SCALAR_TEXT_BYTES = 64  # a literal boolean or number is shorter: a longer value is ignored
 NAME_TEXT_BYTES = 4096 + 4  # PATH_MAX, quoted, and the list's separator
 # One thread for peeks' file work: a sandbox on a hung mount holds it, and nothing else.
-PEEK_IO = ThreadPoolExecutor(max_workers=1, thread_name_prefix="execd-peek")
+PEEK_IO = BlockingWorker("execd-peek")
 PEEK_IO_TIMEOUT_S = 20.0
 T = TypeVar("T")
 
@@ -268,9 +268,7 @@ def plan_sizes(chosen: list[PeekFile], files: JobFiles, max_bytes: int) -> None:
 
 async def in_peek_thread(work: Callable[..., T], *args: Any) -> T:
     """`work(*args)` on the PEEK_IO thread; TimeoutError after PEEK_IO_TIMEOUT_S."""
-    loop = asyncio.get_running_loop()
-    return await asyncio.wait_for(loop.run_in_executor(PEEK_IO, work, *args),
-                                  PEEK_IO_TIMEOUT_S)  # fmt: skip
+    return await PEEK_IO.run(PEEK_IO_TIMEOUT_S, work, *args)
 
 
 def refusal(error: PeekError) -> dict[str, Any]:

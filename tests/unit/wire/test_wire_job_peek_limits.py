@@ -256,7 +256,7 @@ def test_files_that_do_not_answer_leave_the_daemon_serving(
         release.wait(30)
 
     async def run() -> tuple[dict[str, Any], list[bytes]]:
-        stuck = asyncio.get_running_loop().run_in_executor(job_peek.PEEK_IO, hang)
+        stuck = asyncio.ensure_future(job_peek.PEEK_IO.run(30, hang))
         await asyncio.to_thread(hung.wait, 5)
         try:
             ours, theirs = await channel_pair()
