@@ -32,12 +32,13 @@ while [ $i -lt 100 ]; do echo "filler line $i"; i=$((i + 1)); done
 echo "out last line"
 printf 'named %s\\n' 1 2 3 > progress.txt
 ln -s /etc/passwd escape.txt
+mkdir outdir
 touch "$ready"
 while [ ! -e "$release" ]; do sleep 0.2; done
 rm -f escape.txt
 echo "released" | tee escape.txt
 """
-TRANSFER = "transfer_output_files = progress.txt, escape.txt"
+TRANSFER = "transfer_output_files = progress.txt, escape.txt, outdir"
 # What condor_tail is asked, by name: the tool's own argument lists.
 TAILS = {
     "stdout": [],
@@ -47,6 +48,7 @@ TAILS = {
     "named": ["-no-stdout", "{job}", "progress.txt"],
     "not-listed": ["-no-stdout", "{job}", "../../../etc/passwd"],
     "symlink-out": ["-no-stdout", "{job}", "escape.txt"],
+    "directory": ["-no-stdout", "{job}", "outdir"],  # put_file sends it empty, counted
 }
 SSH_WAIT_S = 30
 PEEK_OFF = "ENABLE_PEEK_JOB = TARGET.User =!= \"nobody@nowhere\" && MY.Cpus < 0\n"
@@ -104,6 +106,7 @@ def test_condor_tail_prints_the_same_as_on_condor_startd(
     assert ours["symlink-out"][0] == 1
     assert ours["symlink-out"][2] == ("Failed to peek at file from starter: Invalid symlink or "
                                       "filename (/etc/passwd) outside sandbox (<sandbox>)\n")
+    assert ours["directory"][0] == 0 and "Received" not in ours["directory"][2]
     # the job ran on after every request, to its normal end
     assert ours["ended"] == theirs["ended"] == "(1) Normal termination (return value 0)"
     assert ours["out"] == theirs["out"]
