@@ -219,6 +219,7 @@ _group(
     ("DISABLE_SWAP_FOR_JOB", B, "true", "Set memory.swap.max = 0 for jobs."),
     ("STARTER_ALWAYS_HOLD_ON_OOM", B, "true", "Hold an OOM-killed job even when it was under 90% of its limit."),
     ("STARTER_HIDE_GPU_DEVICES", B, "true", "Deny each job the NVIDIA GPUs of the node that are not its slot's: a BPF device program on the job's cgroup makes opening their /dev/nvidia<N> fail with EPERM whatever the file permissions (nvidia-smi does not list them). Needs root and cgroup BPF; where it cannot be applied the job runs anyway and the starter log and the daemon's log say so."),
+    ("ENABLE_PEEK_JOB", E, "True", "Whether condor_tail may read a running job's files (STARTER_PEEK): true, false, or a ClassAd expression over the slot's ad (MY) and the job's (TARGET); one that is not a boolean counts as true. False refuses with condor_starter's 'Rejecting request, because ENABLE_PEEK_JOB=false'."),
     ("JOB_RENICE_INCREMENT", I, "0", "Nice value added to jobs."),
     ("STARTER_JOB_HOOK_KEYWORD", S, "", "Hook keyword for every job (job hooks)."),
     ("STARTER_DEFAULT_JOB_HOOK_KEYWORD", S, "", "Hook keyword for jobs that name none."),

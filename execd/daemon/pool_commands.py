@@ -7,7 +7,8 @@ Authorization (before any handler runs, in the wire server's hook): claim comman
 only from the holder of a claim id (the claim's own session, which only the
 negotiator's match gives a schedd) or an EXECD_POOL_SCHEDULERS identity; vacate and
 drain (and the daemon-core reconfig and shutdown commands, execd.daemon.pool_admin) only
-from EXECD_POOL_ADMINISTRATORS. Every refusal is logged with the peer, the
+from EXECD_POOL_ADMINISTRATORS; a job owner's session (condor_tail's) only STARTER_PEEK
+and START_SSHD, whatever user it names. Every refusal is logged with the peer, the
 command and the claim's public session id, never the claim id's secret.
 """
 
@@ -41,6 +42,12 @@ from execd.wire.claim_messages import (
 from execd.wire.claim_session import MATCH_SESSION_USER
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
 from execd.wire.commands import Command, Reply
+from execd.wire.job_owner_session import (
+    OwnerSessions,
+    refuse_sshd,
+    serve_create_owner_session,
+    serve_owner_peek,
+)
 from execd.wire.server import Handler, Peer
 from execd.wire.shadow_link import serve_ca_command
 
@@ -53,7 +60,10 @@ CLAIM_COMMANDS = frozenset({
     Command.REQUEST_CLAIM, Command.ACTIVATE_CLAIM, Command.DEACTIVATE_CLAIM,
     Command.DEACTIVATE_CLAIM_FORCIBLY, Command.DEACTIVATE_CLAIM_JOB_DONE,
     Command.RELEASE_CLAIM, Command.SUSPEND_CLAIM, Command.CONTINUE_CLAIM, Command.CA_CMD,
+    Command.CREATE_JOB_OWNER_SEC_SESSION,
 })  # fmt: skip
+# condor_tail and condor_ssh_to_job: only on a job owner's session (job_owner_session.py)
+OWNER_COMMANDS = frozenset({Command.STARTER_PEEK, Command.START_SSHD})
 ADMIN_COMMANDS = frozenset({
     Command.VACATE_CLAIM, Command.VACATE_CLAIM_FAST, Command.VACATE_ALL_CLAIMS,
     Command.VACATE_ALL_FAST, Command.DRAIN_JOBS, Command.CANCEL_DRAIN_JOBS,
@@ -82,6 +92,7 @@ class PoolCommands:
         self.daemon = member.daemon
         self.pslots = PslotPreemption(member)
         self.history = HistoryQueue(lambda: member.daemon.settings)
+        self.owners: OwnerSessions | None = None  # once the member has its server security
 
     def handlers(self) -> dict[int, Handler]:
         deactivate = self.deactivate_claim
@@ -101,14 +112,20 @@ class PoolCommands:
             Command.DRAIN_JOBS: self.drain,
             Command.CANCEL_DRAIN_JOBS: self.cancel_drain,
             Command.CA_CMD: self.ca_command,
+            Command.CREATE_JOB_OWNER_SEC_SESSION: self.owner_command,
+            Command.STARTER_PEEK: self.owner_command,
+            Command.START_SSHD: self.owner_command,
             Command.QUERY_STARTD_ADS: self.query,  # condor_who, condor_status -direct
             Command.GET_HISTORY: self.history.serve,  # condor_history -startd
             **DaemonCommands(self.daemon).handlers(),  # condor_reconfig, condor_config_val
         }
 
     def authorize(self, command: int, peer: Peer) -> bool:
-        config = self.member.config
-        if command in CLAIM_COMMANDS:
+        config, owners = self.member.config, self.owners
+        owner_session = owners is not None and owners.is_owner_session(peer.sid)
+        if owners is not None and owner_session:  # whatever user it names
+            allowed = command in OWNER_COMMANDS and owners.holder(peer) is not None
+        elif command in CLAIM_COMMANDS:
             allowed = peer.user == MATCH_SESSION_USER or matches(peer.user, config.schedulers)
         elif command in ADMIN_COMMANDS or command in ADMIN_DAEMON_COMMANDS:
             allowed = matches(peer.user, config.administrators)
@@ -119,8 +136,10 @@ class PoolCommands:
         if not allowed:
             logger.warning("pool_command_refused", peer=peer.address, user=peer.user,
                            method=peer.method, command=command,
-                           why="not an administrator"
+                           why="a job owner's session serves only its owner commands"
+                           if owner_session else "not an administrator"
                            if command in ADMIN_COMMANDS or command in ADMIN_DAEMON_COMMANDS
+                           else "not the job owner's session" if command in OWNER_COMMANDS
                            else "not a claim holder or pool scheduler")  # fmt: skip
         return allowed
 
@@ -283,6 +302,17 @@ class PoolCommands:
         """The shadow's reconnect (execd/wire/shadow_link.py): execd is the starter too."""
 
         await serve_ca_command(channel, peer, schedd_moved=self.member.schedd_moved)
+
+    async def owner_command(self, channel: Channel, command: int, peer: Peer) -> None:
+        """condor_tail / condor_ssh_to_job: the job owner's session, then its use."""
+        if self.owners is None:
+            self.owners = OwnerSessions(self.member.security)
+        if command == Command.CREATE_JOB_OWNER_SEC_SESSION:
+            await serve_create_owner_session(channel, peer, self.owners)
+        elif command == Command.STARTER_PEEK:
+            await serve_owner_peek(channel, peer, self.owners)
+        else:
+            await refuse_sshd(channel, peer, self.owners)
 
     async def release_claim(self, channel: Channel, command: int, peer: Peer) -> None:
         claim_id = decode_claim_only(channel.decoder(await channel.recv()), "RELEASE_CLAIM")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from execd import log
 from execd.claims.ids import ClaimId
+from execd.classads import evaluate, new_ad
 from execd.daemon.pool_job import PoolJob
 from execd.errors import ExecdError, ProtocolError
 from execd.wire.channel import Channel
@@ -34,6 +35,7 @@ from execd.wire.shadow_syscalls import MessageChannel
 from execd.wire.sinful import parse_sinful
 
 if TYPE_CHECKING:
+    from execd.config.settings import Settings
     from execd.daemon.jobs import Job
     from execd.daemon.pool import PoolMember
 
@@ -85,7 +87,20 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         runner=job.runner, on_running=on_running, handover=handover, slot_ad=ad,
         published_slot_ad=published,
         on_transferred=daemon.startd_stats.transfers.add,
+        peek_enabled=lambda job_values: peek_enabled(daemon.settings, ad, job_values),
     )  # fmt: skip
+
+
+def peek_enabled(settings: Settings, slot_ad: Any, job: dict[str, object]) -> bool:
+    """ENABLE_PEEK_JOB as condor_starter's param_boolean reads it: the expression over
+    the slot's ad (MY) and the job's (TARGET); a value that is not a boolean or a
+    number counts as the default, true."""
+    value = evaluate(settings.get_expr("ENABLE_PEEK_JOB") or "true", slot_ad, new_ad(job))
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value != 0
+    return True
 
 
 def _ended(member: PoolMember, claim: ClaimId, handed_over: list[bool]) -> None:

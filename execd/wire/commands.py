@@ -30,6 +30,10 @@ class Command(IntEnum):
     DRAIN_JOBS = 512
     CANCEL_DRAIN_JOBS = 513
     CA_CMD = 1200
+    # the starter's commands (STARTER_COMMANDS_BASE 1500); execd's starter is the daemon
+    CREATE_JOB_OWNER_SEC_SESSION = 1501
+    START_SSHD = 1502
+    STARTER_PEEK = 1503
     DC_RECONFIG = 60004
     DC_OFF_GRACEFUL = 60005
     DC_OFF_FAST = 60006
@@ -90,6 +94,9 @@ COMMAND_PERMISSION: dict[int, str] = {
     Command.VACATE_CLAIM: "ADMINISTRATOR", Command.VACATE_CLAIM_FAST: "ADMINISTRATOR",
     Command.DRAIN_JOBS: "ADMINISTRATOR", Command.CANCEL_DRAIN_JOBS: "ADMINISTRATOR",
     Command.QUERY_STARTD_ADS: "READ", Command.GET_HISTORY: "READ", Command.CA_CMD: "WRITE",
+    # condor_starter's levels (starter.cpp): the job owner's commands are READ
+    Command.CREATE_JOB_OWNER_SEC_SESSION: "DAEMON", Command.START_SSHD: "READ",
+    Command.STARTER_PEEK: "READ",
 }  # fmt: skip
 # What each level implies (condor_perms.cpp's hierarchy).
 IMPLIED_PERMISSION = {"WRITE": "READ", "NEGOTIATOR": "READ", "ADMINISTRATOR": "WRITE",

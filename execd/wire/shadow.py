@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import socket
@@ -55,6 +56,7 @@ from execd.wire.filetransfer import (
     std_files,
     upload_sandbox,
 )
+from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
 from execd.wire.security import (
     CONDOR_VERSION,
@@ -118,6 +120,9 @@ class ShadowOptions:
     published_slot_ad: WireAd | None = None
     # Told at the job's end the bytes its input and output transfers moved.
     on_transferred: Callable[[int, int], None] | None = None
+    # Asked at each condor_tail request with the job's ad: may its files be read
+    # (ENABLE_PEEK_JOB)? None: always.
+    peek_enabled: Callable[[dict[str, object]], bool] | None = None
 
 
 def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
@@ -285,6 +290,9 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     link = ShadowLink(channel, claim_id=claim_text, global_job_id=gjid,
                       lease_s=float(lease) if isinstance(lease, int) else None,
                       starter_ad=starter_ad, starter_address=address)  # fmt: skip
+    link.owner = str(job.get("User") or "")
+    if options.peek_enabled is not None:  # condor_tail is refused at once, not retried
+        link.peek_enabled = functools.partial(options.peek_enabled, job)
     calls.attach(link)
     options.links.add(link)
     handed_over = False
@@ -336,6 +344,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         state = Conversation(gjid, dict(job_wire), str(sandbox), inputs, before, transfer,
                              dict(starter_ad), link.lease_s, int(time.time()),
                              transfers.tally.received)  # fmt: skip
+        link.files = job_files(job, sandbox, transfer, uid)  # condor_tail may read them now
 
         def started() -> None:
             if options.on_running is not None:
@@ -348,6 +357,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                                stdout or os.devnull, stderr or os.devnull)  # fmt: skip
             proc = options.runner(launch if transfer else shared_fs_launch(launch))
             done = await _run_job(calls, proc, options, started)
+            link.job_done = True  # condor_tail is refused from now on, as condor_starter
         except JobHeldError as exc:
             await report_hold(calls, job, gjid, exc)
             return

@@ -24,6 +24,7 @@ from execd.errors import ProtocolError, RemoteProtocolError
 from execd.log import get_logger
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import WireAd, from_values
+from execd.wire.job_peek import JobFiles
 from execd.wire.reconnect import (
     FAILURE,
     INVALID_REQUEST,
@@ -67,6 +68,11 @@ class ShadowLink:
         self._offered: MessageChannel | None = None
         self._arrived = asyncio.Event()
         self._held: dict[int, asyncio.Event] = {}  # reconnect connections still in use
+        self.owner = ""  # the job ad's User: whom a job owner's session is made for
+        self.files: JobFiles | None = None  # what condor_tail may read, once the job runs
+        self.job_done = False  # the job has exited (its output may still be on its way)
+        self.peek_enabled: Callable[[], bool] = lambda: True  # ENABLE_PEEK_JOB for this job
+        self.on_close: list[Callable[[], None]] = []  # e.g. forget its owner sessions
 
     def claim_matches(self, claim_id: str) -> bool:
         return hmac.compare_digest(self._claim_id.encode(), claim_id.encode())
@@ -128,6 +134,9 @@ class ShadowLink:
     def close(self) -> None:
         """The conversation ended: every reconnect connection may close."""
         self.closed = True
+        for forget in self.on_close:
+            forget()
+        self.on_close.clear()
         if self._offered is not None:
             self._release(self._offered)
         for released in self._held.values():
@@ -163,6 +172,11 @@ class ShadowLinks:
                 link.global_job_id != global_job_id:  # fmt: skip
             return None
         return link
+
+    def by_claim(self, claim_id: str) -> ShadowLink | None:
+        """The running job under this claim id (compared in constant time)."""
+        link = self._links.get(session_id(claim_id))
+        return link if link is not None and link.claim_matches(claim_id) else None
 
     def by_session(self, sid: str) -> ShadowLink | None:
         return self._links.get(sid)

@@ -25,12 +25,16 @@ shadow (after its schedd restarted) starts a new server and is not affected.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import os
 from pathlib import Path
 
 from execd.errors import RemoteProtocolError
 from execd.log import get_logger
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.filetransfer import TransferTally
+from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobHeldError, JobRunner
 from execd.wire.shadow import (
     Conversation,
@@ -78,6 +82,13 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
     link = ShadowLink(channel, claim_id=claim_id, global_job_id=state.global_job_id,
                       lease_s=state.lease_s, starter_ad=state.starter_ad,
                       starter_address=address)  # fmt: skip
+    job = job_values(state.job_wire)
+    link.owner = str(job.get("User") or "")
+    with contextlib.suppress(OSError):  # the job runs as its sandbox's owner
+        link.files = job_files(job, Path(state.sandbox), state.transfer,
+                               os.stat(state.sandbox).st_uid)  # fmt: skip
+    if options.peek_enabled is not None:
+        link.peek_enabled = functools.partial(options.peek_enabled, job)
     calls.attach(link)
     options.links.add(link)
     log.info("shadow_conversation_resumed", job=state.global_job_id, lease_s=state.lease_s,
@@ -90,6 +101,7 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
             await calls.get_sec_session_info()  # transfer session, as after a reconnect
         try:
             done = await watch(calls, proc, options, 0)  # its first call waits for the shadow
+            link.job_done = True
         except JobHeldError as exc:
             await report_hold(calls, job_values(state.job_wire), state.global_job_id, exc)
             return

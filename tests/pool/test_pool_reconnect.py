@@ -74,10 +74,12 @@ def test_a_job_runs_on_through_execds_restart_in_place_unseen_by_its_shadow(
     re-adopts the starter, listens on the same address, accepts the claim's session
     again and goes on with the shadow's conversation on the connection the old image
     handed over. The job is never restarted (one starter, the same processes in the
-    same cgroup), its output comes back, and its user log is that of an undisturbed
-    job: no disconnect (022), no reconnect (023), no second start."""
+    same cgroup), condor_tail still reads its stdout and stderr, its output comes
+    back, and its user log is that of an undisturbed job: no disconnect (022), no
+    reconnect (023), no second start."""
     seen: dict[str, list[int]] = {}
     claim_ids: list[str] = []
+    tails: list[tuple[int, str]] = []
 
     def restart_execd(pool: harness.Pool, job: harness.SubmittedJob) -> None:
         job.wait_for_event("001", WAIT_S)
@@ -93,6 +95,10 @@ def test_a_job_runs_on_through_execds_restart_in_place_unseen_by_its_shadow(
         node.wait_for("pool_claim_restored", slot="slot1_1")
         node.wait_for("shadow_conversation_resumed", connection="kept")
         seen["after"] = sleeping(node)
+        for args in ([], ["-no-stdout", "-stderr"]):  # the re-adopted job's files
+            done = pool.tool("condor_tail", *args, f"{job.cluster}.0", user=harness.SUBMITTER,
+                             timeout_s=WAIT_S)  # fmt: skip
+            tails.append((done.returncode, done.stdout))
 
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
         node = pool_node(pool, tmp)
@@ -108,6 +114,7 @@ def test_a_job_runs_on_through_execds_restart_in_place_unseen_by_its_shadow(
         finally:
             node.stop(signal.SIGQUIT)
     assert seen["before"] == seen["after"], seen  # the same processes, the same cgroup
+    assert tails == [(0, "input one\n"), (0, "oops\n")]  # condor_tail after the restart
     events = [e for e in job.events() if e != "006"]
     assert events == ["000", "040", "040", "001", "040", "040", "005"], job.user_log()
     assert "Normal termination (return value 0)" in job.user_log()

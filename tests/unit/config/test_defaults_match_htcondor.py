@@ -45,6 +45,8 @@ CODE_DEFAULTS: dict[str, Any] = {
     "STARTD_JOB_HAS_REQUEST_ATTRS": False,
     # condor_starter.V6.1/job_info_communicator.cpp: default_allow is true but on Windows
     "STARTER_ALLOW_RUNAS_OWNER": True,
+    # condor_starter.V6.1/starter.cpp: param_boolean("ENABLE_PEEK_JOB", true, true, ...)
+    "ENABLE_PEEK_JOB": "True",
     # condor_starter.V6.1/starter.cpp: param_boolean("AUTO_SET_NVIDIA_VISIBLE_DEVICES", true)
     "AUTO_SET_NVIDIA_VISIBLE_DEVICES": True,
     "FetchWorkDelay": "300",  # condor_startd.V6/Resource.cpp: evalNextFetchWorkDelay, 300
