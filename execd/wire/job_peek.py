@@ -47,11 +47,9 @@ from execd.log import get_logger
 from execd.wire.blocking_worker import BlockingWorker
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
-from execd.wire.filetransfer import CHUNK_BYTES, ZERO_FILE_MARKER
+from execd.wire.filetransfer import CHUNK_BYTES, ZERO_FILE_MARKER, std_files
 
 log = get_logger("wire")
-STDOUT_REMAP, STDERR_REMAP = "_condor_stdout", "_condor_stderr"
-NULL_FILE = "/dev/null"
 # What Starter::peek reads of a request; nothing else is parsed.
 REQUEST_ATTRS = ("Out", "Err", "OutOffset", "ErrOffset", "TransferFiles", "TransferOffsets",
                  "MaxTransferBytes")  # fmt: skip
@@ -80,16 +78,15 @@ def _name(job: Mapping[str, Any], attr: str) -> str | None:
 
 
 def std_names(job: Mapping[str, Any], transfer: bool) -> tuple[str | None, str | None]:
-    """The job's stdout and stderr as its starter names them: with file transfer the
-    starter renames them (jic_shadow.cpp), unless they are streamed or /dev/null;
-    stderr written to stdout's file takes its name."""
+    """The job's stdout and stderr where its starter writes them: with file transfer the
+    sandbox names execd's starter uses (filetransfer.std_files, condor_starter's remap of
+    jic_shadow.cpp: stderr written to stdout's file takes its name); a discarded one, or
+    any without transfer, keeps the job ad's name."""
     out, err = _name(job, "Out"), _name(job, "Err")
-    new_out, new_err = out, err
-    if transfer and job.get("StreamOut") is False and out is not None and out != NULL_FILE:
-        new_out = STDOUT_REMAP
-    if transfer and job.get("StreamErr") is False and err is not None and err != NULL_FILE:
-        new_err = STDOUT_REMAP if err == out else STDERR_REMAP
-    return new_out, new_err
+    if not transfer:
+        return out, err
+    sandbox_out, sandbox_err = std_files(job)
+    return sandbox_out or out, sandbox_err or err
 
 
 def job_files(job: Mapping[str, Any], sandbox: Path, transfer: bool, uid: int) -> JobFiles:
