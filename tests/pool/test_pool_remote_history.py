@@ -176,23 +176,34 @@ def reconfigure(pool: harness.Pool, node: PoolNode, text: str, *, restart: bool)
 def test_condor_history_of_execd_is_condor_startds(
         running_pool: harness.RunningPool) -> None:  # fmt: skip
     pool = running_pool.get(with_startd=True)
-    written = Path(pool.tool("condor_config_val", "STARTD_HISTORY").check().stdout.strip())
-    job = pool.submit(JOB)
-    harness.wait_for("both jobs in the startd's history", lambda: pool.host_path(
-        str(written)).exists() and pool.host_path(str(written)).read_text().count(
-        "*** Offset") >= 2 and job.events().count("005") == 2, WAIT_S)  # fmt: skip
-    real = pool.host_path(str(written)).read_text()
     shared = pool.host_path(HISTORY_DIR)
-    shared.mkdir(parents=True, exist_ok=True)
-    current = shared / "startd_history"
-    current.write_text(real)
-    config = (f"STARTD_HISTORY = {HISTORY_DIR}/startd_history\n"
-              f"HISTORY = {HISTORY_DIR}/history\n"
-              f"JOB_EPOCH_HISTORY_DIR = {HISTORY_DIR}/startd_history\n")  # no directory
-    pool.host_path(STARTD_CONFIG).write_text(config)
-    pool.tool("condor_reconfig", "-startd").check()
-    first, second = job.cluster, job.cluster  # one cluster, procs 0 and 1
+    shutil.rmtree(shared, ignore_errors=True)
+    shared.mkdir(parents=True)
+    # condor_startd writes a history of its own for this test (in its LOG, where it may
+    # write): this test's two jobs only, whatever ran on it earlier in the session
+    written = pool.tool("condor_config_val", "LOG").check().stdout.strip() + \
+        "/execd-test-startd-history"
+    pool.host_path(written).unlink(missing_ok=True)
+    pool.host_path(STARTD_CONFIG).write_text(f"STARTD_HISTORY = {written}\n")
     try:
+        pool.tool("condor_reconfig", "-startd").check()
+        harness.wait_for("condor_startd's own history file", lambda: pool.tool(
+            "condor_config_val", "-startd", "STARTD_HISTORY").stdout.strip() == written,
+            WAIT_S)  # fmt: skip
+        job = pool.submit(JOB)
+        harness.wait_for("both jobs in the startd's history", lambda: pool.host_path(
+            written).exists() and pool.host_path(written).read_text().count(
+            "*** Offset") >= 2 and job.events().count("005") == 2, WAIT_S)  # fmt: skip
+        real = pool.host_path(written).read_text()
+        assert real.count("*** Offset") == 2, real
+        current = shared / "startd_history"
+        current.write_text(real)
+        config = (f"STARTD_HISTORY = {HISTORY_DIR}/startd_history\n"
+                  f"HISTORY = {HISTORY_DIR}/history\n"
+                  f"JOB_EPOCH_HISTORY_DIR = {HISTORY_DIR}/startd_history\n")  # no directory
+        pool.host_path(STARTD_CONFIG).write_text(config)
+        pool.tool("condor_reconfig", "-startd").check()
+        first, second = job.cluster, job.cluster  # one cluster, procs 0 and 1
         with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
             node = start_node(pool, Path(tmp), f"NETWORK_HOSTNAME = {EXECD_NAME}\n"
                               f"STARTD_HISTORY = {current}\n"
@@ -279,6 +290,7 @@ def test_condor_history_of_execd_is_condor_startds(
                 node.stop(signal.SIGQUIT)
     finally:
         pool.host_path(STARTD_CONFIG).unlink(missing_ok=True)
+        pool.host_path(written).unlink(missing_ok=True)
         shutil.rmtree(shared, ignore_errors=True)
         pool.tool("condor_restart", "-startd")  # as the next test expects it: no test config
         harness.wait_for("condor_startd answering without the test's config", lambda: history(
