@@ -89,6 +89,17 @@ _group(
     ("EXECD_LOG_MAX_BYTES", I, "0", "Rotate the log file at this size (renamed to .old); 0 leaves rotation to logrotate and SIGUSR1.", True),
 )
 _group(
+    "Startd history",
+    ("STARTD_HISTORY", P, "$(LOG)/startd_history", "File execd appends each ended job's ad to (condor_history -startd)."),
+    ("STARTD_PER_JOB_HISTORY_DIR", P, None, "Directory that also gets each ended job's ad as history.<GlobalJobId> (written whole, then renamed); unset: none."),
+    ("HISTORY_CONTAINS_JOB_ENVIRONMENT", B, "true", "false leaves the job's Env and Environment out of its history record."),
+    ("ENABLE_HISTORY_ROTATION", B, "true", "Rotate STARTD_HISTORY by MAX_HISTORY_LOG and ROTATE_HISTORY_DAILY/_MONTHLY."),
+    ("MAX_HISTORY_LOG", I, "20971520", "Bytes STARTD_HISTORY may reach before it is renamed <file>.<YYYYMMDDTHHMMSS> (local time)."),
+    ("MAX_HISTORY_ROTATIONS", I, "2", "Rotated history files kept (at least 1); the oldest beyond it are removed."),
+    ("ROTATE_HISTORY_DAILY", B, "false", "Also rotate STARTD_HISTORY at its first record of a new day."),
+    ("ROTATE_HISTORY_MONTHLY", B, "false", "Also rotate STARTD_HISTORY at its first record of a new month."),
+)
+_group(
     "Daemon (execd's own)",
     ("EXECD_ADMIN_GROUP", S, "", "Unix group whose members may drain, vacate, reconfig and turn execd off over the control socket.", True),
     ("EXECD_SCHEDULER_USERS", L, "", "Local users allowed to request and manage claims over the control socket.", True),

@@ -231,7 +231,7 @@ class PoolCommands:
             slot, claim = self.daemon.jobs.lookup(request.claim_id)
             self.daemon.startd_stats.count("ActivationRequests")
             published = published_slot_ad(self.member, slot)  # as the starter starts
-            runner.activate(job)
+            runner.activate(job, request.job_ad)
         except ControlError as exc:
             logger.warning("pool_activation_refused", peer=peer.address, session=peer.sid,
                            why=exc.message)  # fmt: skip

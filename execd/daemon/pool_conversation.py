@@ -76,6 +76,10 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         handed_over.append(True)
         return True
 
+    def transferred(received: int, sent: int) -> None:  # the starter's final update
+        daemon.startd_stats.transfers.add(received, sent)
+        job.note_transferred(received, sent)
+
     return ShadowOptions(
         execute_dir=daemon.paths.execute,
         slot_name=str(ad["Name"]) if ad is not None else slot,
@@ -84,7 +88,7 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         initial_update_s=float(daemon.settings.get_int("STARTER_INITIAL_UPDATE_INTERVAL") or 8),
         runner=job.runner, on_running=on_running, handover=handover, slot_ad=ad,
         published_slot_ad=published,
-        on_transferred=daemon.startd_stats.transfers.add,
+        on_transferred=transferred, on_update=job.note_update,
     )  # fmt: skip
 
 
@@ -162,7 +166,8 @@ def _job_of(member: PoolMember, claim: ClaimId) -> Job | None:
 async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: Job,
                   connection: dict[str, Any] | None) -> None:  # fmt: skip
     runner = PoolJob.adopted(member.daemon.jobs, claim.full(), job, state.started,
-                             Path(state.sandbox) if state.transfer else None)  # fmt: skip
+                             Path(state.sandbox) if state.transfer else None,
+                             wire=state.job_wire)  # fmt: skip
     handed_over: list[bool] = []
     options = shadow_options(member, claim, runner, handed_over)
     try:

@@ -18,13 +18,14 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execd import log
 from execd.daemon.control import ControlError
 from execd.daemon.pool_job_attrs import read_status, starter_update
-from execd.wire.classad_codec import from_values
+from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobSetupError, spawn_failure
 
 if TYPE_CHECKING:
@@ -82,17 +83,39 @@ class PoolJob:
         self.reported_suspended = False  # what the shadow was last told
         self.sandbox: Path | None = None  # an adopted job's transferred sandbox
 
-    def activate(self, job_ad: dict[str, Any]) -> None:
-        """JobManager.activate with this runner's gate (ControlError if refused)."""
+    def activate(self, job_ad: dict[str, Any], wire: Iterable[tuple[str, str]] | None = None,
+                 ) -> None:  # fmt: skip
+        """JobManager.activate with this runner's gate (ControlError if refused);
+        `wire`: the ACTIVATE_CLAIM ad as sent, the startd's copy of the job ad."""
         result = self.jobs.activate(self.claim_id, job_ad, gate=self.gate)
         self.job = self.jobs.jobs[result["job_id"]]
+        self._keep_history(self.job, wire)
+
+    @staticmethod
+    def _keep_history(job: Job, wire: Iterable[tuple[str, str]] | WireAd | None) -> None:
+        """The conversation's end writes the job's history record (with its updates)."""
+        if wire is not None:
+            job.claim_ad = dict(wire.items() if isinstance(wire, dict) else wire)
+        job.history_deferred = True
+
+    def note_update(self, update: WireAd) -> None:
+        """A job update the conversation sent the shadow: the startd's copy takes it."""
+        if self.job is not None:
+            self.job.updates.update(update)
+
+    def note_transferred(self, received: int, sent: int) -> None:
+        if self.job is not None:
+            self.job.transferred = (received, sent)
 
     @classmethod
     def adopted(cls, jobs: JobManager, claim_id: str, job: Job, started: int,
-                sandbox: Path | None = None) -> PoolJob:  # fmt: skip
+                sandbox: Path | None = None, *, wire: WireAd | None = None,
+                ) -> PoolJob:  # fmt: skip
         """The runner of a job a restarted daemon adopted (it runs, or ended meanwhile);
-        `sandbox`: where its input was transferred (None: a shared filesystem)."""
+        `sandbox`: where its input was transferred (None: a shared filesystem); `wire`:
+        the shadow's job ad the conversation kept."""
         runner = cls(jobs, claim_id)
+        cls._keep_history(job, wire)
         runner.sandbox = sandbox
         runner.gate.set_result(None)  # the starter was launched by the old daemon
         runner.job = job
@@ -203,5 +226,9 @@ class PoolJob:
         self.kill()
         job = self.job
         if job is not None:
+            if self.jobs.daemon.stopping != "restart":  # else the next image goes on
+                job.history_deferred = False  # its updates are all in: written at its end
+                if job.done.is_set():
+                    self.jobs.write_history(job)
             self.jobs.forget_when_done(job)
 
