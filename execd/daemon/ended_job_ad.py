@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from execd.daemon.pool_job import wait_status
+from execd.daemon.pool_job import CLAIM_DEACTIVATED, wait_status
 from execd.daemon.pool_job_attrs import read_status, starter_update
 from execd.wire.classad_codec import from_values
 from execd.wire.job_runner import JobExit
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 COMPLETED, REMOVED = 4, 3  # JobStatus
 STARTER_KILLED = 9  # the wait status of a starter that died by SIGKILL
+# A starter that never ran its job (its input transfer failed, it was evicted first)
+# sends no exit: the record has none.
+NEVER_RAN = ("not_started", "evicted_before_start")
 
 
 def exit_update(job: Job) -> dict[str, str]:
@@ -57,12 +60,14 @@ def ended_job_ad(jobs: JobManager, job: Job, now: float) -> dict[str, str]:
             ad |= from_values(starter_update(status, int(job.started), False, None, ("", "")))
         ad.setdefault("GlobalJobId", from_values({"X": job.job_id})["X"])
     ad |= job.updates
-    if "ExitBySignal" not in job.updates:  # no exit update went out: the report's
-        ad |= exit_update(job) | {"_condor_JOBINFO_MAXINTERVAL": "-1"}
+    report = job.report or {}
+    ran = report.get("ExitReason") not in NEVER_RAN
+    if ran and "ExitBySignal" not in job.updates:  # no exit update went out: the report's
+        ad |= exit_update(job)
+    ad.setdefault("_condor_JOBINFO_MAXINTERVAL", "-1")  # the last update's (final) mark
     if job.transferred is not None:
         received, sent = job.transferred
         ad |= {"BytesRecvd": str(received), "BytesSent": str(sent)}
-    report = job.report or {}
     starter_status = STARTER_KILLED if report.get("ExitReason") == "no_report" else 0
     slot = jobs.daemon.engine.slots.get(job.slot)
     preempting = slot is not None and slot.preempting_claim is not None
@@ -73,7 +78,7 @@ def ended_job_ad(jobs: JobManager, job: Job, now: float) -> dict[str, str]:
         "StarterExitStatus": starter_status,
         "JobStatus": REMOVED if starter_status else COMPLETED,
         "BadputCausedByDraining": draining,
-        "BadputCausedByPreemption": job.evicted and not draining
-        and (preempting or job.vacate_reason is not None),
+        "BadputCausedByPreemption": job.evicted and not draining and (preempting or (
+            job.vacate_reason is not None and job.vacate_reason[1] != CLAIM_DEACTIVATED)),
     })  # fmt: skip
     return ad

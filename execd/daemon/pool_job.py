@@ -37,6 +37,8 @@ logger = log.get_logger("pool")
 STARTED_POLL_S = 0.05
 # CONDOR_HOLD_CODE::StartdHeldJob: the startd's policy (WANT_HOLD) holds the job.
 HOLD_STARTD_HELD_JOB = 21
+# CONDOR_HOLD_CODE::ClaimDeactivated: the vacate reason of a job its shadow deactivated.
+CLAIM_DEACTIVATED = 1009
 KILLED = signal.SIGKILL  # the wait status of a job killed before it reported one
 
 
@@ -94,14 +96,20 @@ class PoolJob:
     @staticmethod
     def _keep_history(job: Job, wire: Iterable[tuple[str, str]] | WireAd | None) -> None:
         """The conversation's end writes the job's history record (with its updates)."""
-        if wire is not None:
-            job.claim_ad = dict(wire.items() if isinstance(wire, dict) else wire)
+        if wire is not None:  # less what condor_startd deletes from the request
+            job.claim_ad = {name: text for name, text in
+                            (wire.items() if isinstance(wire, dict) else wire)
+                            if name.lower() != "_condor_send_activation_failure_ad"}
         job.history_deferred = True
 
     def note_update(self, update: WireAd) -> None:
-        """A job update the conversation sent the shadow: the startd's copy takes it."""
-        if self.job is not None:
-            self.job.updates.update(update)
+        """A job update the conversation sent the shadow: the startd's copy takes it. The
+        exit's comes with the last measurements, as condor_starter's final update."""
+        if self.job is None:
+            return
+        if "ExitBySignal" in update:
+            self.job.updates.update(from_values(self._update_values()))
+        self.job.updates.update(update)
 
     def note_transferred(self, received: int, sent: int) -> None:
         if self.job is not None:
@@ -188,19 +196,23 @@ class PoolJob:
     def usage(self) -> dict[str, str]:
         """register_job_info's attributes from the starter's latest measurements; the
         startd side (the slot's ad) gets the same update, as condor_starter sends it."""
-        job, launch = self._job(), self.launch
+        job = self._job()
         self.reported_suspended = job.suspended is not None
+        update = self._update_values()
+        pool = self.jobs.daemon.pool
+        if pool is not None:
+            pool.job_attrs.updated(self.claim_id, job.job_id, update)
+        return from_values(update)
+
+    def _update_values(self) -> dict[str, Any]:
+        launch = self.launch
         # With file transfer (no Iwd of its own) the sandbox's size and stdio mtimes too.
         sandbox = self.sandbox if launch is None else launch.sandbox if launch.iwd is None \
             else None  # fmt: skip
         named = launch or JobLaunch  # an adopted job's: the sandbox's default names
         stdio = (named.stdout_name, named.stderr_name)
-        update = starter_update(self._status(), self.started, self.reported_suspended,
-                                sandbox, stdio)  # fmt: skip
-        pool = self.jobs.daemon.pool
-        if pool is not None:
-            pool.job_attrs.updated(self.claim_id, job.job_id, update)
-        return from_values(update)
+        return starter_update(self._status(), self.started, self.reported_suspended,
+                              sandbox, stdio)  # fmt: skip
 
     def kill(self) -> None:
         """The conversation is over: a job not started never starts, a running one is

@@ -64,7 +64,10 @@ class HistoryConfig:
 
     @classmethod
     def from_settings(cls, settings: Any) -> HistoryConfig:
-        path = (settings.get_str("STARTD_HISTORY") or "").strip()
+        # set empty: no history (HTCondor's param() gives nothing); unset: the default
+        written = settings.config.get("STARTD_HISTORY", subsystem="STARTD")
+        path = "" if written is not None and not written.strip() else \
+            (settings.get_str("STARTD_HISTORY") or "")  # fmt: skip
         per_job = (settings.get_str("STARTD_PER_JOB_HISTORY_DIR") or "").strip()
         max_bytes = settings.get_int("MAX_HISTORY_LOG")
         rotations = settings.get_int("MAX_HISTORY_ROTATIONS")
