@@ -52,7 +52,9 @@ def exit_update(job: Job) -> dict[str, str]:
 def ended_job_ad(jobs: JobManager, job: Job, now: float) -> dict[str, str]:
     """`job`'s ad as condor_startd appends it to its history, as old-syntax text."""
     if job.claim_ad is not None:  # a pool job: the activation ad and its updates
-        ad = dict(job.claim_ad)
+        # where job_exit says it ran (execd is its starter), as condor_starter's address
+        ad = {**job.claim_ad, "StarterIpAddr": from_values({"X": job.claim.session_id.split(
+            "#", 1)[0]})["X"]}  # fmt: skip
     else:
         ad = from_values({k: v for k, v in job.ad.items() if v is not None})
         status = read_status(jobs, job)

@@ -109,6 +109,8 @@ class PoolJob:
             return
         if "ExitBySignal" in update:
             self.job.updates.update(from_values(self._update_values()))
+        if self.launch is not None:  # condor_starter tells its startd the sandbox
+            self.job.updates.update(from_values({"CondorScratchDir": str(self.launch.sandbox)}))
         self.job.updates.update(update)
 
     def note_transferred(self, received: int, sent: int) -> None:
