@@ -78,10 +78,16 @@ def records(pool: harness.Pool, host_file: Path) -> tuple[list[dict[str, Any]], 
         copy.write(host_file.read_text())
     try:
         out = pool.tool("condor_history", "-forwards", "-file", copy.name, "-json").check()
+        # the form admins use (-startd: the startd's history) reads the same records
+        startd = pool.tool("condor_history", "-startd", "-forwards", "-file", copy.name,
+                           "-af", "GlobalJobId").check()  # fmt: skip
     finally:
         Path(copy.name).unlink()
     banners = [line for line in host_file.read_text().splitlines() if line.startswith("***")]
-    return (json.loads(out.stdout) if out.stdout.strip() else []), banners
+    ads = json.loads(out.stdout) if out.stdout.strip() else []
+    assert startd.stdout.split() == [ad["GlobalJobId"] for ad in ads], startd.stdout
+    assert not [ad for ad in ads if {"ClaimId", "Capability", "TransferKey"} & set(ad)]
+    return ads, banners
 
 
 def wait_records(path: Path, count: int) -> None:

@@ -97,3 +97,15 @@ def test_a_startd_vacate_reason_reaches_the_shadow_in_the_exit_ad() -> None:
     assert (ad["VacateReason"], ad["VacateReasonCode"], ad["VacateReasonSubCode"]) \
         == ('"Preempted for a \\"Priority\\" user"', "1019", "0")  # fmt: skip
     assert ad["ExitSignal"] == "9"
+
+
+def test_a_signal_exit_says_why_and_a_core_only_when_there_is_one() -> None:
+    """As condor_starter's UserProc::PublishUpdateAd: ExitReason "died on signal N
+    (Name)"; JobCoreDumped only when the job dumped core (OsProc sets no false)."""
+    killed = JobExit(signal.SIGKILL.value, 1.0).exit_ad()
+    assert killed["ExitReason"] == '"died on signal 9 (Killed)"'
+    assert "JobCoreDumped" not in killed
+    cored = JobExit(signal.SIGSEGV.value | 0x80, 1.0).exit_ad()
+    assert (cored["ExitReason"], cored["JobCoreDumped"]) == \
+        ('"died on signal 11 (Segmentation fault)"', "true")  # fmt: skip
+    assert "ExitReason" not in JobExit(3 << 8, 1.0).exit_ad()
