@@ -147,8 +147,10 @@ def restore(member: PoolMember) -> list[asyncio.Task[None]]:
         except ValueError as exc:
             logger.error("shadow_conversation_not_restored", slot=slot, error=str(exc))
         if conversation is None or job is None:
-            if job is not None and job.done.is_set():  # nobody goes on with it: its record
-                daemon.jobs.write_history(job)
+            if job is not None:  # nobody goes on with it: its record, now or at its end
+                job.history_deferred = False
+                if job.done.is_set():
+                    daemon.jobs.write_history(job)
             store.set_conversation(session, None)
             if connection is not None:
                 release_connection(connection)

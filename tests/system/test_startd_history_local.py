@@ -1,7 +1,8 @@
 """STARTD_HISTORY for jobs run on execd alone (`execd job`, the control socket): one
 record per job, with the submitter as Owner, execd's job id as GlobalJobId and the exit;
 exactly one for a job that runs through `execd restart`; a history file that cannot be
-written costs the record and an error in the log, never the job."""
+written costs the record and an error in the log, never the job, and the next start
+writes the record of an outcome still held."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.component.daemon_harness import REPO, RunningDaemon, running_daemon
+from execd.daemon.client import ControlClient
+from tests.component.daemon_harness import REPO, RunningDaemon, public_dir, running_daemon
 
 CONFIG = "NUM_CPUS = 2\nMEMORY = 2048\nMAXJOBRETIREMENTTIME = 0\nMachineMaxVacateTime = 5\n"
 
@@ -92,3 +94,33 @@ def test_a_history_file_that_cannot_be_written_loses_no_job(tmp_path: Path) -> N
         assert failed["file"] == "/nonexistent/dir/startd_history"
         assert "No such file or directory" in failed["error"]
         assert node.execd("status", "-af", "Name").returncode == 0  # it runs on
+
+
+def test_the_next_start_writes_the_record_a_broken_file_cost(tmp_path: Path) -> None:
+    """The job's outcome is held (not taken), its record could not be written; execd is
+    killed, the file's directory made, execd started: the record is written, once."""
+    with public_dir("execd-hist-") as root:
+        broken = root / "history-dir"
+        node = RunningDaemon(root, CONFIG + f"STARTD_HISTORY = {broken}/startd_history\n")
+        node.start()
+        try:
+            socket = Path(node.execd("config-val", "RUN").stdout.strip()) / "execd.sock"
+            ad = {"Cmd": "/bin/sh", "Args": ["-c", "exit 4"], "RequestCpus": 1,
+                  "RequestMemory": 64, "Iwd": "/tmp"}  # fmt: skip
+            with ControlClient(socket, timeout=60) as c:
+                claim = c.call("request_claim", {"job": ad})
+                job = c.call("activate", {"claim_id": claim["claim_id"], "job": ad})
+                assert c.call("job_result", {"job_id": job["job_id"], "wait": True})["done"]
+            node.wait_for("startd_history_not_written", job=job["job_id"])
+            assert node.proc is not None
+            node.proc.kill()
+            node.proc.communicate()  # reaped, its pipes closed
+            broken.mkdir()
+            node.start()  # (its recovery before execd_started, which start() awaits)
+            node.send(signal.SIGUSR2)  # and a restart with it written adds none
+            node.wait_for("recovery_done")
+            lines = (broken / "startd_history").read_text().splitlines()
+        finally:
+            node.stop(signal.SIGQUIT)
+    assert [line for line in lines if line.startswith("ExitCode")] == ["ExitCode = 4"]
+    assert sum(line.startswith("*** ") for line in lines) == 1
