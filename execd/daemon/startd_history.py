@@ -11,26 +11,37 @@ a banner line:
 Owner = "<owner>" CompletionDate = <t> CurrentTime = <now>
 
 (-1, -1, "?" and -1 where the ad has no ClusterId, ProcId, Owner or CompletionDate).
-`HISTORY_CONTAINS_JOB_ENVIRONMENT = false` leaves out `Env` and `Environment`.
+`HISTORY_CONTAINS_JOB_ENVIRONMENT = false` leaves out `Env` and `Environment`. A record
+is one attribute a line whatever the ad holds: a carriage return or newline in a value is
+written `\r` / `\n` (as the new ClassAd unparser escapes it), and an attribute whose name
+is no ClassAd name (a local submitter's ad may hold anything) is left out, so no line of
+it can start with `***` or end it early. The file is created 0644, as condor's is.
 
 Rotation, as MaybeRotateHistory (ENABLE_HISTORY_ROTATION, default true): before a record
 would take the file past MAX_HISTORY_LOG bytes (default 20 MiB), or on the first record of
 a new day (ROTATE_HISTORY_DAILY) or month (ROTATE_HISTORY_MONTHLY) after the file's last
 change, the file is renamed `<file>.<local time, YYYYMMDDTHHMMSS>`, after the oldest
-such files beyond MAX_HISTORY_ROTATIONS - 1 (default 2, at least 1) are removed.
+such files beyond MAX_HISTORY_ROTATIONS - 1 (default 2, at least 1) are removed. A
+rotation that fails is logged (`startd_history_not_rotated`) and the record is appended
+all the same, as condor's "Failed to rotate" goes on.
 
 STARTD_PER_JOB_HISTORY_DIR (unset by default): each record also goes, without its banner,
-into `history.<GlobalJobId>` there, written as `.history.<GlobalJobId>.tmp` and renamed.
+into `history.<GlobalJobId>` there, written to a fresh temporary file and renamed; a
+GlobalJobId holding `/` or NUL gets no such file. It is written apart from STARTD_HISTORY
+(condor's WritePerJobHistoryFile): its failure is `per_job_history_not_written`.
 
 A file that cannot be written costs the record and an error in the log
-(`startd_history_not_written`), never the job. STARTD_HISTORY empty writes nothing.
+(`startd_history_not_written`), never the job; the record counts as written when the
+whole of it went into STARTD_HISTORY. STARTD_HISTORY empty writes nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,6 +58,8 @@ DEFAULT_ROTATIONS = 2  # MAX_HISTORY_ROTATIONS's default (and 1 at least)
 ENVIRONMENT_ATTRS = frozenset({"env", "environment"})  # HISTORY_CONTAINS_JOB_ENVIRONMENT
 OFFSET_JUMP = 200  # findHistoryOffset reads backwards in steps of this many bytes
 BACKUP_SUFFIX = re.compile(r"^\d{8}T\d{6}$")  # <file>.20250101T120000
+ATTRIBUTE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")  # (a ClassAd's, unquoted)
+LINE_BREAKS = str.maketrans({"\n": "\\n", "\r": "\\r"})
 
 
 @dataclass(frozen=True)
@@ -108,10 +121,10 @@ def ad_text(ad: Mapping[str, str], with_environment: bool = True, fast_sort: boo
     """The record's ad: `ad` maps names to old-syntax expression text (a WireAd). The
     history file's order is FastSort's (length, then name without case); a per-job
     file's is HumanSort's (the names' bytes)."""
-    names = [n for n in ad if not is_private(n)
+    names = [n for n in ad if not is_private(n) and ATTRIBUTE_NAME.match(n)
              and (with_environment or n.lower() not in ENVIRONMENT_ATTRS)]  # fmt: skip
     names.sort(key=(lambda n: (len(n), n.lower())) if fast_sort else None)
-    return "".join(f"{n} = {ad[n]}\n" for n in names)
+    return "".join(f"{n} = {ad[n].translate(LINE_BREAKS)}\n" for n in names)
 
 
 def _int_of(ad: Mapping[str, str], name: str) -> int:
@@ -150,7 +163,16 @@ def last_line_offset(fd: int) -> int:
 
 
 def maybe_rotate(config: HistoryConfig, path: Path, appending: int, now: float) -> None:
-    """Rotate the file before `appending` more bytes, as MaybeRotateHistory decides."""
+    """Rotate the file before `appending` more bytes, as MaybeRotateHistory decides; a
+    rotation that fails is logged, and the file grows on."""
+    try:
+        _rotate_if_due(config, path, appending, now)
+    except OSError as exc:
+        logger.error("startd_history_not_rotated", file=str(path),
+                     error=f"{exc.strerror or exc}", why="the file may get very large")  # fmt: skip
+
+
+def _rotate_if_due(config: HistoryConfig, path: Path, appending: int, now: float) -> None:
     try:
         info = path.stat()
     except FileNotFoundError:
@@ -173,39 +195,56 @@ def maybe_rotate(config: HistoryConfig, path: Path, appending: int, now: float) 
     logger.info("startd_history_rotated", file=str(path), to=str(rotated))
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """All of `data`, or OSError (a short write, a full disk, is no success)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(f"wrote {len(data) - len(view)} of {len(data)} bytes")
+        view = view[written:]
+
+
 def append_record(config: HistoryConfig, ad: Mapping[str, str], now: float | None = None,
                   ) -> None:  # fmt: skip
-    """Append one record (OSError when it cannot); the per-job file too, if configured."""
+    """Append one record to STARTD_HISTORY (OSError when it cannot)."""
+    if config.path is None:
+        return
     now = time.time() if now is None else now
     text = ad_text(ad, config.with_environment)
-    if config.path is not None:
-        if config.rotation:
-            maybe_rotate(config, config.path, len(text.encode()), now)
-        fd = os.open(config.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        try:
-            record = text + banner(ad, last_line_offset(fd), int(now))
-            os.write(fd, record.encode())
-        finally:
-            os.close(fd)
-    if config.per_job_dir is not None:
-        write_per_job_file(config.per_job_dir, ad,
-                           ad_text(ad, config.with_environment, fast_sort=False))
+    if config.rotation:
+        maybe_rotate(config, config.path, len(text.encode()), now)
+    fd = os.open(config.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    try:
+        write_all(fd, (text + banner(ad, last_line_offset(fd), int(now))).encode())
+    finally:
+        os.close(fd)
 
 
 def write_per_job_file(directory: Path, ad: Mapping[str, str], text: str) -> None:
-    """history.<GlobalJobId>, never seen half written (a temporary file renamed)."""
+    """history.<GlobalJobId>, never seen half written (a fresh temporary file renamed);
+    OSError when it cannot be written."""
     if "ClusterId" not in ad or "ProcId" not in ad:
         logger.error("per_job_history_not_written", directory=str(directory),
                      why="no ClusterId or ProcId in the job's ad")  # fmt: skip
         return
     gjid = ad.get("GlobalJobId", '""').strip('"')
-    final, temporary = directory / f"history.{gjid}", directory / f".history.{gjid}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    if "/" in gjid or "\0" in gjid:
+        logger.error("per_job_history_not_written", directory=str(directory),
+                     why=f"GlobalJobId {gjid!r} is no file name")  # fmt: skip
+        return
+    fd, temporary = tempfile.mkstemp(prefix=".history.", suffix=".tmp", dir=directory)
     try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    os.replace(temporary, final)
+        try:
+            os.fchmod(fd, 0o644)
+            write_all(fd, text.encode())
+        finally:
+            os.close(fd)
+        os.replace(temporary, directory / f"history.{gjid}")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 class StartdHistory:
@@ -215,7 +254,8 @@ class StartdHistory:
         self.settings = settings  # the daemon's current settings
 
     def record(self, ad: Mapping[str, str], job: str) -> bool:
-        """Append `job`'s record; False (and the error logged) when it could not be."""
+        """Append `job`'s record; False (and the error logged) when STARTD_HISTORY did
+        not get it whole. The per-job file's failure is logged on its own."""
         config = HistoryConfig.from_settings(self.settings())
         if config.path is None and config.per_job_dir is None:
             return True
@@ -223,11 +263,22 @@ class StartdHistory:
             logger.error("per_job_history_not_written", directory=str(config.per_job_dir),
                          why="STARTD_PER_JOB_HISTORY_DIR is not a directory")  # fmt: skip
             config = dataclasses.replace(config, per_job_dir=None)
+        written = True
         try:
             append_record(config, ad)
         except OSError as exc:
             logger.error("startd_history_not_written", job=job, file=str(config.path),
                          error=f"{exc.strerror or exc}")  # fmt: skip
-            return False
-        logger.debug("startd_history_written", job=job, file=str(config.path))
-        return True
+            written = False
+        else:
+            if config.path is not None:
+                logger.debug("startd_history_written", job=job, file=str(config.path))
+        if config.per_job_dir is not None:  # on its own, as WritePerJobHistoryFile
+            try:
+                write_per_job_file(config.per_job_dir, ad,
+                                   ad_text(ad, config.with_environment, fast_sort=False))
+            except OSError as exc:
+                logger.error("per_job_history_not_written", job=job,
+                             directory=str(config.per_job_dir),
+                             error=f"{exc.strerror or exc}")  # fmt: skip
+        return written

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from execd import log
 from execd.config.loader import load_config
@@ -29,6 +32,14 @@ def settings(tmp_path: Path, text: str = "") -> Settings:
     config.write_text(f"LOCAL_DIR = {tmp_path}\n{text}")
     (tmp_path / "log").mkdir(exist_ok=True)
     return Settings(load_config(config, env={}))
+
+
+def day() -> str:
+    return time.strftime("%Y%m%d", time.localtime())
+
+
+def events(logfile: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in logfile.read_text().splitlines()]
 
 
 def writer(tmp_path: Path, text: str = "") -> StartdHistory:
@@ -85,20 +96,24 @@ def test_the_file_rotates_before_a_record_would_pass_max_history_log(tmp_path: P
     path = tmp_path / "log" / "startd_history"
     history.record(JOB, "1")
     assert history_files(history.settings()) == [path]
+    days = {day()}  # the backup's name is the local date when it was made: one of these
     history.record(JOB, "2")  # ~300 + ~300 bytes > 500: the first goes to a backup
+    days.add(day())
     backups = sorted(p.name for p in path.parent.iterdir() if p.name != path.name)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime()).rsplit("T", 1)[0]
-    assert len(backups) == 1 and backups[0].startswith(f"startd_history.{stamp}T"), backups
+    assert len(backups) == 1 and backups[0][15:23] in days, backups
+    assert backups[0].startswith("startd_history.") and backups[0][23] == "T", backups
     assert path.read_text().count("*** ") == 1
     # (a rotation within the same second would replace it, as HTCondor's rename does)
     (path.parent / backups[0]).rename(path.parent / "startd_history.20220101T000000")
     # older backups: only MAX_HISTORY_ROTATIONS are kept, the oldest removed first
     for name in ("startd_history.20200101T000000", "startd_history.20210101T000000"):
         (path.parent / name).write_text("old\n")
+    days.add(day())
     history.record(JOB, "3")
+    days.add(day())
     names = sorted(p.name for p in path.parent.iterdir())
     assert names[:2] == ["startd_history", "startd_history.20220101T000000"], names
-    assert len(names) == 3 and names[2].startswith(f"startd_history.{stamp}T"), names
+    assert len(names) == 3 and names[2][15:23] in days, names
     files = history_files(history.settings())
     assert files[0] == path and files[1:] == sorted(files[1:], reverse=True)
 
@@ -163,3 +178,94 @@ def test_a_file_that_cannot_be_written_is_logged_and_not_raised(tmp_path: Path) 
     failed = [e for e in events if e["event"] == "startd_history_not_written"]
     assert failed and failed[0]["job"] == "7.0" and "No such file" in failed[0]["error"]
     assert "secret" not in logfile.read_text()
+
+
+def test_a_failed_per_job_file_is_logged_on_its_own_and_the_record_counts_as_written(
+        tmp_path: Path) -> None:  # fmt: skip
+    """As condor's WritePerJobHistoryFile, apart from the history file: the job's record
+    is in STARTD_HISTORY, so it is written (a restart must not write it again)."""
+    logfile = tmp_path / "execd.log"
+    log.configure(level="info", fmt="json", path=logfile)
+    per_job = tmp_path / "per-job"
+    (per_job / "history.ap#7.0#1").mkdir(parents=True)  # the name is taken by a directory
+    (per_job / "history.ap#7.0#1" / "x").write_text("")
+    history = writer(tmp_path, f"STARTD_PER_JOB_HISTORY_DIR = {per_job}\n")
+    assert history.record(JOB, "7.0") is True
+    assert (tmp_path / "log" / "startd_history").read_text().count("*** ") == 1
+    seen = events(logfile)
+    assert not [e for e in seen if e["event"] == "startd_history_not_written"], seen
+    (failed,) = [e for e in seen if e["event"] == "per_job_history_not_written"]
+    assert failed["job"] == "7.0" and failed["directory"] == str(per_job) and failed["error"]
+    assert sorted(p.name for p in per_job.iterdir()) == ["history.ap#7.0#1"]  # no temp left
+
+
+def test_a_global_job_id_that_is_no_file_name_gets_no_per_job_file(tmp_path: Path) -> None:
+    logfile = tmp_path / "execd.log"
+    log.configure(level="info", fmt="json", path=logfile)
+    per_job = tmp_path / "per-job"
+    per_job.mkdir()
+    history = writer(tmp_path, f"STARTD_PER_JOB_HISTORY_DIR = {per_job}\n")
+    assert history.record({**JOB, "GlobalJobId": '"../../escape"'}, "7.0")
+    assert list(per_job.iterdir()) == [] and not (tmp_path / "escape").exists()
+    assert any(e["event"] == "per_job_history_not_written" and "no file name" in e["why"]
+               for e in events(logfile))  # fmt: skip
+    assert history.record(JOB, "7.1")  # a fine one: written, readable by all (0644)
+    assert [p.name for p in per_job.iterdir()] == ["history.ap#7.0#1"]
+    assert (per_job / "history.ap#7.0#1").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "log" / "startd_history").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_rotation_that_fails_is_logged_and_the_record_still_appended(
+        tmp_path: Path) -> None:  # fmt: skip
+    """condor's "Failed to rotate ... may get very large": the file grows on."""
+    logfile = tmp_path / "execd.log"
+    log.configure(level="info", fmt="json", path=logfile)
+    history = writer(tmp_path, "MAX_HISTORY_LOG = 10\nMAX_HISTORY_ROTATIONS = 1\n")
+    path = tmp_path / "log" / "startd_history"
+    stuck = path.with_name("startd_history.20200101T000000")  # a backup that cannot go
+    stuck.mkdir()
+    (stuck / "x").write_text("")
+    assert history.record(JOB, "1") and history.record(JOB, "2")
+    assert path.read_text().count("*** ") == 2
+    failed = [e for e in events(logfile) if e["event"] == "startd_history_not_rotated"]
+    assert failed and failed[0]["file"] == str(path) and "directory" in failed[0]["error"]
+
+
+def test_line_breaks_in_values_and_odd_names_cannot_forge_or_break_a_record(
+        tmp_path: Path) -> None:  # fmt: skip
+    """A local submitter's ad may hold anything; what execd writes stays one attribute a
+    line (newlines escaped as the new ClassAd unparser writes them), one banner a record."""
+    forged = '"x\n*** Offset = 0 ClusterId = 666 ProcId = 0\nOwner = \\"mallory\\"\r"'
+    ad = {**JOB, "Cmd": forged, "Bad\n*** Offset = 0": "1", "Also Bad": "2"}
+    assert writer(tmp_path).record(ad, "7.0")
+    lines = (tmp_path / "log" / "startd_history").read_text().splitlines()
+    assert [line for line in lines if line.startswith("***")] == lines[-1:]
+    assert all(" = " in line and line.split(" = ")[0].isidentifier() for line in lines[:-1])
+    assert 'Cmd = "x\\n*** Offset = 0 ClusterId = 666 ProcId = 0\\nOwner' in "\n".join(lines)
+    assert len(lines) == len(JOB) - 2 + 1  # the job's public attributes, then its banner
+
+
+SHORT_WRITE = """
+import resource, signal, sys
+from pathlib import Path
+from execd.config.loader import load_config
+from execd.config.settings import Settings
+from execd.daemon.startd_history import StartdHistory
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+settings = Settings(load_config(Path(sys.argv[1]), env={}))
+resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))
+ad = {"Cmd": '"' + "x" * 400 + '"', "ClusterId": "1", "ProcId": "0"}
+print(StartdHistory(lambda: settings).record(ad, "1.0"))
+"""
+
+
+def test_a_short_write_is_no_record_written(tmp_path: Path) -> None:
+    """A file that may not grow past 100 bytes (RLIMIT_FSIZE, as a full disk): the write
+    of a longer record comes up short, then fails: not written."""
+    settings(tmp_path, "STARTD_HISTORY = $(LOCAL_DIR)/log/startd_history\n")
+    done = subprocess.run([sys.executable, "-c", SHORT_WRITE, str(tmp_path / "execd_config")],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "False", done.stdout + done.stderr
+    assert "startd_history_not_written" in done.stdout + done.stderr
+    assert (tmp_path / "log" / "startd_history").stat().st_size == 100
