@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 
 COMPLETED, REMOVED = 4, 3  # JobStatus
 STARTER_KILLED = 9  # the wait status of a starter that died by SIGKILL
-# A starter that never ran its job (its input transfer failed, it was evicted first)
-# sends no exit: the record has none.
-NEVER_RAN = ("not_started", "evicted_before_start")
+# A starter that never ran its job (its input transfer failed, it was evicted first, the
+# job could not be exec'd) sends no exit: the record has none.
+NEVER_RAN = ("not_started", "evicted_before_start", "spawn_failed")
 
 
 def exit_update(job: Job) -> dict[str, str]:

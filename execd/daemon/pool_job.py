@@ -240,7 +240,9 @@ class PoolJob:
         self.kill()
         job = self.job
         if job is not None:
-            if self.jobs.daemon.stopping != "restart":  # else the next image goes on
+            # A job still running through a restart in place is the next image's; one
+            # that ended is forgotten below, restart or not: its record is written now.
+            if self.jobs.daemon.stopping != "restart" or job.done.is_set():
                 job.history_deferred = False  # its updates are all in: written at its end
                 if job.done.is_set():
                     self.jobs.write_history(job)
