@@ -44,8 +44,9 @@ KILLED = signal.SIGKILL  # the wait status of a job killed before it reported on
 
 def wait_status(report: dict[str, Any]) -> int:
     """The raw wait status the starter's report describes."""
-    if report.get("ExitBySignal") is True:
-        return int(report.get("ExitSignal") or KILLED) & 0x7F
+    if report.get("ExitBySignal") is True:  # (0x80: WCOREDUMP, the job dumped core)
+        core = 0x80 if report.get("JobCoreDumped") is True else 0
+        return int(report.get("ExitSignal") or KILLED) & 0x7F | core
     if report.get("ExitBySignal") is False:
         return (int(report.get("ExitCode") or 0) & 0xFF) << 8
     return KILLED
