@@ -136,7 +136,8 @@ def _int_of(ad: Mapping[str, str], name: str) -> int:
 
 def banner(ad: Mapping[str, str], offset: int, now: int) -> str:
     owner = ad.get("Owner", "")
-    owner = owner[1:-1] if len(owner) >= 2 and owner[0] == owner[-1] == '"' else "?"
+    quoted = len(owner) >= 2 and owner[0] == owner[-1] == '"'
+    owner = owner[1:-1].translate(LINE_BREAKS) if quoted else "?"
     return (f"*** Offset = {offset} ClusterId = {_int_of(ad, 'ClusterId')} "
             f"ProcId = {_int_of(ad, 'ProcId')} Owner = \"{owner}\" "
             f"CompletionDate = {_int_of(ad, 'CompletionDate')} CurrentTime = {now}\n")  # fmt: skip

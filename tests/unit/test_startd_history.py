@@ -236,10 +236,12 @@ def test_line_breaks_in_values_and_odd_names_cannot_forge_or_break_a_record(
     """A local submitter's ad may hold anything; what execd writes stays one attribute a
     line (newlines escaped as the new ClassAd unparser writes them), one banner a record."""
     forged = '"x\n*** Offset = 0 ClusterId = 666 ProcId = 0\nOwner = \\"mallory\\"\r"'
-    ad = {**JOB, "Cmd": forged, "Bad\n*** Offset = 0": "1", "Also Bad": "2"}
+    ad = {**JOB, "Cmd": forged, "Bad\n*** Offset = 0": "1", "Also Bad": "2",
+          "Owner": '"alice\n*** Offset = 0"'}  # fmt: skip
     assert writer(tmp_path).record(ad, "7.0")
     lines = (tmp_path / "log" / "startd_history").read_text().splitlines()
     assert [line for line in lines if line.startswith("***")] == lines[-1:]
+    assert 'Owner = "alice\\n*** Offset = 0" CompletionDate' in lines[-1]
     assert all(" = " in line and line.split(" = ")[0].isidentifier() for line in lines[:-1])
     assert 'Cmd = "x\\n*** Offset = 0 ClusterId = 666 ProcId = 0\\nOwner' in "\n".join(lines)
     assert len(lines) == len(JOB) - 2 + 1  # the job's public attributes, then its banner
