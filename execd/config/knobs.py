@@ -89,6 +89,17 @@ _group(
     ("EXECD_LOG_MAX_BYTES", I, "0", "Rotate the log file at this size (renamed to .old); 0 leaves rotation to logrotate and SIGUSR1.", True),
 )
 _group(
+    "Startd history",
+    ("STARTD_HISTORY", P, "$(LOG)/startd_history", "File execd appends each ended job's ad to (condor_history -startd)."),
+    ("STARTD_PER_JOB_HISTORY_DIR", P, None, "Directory that also gets each ended job's ad as history.<GlobalJobId> (written whole, then renamed); unset: none."),
+    ("HISTORY_CONTAINS_JOB_ENVIRONMENT", B, "true", "false leaves the job's Env and Environment out of its history record."),
+    ("ENABLE_HISTORY_ROTATION", B, "true", "Rotate STARTD_HISTORY by MAX_HISTORY_LOG and ROTATE_HISTORY_DAILY/_MONTHLY."),
+    ("MAX_HISTORY_LOG", I, "20971520", "Bytes STARTD_HISTORY may reach before it is renamed <file>.<YYYYMMDDTHHMMSS> (local time)."),
+    ("MAX_HISTORY_ROTATIONS", I, "2", "Rotated history files kept (at least 1); the oldest beyond it are removed."),
+    ("ROTATE_HISTORY_DAILY", B, "false", "Also rotate STARTD_HISTORY at its first record of a new day."),
+    ("ROTATE_HISTORY_MONTHLY", B, "false", "Also rotate STARTD_HISTORY at its first record of a new month."),
+)
+_group(
     "Daemon (execd's own)",
     ("EXECD_ADMIN_GROUP", S, "", "Unix group whose members may drain, vacate, reconfig and turn execd off over the control socket.", True),
     ("EXECD_SCHEDULER_USERS", L, "", "Local users allowed to request and manage claims over the control socket.", True),
@@ -277,7 +288,6 @@ _group(
     ("IS_LOCAL_STARTD", B, "false", "Published as IsLocalStartd on every slot ad (a startd run by a schedd for its local universe says true)."),
     ("UNHIBERNATE", E, None, "Published as Unhibernate (when condor_rooster would wake the machine); unset: MY.MachineLastMatchTime =!= UNDEFINED. execd never hibernates."),
     ("STATISTICS_WINDOW_SECONDS", I, "1200", "The window of the daemon's Recent* self statistics (RecentDaemonCoreDutyCycle); the startd's counters keep their fixed 20 minutes."),
-    ("STARTD_HISTORY", S, "$(LOG)/startd_history", "File execd appends each ended job's ad to (condor_history -startd)."),
     ("HISTORY", S, "$(SPOOL)/history", "The schedd's job history file: read by a remote history query that names no record source (as condor_startd reads it)."),
     ("JOB_EPOCH_HISTORY", S, "$(SPOOL)/epoch_history", "The schedd's job epoch history file: read by a remote history query whose record source is JOB_EPOCH (as condor_startd reads it)."),
     ("HISTORY_HELPER_MAX_CONCURRENCY", I, "50", "Remote history queries (condor_history -startd -name) read at once, as in HTCondor; execd reads at most 4 at once whatever this says, and lets 16 more wait (60 s at most). 0 disables remote history: a query gets error 10."),

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from execd import log
 from execd.daemon import job_exit, procwatch
+from execd.daemon.ended_job_ad import ended_job_ad
 from execd.daemon.policy_glue import now, slot_facts
 from execd.daemon.starter_spec import starter_spec
 from execd.daemon.store import JobRecord, Store, StoreError
@@ -77,6 +78,30 @@ class StarterLifecycle:
                 self.forget(job)
             return
         self._track(when_done())
+
+    def write_history(self, job: Job) -> None:
+        """The job's STARTD_HISTORY record, once: a restarted daemon knows from the store
+        whether the old one wrote it. Best effort: whatever goes wrong is logged, and
+        the job's end (or the daemon's recovery) goes on."""
+        if job.history_written:
+            return
+        job.history_written = True
+        try:
+            self._write_history(job)
+        except Exception as exc:  # a bug, a store error: the record, never the job
+            logger.exception("startd_history_failed", job=job.job_id, error=str(exc))
+
+    def _write_history(self, job: Job) -> None:
+        stored = self.jobs.get(job.job_id) is job  # not yet forgotten: its row is there
+        if stored and self.store.history_written(job.job_id):
+            return
+        # (self is the JobManager this class is a base of)
+        ad = ended_job_ad(self, job, time.time())  # type: ignore[arg-type]
+        if self.daemon.startd_history.record(ad, job.job_id) and stored:
+            try:  # (a forgotten job's row, and so the mark, is gone: none to leave)
+                self.store.mark_history_written(job.job_id)
+            except StoreError as exc:
+                logger.error("history_mark_not_stored", job=job.job_id, error=str(exc))
 
     # -- the starter: launch, watch, outcome ------------------------------------
     def spawn(self, slot: str) -> None:
@@ -254,10 +279,15 @@ class StarterLifecycle:
             del self.running[job.slot]
         try:
             self.store.finish_job(job.job_id, time.time(), job.report, job.hold_reason)
-            if job.claim.full() not in self.claims:
-                self.forget(job)  # its holder released the claim: nobody will ask
         except StoreError as exc:  # the outcome is still served from memory
             logger.error("job_outcome_not_stored", job=job.job_id, error=str(exc))
+        if not job.history_deferred:  # a pool job's conversation writes it at its end
+            self.write_history(job)  # (before a forget takes its usage and store row)
+        if job.claim.full() not in self.claims:
+            try:
+                self.forget(job)  # its holder released the claim: nobody will ask
+            except StoreError as exc:
+                logger.error("job_outcome_not_stored", job=job.job_id, error=str(exc))
         job.done.set()
         self.daemon.wake.set()
         try:

@@ -71,6 +71,15 @@ class Job:
     gate: asyncio.Future[dict[str, Any] | None] | None = None
     overrides: dict[str, Any] | None = None
     state_changed: asyncio.Event = field(default_factory=asyncio.Event)  # (un)suspended
+    # The startd's copy of the job ad for its STARTD_HISTORY record (execd.daemon.
+    # ended_job_ad): a pool job's activation ad and the updates its starter side sent
+    # (as old-syntax text); the bytes its transfers moved. `history_deferred`: its
+    # shadow conversation writes the record at its end; `history_written`: done.
+    claim_ad: dict[str, str] | None = None
+    updates: dict[str, str] = field(default_factory=dict)
+    transferred: tuple[int, int] | None = None
+    history_deferred: bool = False
+    history_written: bool = False
 
 
 class JobManager(StarterLifecycle):

@@ -26,7 +26,7 @@ from execd.daemon.control import Peer as LocalPeer
 from execd.daemon.control import Request as LocalRequest
 from execd.daemon.pool_admin import ADMIN_DAEMON_COMMANDS, READ_DAEMON_COMMANDS, DaemonCommands
 from execd.daemon.pool_history import HistoryQueue
-from execd.daemon.pool_job import PoolJob
+from execd.daemon.pool_job import CLAIM_DEACTIVATED, PoolJob
 from execd.daemon.pool_pslot_preemption import PslotPreemption
 from execd.daemon.pool_query import query_startd_ads
 from execd.wire.channel import Channel
@@ -253,7 +253,7 @@ class PoolCommands:
             slot, claim = self.daemon.jobs.lookup(request.claim_id)
             self.daemon.startd_stats.count("ActivationRequests")
             published = published_slot_ad(self.member, slot)  # as the starter starts
-            runner.activate(job)
+            runner.activate(job, request.job_ad)
         except ControlError as exc:
             logger.warning("pool_activation_refused", peer=peer.address, session=peer.sid,
                            why=exc.message)  # fmt: skip
@@ -284,6 +284,11 @@ class PoolCommands:
             # report says it was killed, and the shadow's conversation says JOB_SHOULD_REQUEUE.
             verb = "deactivate_forcefully" if command == Command.DEACTIVATE_CLAIM_FORCIBLY \
                 else "deactivate"
+            # why, for the job's exit update (VacateReason*), as condor_startd tells its
+            # starter (Claim::deactivateClaim)
+            job.vacate_reason = job.vacate_reason or (
+                "Claim deactivated" if verb == "deactivate" else "Claim deactivated forcibly",
+                CLAIM_DEACTIVATED, 0)  # fmt: skip
             try:
                 self.daemon.jobs.signal_job(claim_id, verb)
             except ControlError as exc:  # already being evicted, or not running any more

@@ -78,6 +78,10 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         handed_over.append(True)
         return True
 
+    def transferred(received: int, sent: int) -> None:  # the starter's final update
+        daemon.startd_stats.transfers.add(received, sent)
+        job.note_transferred(received, sent)
+
     return ShadowOptions(
         execute_dir=daemon.paths.execute,
         slot_name=str(ad["Name"]) if ad is not None else slot,
@@ -86,7 +90,7 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         initial_update_s=float(daemon.settings.get_int("STARTER_INITIAL_UPDATE_INTERVAL") or 8),
         runner=job.runner, on_running=on_running, handover=handover, slot_ad=ad,
         published_slot_ad=published,
-        on_transferred=daemon.startd_stats.transfers.add,
+        on_transferred=transferred, on_update=job.note_update,
         peek_enabled=lambda job_values: peek_enabled(daemon.settings, ad, job_values),
     )  # fmt: skip
 
@@ -158,6 +162,10 @@ def restore(member: PoolMember) -> list[asyncio.Task[None]]:
         except ValueError as exc:
             logger.error("shadow_conversation_not_restored", slot=slot, error=str(exc))
         if conversation is None or job is None:
+            if job is not None:  # nobody goes on with it: its record, now or at its end
+                job.history_deferred = False
+                if job.done.is_set():
+                    daemon.jobs.write_history(job)
             store.set_conversation(session, None)
             if connection is not None:
                 release_connection(connection)
@@ -177,7 +185,8 @@ def _job_of(member: PoolMember, claim: ClaimId) -> Job | None:
 async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: Job,
                   connection: dict[str, Any] | None) -> None:  # fmt: skip
     runner = PoolJob.adopted(member.daemon.jobs, claim.full(), job, state.started,
-                             Path(state.sandbox) if state.transfer else None)  # fmt: skip
+                             Path(state.sandbox) if state.transfer else None,
+                             wire=state.job_wire)  # fmt: skip
     handed_over: list[bool] = []
     options = shadow_options(member, claim, runner, handed_over)
     try:

@@ -18,13 +18,14 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execd import log
 from execd.daemon.control import ControlError
 from execd.daemon.pool_job_attrs import read_status, starter_update
-from execd.wire.classad_codec import from_values
+from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobSetupError, spawn_failure
 
 if TYPE_CHECKING:
@@ -36,13 +37,16 @@ logger = log.get_logger("pool")
 STARTED_POLL_S = 0.05
 # CONDOR_HOLD_CODE::StartdHeldJob: the startd's policy (WANT_HOLD) holds the job.
 HOLD_STARTD_HELD_JOB = 21
+# CONDOR_HOLD_CODE::ClaimDeactivated: the vacate reason of a job its shadow deactivated.
+CLAIM_DEACTIVATED = 1009
 KILLED = signal.SIGKILL  # the wait status of a job killed before it reported one
 
 
 def wait_status(report: dict[str, Any]) -> int:
     """The raw wait status the starter's report describes."""
-    if report.get("ExitBySignal") is True:
-        return int(report.get("ExitSignal") or KILLED) & 0x7F
+    if report.get("ExitBySignal") is True:  # (0x80: WCOREDUMP, the job dumped core)
+        core = 0x80 if report.get("JobCoreDumped") is True else 0
+        return int(report.get("ExitSignal") or KILLED) & 0x7F | core
     if report.get("ExitBySignal") is False:
         return (int(report.get("ExitCode") or 0) & 0xFF) << 8
     return KILLED
@@ -82,17 +86,47 @@ class PoolJob:
         self.reported_suspended = False  # what the shadow was last told
         self.sandbox: Path | None = None  # an adopted job's transferred sandbox
 
-    def activate(self, job_ad: dict[str, Any]) -> None:
-        """JobManager.activate with this runner's gate (ControlError if refused)."""
+    def activate(self, job_ad: dict[str, Any], wire: Iterable[tuple[str, str]] | None = None,
+                 ) -> None:  # fmt: skip
+        """JobManager.activate with this runner's gate (ControlError if refused);
+        `wire`: the ACTIVATE_CLAIM ad as sent, the startd's copy of the job ad."""
         result = self.jobs.activate(self.claim_id, job_ad, gate=self.gate)
         self.job = self.jobs.jobs[result["job_id"]]
+        self._keep_history(self.job, wire)
+
+    @staticmethod
+    def _keep_history(job: Job, wire: Iterable[tuple[str, str]] | WireAd | None) -> None:
+        """The conversation's end writes the job's history record (with its updates)."""
+        if wire is not None:  # less what condor_startd deletes from the request
+            job.claim_ad = {name: text for name, text in
+                            (wire.items() if isinstance(wire, dict) else wire)
+                            if name.lower() != "_condor_send_activation_failure_ad"}
+        job.history_deferred = True
+
+    def note_update(self, update: WireAd) -> None:
+        """A job update the conversation sent the shadow: the startd's copy takes it. The
+        exit's comes with the last measurements, as condor_starter's final update."""
+        if self.job is None:
+            return
+        if "ExitBySignal" in update:
+            self.job.updates.update(from_values(self._update_values()))
+        if self.launch is not None:  # condor_starter tells its startd the sandbox
+            self.job.updates.update(from_values({"CondorScratchDir": str(self.launch.sandbox)}))
+        self.job.updates.update(update)
+
+    def note_transferred(self, received: int, sent: int) -> None:
+        if self.job is not None:
+            self.job.transferred = (received, sent)
 
     @classmethod
     def adopted(cls, jobs: JobManager, claim_id: str, job: Job, started: int,
-                sandbox: Path | None = None) -> PoolJob:  # fmt: skip
+                sandbox: Path | None = None, *, wire: WireAd | None = None,
+                ) -> PoolJob:  # fmt: skip
         """The runner of a job a restarted daemon adopted (it runs, or ended meanwhile);
-        `sandbox`: where its input was transferred (None: a shared filesystem)."""
+        `sandbox`: where its input was transferred (None: a shared filesystem); `wire`:
+        the shadow's job ad the conversation kept."""
         runner = cls(jobs, claim_id)
+        cls._keep_history(job, wire)
         runner.sandbox = sandbox
         runner.gate.set_result(None)  # the starter was launched by the old daemon
         runner.job = job
@@ -165,19 +199,23 @@ class PoolJob:
     def usage(self) -> dict[str, str]:
         """register_job_info's attributes from the starter's latest measurements; the
         startd side (the slot's ad) gets the same update, as condor_starter sends it."""
-        job, launch = self._job(), self.launch
+        job = self._job()
         self.reported_suspended = job.suspended is not None
+        update = self._update_values()
+        pool = self.jobs.daemon.pool
+        if pool is not None:
+            pool.job_attrs.updated(self.claim_id, job.job_id, update)
+        return from_values(update)
+
+    def _update_values(self) -> dict[str, Any]:
+        launch = self.launch
         # With file transfer (no Iwd of its own) the sandbox's size and stdio mtimes too.
         sandbox = self.sandbox if launch is None else launch.sandbox if launch.iwd is None \
             else None  # fmt: skip
         named = launch or JobLaunch  # an adopted job's: the sandbox's default names
         stdio = (named.stdout_name, named.stderr_name)
-        update = starter_update(self._status(), self.started, self.reported_suspended,
-                                sandbox, stdio)  # fmt: skip
-        pool = self.jobs.daemon.pool
-        if pool is not None:
-            pool.job_attrs.updated(self.claim_id, job.job_id, update)
-        return from_values(update)
+        return starter_update(self._status(), self.started, self.reported_suspended,
+                              sandbox, stdio)  # fmt: skip
 
     def kill(self) -> None:
         """The conversation is over: a job not started never starts, a running one is
@@ -203,5 +241,11 @@ class PoolJob:
         self.kill()
         job = self.job
         if job is not None:
+            # A job still running through a restart in place is the next image's; one
+            # that ended is forgotten below, restart or not: its record is written now.
+            if self.jobs.daemon.stopping != "restart" or job.done.is_set():
+                job.history_deferred = False  # its updates are all in: written at its end
+                if job.done.is_set():
+                    self.jobs.write_history(job)
             self.jobs.forget_when_done(job)
 

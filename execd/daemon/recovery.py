@@ -48,6 +48,9 @@ def recover(jobs: JobManager) -> dict[str, int]:
     counts = {"claims": 0, "adopted": 0, "ended_meanwhile": 0, "broken": 0,
               "orphans_removed": 0}
     by_claim: dict[str, list[JobRecord]] = defaultdict(list)
+    # a pool claim's conversation (execd.daemon.pool_conversation.restore) writes its
+    # job's STARTD_HISTORY record; any other job's is written here or when it ends
+    conversations = {held.session_id for held in jobs.store.pool_claims()}
     for record in jobs.store.jobs():
         by_claim[record.session_id].append(record)
     for claim in jobs.store.claims():
@@ -68,9 +71,12 @@ def recover(jobs: JobManager) -> dict[str, int]:
                 _drop_claimless_job(jobs, record)
                 continue
             jobs.jobs[job.job_id] = job
+            job.history_deferred = claim.session_id in conversations
             if record.finished is not None:  # ended before; its holder has not taken it
                 job.report = record.report
                 job.done.set()
+                if not job.history_deferred:  # unless the old daemon wrote it
+                    jobs.write_history(job)
                 continue
             counts[_restore_job(jobs, job, moment)] += 1
     for records in by_claim.values():  # jobs whose claim is gone: nobody wants them

@@ -37,6 +37,7 @@ from execd.daemon.restart import reexec
 from execd.daemon.sdnotify import Notifier, status_text
 from execd.daemon.signals import Request as SignalRequest
 from execd.daemon.signals import SignalQueue
+from execd.daemon.startd_history import StartdHistory
 from execd.daemon.startd_stats import StartdStats
 from execd.daemon.verbs import control_verbs
 from execd.errors import ConfigError, ExecdError
@@ -72,6 +73,7 @@ class Daemon:
         self.started = time.time()
         self.reconfigured = self.started  # DaemonLastReconfigTime
         self.startd_stats = StartdStats()  # JobStarts & co. (pool ads)
+        self.startd_history = StartdHistory(lambda: self.settings)  # ended jobs' ads
         self.reloads = 0
         self.recovered: dict[str, int] = {}
         self.last_status = ""

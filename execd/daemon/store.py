@@ -93,6 +93,10 @@ MIGRATIONS = {1: "ALTER TABLE jobs ADD COLUMN evicting TEXT",
               4: "ALTER TABLE claims ADD COLUMN preempting INTEGER NOT NULL DEFAULT 0"}
 
 
+# meta key marking a job whose STARTD_HISTORY record is written (gone with the job)
+HISTORY_MARK = "history_written:"
+
+
 class StoreError(ExecdError):
     """The state store cannot be opened or written."""
 
@@ -299,6 +303,14 @@ class Store:
     def remove_job(self, job_id: str) -> None:
         with self._tx():
             self.db.execute("DELETE FROM jobs WHERE job_id=?", (job_id,))
+            self.db.execute("DELETE FROM meta WHERE key=?", (HISTORY_MARK + job_id,))
+
+    def mark_history_written(self, job_id: str) -> None:
+        """The job's STARTD_HISTORY record is written (a restart must not write it again)."""
+        self.set_meta(HISTORY_MARK + job_id, "1")
+
+    def history_written(self, job_id: str) -> bool:
+        return self.meta(HISTORY_MARK + job_id) is not None
 
     def jobs(self) -> list[JobRecord]:
         rows = self.db.execute("SELECT * FROM jobs ORDER BY started").fetchall()

@@ -354,6 +354,8 @@ class Starter:
         status = self.status
         if status is not None and os.WIFSIGNALED(status):
             self.report.update(ExitBySignal=True, ExitSignal=os.WTERMSIG(status))
+            if os.WCOREDUMP(status):  # (condor_starter's JobCoreDumped: only when true)
+                self.report["JobCoreDumped"] = True
         elif status is not None:
             self.report.update(ExitBySignal=False, ExitCode=os.WEXITSTATUS(status))
         if "HoldReasonCode" in self.report and self.exit_reason != "spawn_failed":

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno as errnos
 import os
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,9 +80,11 @@ class JobExit:
         """The job's exit as the starter reports it (old-syntax expression text)."""
         ad = {"ExitBySignal": "true" if self.by_signal else "false",
               "JobDuration": repr(round(self.duration_s, 6)), "JobState": '"Exited"'}  # fmt: skip
-        if self.by_signal:
+        if self.by_signal:  # as condor_starter's UserProc/OsProc publish it
             ad["ExitSignal"] = str(self.code)
-            ad["JobCoreDumped"] = "true" if self.core_dumped else "false"
+            ad["ExitReason"] = f'"died on signal {self.code} ({_signal_name(self.code)})"'
+            if self.core_dumped:
+                ad["JobCoreDumped"] = "true"
         else:
             ad["ExitCode"] = str(self.code)
         if self.vacate is not None:
@@ -90,6 +93,13 @@ class JobExit:
             ad.update(VacateReason=f'"{quoted}"', VacateReasonCode=str(code),
                       VacateReasonSubCode=str(subcode))
         return ad
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.strsignal(number) or "Unknown signal"
+    except ValueError:
+        return "Unknown signal"
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,17 @@ class ShadowOptions:
     # Asked at each condor_tail request with the job's ad: may its files be read
     # (ENABLE_PEEK_JOB)? None: always.
     peek_enabled: Callable[[dict[str, object]], bool] | None = None
+    # Told each job update sent to the shadow (register_job_info's ad), as condor_starter
+    # sends it to its startd too: the startd's copy of the job ad (its history record).
+    on_update: Callable[[WireAd], None] | None = None
+
+
+async def send_update(calls: ShadowSyscalls, ad: WireAd,
+                      on_update: Callable[[WireAd], None] | None) -> None:  # fmt: skip
+    """register_job_info, and the same update for the startd side (`on_update`)."""
+    if on_update is not None:
+        on_update(ad)
+    await calls.register_job_info(ad)
 
 
 def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
@@ -189,10 +200,10 @@ async def watch(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOptions,
     interval = {"_condor_JOBINFO_MAXINTERVAL": str(int(options.update_interval_s))}
     try:
         if wait_s <= 0:  # an update at once, then every interval
-            await calls.register_job_info({**proc.usage(), **interval})
+            await send_update(calls, {**proc.usage(), **interval}, options.on_update)
             wait_s = options.update_interval_s
         while (done := await proc.wait(wait_s)) is None:
-            await calls.register_job_info({**proc.usage(), **interval})
+            await send_update(calls, {**proc.usage(), **interval}, options.on_update)
             wait_s = options.update_interval_s
     finally:
         proc.kill()
@@ -217,14 +228,15 @@ async def report_hold(calls: ShadowSyscalls, job: dict[str, object], gjid: str,
 
 
 async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversation,
-                   done: JobExit) -> None:  # fmt: skip
+                   done: JobExit,
+                   on_update: Callable[[WireAd], None] | None = None) -> None:  # fmt: skip
     """The job ended: the exit, the output (unless it was killed on request: then an
     ON_EXIT_OR_EVICT job's sandbox to be spooled, after a graceful kill), job_exit."""
     job = job_values(state.job_wire)
     gjid, address, sandbox = state.global_job_id, transfers.starter_address, Path(state.sandbox)
     exit_ad = done.exit_ad()
     await calls.event_notification({"EventType": '"ActivationExecutionExit"'})
-    await calls.register_job_info({**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"})
+    await send_update(calls, {**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"}, on_update)
     # Vacated or removed: requeued, its output not delivered. A graceful eviction of an
     # ON_EXIT_OR_EVICT job first sends the sandbox to be spooled (final_transfer 0).
     spool = done.requested and done.graceful and \
@@ -330,8 +342,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         await asyncio.sleep(SHADOW_SETTLE_S if transfer else 0)
         provisioned = provisioned_resources(options.slot_ad) if options.slot_ad is not None \
             else {}  # fmt: skip
-        await calls.register_job_info(provisioned |
-                                      from_values({"_condor_JOBINFO_MAXINTERVAL": -1}))
+        await send_update(calls, provisioned | from_values({"_condor_JOBINFO_MAXINTERVAL": -1}),
+                          options.on_update)  # fmt: skip
         for root, dirs, files in os.walk(sandbox):
             for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
                 os.lchown(name, uid, gid)
@@ -361,7 +373,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         except JobHeldError as exc:
             await report_hold(calls, job, gjid, exc)
             return
-        await conclude(calls, transfers, state, done)
+        await conclude(calls, transfers, state, done, options.on_update)
     except asyncio.CancelledError:
         handed_over = hand_over(calls, link, options)
         raise

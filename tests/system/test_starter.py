@@ -8,6 +8,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from starter_helpers import NOBODY, finished, start, status, wait_until
 
 from execd.cgroups.tree import CgroupTree
@@ -106,6 +107,23 @@ def test_an_iwd_the_job_cannot_enter_holds_it_naming_the_directory(
     assert report["HoldReason"] == (
         f"Failed to execute '/bin/sh': Cannot access initial working directory \"{missing}\""
     )
+
+
+def test_a_job_that_dumps_core_is_reported_so_and_one_killed_is_not(
+    workdir: Path, make_spec: Callable[..., StarterSpec]
+) -> None:
+    """WCOREDUMP of the job's wait status, which the shadow's JobCoreDumped comes from
+    (core_pattern "core": the file lands in the job's Iwd, which it may write)."""
+    if Path("/proc/sys/kernel/core_pattern").read_text().strip() != "core":
+        pytest.skip("core_pattern is not a plain file name here")
+    (workdir / "iwd").mkdir(mode=0o777, exist_ok=True)
+    (workdir / "iwd").chmod(0o777)
+    handle = start(make_spec("ulimit -c unlimited; kill -SEGV $$"), workdir)
+    report = finished(handle, workdir)
+    assert (report["ExitSignal"], report.get("JobCoreDumped")) == (signal.SIGSEGV, True)
+    handle = start(make_spec("ulimit -c 0; kill -SEGV $$"), workdir)
+    report = finished(handle, workdir)
+    assert report["ExitSignal"] == signal.SIGSEGV and "JobCoreDumped" not in report
 
 
 def test_background_processes_left_by_the_job_are_killed_at_exit(

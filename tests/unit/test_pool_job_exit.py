@@ -97,3 +97,24 @@ def test_a_startd_vacate_reason_reaches_the_shadow_in_the_exit_ad() -> None:
     assert (ad["VacateReason"], ad["VacateReasonCode"], ad["VacateReasonSubCode"]) \
         == ('"Preempted for a \\"Priority\\" user"', "1019", "0")  # fmt: skip
     assert ad["ExitSignal"] == "9"
+
+
+def test_a_signal_exit_says_why_and_a_core_only_when_there_is_one() -> None:
+    """As condor_starter's UserProc::PublishUpdateAd: ExitReason "died on signal N
+    (Name)"; JobCoreDumped only when the job dumped core (OsProc sets no false)."""
+    killed = JobExit(signal.SIGKILL.value, 1.0).exit_ad()
+    assert killed["ExitReason"] == '"died on signal 9 (Killed)"'
+    assert "JobCoreDumped" not in killed
+    cored = JobExit(signal.SIGSEGV.value | 0x80, 1.0).exit_ad()
+    assert (cored["ExitReason"], cored["JobCoreDumped"]) == \
+        ('"died on signal 11 (Segmentation fault)"', "true")  # fmt: skip
+    assert "ExitReason" not in JobExit(3 << 8, 1.0).exit_ad()
+
+
+def test_the_starters_core_flag_reaches_the_shadows_exit() -> None:
+    """The starter reports JobCoreDumped (WCOREDUMP of the job's wait status); the
+    shadow's exit says so (its JOB_COREDUMPED), and says nothing without it."""
+    cored = {"ExitBySignal": True, "ExitSignal": 11, "JobCoreDumped": True}
+    assert JobExit(wait_status(cored), 1.0).exit_ad()["JobCoreDumped"] == "true"
+    plain = {"ExitBySignal": True, "ExitSignal": 11}
+    assert "JobCoreDumped" not in JobExit(wait_status(plain), 1.0).exit_ad()

@@ -56,6 +56,13 @@ CODE_DEFAULTS: dict[str, Any] = {
     "STARTD_CRON_LOG_NON_ZERO_EXIT": False,
     # condor_startd.V6/ResMgr.cpp: param_boolean("IS_LOCAL_STARTD", false)
     "IS_LOCAL_STARTD": False,
+    # condor_utils/classadHistory.cpp InitJobHistoryFile: param_longlong("MAX_HISTORY_LOG",
+    # ..., 20 * 1024 * 1024), param_integer("MAX_HISTORY_ROTATIONS", 2, 1),
+    # param_boolean("ROTATE_HISTORY_DAILY", false) and ("ROTATE_HISTORY_MONTHLY", false)
+    "MAX_HISTORY_LOG": 20 * 1024 * 1024,
+    "MAX_HISTORY_ROTATIONS": 2,
+    "ROTATE_HISTORY_DAILY": False,
+    "ROTATE_HISTORY_MONTHLY": False,
 }
 
 
