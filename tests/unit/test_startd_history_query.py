@@ -192,7 +192,8 @@ def test_get_history_is_a_read_command() -> None:
     config = pool_settings(settings("COLLECTOR_HOST = 127.0.0.1:9618\n"
                                     "EXECD_POOL_ADMINISTRATORS = admin@*\n"
                                     "EXECD_POOL_SCHEDULERS = condor@*\n"))  # fmt: skip
-    commands = SimpleNamespace(member=SimpleNamespace(config=config))  # what authorize reads
+    # what authorize reads: the pool config, and no job owner sessions
+    commands = SimpleNamespace(member=SimpleNamespace(config=config), owners=None)
     reader = Peer(user="someone@pool", method="FS", sid="s", address="127.0.0.1:1")
     assert PoolCommands.authorize(commands, Command.GET_HISTORY, reader)
     assert not PoolCommands.authorize(commands, Command.DRAIN_JOBS, reader)
