@@ -320,6 +320,7 @@ class JobManager(StarterLifecycle):
                         | act.KillStarterFamily):
             if job is not None and not isinstance(action, act.Suspend | act.Continue):
                 job.evicted = True
+                self._note_vacate_reason(job)  # also for a job whose starter is not up yet
             if handle is None:
                 return True
             {
@@ -354,6 +355,14 @@ class JobManager(StarterLifecycle):
             return False
         return True
 
+    def _note_vacate_reason(self, job: Job) -> None:
+        """Why the startd evicts `job` (vacate_reasons), from its slot's eviction, when its
+        first kill goes out; a restored eviction keeps the stored reason."""
+        slot = self.daemon.engine.slots.get(job.slot)
+        if slot is not None and slot.state is State.PREEMPTING and job.evicting is None \
+                and job.vacate_reason is None:
+            job.vacate_reason = vacate_reason(slot.evict_reason)
+
     def _record_eviction(self, job: Job, how: str) -> None:
         """A restarted daemon must go on evicting it (Preempting), not find it Busy, and
         tell its shadow why (vacate_reasons), as the first kill signal's eviction said:
@@ -362,8 +371,6 @@ class JobManager(StarterLifecycle):
         if slot is None or slot.state is not State.PREEMPTING \
                 or job.evicting in (how, "killing"):
             return
-        if job.evicting is None and job.vacate_reason is None:
-            job.vacate_reason = vacate_reason(slot.evict_reason)
         job.evicting = how
         try:
             self.store.set_evicting(job.job_id, how, job.vacate_reason)

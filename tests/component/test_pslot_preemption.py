@@ -21,9 +21,12 @@ from structlog.testing import capture_logs
 
 from execd import classads
 from execd.claims.ids import ClaimId, ClaimIdFactory
+from execd.daemon.jobs import Job
 from execd.daemon.policy_glue import now
 from execd.daemon.pool_pslot_preemption import PslotPreemption
 from execd.daemon.runtime import Daemon
+from execd.policy import actions as act
+from execd.policy.commands import kill_claim
 from execd.wire.server import Peer
 from tests.component.in_process_daemon import daemon_without_cgroups
 
@@ -225,6 +228,27 @@ def test_a_request_waiting_behind_an_aborted_one_finds_its_claim_id_revoked(
     asyncio.run(scenario())
     assert turns == [("first", True), ("second", False)]
     assert member.offers["slot1"] != used
+
+
+def test_a_job_killed_before_its_starter_exists_still_gets_its_vacate_reason(
+        member: Member) -> None:  # fmt: skip
+    """A pool job whose starter waits for its input transfer (no starter yet) is killed by
+    a p-slot's preemption: its shadow is still told "Preempted for a Priority user" (1019),
+    not "Unspecified job interruption" (1005, no reason given)."""
+    daemon = member.daemon
+    dslot, claim_id = member.claim("slot1")
+    claim = daemon.jobs.lookup(claim_id)[1]
+    # as JobManager.activate registers a pool job (it refuses without a cgroup tree)
+    job = Job("pool.1#1.0", dslot, claim, dict(JOB))
+    daemon.jobs.running[dslot], daemon.jobs.jobs[job.job_id] = job, job
+    started, actions = daemon.engine.activate(dslot, dict(JOB), now())
+    assert started
+    daemon.execute([a for a in actions if not isinstance(a, act.SpawnStarter)])
+    assert job.handle is None
+    daemon.execute(kill_claim(daemon.engine, dslot, now(), "pslot_preemption"))
+    assert states(daemon)[dslot].startswith("Preempting/")
+    assert job.evicted
+    assert job.vacate_reason == ("Preempted for a Priority user", 1019, 0)
 
 
 def test_the_named_dslots_claims_are_killed_and_the_carve_waits_until_they_are_gone(
