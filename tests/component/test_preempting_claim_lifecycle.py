@@ -179,12 +179,16 @@ def test_a_restart_does_not_restore_a_preempting_claim_still_waiting(
     def first(daemon: Daemon) -> None:
         alice, boss = busy_alice_then_boss(daemon)
         claims.update(alice=session(alice["claim_id"]), boss=session(boss["claim_id"]))
+        store = daemon.jobs.store
         if grants != "in_order":  # what the wall clock wrote for boss's grant
-            (alices,) = [c.granted for c in daemon.jobs.store.claims()
-                         if c.session_id == claims["alice"]]  # fmt: skip
-            wall = alices - 3600 if grants == "clock_stepped_back" else alices
-            daemon.jobs.store.db.execute("UPDATE claims SET granted=? WHERE session_id=?",
-                                         (wall, claims["boss"]))  # fmt: skip
+            (alices,) = [c for c in store.claims() if c.session_id == claims["alice"]]
+            wall = alices.granted - 3600 if grants == "clock_stepped_back" else alices.granted
+            store.db.execute("UPDATE claims SET granted=? WHERE session_id=?",
+                             (wall, claims["boss"]))  # fmt: skip
+            if grants == "same_instant":  # alice's row written last: read back after boss's
+                store.remove_claim(claims["alice"])
+                store.add_claim(alices)
+            assert [c.session_id for c in store.claims()] == [claims["boss"], claims["alice"]]
         assert {c.session_id: c.preempting for c in daemon.jobs.store.claims()} == {
             claims["alice"]: False, claims["boss"]: True}
 
