@@ -361,7 +361,7 @@ class JobManager(StarterLifecycle):
         slot = self.daemon.engine.slots.get(job.slot)
         if slot is not None and slot.state is State.PREEMPTING and job.evicting is None \
                 and job.vacate_reason is None:
-            job.vacate_reason = vacate_reason(slot.evict_reason)
+            job.vacate_reason = vacate_reason(slot.vacate_cause)
 
     def _record_eviction(self, job: Job, how: str) -> None:
         """A restarted daemon must go on evicting it (Preempting), not find it Busy, and
