@@ -163,6 +163,8 @@ class JobManager(StarterLifecycle):
                      "Disk": carved.disk_kb}
             self.daemon.execute(engine.add_slot(name, facts, moment, dynamic=True, parent=target))
         claim = claim or self.ids.new()
+        # only a claimed slot's new claim waits unanswered (a Backfill slot's is answered)
+        claimed = engine.slots[name].state is State.CLAIMED
         accepted, actions = engine.request_claim(name, claim, ad, moment,
                                                  alive_interval=alive_interval,
                                                  user_priority=user_priority)
@@ -181,16 +183,30 @@ class JobManager(StarterLifecycle):
         waiting = held is None or held.id != claim  # the slot's preempting_claim
         granted = engine.slots[name].preempting_claim if waiting else held
         assert granted is not None and granted.id == claim
+        parent, resources = (target, carved_json(carved)) if carved is not None else (None, None)
+        if waiting and held is not None:  # a d-slot's resources outlive the claim it takes
+            parent, resources = self._carved_for(held.id.session_id, parent, resources)
         self.store.add_claim(ClaimRecord(
-            claim.session_id, claim.full(), name, parent=target if carved else None,
-            carved=None if carved is None else carved_json(carved), request_ad=job_ad,
-            lease_duration=granted.lease.duration, granted=moment.wall, preempting=waiting))
+            claim.session_id, claim.full(), name, parent=parent, carved=resources,
+            request_ad=job_ad, lease_duration=granted.lease.duration, granted=moment.wall,
+            preempting=waiting and claimed))
         self.claims[claim.full()] = (name, claim)
         logger.info("claim_granted", slot=name, claim=str(claim))
         basis = next((a.fields.get("basis") for a in actions
                       if isinstance(a, act.LogEvent) and a.event == "preempting_claim"), None)
         return {"slot": name, "claim_id": claim.full(), "preempts_for": basis,
                 "lease": granted.lease.duration}
+
+    def _carved_for(self, session_id: str, parent: str | None,
+                    resources: dict[str, Any] | None
+                    ) -> tuple[str | None, dict[str, Any] | None]:
+        """The parent and carved resources the claim `session_id` holds a d-slot with
+        (from its record), for a preempting claim of that d-slot: when it takes the slot
+        the old record goes, and a restart must carve the d-slot again from the new one."""
+        for record in self.store.claims():
+            if record.session_id == session_id and record.carved is not None:
+                return record.parent, record.carved
+        return parent, resources
 
     @staticmethod
     def claim_ids(birthday: int) -> ClaimIdFactory:
@@ -313,6 +329,7 @@ class JobManager(StarterLifecycle):
                         | act.KillStarterFamily):
             if job is not None and not isinstance(action, act.Suspend | act.Continue):
                 job.evicted = True
+                self._note_vacate_reason(job)  # also for a job whose starter is not up yet
             if handle is None:
                 return True
             {
@@ -347,6 +364,14 @@ class JobManager(StarterLifecycle):
             return False
         return True
 
+    def _note_vacate_reason(self, job: Job) -> None:
+        """Why the startd evicts `job` (vacate_reasons), from its slot's eviction, when its
+        first kill goes out; a restored eviction keeps the stored reason."""
+        slot = self.daemon.engine.slots.get(job.slot)
+        if slot is not None and slot.state is State.PREEMPTING and job.evicting is None \
+                and job.vacate_reason is None:
+            job.vacate_reason = vacate_reason(slot.vacate_cause)
+
     def _record_eviction(self, job: Job, how: str) -> None:
         """A restarted daemon must go on evicting it (Preempting), not find it Busy, and
         tell its shadow why (vacate_reasons), as the first kill signal's eviction said:
@@ -355,8 +380,6 @@ class JobManager(StarterLifecycle):
         if slot is None or slot.state is not State.PREEMPTING \
                 or job.evicting in (how, "killing"):
             return
-        if job.evicting is None and job.vacate_reason is None:
-            job.vacate_reason = vacate_reason(slot.evict_reason)
         job.evicting = how
         try:
             self.store.set_evicting(job.job_id, how, job.vacate_reason)

@@ -166,7 +166,15 @@ class PoolCommands:
         # a higher RANK, or for the submitter's better user priority (an equal RANK)
         preempting = slot in self.daemon.engine.slots and \
             self.daemon.engine.slots[slot].state.value == "Claimed"
-        async with self.pslots.lock(slot):  # the carve comes after any d-slots it preempts
+        # the carve comes after any d-slots it preempts
+        async with self.pslots.turn(slot, req.claim_id) as offered:
+            if not offered:  # revoked while it waited: an unknown claim id now
+                logger.warning("pool_claim_refused", peer=peer.address, user=peer.user,
+                               session=peer.sid, slot=slot,
+                               why="its claim id was revoked by an aborted claim request")
+                await channel.send(encode_request_claim_reply(
+                    channel.encoder(), RequestClaimReply(Reply.NOT_OK)).payload())
+                return
             # ALLOW_PSLOT_PREEMPTION: the claims of d-slots to kill first
             if req.extra_claims and not await self.pslots.take_back(slot, req.extra_claims,
                                                                     peer):  # fmt: skip

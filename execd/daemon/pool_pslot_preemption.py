@@ -33,9 +33,10 @@ these kills in no preemption counter (JobPreemptions & co.); nor does execd.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
 from execd import log
@@ -109,15 +110,21 @@ def preempted_dslots(member: PoolMember, pslot: str, claim_ids: Sequence[str]) -
 
 class PslotPreemption:
     """Takes back a p-slot's d-slots for a REQUEST_CLAIM that preempts them. One claim of
-    a p-slot at a time (`lock`): a second REQUEST_CLAIM of the same p-slot waits, so it
+    a p-slot at a time (`turn`): a second REQUEST_CLAIM of the same p-slot waits, so it
     cannot carve what the first freed for its own job."""
 
     def __init__(self, member: PoolMember) -> None:
         self.member = member
         self._locks: dict[str, asyncio.Lock] = {}
 
-    def lock(self, pslot: str) -> asyncio.Lock:
-        return self._locks.setdefault(pslot, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def turn(self, pslot: str, claim_id: str) -> AsyncIterator[bool]:
+        """The REQUEST_CLAIM of `pslot` with `claim_id` takes its turn (one at a time, as
+        condor_startd handles them); True while `claim_id` is still `pslot`'s offer, False
+        when a refused request before it revoked that offer (`abort`): an unknown claim id
+        then, which condor_startd answers NOT_OK."""
+        async with self._locks.setdefault(pslot, asyncio.Lock()):
+            yield self.member.offer_for(claim_id) == pslot
 
     def abort(self, pslot: str) -> None:
         """The refused REQUEST_CLAIM is over, unanswered: `pslot` through Owner to
@@ -127,6 +134,7 @@ class PslotPreemption:
         engine = member.daemon.engine
         if pslot in engine.slots:
             member.daemon.execute(abort_claim(engine, engine.slot(pslot), now()))
+        member.daemon.jobs.matches.claimed(pslot)  # a Matched slot's match is over
         member.replace_offer(pslot)
         member.changed()
 

@@ -115,7 +115,7 @@ def _restore_claim(jobs: JobManager, claim: ClaimRecord, moment: Now) -> str | N
         return None
     try:
         held = engine.slots.get(name)
-        if held is not None and held.claim is not None:  # only a file of schema 4 or older
+        if held is not None and held.claim is not None:  # schema-4 file, no job on either
             raise ExecdError(f"{name} holds claim {held.claim.id} already")
         claim_id = parse_claim_id(claim.claim_id)
         if claim.carved is not None:

@@ -86,11 +86,17 @@ CREATE TABLE IF NOT EXISTS drain (
 
 
 # From schema N to N+1 (the added columns read NULL or 0: not evicting, no ALIVE
-# recorded, no vacate reason, the slot's own claim).
-MIGRATIONS = {1: "ALTER TABLE jobs ADD COLUMN evicting TEXT",
-              2: "ALTER TABLE claims ADD COLUMN renewed REAL",
-              3: "ALTER TABLE jobs ADD COLUMN vacate_reason TEXT",
-              4: "ALTER TABLE claims ADD COLUMN preempting INTEGER NOT NULL DEFAULT 0"}
+# recorded, no vacate reason, the slot's own claim). To 5: of two claims of one slot,
+# the one whose session has no job while the other's has is the waiting preempting claim
+# (a waiting claim has run nothing yet); with no job on either, the later grant is.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE jobs ADD COLUMN evicting TEXT",),
+    2: ("ALTER TABLE claims ADD COLUMN renewed REAL",),
+    3: ("ALTER TABLE jobs ADD COLUMN vacate_reason TEXT",),
+    4: ("ALTER TABLE claims ADD COLUMN preempting INTEGER NOT NULL DEFAULT 0",
+        "UPDATE claims SET preempting=1 WHERE session_id NOT IN (SELECT session_id FROM jobs)"
+        " AND slot IN (SELECT c.slot FROM claims c JOIN jobs j ON j.session_id=c.session_id)"),
+}
 
 
 # meta key marking a job whose STARTD_HISTORY record is written (gone with the job)
@@ -214,7 +220,8 @@ class Store:
         elif int(row[0]) in MIGRATIONS:  # an older execd's file: add what it lacks
             with self._tx():
                 for version in range(int(row[0]), SCHEMA_VERSION):
-                    self.db.execute(MIGRATIONS[version])
+                    for statement in MIGRATIONS[version]:
+                        self.db.execute(statement)
                 self.db.execute("UPDATE meta SET value=? WHERE key='schema'",
                                 (str(SCHEMA_VERSION),))
         elif int(row[0]) != SCHEMA_VERSION:

@@ -9,13 +9,22 @@ interruption" (1005): so does condor_startd 25.14.1's for RANK preemption
 a shutdown ("Startd was shutdown", 1013 in condor_startd's source), the schedd's
 RELEASE_CLAIM ("Schedd released the claim", 1017); an expired claim lease has none in
 condor_startd's source either.
+
+The cause is the latest one given (the engine's Slot.vacate_cause), as condor_startd's
+setVacateReason keeps the last: a job retiring for PREEMPT and then drained gracefully
+is told "Startd was draining", not the PREEMPT reason.
 """
 
 from __future__ import annotations
 
+from execd.policy.slot import FOR_PREEMPTING_CLAIM
+
 VacateReason = tuple[str, int, int]
 
-VACATE_REASONS: dict[str, VacateReason] = {
+VACATE_REASONS: dict[str, VacateReason | None] = {
+    # a preempting claim made the job retire (RANK or user priority): none, as the
+    # preemption's own eviction ("rank", "user_priority", left out)
+    FOR_PREEMPTING_CLAIM: None,
     # condor_vacate, graceful or -fast (command.cpp: StartdVacateCommand)
     "vacate": ("Claim vacated by the administrator", 1010, 0),
     # condor_drain, graceful, quick or fast (ResMgr's releaseAllClaims: StartdDraining)

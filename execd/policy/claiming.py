@@ -131,6 +131,7 @@ def _preempt_for_claim(engine: PolicyEngine, slot: Slot, basis: str, now: Now,
     away) and a suspended one stays suspended, to retire when it continues (16)."""
     if slot.activity != A.IDLE:
         slot.retire_reason = slot.retire_reason or FOR_PREEMPTING_CLAIM
+        slot.vacate_cause = FOR_PREEMPTING_CLAIM  # the latest cause (no reason told)
     if slot.activity == A.IDLE or retirement_over(engine, slot, now):
         engine._evict(slot, now, out, basis)
     elif slot.activity == A.BUSY:

@@ -191,7 +191,7 @@ def cancel_drain(engine: PolicyEngine, now: Now) -> Actions:
             engine._move(slot, "drain_cancelled", now, out)
         elif slot.state == S.CLAIMED and slot.retire_reason == "drain":
             # a graceful drain's retirement is reversible, like a RANK one (19)
-            slot.retire_reason = slot.retirement_override = None
+            slot.retire_reason = slot.retirement_override = slot.vacate_cause = None
             if slot.activity == A.RETIRING:
                 engine._move(slot, "unretire", now, out)
     return out + engine.evaluate(now)

@@ -236,6 +236,7 @@ class PolicyEngine:
 
     # ---- moves shared by events and evaluation -------------------------------------
     def _retire(self, slot: Slot, reason: str, now: Now, out: Actions) -> None:
+        slot.vacate_cause = reason  # the latest cause, whoever retires it first
         if slot.retire_reason is None or slot.retire_reason == FOR_PREEMPTING_CLAIM:
             slot.retire_reason = reason
         if slot.activity == A.BUSY:
@@ -259,6 +260,8 @@ class PolicyEngine:
         from Busy (p1), as condor_startd's kill_claim (lease expired, released, fast
         vacate, drain or shutdown) and a preempting claim with no retirement left."""
         slot.evict_reason = reason
+        if slot.vacate_cause is None or reason != slot.retire_reason:
+            slot.vacate_cause = reason  # not the retirement's own end: a cause of its own
         if reason == "drain":
             drain.add_badput(self, slot, now)
         if slot.activity == A.BUSY and retire:
@@ -340,6 +343,7 @@ class PolicyEngine:
             out.append(act.NotifyClaimHolder(slot.name, str(old.id), slot.evict_reason or ""))
             slot.claim_run_total = slot.claim_suspend_total = 0.0
         slot.retire_reason = slot.evict_reason = slot.vacate_deadline = None
+        slot.vacate_cause = None
         slot.retirement_override = None if self.shutting_down is None else \
             slot.retirement_override
         slot.starter_family_killed = False

@@ -145,7 +145,7 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
             return
     if slot.activity == A.RETIRING:
         if slot.retire_reason == FOR_PREEMPTING_CLAIM and slot.preempting_claim is None:
-            slot.retire_reason = None
+            slot.retire_reason = slot.vacate_cause = None
             engine._move(slot, "unretire", now, out)
         elif retirement_over(engine, slot, now):
             engine._evict(slot, now, out, slot.retire_reason or "retirement over")

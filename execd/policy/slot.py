@@ -62,6 +62,9 @@ class Slot:
     retire_reason: str | None = None  # "preempt", FOR_PREEMPTING_CLAIM, "shutdown", "drain"
     retirement_override: float | None = None  # peaceful = inf, fast = 0
     evict_reason: str | None = None
+    # the latest cause given to retire or evict the job (condor_startd's setVacateReason:
+    # each retire/kill/release overwrites it); its shadow is told this one's reason
+    vacate_cause: str | None = None
     vacate_deadline: float | None = None
     starter_running: bool = False
     starter_family_killed: bool = False

@@ -85,9 +85,9 @@ def busy_alice_then_boss(daemon: Daemon) -> tuple[dict[str, Any], dict[str, Any]
     return alice, boss
 
 
-def scenario(tmp_path: Path, body: Callable[[Daemon], None]) -> None:
+def scenario(tmp_path: Path, body: Callable[[Daemon], None], config: str = CONFIG) -> None:
     async def inner() -> None:
-        daemon = daemon_without_cgroups(tmp_path, CONFIG)
+        daemon = daemon_without_cgroups(tmp_path, config)
         try:
             body(daemon)
         finally:
@@ -179,12 +179,16 @@ def test_a_restart_does_not_restore_a_preempting_claim_still_waiting(
     def first(daemon: Daemon) -> None:
         alice, boss = busy_alice_then_boss(daemon)
         claims.update(alice=session(alice["claim_id"]), boss=session(boss["claim_id"]))
+        store = daemon.jobs.store
         if grants != "in_order":  # what the wall clock wrote for boss's grant
-            (alices,) = [c.granted for c in daemon.jobs.store.claims()
-                         if c.session_id == claims["alice"]]  # fmt: skip
-            wall = alices - 3600 if grants == "clock_stepped_back" else alices
-            daemon.jobs.store.db.execute("UPDATE claims SET granted=? WHERE session_id=?",
-                                         (wall, claims["boss"]))  # fmt: skip
+            (alices,) = [c for c in store.claims() if c.session_id == claims["alice"]]
+            wall = alices.granted - 3600 if grants == "clock_stepped_back" else alices.granted
+            store.db.execute("UPDATE claims SET granted=? WHERE session_id=?",
+                             (wall, claims["boss"]))  # fmt: skip
+            if grants == "same_instant":  # alice's row written last: read back after boss's
+                store.remove_claim(claims["alice"])
+                store.add_claim(alices)
+            assert [c.session_id for c in store.claims()] == [claims["boss"], claims["alice"]]
         assert {c.session_id: c.preempting for c in daemon.jobs.store.claims()} == {
             claims["alice"]: False, claims["boss"]: True}
 
@@ -216,3 +220,72 @@ def test_a_killed_claim_takes_the_preempting_claim_waiting_on_it_along(tmp_path:
         assert session(alice["claim_id"]) in held(daemon)  # until its job is gone
 
     scenario(tmp_path, body)
+
+
+def test_a_claim_granted_on_a_backfill_slot_survives_a_restart(tmp_path: Path) -> None:
+    """A claim on a Backfill slot waits only for the backfill client to exit; its
+    REQUEST_CLAIM was answered at once, so it is the slot's claim, not a waiting
+    preempting one: a restart before the client exits restores it (it was dropped as
+    preempting_claim_not_restored while the schedd held it)."""
+    config = "ENABLE_BACKFILL = True\nSTART_BACKFILL = True\n"
+    claims: dict[str, str] = {}
+
+    def first(daemon: Daemon) -> None:
+        for _ in range(2):
+            run(daemon, daemon.engine.evaluate(later(daemon, 0)))
+        assert state(daemon) == "Backfill/Busy"
+        alice = daemon.jobs.request_claim("slot1", ALICE)
+        claims["alice"] = session(alice["claim_id"])
+        assert state(daemon) == "Backfill/Killing"  # the client is being killed
+        assert {c.session_id: c.preempting for c in daemon.jobs.store.claims()} == {
+            claims["alice"]: False}
+
+    def second(daemon: Daemon) -> None:
+        assert recover(daemon.jobs)["claims"] == 1
+        assert held(daemon) == {claims["alice"]}
+        assert state(daemon) == "Claimed/Idle"
+        assert ad(daemon)["ClaimLeaseDuration"] == 1200
+
+    scenario(tmp_path, first, CONFIG + config)
+    scenario(tmp_path, second, CONFIG + config)
+
+
+def test_a_preempting_claim_that_took_a_dslot_survives_a_restart(tmp_path: Path) -> None:
+    """On a partitionable slot boss's claim preempts alice's d-slot (a higher RANK) and
+    takes it when her job ends; the d-slot's resources were only in alice's claim's
+    record, which went with her claim: a restart carves the d-slot again from boss's
+    (before, claim_not_restored "no slot named slot1_1 any more", the resources went back
+    to the p-slot and a job on boss's claim was killed as claimless)."""
+    config = 'RANK = TARGET.Owner == "boss"\nMAXJOBRETIREMENTTIME = 3600\n'
+    claims: dict[str, str] = {}
+
+    def first(daemon: Daemon) -> None:
+        alice = daemon.jobs.request_claim("slot1", {**ALICE, "RequestCpus": 2})
+        dslot = alice["slot"]
+        assert dslot == "slot1_1"
+        run(daemon, daemon.engine.activate(dslot, ALICE, later(daemon, 0))[1])
+        boss = daemon.jobs.request_claim(dslot, BOSS)
+        assert boss["preempts_for"] == "rank" and boss["slot"] == dslot
+        claims["boss"] = session(boss["claim_id"])
+        run(daemon, daemon.engine.job_exited(dslot, later(daemon, 1)))
+        run(daemon, daemon.engine.starter_exited(dslot, later(daemon, 1)))
+        for _ in range(2):
+            run(daemon, daemon.engine.evaluate(later(daemon, 1)))
+        slot = daemon.engine.slots[dslot]
+        assert slot.claim is not None and slot.claim.id.session_id == claims["boss"]
+        assert held(daemon) == {claims["boss"]}
+        accepted, actions = daemon.engine.activate(dslot, BOSS, later(daemon, 2))
+        assert accepted
+        run(daemon, actions)
+
+    def second(daemon: Daemon) -> None:
+        assert recover(daemon.jobs)["claims"] == 1
+        assert held(daemon) == {claims["boss"]}
+        slot = daemon.engine.slots["slot1_1"]
+        assert slot.claim is not None and slot.claim.id.session_id == claims["boss"]
+        assert state(daemon) == "Unclaimed/Idle"  # the p-slot
+        dslot = next(a for a in daemon.ads() if str(a["Name"]).startswith("slot1_1@"))
+        assert dslot["Cpus"] == 2 and ad(daemon)["Cpus"] == 2  # 2 of the 4 carved still
+
+    scenario(tmp_path, first, config)
+    scenario(tmp_path, second, config)

@@ -11,6 +11,7 @@ slot's offer (its preempting claim id) and the state-change event.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,14 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from execd import classads
 from execd.claims.ids import ClaimId, ClaimIdFactory
+from execd.daemon.jobs import Job
 from execd.daemon.policy_glue import now
 from execd.daemon.pool_pslot_preemption import PslotPreemption
 from execd.daemon.runtime import Daemon
+from execd.policy import actions as act
+from execd.policy.commands import kill_claim
 from execd.wire.server import Peer
 from tests.component.in_process_daemon import daemon_without_cgroups
 
@@ -46,6 +51,9 @@ class Member:
 
     def replace_offer(self, slot: str) -> None:
         self.offers[slot] = self.ids.new()
+
+    def offer_for(self, claim_id: str) -> str | None:
+        return next((s for s, offer in self.offers.items() if offer.full() == claim_id), None)
 
     def claimant(self, name: str) -> dict[str, Any]:  # the daemon's ads ask
         return {}
@@ -144,6 +152,103 @@ def test_an_aborted_request_takes_the_pslot_through_owner_with_a_new_offer(membe
     assert member.state_changed.is_set()  # its ad goes out now
     assert states(member.daemon) == {"slot1": "Unclaimed/Idle", dslot: "Claimed/Idle",
                                      "slot2": "Unclaimed/Idle"}
+
+
+def test_an_aborted_request_on_an_owner_pslot_leaves_it_owner_with_a_new_offer(
+        tmp_path: Path) -> None:  # fmt: skip
+    """IS_OWNER true: condor_startd's abort_claim moves the p-slot to Owner and it stays
+    there; the schedd's offer is replaced all the same."""
+
+    used = ClaimIdFactory("<127.0.0.1:9618>", 1).new()
+
+    async def scenario() -> tuple[Member, list[Any]]:
+        built = Member(daemon_without_cgroups(tmp_path, CONFIG))
+        engine = built.daemon.engine  # the owner came back since the last pass
+        engine.config = dataclasses.replace(
+            engine.config, expressions={**engine.config.expressions,
+                                        "IS_OWNER": classads.parse_expr("True")},
+            constants={**engine.config.constants, "IS_OWNER": True})
+        built.offers["slot1"] = used
+        with capture_logs() as events:
+            PslotPreemption(built).abort("slot1")  # type: ignore[arg-type]
+        return built, events
+
+    built, events = asyncio.run(scenario())
+    try:
+        moves = [(e["old"], e["new"], e["trigger"]) for e in events
+                 if e["event"] == "slot_state_changed" and e["slot"] == "slot1"]  # fmt: skip
+        assert moves == [("Unclaimed/Idle", "Owner/Idle", "claim_aborted")]
+        assert states(built.daemon)["slot1"] == "Owner/Idle"
+        assert built.offers["slot1"] != used
+        assert built.state_changed.is_set()
+    finally:
+        built.daemon.jobs.store.close()
+
+
+def test_an_aborted_request_ends_a_matched_slots_match(tmp_path: Path) -> None:
+    """A Matched static slot aborted goes Owner -> Unclaimed and its match is over: the
+    next claim is granted (before, its match deadline was left behind and that claim was
+    refused once with "START became false while Matched")."""
+
+    async def scenario() -> dict[str, Any]:
+        built = Member(daemon_without_cgroups(tmp_path, "SLOT_TYPE_1_PARTITIONABLE = False\n"))
+        jobs = built.daemon.jobs
+        try:
+            jobs.matches.match("slot1")
+            assert states(built.daemon)["slot1"] == "Matched/Idle"
+            PslotPreemption(built).abort("slot1")  # type: ignore[arg-type]
+            assert states(built.daemon)["slot1"] == "Unclaimed/Idle"
+            return jobs.request_claim("slot1", dict(JOB))
+        finally:
+            jobs.store.close()
+
+    assert asyncio.run(scenario())["slot"] == "slot1"
+
+
+def test_a_request_waiting_behind_an_aborted_one_finds_its_claim_id_revoked(
+        member: Member) -> None:  # fmt: skip
+    """Two REQUEST_CLAIMs with the p-slot's offer: the first is refused and aborts
+    (a new offer); the second, waiting for its turn, then holds an unknown claim id and
+    is refused (NOT_OK, as condor_startd answers one), not carved with the revoked one."""
+    used = member.offers["slot1"] = member.ids.new()
+    turns: list[tuple[str, bool]] = []
+
+    async def scenario() -> None:
+        preemption = PslotPreemption(member)  # type: ignore[arg-type]
+
+        async def request(name: str) -> None:
+            async with preemption.turn("slot1", used.full()) as offered:
+                turns.append((name, offered))
+                if name == "first":
+                    await asyncio.sleep(0)  # the second now waits for its turn
+                    preemption.abort("slot1")
+
+        await asyncio.gather(request("first"), request("second"))
+
+    asyncio.run(scenario())
+    assert turns == [("first", True), ("second", False)]
+    assert member.offers["slot1"] != used
+
+
+def test_a_job_killed_before_its_starter_exists_still_gets_its_vacate_reason(
+        member: Member) -> None:  # fmt: skip
+    """A pool job whose starter waits for its input transfer (no starter yet) is killed by
+    a p-slot's preemption: its shadow is still told "Preempted for a Priority user" (1019),
+    not "Unspecified job interruption" (1005, no reason given)."""
+    daemon = member.daemon
+    dslot, claim_id = member.claim("slot1")
+    claim = daemon.jobs.lookup(claim_id)[1]
+    # as JobManager.activate registers a pool job (it refuses without a cgroup tree)
+    job = Job("pool.1#1.0", dslot, claim, dict(JOB))
+    daemon.jobs.running[dslot], daemon.jobs.jobs[job.job_id] = job, job
+    started, actions = daemon.engine.activate(dslot, dict(JOB), now())
+    assert started
+    daemon.execute([a for a in actions if not isinstance(a, act.SpawnStarter)])
+    assert job.handle is None
+    daemon.execute(kill_claim(daemon.engine, dslot, now(), "pslot_preemption"))
+    assert states(daemon)[dslot].startswith("Preempting/")
+    assert job.evicted
+    assert job.vacate_reason == ("Preempted for a Priority user", 1019, 0)
 
 
 def test_the_named_dslots_claims_are_killed_and_the_carve_waits_until_they_are_gone(

@@ -195,6 +195,26 @@ def test_a_waiting_preempting_claim_is_flagged_until_it_takes_the_slot_and_from_
     assert [(c.preempting, c.last_renewed) for c in again.claims()] == [(False, 20.0)]
 
 
+def test_a_schema_4_files_waiting_claim_is_the_one_of_its_slot_that_ran_no_job(
+        tmp_path: Path) -> None:  # fmt: skip
+    """Two claims of slot1 in a schema-4 file (no flag): the one whose session has a job
+    is the slot's own, the other the waiting preempting claim, whatever their grants'
+    order (alice's running job's claim, granted later by a stepped-back clock, was read as
+    the waiting one and dropped); another slot's lone claim is its own."""
+    write_old_store(tmp_path / "state.db", schema_before(4), 4,
+                    "INSERT INTO claims VALUES ('<n>#1#1','<n>#1#1#[]x','slot1',NULL,NULL,"
+                    "'{}',1200.0,9.0,NULL)",
+                    "INSERT INTO claims VALUES ('<n>#1#2','<n>#1#2#[]y','slot1',NULL,NULL,"
+                    "'{}',60.0,5.0,NULL)",
+                    "INSERT INTO claims VALUES ('<n>#1#3','<n>#1#3#[]z','slot2',NULL,NULL,"
+                    "'{}',60.0,7.0,NULL)",
+                    "INSERT INTO jobs VALUES ('1.1','slot1','<n>#1#1','{}','{}',1,2,'c','d',"
+                    "5.0,NULL,NULL,NULL,NULL,NULL,NULL)")
+    store = Store(tmp_path / "state.db")
+    assert {c.session_id: c.preempting for c in store.claims()} == {
+        "<n>#1#1": False, "<n>#1#2": True, "<n>#1#3": False}
+
+
 def test_an_unwritable_store_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "state.db").mkdir()
     with pytest.raises(StoreError, match="cannot open the state store"):

@@ -1,0 +1,62 @@
+"""Which reason an evicted job's shadow is told when more than one cause came along: the
+latest, as condor_startd's setVacateReason keeps the last one given (retire_claim,
+kill_claim and release_claim each overwrite it).
+
+The daemon is built as `execd run` builds it, without its cgroup tree: the job is
+registered as JobManager.activate registers a pool job whose starter waits for its
+input (none runs here), and time is passed to the engine as to any policy evaluation."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from execd.daemon.jobs import Job
+from execd.daemon.policy_glue import now
+from execd.policy import actions as act
+from execd.policy.slot import Now
+from tests.component.in_process_daemon import daemon_without_cgroups
+
+# one static slot; PREEMPT true for alice's jobs; 1000 s of retirement (its lease is 1200 s)
+CONFIG = ("SLOT_TYPE_1_PARTITIONABLE = False\nMAXJOBRETIREMENTTIME = 1000\n"
+          'PREEMPT = TARGET.Owner == "alice"\nWANT_SUSPEND = False\n')  # fmt: skip
+ALICE = {"Owner": "alice", "Cmd": "/bin/sleep", "JobLeaseDuration": 1200}
+
+
+@pytest.mark.parametrize(("drained", "told"), [
+    (False, ("PREEMPT expression evaluated to True", 1011, 0)),
+    (True, ("Startd was draining", 1014, 0)),  # condor_startd 25: 1014 (execd said 1011)
+])  # fmt: skip
+def test_a_job_retiring_for_preempt_then_drained_is_told_the_drain(
+        tmp_path: Path, drained: bool, told: tuple[str, int, int]) -> None:  # fmt: skip
+    async def scenario() -> tuple[str, tuple[str, int, int] | None]:
+        daemon = daemon_without_cgroups(tmp_path, CONFIG)
+        try:
+            moment = now()
+
+            def at(seconds: float) -> Now:
+                return Now(moment.mono + seconds, moment.wall + seconds)
+
+            jobs = daemon.jobs
+            granted = jobs.request_claim("slot1", ALICE)
+            claim = jobs.lookup(granted["claim_id"])[1]
+            job = Job("pool.1#1.0", "slot1", claim, dict(ALICE))
+            jobs.running["slot1"], jobs.jobs[job.job_id] = job, job
+            started, actions = daemon.engine.activate("slot1", dict(ALICE), at(0))
+            assert started
+            daemon.execute([a for a in actions if not isinstance(a, act.SpawnStarter)])
+            daemon.execute(daemon.engine.evaluate(at(1)))  # PREEMPT: it retires
+            slot = daemon.engine.slots["slot1"]
+            assert (slot.state.value, slot.activity.value) == ("Claimed", "Retiring")
+            if drained:
+                daemon.execute(daemon.engine.drain("graceful", at(2), reason="test"))
+            daemon.execute(daemon.engine.evaluate(at(1100)))  # the retirement is over
+            return slot.state.value, job.vacate_reason
+        finally:
+            daemon.jobs.store.close()
+
+    state, reason = asyncio.run(scenario())
+    assert state == "Preempting"
+    assert reason == told
