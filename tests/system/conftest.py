@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -31,6 +33,18 @@ def tree(hierarchy: Hierarchy) -> Iterator[CgroupTree]:
 def workdir() -> Iterator[Path]:
     """An EXECUTE directory the job user can traverse (pytest's tmp is root-only)."""
     with job_workdir("execd-test-") as path:
+        yield path
+
+
+@pytest.fixture
+def fifo() -> Iterator[Path]:
+    """A FIFO anyone may open, in a directory the job user can traverse: a job blocks
+    reading it until the test writes (a go signal, no sleeps)."""
+    with tempfile.TemporaryDirectory(prefix="execd-fifo-") as tmp:
+        Path(tmp).chmod(0o755)
+        path = Path(tmp) / "go"
+        os.mkfifo(path)
+        path.chmod(0o666)
         yield path
 
 

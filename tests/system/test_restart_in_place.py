@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,16 +21,6 @@ def node() -> Iterator[RunningDaemon]:
         prefix="execd-usr2-",
     ) as daemon:
         yield daemon
-
-
-@pytest.fixture
-def fifo() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="execd-fifo-") as tmp:
-        Path(tmp).chmod(0o755)
-        path = Path(tmp) / "go"
-        os.mkfifo(path)
-        path.chmod(0o666)
-        yield path
 
 
 def socket_of(node: RunningDaemon) -> Path:

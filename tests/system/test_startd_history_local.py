@@ -6,15 +6,10 @@ writes the record of an outcome still held."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from execd.daemon.client import ControlClient
 from tests.component.daemon_harness import REPO, RunningDaemon, public_dir, running_daemon
@@ -34,16 +29,6 @@ def history(node: RunningDaemon) -> list[dict[str, str]]:
             name, _, value = line.partition(" = ")
             ad[name] = value
     return out
-
-
-@pytest.fixture
-def fifo() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="execd-fifo-") as tmp:
-        Path(tmp).chmod(0o755)
-        path = Path(tmp) / "go"
-        os.mkfifo(path)
-        path.chmod(0o666)
-        yield path
 
 
 def test_a_local_job_gets_one_record_with_its_exit(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from execd.config.settings import load_settings
 from execd.daemon.pool_commands import PoolCommands
 from execd.daemon.pool_conversation import peek_enabled
 from execd.errors import ProtocolError
+from execd.wire.channel import Channel
 from execd.wire.claim_session import ClaimSession, claim_session
 from execd.wire.classad_codec import decode_ad, encode_ad, from_values, to_classad
 from execd.wire.commands import Command
@@ -96,29 +97,34 @@ async def peek(where: Any, session: Any, request: dict[str, Any],
         await start_command(channel, where, command, ClientSecurity(timeout_s=5),
                             session=session)  # fmt: skip
         await channel.send(encode_ad(channel.encoder(), from_values(request)).payload())
-        dec = channel.decoder(await channel.recv())
-        ad = to_classad(decode_ad(dec, "reply"))
-        reply = {k: ad.eval(k) for k in ad}
-        if reply.get("Result") is not True:
-            return reply, []
-        got: list[bytes] = []
-        dec = channel.decoder(await channel.recv())
-        for _ in reply["TransferFiles"]:
-            size = dec.get_int()
-            dec.get_int()
-            assert dec.at_end()
-            data = b""
-            while len(data) < size:
-                data += await channel.recv()
-            got.append(data)
-            dec = channel.decoder(await channel.recv())
-            if size == 0:
-                assert dec.get_int() == 666
-        reply["count"] = dec.get_int()
-        assert dec.at_end()
-        return reply, got
+        return await read_reply(channel)
     finally:
         await channel.close()
+
+
+async def read_reply(channel: Channel) -> tuple[dict[str, Any], list[bytes]]:
+    """(the reply ad with the file count as `count`, each file's bytes), as
+    DCStarter::peek reads them."""
+    ad = to_classad(decode_ad(channel.decoder(await channel.recv()), "reply"))
+    reply = {k: ad.eval(k) for k in ad}
+    if reply.get("Result") is not True:
+        return reply, []
+    got: list[bytes] = []
+    dec = channel.decoder(await channel.recv())
+    for _ in reply["TransferFiles"]:
+        size = dec.get_int()
+        dec.get_int()
+        assert dec.at_end()
+        data = b""
+        while len(data) < size:
+            data += await channel.recv()
+        got.append(data)
+        dec = channel.decoder(await channel.recv())
+        if size == 0:
+            assert dec.get_int() == 666
+    reply["count"] = dec.get_int()
+    assert dec.at_end()
+    return reply, got
 
 
 def serve(links: ShadowLinks) -> tuple[CommandServer, OwnerSessions]:

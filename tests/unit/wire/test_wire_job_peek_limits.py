@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import pytest
 from structlog.testing import capture_logs
-from test_wire_job_peek import CLAIM, OUT, Idle, owner_claim, owner_session, peek
+from test_wire_job_peek import CLAIM, OUT, Idle, owner_claim, owner_session, peek, read_reply
 from wire_pairs import channel_pair
 
 from execd.daemon.pool_admin import ADMIN_DAEMON_COMMANDS
@@ -24,7 +24,7 @@ from execd.errors import ProtocolError
 from execd.wire import job_peek
 from execd.wire.channel import Channel
 from execd.wire.claim_session import claim_session
-from execd.wire.classad_codec import decode_ad, encode_ad, to_classad
+from execd.wire.classad_codec import encode_ad
 from execd.wire.commands import Command
 from execd.wire.job_owner_session import SESSIONS_PER_JOB, OwnerSessions
 from execd.wire.job_peek import JobFiles, job_files, open_in_sandbox
@@ -127,29 +127,6 @@ def test_an_owner_session_runs_only_the_owner_commands_whatever_user_it_names(
     why = {e["command"]: e["why"] for e in events if e["event"] == "pool_command_refused"}
     assert why == dict.fromkeys(OTHER_COMMANDS,
                                 "a job owner's session serves only its owner commands")
-
-
-async def read_reply(channel: Channel) -> tuple[dict[str, Any], list[bytes]]:
-    """(the reply ad with the file count as `count`, each file's bytes), as
-    DCStarter::peek reads them."""
-    ad = to_classad(decode_ad(channel.decoder(await channel.recv()), "reply"))
-    reply = {k: ad.eval(k) for k in ad}
-    if reply.get("Result") is not True:
-        return reply, []
-    got: list[bytes] = []
-    dec = channel.decoder(await channel.recv())
-    for _ in reply["TransferFiles"]:
-        size = dec.get_int()
-        dec.get_int()
-        data = b""
-        while len(data) < size:
-            data += await channel.recv()
-        got.append(data)
-        dec = channel.decoder(await channel.recv())
-        if size == 0:
-            assert dec.get_int() == 666
-    reply["count"] = dec.get_int()
-    return reply, got
 
 
 def served(wire: dict[str, str], files: JobFiles) -> tuple[dict[str, Any], list[bytes]]:
