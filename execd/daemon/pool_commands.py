@@ -21,10 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from execd import log
 from execd.claims.ids import ClaimId
-from execd.daemon.control import ControlError, Role
-from execd.daemon.control import Peer as LocalPeer
-from execd.daemon.control import Request as LocalRequest
+from execd.daemon.control import ControlError
 from execd.daemon.pool_admin import ADMIN_DAEMON_COMMANDS, READ_DAEMON_COMMANDS, DaemonCommands
+from execd.daemon.pool_admin_verbs import AdminVerbs
 from execd.daemon.pool_history import HistoryQueue
 from execd.daemon.pool_job import CLAIM_DEACTIVATED, PoolJob
 from execd.daemon.pool_pslot_preemption import PslotPreemption
@@ -40,7 +39,7 @@ from execd.wire.claim_messages import (
     encode_request_claim_reply,
 )
 from execd.wire.claim_session import MATCH_SESSION_USER
-from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
+from execd.wire.classad_codec import to_classad
 from execd.wire.commands import Command, Reply
 from execd.wire.job_owner_session import (
     OwnerSessions,
@@ -70,10 +69,7 @@ ADMIN_COMMANDS = frozenset({
 })  # fmt: skip
 READ_COMMANDS = frozenset({Command.QUERY_STARTD_ADS, Command.GET_HISTORY})
 # condor_drain's HowFast (condor_commands.h DRAIN_GRACEFUL/QUICK/FAST)
-HOW_FAST = {0: "graceful", 10: "quick", 20: "fast"}
-DRAIN_RESUME_ON_COMPLETION = 1
 # What a pool command's verb call carries as its caller's roles.
-POOL_ADMIN = LocalPeer(pid=0, uid=-1, gid=-1, roles=frozenset({Role.READ, Role.ADMIN}))
 
 
 def job_values(lines: list[tuple[str, str]] | Mapping[str, str]) -> dict[str, Any]:
@@ -105,12 +101,7 @@ class PoolCommands:
             Command.RELEASE_CLAIM: self.release_claim,
             Command.SUSPEND_CLAIM: self.suspend_or_continue,
             Command.CONTINUE_CLAIM: self.suspend_or_continue,
-            Command.VACATE_CLAIM: self.vacate_claim,
-            Command.VACATE_CLAIM_FAST: self.vacate_claim,
-            Command.VACATE_ALL_CLAIMS: self.vacate_all,
-            Command.VACATE_ALL_FAST: self.vacate_all,
-            Command.DRAIN_JOBS: self.drain,
-            Command.CANCEL_DRAIN_JOBS: self.cancel_drain,
+            **AdminVerbs(self.daemon).handlers(),  # condor_vacate, condor_drain
             Command.CA_CMD: self.ca_command,
             Command.CREATE_JOB_OWNER_SEC_SESSION: self.owner_command,
             Command.STARTER_PEEK: self.owner_command,
@@ -142,10 +133,6 @@ class PoolCommands:
                            else "not the job owner's session" if command in OWNER_COMMANDS
                            else "not a claim holder or pool scheduler")  # fmt: skip
         return allowed
-
-    async def _verb(self, name: str, args: dict[str, Any]) -> Any:
-        verb = self.daemon.verbs()[name]
-        return await verb.handler(LocalRequest(id=None, verb=name, args=args, peer=POOL_ADMIN))
 
     # -- claims ---------------------------------------------------------------------------
     async def request_claim(self, channel: Channel, command: int, peer: Peer) -> None:
@@ -355,63 +342,3 @@ class PoolCommands:
         logger.info("pool_claim_" + ("suspended" if verb == "suspend" else "continued"),
                     slot=result.get("slot"))  # fmt: skip
         self.member.changed()
-
-    # -- administrators ----------------------------------------------------------------
-    async def vacate_claim(self, channel: Channel, command: int, peer: Peer) -> None:
-        dec = channel.decoder(await channel.recv())
-        name = dec.get_string("slot name")
-        dec.finish("VACATE_CLAIM")
-        fast = command == Command.VACATE_CLAIM_FAST
-        try:
-            result = await self._verb("vacate", {"slot": name.split("@")[0], "fast": fast})
-        except ControlError as exc:
-            logger.warning("pool_vacate_refused", user=peer.user, slot=name, why=exc.message)
-            return
-        logger.info("pool_vacated", user=peer.user, slots=result["vacated"], fast=fast)
-
-    async def vacate_all(self, channel: Channel, command: int, peer: Peer) -> None:
-        fast = command == Command.VACATE_ALL_FAST
-        result = await self._verb("vacate", {"fast": fast})
-        logger.info("pool_vacated", user=peer.user, slots=result["vacated"], fast=fast)
-
-    async def drain(self, channel: Channel, command: int, peer: Peer) -> None:
-        request = to_classad(decode_ad(channel.decoder(await channel.recv()), "DRAIN_JOBS ad"))
-        how = HOW_FAST.get(request.get("HowFast", 0)) if isinstance(
-            request.get("HowFast", 0), int) else None
-        args: dict[str, Any] = {
-            "how": how, "reason": str(request.get("DrainReason", f"by {peer.user}")),
-            "resume_on_completion":
-                request.get("ResumeOnCompletion") == DRAIN_RESUME_ON_COMPLETION,
-        }  # fmt: skip
-        if "CheckExpr" in request:
-            args["check"] = str(request.lookup("CheckExpr"))
-        reply: dict[str, Any]
-        try:
-            if how is None:
-                raise ControlError("bad_args", f"HowFast {request.get('HowFast')!r} is not "
-                                   "0 (graceful), 10 (quick) or 20 (fast)")
-            await self._verb("drain", args)
-            reply = {"Result": True, "RequestID": "1"}
-            logger.info("pool_drain", user=peer.user, how=how, reason=args["reason"])
-        except ControlError as exc:
-            logger.warning("pool_drain_refused", user=peer.user, why=exc.message)
-            reply = {"Result": False, "ErrorString": exc.message, "ErrorCode": 1}
-        await self._reply(channel, reply)
-
-    async def cancel_drain(self, channel: Channel, command: int, peer: Peer) -> None:
-        decode_ad(channel.decoder(await channel.recv()), "CANCEL_DRAIN_JOBS ad")
-        reply: dict[str, Any]
-        try:
-            await self._verb("cancel_drain", {})
-            reply = {"Result": True}
-            logger.info("pool_drain_cancelled", user=peer.user)
-        except ControlError as exc:
-            logger.warning("pool_cancel_drain_refused", user=peer.user, why=exc.message)
-            reply = {"Result": False, "ErrorString": exc.message, "ErrorCode": 1}
-        await self._reply(channel, reply)
-
-    @staticmethod
-    async def _reply(channel: Channel, values: dict[str, Any]) -> None:
-        ad: WireAd = from_values(values)
-        await channel.send(encode_ad(channel.encoder(), ad).payload())
-
