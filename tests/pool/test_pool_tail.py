@@ -66,14 +66,25 @@ def tail(pool: harness.Pool, job: str, args: list[str]) -> tuple[int, str, str]:
                                                 done.stderr)  # fmt: skip
 
 
-def tails_of_a_running_job(pool: harness.Pool) -> dict[str, Any]:
-    """Every TAILS case against one job while it waits; then the job's end."""
+@contextlib.contextmanager
+def waiting_job(pool: harness.Pool) -> Iterator[tuple[harness.SubmittedJob, Path]]:
+    """SCRIPT's job, once it has written its output and waits: (the job, the file that
+    releases it). Its marker files are removed after."""
     stamp = f"{os.getpid()}-{time.monotonic_ns()}"
     ready, release = Path(f"/tmp/execd-tail-ready-{stamp}"), Path(f"/tmp/execd-tail-go-{stamp}")
     job = submit_files(pool, PLAIN_SUBMIT.format(args=f"{ready} {release}", extra=TRANSFER),
                        {"job.sh": SCRIPT})  # fmt: skip
     try:
         harness.wait_for(f"the job's {ready}", ready.exists, WAIT_S)
+        yield job, release
+    finally:
+        for path in (ready, release):
+            path.unlink(missing_ok=True)
+
+
+def tails_of_a_running_job(pool: harness.Pool) -> dict[str, Any]:
+    """Every TAILS case against one job while it waits; then the job's end."""
+    with waiting_job(pool) as (job, release):
         job_id = f"{job.cluster}.0"
         seen: dict[str, Any] = {name: tail(pool, job_id, args) for name, args in TAILS.items()}
         started = time.monotonic()
@@ -85,9 +96,6 @@ def tails_of_a_running_job(pool: harness.Pool) -> dict[str, Any]:
         seen["ended"] = next(line.strip() for line in log.splitlines() if "termination" in line)
         seen["out"] = job.output("out.txt")
         return seen
-    finally:
-        for path in (ready, release):
-            path.unlink(missing_ok=True)
 
 
 def test_condor_tail_prints_the_same_as_on_condor_startd(
@@ -129,19 +137,11 @@ def starters_reading(pool: harness.Pool, text: str) -> Iterator[None]:
 
 
 def tail_of_a_job_not_to_be_peeked(pool: harness.Pool) -> tuple[int, str, str]:
-    stamp = f"{os.getpid()}-{time.monotonic_ns()}"
-    ready, release = Path(f"/tmp/execd-tail-ready-{stamp}"), Path(f"/tmp/execd-tail-go-{stamp}")
-    job = submit_files(pool, PLAIN_SUBMIT.format(args=f"{ready} {release}", extra=TRANSFER),
-                       {"job.sh": SCRIPT})  # fmt: skip
-    try:
-        harness.wait_for(f"the job's {ready}", ready.exists, WAIT_S)
+    with waiting_job(pool) as (job, release):
         seen = tail(pool, f"{job.cluster}.0", [])
         release.touch()
         job.wait_for_event("005", WAIT_S)
         return seen
-    finally:
-        for path in (ready, release):
-            path.unlink(missing_ok=True)
 
 
 def test_enable_peek_job_false_refuses_condor_tail_as_on_condor_startd(
