@@ -58,7 +58,7 @@ DEFAULT_ROTATIONS = 2  # MAX_HISTORY_ROTATIONS's default (and 1 at least)
 ENVIRONMENT_ATTRS = frozenset({"env", "environment"})  # HISTORY_CONTAINS_JOB_ENVIRONMENT
 OFFSET_JUMP = 200  # findHistoryOffset reads backwards in steps of this many bytes
 BACKUP_SUFFIX = re.compile(r"^\d{8}T\d{6}$")  # <file>.20250101T120000
-ATTRIBUTE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")  # (a ClassAd's, unquoted)
+ATTRIBUTE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")  # a ClassAd's, unquoted: fullmatch
 LINE_BREAKS = str.maketrans({"\n": "\\n", "\r": "\\r"})
 
 
@@ -121,7 +121,7 @@ def ad_text(ad: Mapping[str, str], with_environment: bool = True, fast_sort: boo
     """The record's ad: `ad` maps names to old-syntax expression text (a WireAd). The
     history file's order is FastSort's (length, then name without case); a per-job
     file's is HumanSort's (the names' bytes)."""
-    names = [n for n in ad if not is_private(n) and ATTRIBUTE_NAME.match(n)
+    names = [n for n in ad if not is_private(n) and ATTRIBUTE_NAME.fullmatch(n)
              and (with_environment or n.lower() not in ENVIRONMENT_ATTRS)]  # fmt: skip
     names.sort(key=(lambda n: (len(n), n.lower())) if fast_sort else None)
     return "".join(f"{n} = {ad[n].translate(LINE_BREAKS)}\n" for n in names)

@@ -31,6 +31,7 @@ from typing import Any
 
 from execd import classads
 from execd._htcondor import classad2
+from execd.daemon.startd_history import ATTRIBUTE_NAME
 from execd.errors import ExecdError
 from execd.wire.classad_codec import WireAd, is_private, unparse_old
 
@@ -175,9 +176,6 @@ def banner_type(banner: str) -> str | None:
     return re.split(r"\s", banner[p:end])[0].upper()
 
 
-ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
-
-
 def _parse_old(text: str) -> Any | None:
     try:
         return classad2.parseOne(text, parser=classad2.ParserType.Old)
@@ -205,7 +203,7 @@ def parse_record(lines: list[str]) -> Any | None:
         name = _insert_name(line)
         if name is None:
             return None
-        plain = plain and ATTR_NAME.fullmatch(name.strip()) is not None
+        plain = plain and ATTRIBUTE_NAME.fullmatch(name.strip()) is not None
         names.add(name.strip().lower())
     # The whole record in one parse costs a third of line by line; where it reads
     # otherwise (a line that does not parse, an expression over two lines) the count of
@@ -216,7 +214,7 @@ def parse_record(lines: list[str]) -> Any | None:
     ad = classad2.ClassAd()
     for line in lines:
         name = _insert_name(line) or ""
-        if ATTR_NAME.fullmatch(name.strip()):
+        if ATTRIBUTE_NAME.fullmatch(name.strip()):
             name = name.strip()
             one = _parse_old(line)
         else:  # a name the parser would not take: its expression under a stand-in

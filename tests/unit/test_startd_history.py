@@ -237,7 +237,7 @@ def test_line_breaks_in_values_and_odd_names_cannot_forge_or_break_a_record(
     line (newlines escaped as the new ClassAd unparser writes them), one banner a record."""
     forged = '"x\n*** Offset = 0 ClusterId = 666 ProcId = 0\nOwner = \\"mallory\\"\r"'
     ad = {**JOB, "Cmd": forged, "Bad\n*** Offset = 0": "1", "Also Bad": "2",
-          "Owner": '"alice\n*** Offset = 0"'}  # fmt: skip
+          "Trailing\n": "3", "Owner": '"alice\n*** Offset = 0"'}  # fmt: skip
     assert writer(tmp_path).record(ad, "7.0")
     lines = (tmp_path / "log" / "startd_history").read_text().splitlines()
     assert [line for line in lines if line.startswith("***")] == lines[-1:]
