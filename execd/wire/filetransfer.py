@@ -24,15 +24,17 @@ consumed into nothing and fails the transfer (hold code 12, EPERM), as HTCondor 
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import errno as errnos
 import os
-from collections.abc import Callable, Mapping, Sequence
+import stat
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from execd.errors import RemoteProtocolError
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
+from execd.wire.output_files import OutputItem, open_as_owner
 from execd.wire.shadow_syscalls import MessageChannel
 
 FILETRANS_UPLOAD = 61000
@@ -43,8 +45,6 @@ MISSING_FILE_MODE = 1 << 24
 ZERO_FILE_MARKER = 666
 CHUNK_BYTES = 256 * 1024  # HTCondor's AES file buffer: one message per chunk
 ALIVE_INTERVAL_S = 300
-STD_FILES = ("_condor_stdout", "_condor_stderr")  # the shadow renames them to Out and Err
-NULL_FILE = "/dev/null"
 # Hold codes (condor_utils/condor_holdcodes.h).
 HOLD_DOWNLOAD_FILE_ERROR = 12
 HOLD_UPLOAD_FILE_ERROR = 13
@@ -65,6 +65,7 @@ class TransferResult:
     hold_code: int = 0
     hold_subcode: int = 0
     hold_reason: str = ""
+    failed: list[str] = field(default_factory=list)  # why each unsendable file failed
 
     @property
     def ok(self) -> bool:
@@ -96,12 +97,14 @@ def _stats(result: TransferResult) -> str:
             f"CedarFilesCount = {len(result.files)} ]")  # fmt: skip
 
 
-def ack_ad(result: TransferResult) -> WireAd:
+def ack_ad(result: TransferResult, sender: str = "") -> WireAd:
+    """Our ack; an uploader's failure says who failed to send (`sender`: ...)."""
     ad = {"Result": "0" if result.ok else "-1"}
     if not result.ok:
+        reason = f"{sender}: {result.hold_reason}" if sender else result.hold_reason
         ad.update(from_values({"HoldReasonCode": result.hold_code,
                                "HoldReasonSubCode": result.hold_subcode,
-                               "HoldReason": result.hold_reason}))  # fmt: skip
+                               "HoldReason": reason}))  # fmt: skip
     ad["TransferStats"] = _stats(result)
     return ad
 
@@ -264,96 +267,106 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
     return result
 
 
-async def _send_file(ch: MessageChannel, path: Path) -> int:
-    """Mode, size + chunk size, the chunks (666 after an empty file); a file that
-    cannot be opened goes as HTCondor's dummy (mode 1<<24, empty) and raises OSError."""
-    try:
-        f = path.open("rb")
-    except OSError:
-        await _send_int(ch, MISSING_FILE_MODE)
-        await ch.send(ch.encoder().put_int(0).put_int(1).payload())
-        await _send_int(ch, ZERO_FILE_MARKER)
-        raise
-    with f:
+async def _send_file(ch: MessageChannel, fd: int) -> int:
+    """Mode, size + chunk size, the chunks (666 after an empty file)."""
+    with os.fdopen(fd, "rb", buffering=0) as f:
         st = os.fstat(f.fileno())
+        size = st.st_size if stat.S_ISREG(st.st_mode) else 0  # a device: empty, as put_file
         await _send_int(ch, st.st_mode & 0o777)
-        await ch.send(ch.encoder().put_int(st.st_size).put_int(CHUNK_BYTES).payload())
+        await ch.send(ch.encoder().put_int(size).put_int(CHUNK_BYTES).payload())
         sent = 0
-        while sent < st.st_size:
-            chunk = f.read(min(CHUNK_BYTES, st.st_size - sent))
+        while sent < size:
+            chunk = f.read(min(CHUNK_BYTES, size - sent))
             if not chunk:
-                raise RemoteProtocolError(f"{path.name} shrank while being sent")
+                raise RemoteProtocolError("a file shrank while being sent")
             await ch.send(chunk)
             sent += len(chunk)
-    if st.st_size == 0:
+    if size == 0:
         await _send_int(ch, ZERO_FILE_MARKER)
     return sent
 
 
-async def upload_sandbox(ch: MessageChannel, sandbox: Path, names: Sequence[str], *,
+def _open_item(sandbox: Path, item: OutputItem, owner: tuple[int, int]) -> int:
+    """A descriptor to read the item from: inside the sandbox opened here (links
+    resolved, O_NONBLOCK so that nothing can block the transfer), through a link out
+    of the sandbox by the job's user (output_files.open_as_owner)."""
+    if item.error:
+        raise OSError(item.error, os.strerror(item.error))
+    if item.linked_directory:
+        raise OSError(errnos.EISDIR, os.strerror(errnos.EISDIR))
+    path = os.path.realpath(sandbox / item.source)
+    if item.outside:
+        return open_as_owner(path, owner)
+    return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+
+
+async def _send_item(ch: MessageChannel, sandbox: Path, item: OutputItem,
+                     owner: tuple[int, int], result: TransferResult) -> int:  # fmt: skip
+    """One item after its command and name: a mkdir's mode, or a file; the first
+    failure is kept in `result` (the transfer goes on, as HTCondor's)."""
+    if item.directory and not item.linked_directory:
+        await _send_int(ch, item.mode)
+        return 4  # HTCondor counts a mkdir as the size of its mode
+    try:
+        fd = await asyncio.to_thread(_open_item, sandbox, item, owner) \
+            if item.outside else _open_item(sandbox, item, owner)  # fmt: skip
+    except OSError as exc:
+        code = exc.errno or errnos.EIO
+        # As put_file_with_permissions: the dummy's mode when even stat failed, else the
+        # file's mode (/dev/null's for a link to a directory) and an empty file
+        mode = MISSING_FILE_MODE if item.error else 0o666 if item.linked_directory else item.mode
+        await _send_int(ch, mode)
+        await ch.send(ch.encoder().put_int(0).put_int(1).payload())
+        await _send_int(ch, ZERO_FILE_MARKER)
+        why = f"reading from file {sandbox / item.source}: (errno {code}) {os.strerror(code)}"
+        if item.linked_directory:
+            why += "- Transfer of symlinks to directories is not supported."
+        result.failed.append(why)
+        result.fail(HOLD_UPLOAD_FILE_ERROR, code, why)
+        return 0
+    return await _send_file(ch, fd)
+
+
+async def upload_sandbox(ch: MessageChannel, sandbox: Path, items: Sequence[OutputItem], *,
                          final: bool = True) -> TransferResult:  # fmt: skip
-    """Send these sandbox files to the shadow (after FILETRANS_DOWNLOAD + key); `final`
-    False: an evicted job's sandbox, which the shadow keeps in the job's spool (and
-    sends back as input to its next run) instead of delivering it."""
+    """Send these sandbox items (output_files.output_items) to the shadow (after
+    FILETRANS_DOWNLOAD + key): mkdir for a directory, then the files; one that cannot
+    be read goes as the dummy and the transfer goes on, then fails with the first
+    error, as HTCondor's. `final` False: an evicted job's sandbox, which the shadow
+    keeps in the job's spool (and sends back as input to its next run)."""
     result = TransferResult()
-    paths = [(n, sandbox / n) for n in names]
-    total = sum(p.stat().st_size for _, p in paths if p.is_file())
+    owner = _owner(sandbox)
+    total = sum(item.size for item in items)
     header = ch.encoder().put_int(1 if final else 0)
     await ch.send(encode_ad(header, {"SandboxSize": str(total)}).payload())
-    for i, (name, path) in enumerate(paths):
-        await _send_int(ch, CMD_FILE)
-        await ch.send(ch.encoder().put_string(name).payload())
+    for i, item in enumerate(items):
+        mkdir = item.directory and not item.linked_directory
+        await _send_int(ch, CMD_MKDIR if mkdir else CMD_FILE)
+        await ch.send(ch.encoder().put_string(item.name).payload())
         if i == 0:
             await _go_ahead(ch, downloading=False)
-        try:
-            result.bytes += await _send_file(ch, path)
-        except OSError as exc:
-            code = exc.errno or errnos.EIO
-            result.fail(HOLD_UPLOAD_FILE_ERROR, code,
-                        f"|Error: reading from file {path}: (errno {code}) {os.strerror(code)}")
-            continue
-        result.files.append(name)
+        result.bytes += await _send_item(ch, sandbox, item, owner, result)
+        result.files.append(item.name)
+    if result.failed:
+        result.hold_reason = (f"|Error: {len(result.failed)} total failures: "
+                              f"first failure: {result.failed[0]}")  # fmt: skip
     await _send_int(ch, CMD_FINISHED)
-    await ch.send(encode_ad(ch.encoder(), ack_ad(result)).payload())
+    await ch.send(encode_ad(ch.encoder(), ack_ad(result, _sender(ch))).payload())
     peer = await _recv_ad(ch, "downloader's ack")
+    if result.failed:
+        result.hold_reason = f"{_sender(ch)}: {result.hold_reason}"
     if peer.get("Result") != 0:
         _peer_failure(peer, result, HOLD_DOWNLOAD_FILE_ERROR)
     return result
 
 
-def std_files(job: Mapping[str, object]) -> tuple[str | None, str | None]:
-    """The sandbox names the job's stdout and stderr are written to and sent back under,
-    as HTCondor's starter remaps them: `_condor_stdout` for Out, `_condor_stderr` for
-    Err, but stdout's file for an Err that names Out's file (both streams go into it,
-    in the order written); None for one that is unset or /dev/null (discarded)."""
-    out, err = (job.get(attr) for attr in ("Out", "Err"))
-    stdout = STD_FILES[0] if isinstance(out, str) and out not in ("", NULL_FILE) else None
-    if not isinstance(err, str) or err in ("", NULL_FILE):
-        return stdout, None
-    return stdout, STD_FILES[0] if stdout is not None and err == out else STD_FILES[1]
+def _owner(sandbox: Path) -> tuple[int, int]:
+    """The job's user: the sandbox's owner (the starter gives it the sandbox)."""
+    st = os.stat(sandbox)
+    return st.st_uid, st.st_gid
 
 
-def sent_std_files(job: Mapping[str, object]) -> list[str]:
-    """The std files that go back to the shadow: each sandbox name once."""
-    return [name for name in dict.fromkeys(std_files(job)) if name is not None]
-
-
-def output_names(sandbox: Path, job: dict[str, object], inputs: Sequence[str],
-                 before: dict[str, float]) -> list[str]:  # fmt: skip
-    """Which sandbox files go back: TransferOutput if the job names them, else every
-    top-level regular file the job created or changed; and always the job's std files
-    (sent_std_files: the shadow renames them to its Out/Err)."""
-    std = sent_std_files(job)
-    listed = job.get("TransferOutput")
-    if isinstance(listed, str) and listed.strip():
-        chosen = [n.strip() for n in listed.split(",") if n.strip()]
-        return [n for n in chosen if (sandbox / n).is_file() and n not in STD_FILES] + std
-    out = []
-    for entry in sorted(sandbox.iterdir()):
-        if entry.name in STD_FILES or not entry.is_file() or entry.is_symlink():
-            continue
-        with contextlib.suppress(OSError):
-            if entry.name in inputs and before.get(entry.name) == entry.stat().st_mtime:
-                continue
-            out.append(entry.name)
-    return out + std
+def _sender(ch: MessageChannel) -> str:
+    """`STARTER at <ip> failed to send file(s) to <peer>`, HTCondor's words."""
+    local = getattr(ch, "local_address", None)
+    return f"STARTER at {local[0] if local else '?'} failed to send file(s) to {peer_name(ch)}"

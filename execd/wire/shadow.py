@@ -51,13 +51,11 @@ from execd.wire.filetransfer import (
     TransferResult,
     TransferTally,
     download_sandbox,
-    output_names,
-    sent_std_files,
-    std_files,
     upload_sandbox,
 )
 from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
+from execd.wire.output_files import expand_outputs, output_items, sent_std_files, std_files
 from execd.wire.security import (
     CONDOR_VERSION,
 )
@@ -242,10 +240,10 @@ async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversat
     spool = done.requested and done.graceful and \
         str(job.get("WhenToTransferOutput", "")).upper() == "ON_EXIT_OR_EVICT"
     if state.transfer and (spool or not done.requested):
-        names = output_names(sandbox, job, state.inputs, state.before)
+        items = output_items(sandbox, job, state.inputs, state.before)
 
         async def send(ch: Channel) -> TransferResult:
-            return await upload_sandbox(ch, sandbox, names, final=not done.requested)
+            return await upload_sandbox(ch, sandbox, items, final=not done.requested)
 
         sent = await transfers.run(FILETRANS_DOWNLOAD, send)
         if not sent.ok:
@@ -330,7 +328,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             await asyncio.sleep(1)
 
             async def failure_files(ch: Channel) -> TransferResult:
-                return await upload_sandbox(ch, sandbox, sent_std_files(job))
+                return await upload_sandbox(ch, sandbox,
+                                            expand_outputs(sandbox, sent_std_files(job)))
 
             await transfers.run(FILETRANS_DOWNLOAD, failure_files)
             await calls.ulog(_transfer_error(job, got))

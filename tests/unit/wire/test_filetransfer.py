@@ -18,12 +18,15 @@ from execd.wire.encoding import Decoder, Encoder
 from execd.wire.filetransfer import (
     HOLD_DOWNLOAD_FILE_ERROR,
     download_sandbox,
-    output_names,
-    std_files,
     upload_sandbox,
 )
+from execd.wire.output_files import OutputItem, output_items, std_files
 
 INPUT, OUTPUT, SHADOW = 20473, 26671, 2673
+
+
+def names(items: list[OutputItem]) -> list[str]:
+    return [item.name for item in items]
 
 
 def conversation(port: int) -> tuple[list[bytes], list[bytes]]:
@@ -57,7 +60,7 @@ def test_output_upload_equals_the_real_starters(tmp_path: Path) -> None:
     script = [("send", m) for m in starter[:4]] + [("recv", shadow[0]), ("recv", shadow[1])]
     script += [("send", m) for m in starter[4:]] + [("recv", shadow[2])]
     replay = Replay(script)
-    names = output_names(tmp_path, {"Out": "out.txt", "Err": "err.txt"}, [], {})
+    names = output_items(tmp_path, {"Out": "out.txt", "Err": "err.txt"}, [], {})
     result = asyncio.run(upload_sandbox(replay, tmp_path, names))
     assert not replay.script
     assert result.ok and result.files == ["_condor_stdout", "_condor_stderr"]
@@ -73,9 +76,9 @@ def test_std_files_as_condor_starter_remaps_them(tmp_path: Path) -> None:
     assert std_files({"Out": "o"}) == ("_condor_stdout", None)
     (tmp_path / "_condor_stdout").write_text("both\n")
     (tmp_path / "made.txt").write_text("x\n")
-    assert output_names(tmp_path, {"Out": "both", "Err": "both"}, [], {}) == \
+    assert names(output_items(tmp_path, {"Out": "both", "Err": "both"}, [], {})) == \
         ["made.txt", "_condor_stdout"]
-    assert output_names(tmp_path, {}, [], {}) == ["made.txt"]
+    assert names(output_items(tmp_path, {}, [], {})) == ["made.txt"]
 
 
 def _enc() -> Encoder:

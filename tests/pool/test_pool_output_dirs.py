@@ -1,0 +1,157 @@
+"""`transfer_output_files` naming directories, their contents (`dir/`), files inside
+subdirectories, and a file the job never made — on `execd run` as on the pool's own
+condor_startd: the same files, directories and modes delivered to the submit
+directory, the same user-log events, the same hold code, subcode and reason.
+Also: without transfer_output_files (new and changed files) the job's new
+subdirectories stay behind, and links in an output directory (to a file outside the
+sandbox, inside it, to /dev/zero, to an unreadable file, to a directory), a FIFO and
+a socket are treated alike.
+"""
+
+from __future__ import annotations
+
+import os
+import pprint
+import re
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pool_harness as harness
+import pytest
+from test_pool_daemon import WAIT_S
+from test_pool_jobs import on_both, submit_files
+
+# {0}: a directory outside the sandbox with public.txt (0644) and secret.txt (root, 0600)
+SCRIPT = """#!/bin/sh
+umask 022
+mkdir -p results/sub/deeper results/empty_dir flat/inner out logs links newdir/inner
+echo top > results/top.txt
+: > results/empty.txt
+printf '#!/bin/sh\\necho run\\n' > results/run.sh
+chmod 0755 results/run.sh
+chmod 0750 results/sub
+echo deep > results/sub/deeper/deep.txt
+echo s > results/sub/s.txt
+echo f > flat/f.txt
+echo i > flat/inner/i.txt
+echo a > out/a.txt
+echo b > out/b.txt
+echo l > logs/l.txt
+echo new > newdir/inner/n.txt
+echo made > made.txt
+echo inside > links/target.txt
+ln -s target.txt links/inside
+ln -s {0}/public.txt links/public
+ln -s /dev/zero links/zero
+mkfifo links/fifo
+python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("links/sock")' 2>/dev/null
+mkdir secret; ln -s {0}/secret.txt secret/secret
+mkdir linkdir; ln -s ../results linkdir/results
+echo done
+"""
+# case -> transfer_output_files (None: the new and changed files), more submit lines
+CASES: dict[str, tuple[str | None, str]] = {
+    "directory": ("results", ""),
+    "contents": ("results/", ""),
+    "file_in_subdirectory": ("results/sub/s.txt", ""),
+    "preserved_relative_path": ("results/sub/s.txt, flat/inner",
+                                "preserve_relative_paths = true\n"),
+    "mixed": ("out/a.txt, flat/, logs, results/sub", ""),
+    "missing": ("results, nothere.txt, logs", ""),
+    "changed_files": (None, ""),
+    "links": ("links", ""),
+    "unreadable_link": ("secret", ""),
+    "link_to_directory": ("linkdir", ""),
+}
+SANDBOX = re.compile(r"/\S*?/dir_\d+(/scratch)?")  # condor_starter 25: dir_<pid>/scratch
+ADDRESS = re.compile(r"<[^>]*>")
+IP = re.compile(r"\b\d+\.\d+\.\d+\.\d+\b")
+
+Tree = dict[str, tuple[str, str]]
+Outcome = tuple[list[str], str, Tree]
+
+
+@pytest.fixture(scope="module")
+def outside() -> Iterator[str]:
+    """A directory outside every sandbox, the same path on the host and in the chroot."""
+    with tempfile.TemporaryDirectory(prefix="execd-outdir-", dir="/tmp") as tmp:
+        os.chmod(tmp, 0o755)
+        public = Path(tmp) / "public.txt"
+        public.write_text("public\n")
+        public.chmod(0o644)
+        secret = Path(tmp) / "secret.txt"
+        secret.write_text("secret\n")
+        secret.chmod(0o600)
+        yield tmp
+
+
+def delivered(directory: Path) -> Tree:
+    """What the shadow left in the submit directory: path -> (kind and mode, content)."""
+    tree = {}
+    for path in sorted(directory.rglob("*")):
+        name = str(path.relative_to(directory))
+        if name in ("job.sub", "job.sh", "job.log", "hold.txt"):
+            continue
+        st = path.lstat()
+        mode = oct(stat.S_IMODE(st.st_mode))
+        if stat.S_ISDIR(st.st_mode):
+            tree[name] = (f"dir {mode}", "")
+        else:
+            tree[name] = (f"file {mode}", path.read_text(errors="replace"))
+    return tree
+
+
+def normalized(reason: str) -> str:
+    return IP.sub("IP", ADDRESS.sub("<ADDR>", SANDBOX.sub("SANDBOX", reason)))
+
+
+def run_cases(pool: harness.Pool, outside: str) -> dict[str, Outcome]:
+    """Every case's job submitted at once, each waited for (005 or a hold)."""
+    jobs = {}
+    for case, (outputs, extra) in CASES.items():
+        listed = "" if outputs is None else f"transfer_output_files = {outputs}\n"
+        jobs[case] = submit_files(pool, (
+            f"executable = job.sh\noutput = out.txt\nerror = err.txt\nlog = job.log\n"
+            f"should_transfer_files = YES\nwhen_to_transfer_output = ON_EXIT\n{listed}{extra}"
+            "request_memory = 32\nrequest_disk = 1024\nqueue\n"),
+            {"job.sh": SCRIPT.format(outside)})  # fmt: skip
+    found = {}
+    for case, job in jobs.items():
+        harness.wait_for(f"{case}: 005 or 012", lambda j=job: {"005", "012"} & set(j.events()),
+                         WAIT_S)  # fmt: skip
+        ended = "005" if "005" in job.events() else "012"
+        if ended == "012":
+            held = job.ad()
+            assert held is not None
+            end = (f"held {held['HoldReasonCode']} {held['HoldReasonSubCode']} "
+                   f"{normalized(held['HoldReason'])}")  # fmt: skip
+            pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+            harness.wait_for(f"{case}: 009", lambda j=job: "009" in j.events(), WAIT_S)
+        else:
+            end = next(line.strip() for line in job.user_log().splitlines()
+                       if "termination" in line)  # fmt: skip
+        # 006 follows each starter's measurements; 040 (transfer) events race 001 when
+        # many jobs start at once: their number is compared, not their place, and not
+        # for a held job (whether the shadow logs the end of a failed output transfer
+        # before the hold is a race on condor_startd too)
+        codes = [c for c in job.events() if c not in ("006", "040")]
+        if ended == "005":
+            codes.append(f"040 x{job.events().count('040')}")
+        found[case] = (codes, end, delivered(job.host_dir))
+    return found
+
+
+def test_output_directories_as_on_condor_startd(running_pool: harness.RunningPool,
+                                                outside: str) -> None:  # fmt: skip
+    ours, theirs = on_both(running_pool, lambda pool: run_cases(pool, outside))
+    differing = {case: (ours[case], theirs[case]) for case in CASES if ours[case] != theirs[case]}
+    assert not differing, pprint.pformat(differing, width=120)
+    # what condor_startd does, as the test saw it (the comparison is the test)
+    tree = theirs["directory"][2]
+    assert tree["results/sub/deeper/deep.txt"] == ("file 0o644", "deep\n")
+    assert tree["results/empty_dir"][0].startswith("dir")
+    assert tree["results/run.sh"][0] == "file 0o755"
+    assert "newdir" not in theirs["changed_files"][2]
+    assert theirs["missing"][1].startswith("held ")

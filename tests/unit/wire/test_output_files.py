@@ -1,0 +1,108 @@
+"""Which sandbox entries go back and under which names (execd/wire/output_files.py):
+directories as mkdir items before their contents, `dir/` as its contents, `sub/file`
+as `file` (or with its parents under preserve_relative_paths), a missing name kept as
+a failing item, FIFOs and sockets left out, links to directories marked unsendable;
+and a link out of the sandbox read with the job user's rights, never root's.
+The pool tier compares the delivered result with condor_startd's
+(tests/pool/test_pool_output_dirs.py)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from execd.wire.output_files import OutputItem, expand_outputs, open_as_owner, output_items
+
+
+def sandbox(tmp_path: Path) -> Path:
+    box = tmp_path / "dir_1"
+    (box / "results/sub/deeper").mkdir(parents=True)
+    (box / "results/empty_dir").mkdir()
+    (box / "results/top.txt").write_text("top\n")
+    (box / "results/sub/s.txt").write_text("s\n")
+    (box / "results/sub/deeper/d.txt").write_text("d\n")
+    (box / "newdir").mkdir()
+    (box / "made.txt").write_text("made\n")
+    os.mkfifo(box / "results/fifo")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(box / "results/sock"))
+    (box / "link").symlink_to("results")
+    return box
+
+
+def shown(items: list[OutputItem]) -> list[str]:
+    return [f"{i.name}/" if i.directory else i.name if not i.error else f"{i.name}!{i.error}"
+            for i in items]  # fmt: skip
+
+
+def test_a_directory_is_made_before_its_contents(tmp_path: Path) -> None:
+    assert shown(expand_outputs(sandbox(tmp_path), ["results"])) == [
+        "results/", "results/empty_dir/", "results/sub/", "results/sub/deeper/",
+        "results/sub/deeper/d.txt", "results/sub/s.txt", "results/top.txt"]  # fmt: skip
+
+
+def test_a_trailing_slash_sends_the_contents_only(tmp_path: Path) -> None:
+    assert shown(expand_outputs(sandbox(tmp_path), ["results/"])) == [
+        "empty_dir/", "sub/", "sub/deeper/", "sub/deeper/d.txt", "sub/s.txt", "top.txt"]
+
+
+def test_a_file_in_a_subdirectory_comes_back_by_its_name(tmp_path: Path) -> None:
+    box = sandbox(tmp_path)
+    assert shown(expand_outputs(box, ["results/sub/s.txt"])) == ["s.txt"]
+    assert shown(expand_outputs(box, ["results/sub/s.txt"], preserve=True)) == [
+        "results/", "results/sub/", "results/sub/s.txt"]
+
+
+def test_missing_names_and_links_to_directories_fail_when_sent(tmp_path: Path) -> None:
+    items = expand_outputs(sandbox(tmp_path), ["nothere.txt", "link"])
+    assert shown(items[:1]) == [f"nothere.txt!{errno.ENOENT}"]
+    assert items[1].name == "link" and items[1].linked_directory
+
+
+def test_new_subdirectories_stay_without_transfer_output_files(tmp_path: Path) -> None:
+    items = output_items(sandbox(tmp_path), {"Out": "out.txt"}, [], {})
+    assert shown(items) == ["made.txt", f"_condor_stdout!{errno.ENOENT}"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing file-access ids needs root")
+def test_a_link_out_of_the_sandbox_is_opened_with_the_users_rights() -> None:
+    with tempfile.TemporaryDirectory() as tmp:  # pytest's tmp_path is root's alone (0700)
+        os.chmod(tmp, 0o755)
+        found = opened_in_a_thread(Path(tmp))
+    assert found == {"public": b"public\n", "secret": errno.EACCES,
+                     "as root": errno.EACCES, "groups": os.getgroups()}  # fmt: skip
+
+
+def opened_in_a_thread(tmp_path: Path) -> dict[str, object]:
+    public, secret = tmp_path / "public.txt", tmp_path / "secret.txt"
+    public.write_text("public\n")
+    public.chmod(0o644)
+    secret.write_text("secret\n")
+    secret.chmod(0o600)
+    found: dict[str, object] = {}
+
+    def in_a_thread() -> None:
+        fd = open_as_owner(str(public), (65534, 65534))
+        found["public"] = os.read(fd, 100)
+        os.close(fd)
+        try:
+            open_as_owner(str(secret), (65534, 65534))
+        except OSError as exc:
+            found["secret"] = exc.errno
+        try:
+            open_as_owner(str(secret), (0, 0))
+        except OSError as exc:
+            found["as root"] = exc.errno
+        os.close(os.open(secret, os.O_RDONLY))  # the thread is root again
+        found["groups"] = os.getgroups()
+
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join()
+    return found
