@@ -7,8 +7,9 @@ ExpandFileTransferList, ExpandParentDirectories, FindChangedFiles).
   its own name; `dir/` (a trailing slash) sends only what is in it, as if it were in the
   sandbox's top level; `sub/file.txt` comes back as `file.txt` unless the job asks for
   `preserve_relative_paths`, which sends the parent directories first and keeps the path.
-- Without it: every top-level regular file the job created or changed; subdirectories
-  are not sent (FindChangedFiles skips a directory the list does not name).
+- Without it: every top-level regular file the job created or changed (a link to one
+  included); subdirectories, and links to them, are not sent (FindChangedFiles skips a
+  directory the list does not name).
 - A name the job did not create stays in the list: sending it fails (ENOENT), which holds
   the job. FIFOs and sockets are left out (reading one could block the transfer).
 - Symbolic links are followed as condor_starter follows them, reading as the job's user:
@@ -193,7 +194,7 @@ def output_items(sandbox: Path, job: Mapping[str, object], inputs: Sequence[str]
         return expand_outputs(sandbox, named + std, preserve=preserve)
     changed = []
     for entry in sorted(sandbox.iterdir()):
-        if entry.name in STD_FILES or not entry.is_file() or entry.is_symlink():
+        if entry.name in STD_FILES or not entry.is_file():  # links followed, as StatInfo
             continue
         with contextlib.suppress(OSError):
             if entry.name in inputs and before.get(entry.name) == entry.stat().st_mtime:

@@ -49,6 +49,7 @@ mkfifo links/fifo
 python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("links/sock")' 2>/dev/null
 mkdir secret; ln -s {0}/secret.txt secret/secret
 mkdir linkdir; ln -s ../results linkdir/results
+ln -s results/top.txt toplink; ln -s {0}/public.txt publink; ln -s results dirlink; mkfifo topfifo
 echo done
 """
 # case -> transfer_output_files (None: the new and changed files), more submit lines
@@ -153,5 +154,7 @@ def test_output_directories_as_on_condor_startd(running_pool: harness.RunningPoo
     assert tree["results/sub/deeper/deep.txt"] == ("file 0o644", "deep\n")
     assert tree["results/empty_dir"][0].startswith("dir")
     assert tree["results/run.sh"][0] == "file 0o755"
-    assert "newdir" not in theirs["changed_files"][2]
+    changed = theirs["changed_files"][2]
+    assert "newdir" not in changed and "dirlink" not in changed and "topfifo" not in changed
+    assert changed["toplink"] == ("file 0o644", "top\n") and changed["publink"][1] == "public\n"
     assert theirs["missing"][1].startswith("held ")

@@ -33,6 +33,7 @@ def sandbox(tmp_path: Path) -> Path:
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(box / "results/sock"))
     (box / "link").symlink_to("results")
+    (box / "filelink").symlink_to("made.txt")
     return box
 
 
@@ -65,9 +66,9 @@ def test_missing_names_and_links_to_directories_fail_when_sent(tmp_path: Path) -
     assert items[1].name == "link" and items[1].linked_directory
 
 
-def test_new_subdirectories_stay_without_transfer_output_files(tmp_path: Path) -> None:
+def test_without_transfer_output_files_subdirectories_stay(tmp_path: Path) -> None:
     items = output_items(sandbox(tmp_path), {"Out": "out.txt"}, [], {})
-    assert shown(items) == ["made.txt", f"_condor_stdout!{errno.ENOENT}"]
+    assert shown(items) == ["filelink", "made.txt", f"_condor_stdout!{errno.ENOENT}"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="changing file-access ids needs root")
