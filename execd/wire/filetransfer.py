@@ -29,6 +29,7 @@ import errno as errnos
 import os
 import stat
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -308,8 +309,12 @@ async def _send_item(ch: MessageChannel, sandbox: Path, item: OutputItem,
         await _send_int(ch, item.mode)
         return 4  # HTCondor counts a mkdir as the size of its mode
     try:
-        fd = await asyncio.to_thread(_open_item, sandbox, item, owner) \
-            if item.outside else _open_item(sandbox, item, owner)  # fmt: skip
+        if item.outside:  # a thread of its own: its credentials change for the open
+            with ThreadPoolExecutor(1, thread_name_prefix="open-as-owner") as thread:
+                fd = await asyncio.get_running_loop().run_in_executor(
+                    thread, _open_item, sandbox, item, owner)
+        else:
+            fd = _open_item(sandbox, item, owner)
     except OSError as exc:
         code = exc.errno or errnos.EIO
         # As put_file_with_permissions: the dummy's mode when even stat failed, else the

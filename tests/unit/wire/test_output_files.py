@@ -8,6 +8,7 @@ The pool tier compares the delivered result with condor_startd's
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import socket
@@ -17,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from execd.wire.classad_codec import decode_ad, encode_ad, to_classad
+from execd.wire.encoding import Decoder, Encoder
+from execd.wire.filetransfer import upload_sandbox
 from execd.wire.output_files import OutputItem, expand_outputs, open_as_owner, output_items
 
 
@@ -107,3 +111,62 @@ def opened_in_a_thread(tmp_path: Path) -> dict[str, object]:
     thread.start()
     thread.join()
     return found
+
+
+class Shadow:
+    """The downloading shadow's side: go ahead always, ack success; records what came."""
+
+    def __init__(self) -> None:
+        self.answers = [encode_ad(self.encoder(), {"Result": "2"}).payload(),
+                        self.encoder().put_int(300).payload(),
+                        encode_ad(self.encoder(), {"Result": "0"}).payload()]  # fmt: skip
+        self.sent: list[bytes] = []
+
+    async def send(self, payload: bytes) -> None:
+        self.sent.append(payload)
+
+    async def recv(self, timeout_s: float | None = None) -> bytes:
+        return self.answers.pop(0)
+
+    def encoder(self) -> Encoder:
+        return Encoder(encrypted=True)
+
+    def decoder(self, payload: bytes) -> Decoder:
+        return Decoder(payload, encrypted=True)
+
+    def items(self) -> list[tuple[int, str, int]]:
+        """(command, name, mode) of each item, in the order sent."""
+        messages = iter(self.sent[1:])  # after the header
+        found = []
+        while (command := Decoder(next(messages), encrypted=True).get_int()) != 0:
+            name = Decoder(next(messages), encrypted=True).get_string()
+            if not found:
+                next(messages), next(messages)  # our alive interval and GoAhead
+            mode = Decoder(next(messages), encrypted=True).get_int()
+            found.append((command, name, mode))
+            if command == 1:
+                size = Decoder(next(messages), encrypted=True).get_int()
+                for _ in range(1 if size == 0 else -(-size // 262144)):
+                    next(messages)  # the chunks, or the 666 after an empty file
+        return found
+
+
+def test_upload_makes_directories_first_and_holds_for_a_missing_file(tmp_path: Path) -> None:
+    box = sandbox(tmp_path)
+    (box / "results/sub").chmod(0o750)
+    (box / "results/sub/deeper").chmod(0o755)  # whatever the umask
+    for name in ("results/sub/deeper/d.txt", "results/sub/s.txt", "made.txt"):
+        (box / name).chmod(0o644)
+    shadow = Shadow()
+    items = expand_outputs(box, ["results/sub", "nothere.txt", "made.txt"])
+    result = asyncio.run(upload_sandbox(shadow, box, items))
+    assert shadow.items() == [(6, "sub", 0o750), (6, "sub/deeper", 0o755),
+                              (1, "sub/deeper/d.txt", 0o644), (1, "sub/s.txt", 0o644),
+                              (1, "nothere.txt", 1 << 24), (1, "made.txt", 0o644)]  # fmt: skip
+    assert (result.hold_code, result.hold_subcode) == (13, errno.ENOENT)
+    assert result.hold_reason.endswith(
+        f": |Error: 1 total failures: first failure: reading from file {box}/nothere.txt: "
+        "(errno 2) No such file or directory")
+    ack = to_classad(decode_ad(Decoder(shadow.sent[-1], encrypted=True)))
+    assert ack["Result"] == -1 and ack["HoldReasonSubCode"] == errno.ENOENT
+    assert ack["HoldReason"].startswith("STARTER at ")
