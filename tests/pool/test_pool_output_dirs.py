@@ -69,6 +69,7 @@ CASES: dict[str, tuple[str | None, str]] = {
 SANDBOX = re.compile(r"/\S*?/dir_\d+(/scratch)?")  # condor_starter 25: dir_<pid>/scratch
 ADDRESS = re.compile(r"<[^>]*>")
 IP = re.compile(r"\b\d+\.\d+\.\d+\.\d+\b")
+SLOT = re.compile(r"\bslot\d+(_\d+)?@")  # which d-slot ran which job varies
 
 Tree = dict[str, tuple[str, str]]
 Outcome = tuple[list[str], str, Tree]
@@ -105,7 +106,7 @@ def delivered(directory: Path) -> Tree:
 
 
 def normalized(reason: str) -> str:
-    return IP.sub("IP", ADDRESS.sub("<ADDR>", SANDBOX.sub("SANDBOX", reason)))
+    return SLOT.sub("SLOT@", IP.sub("IP", ADDRESS.sub("<ADDR>", SANDBOX.sub("SANDBOX", reason))))
 
 
 def run_cases(pool: harness.Pool, outside: str) -> dict[str, Outcome]:
