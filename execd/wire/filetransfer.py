@@ -288,33 +288,33 @@ async def _send_file(ch: MessageChannel, fd: int) -> int:
 
 
 def _open_item(sandbox: Path, item: OutputItem, owner: tuple[int, int]) -> int:
-    """A descriptor to read the item from: inside the sandbox opened here (links
-    resolved, O_NONBLOCK so that nothing can block the transfer), through a link out
-    of the sandbox by the job's user (output_files.open_as_owner)."""
+    """A descriptor to read the item from, opened with the job user's file-access rights
+    as condor_starter's transfer (which runs as the user) opens it: a file the user
+    cannot read is not sent, wherever a link points. O_NONBLOCK: nothing can block the
+    transfer. A sandbox root owns (no user's yet: a failed input transfer) is read as
+    root, but never through a link out of it."""
     if item.error:
         raise OSError(item.error, os.strerror(item.error))
     if item.linked_directory:
         raise OSError(errnos.EISDIR, os.strerror(errnos.EISDIR))
     path = os.path.realpath(sandbox / item.source)
-    if item.outside:
+    if owner[0] != 0 or item.outside:
         return open_as_owner(path, owner)
     return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
 
 
-async def _send_item(ch: MessageChannel, sandbox: Path, item: OutputItem,
-                     owner: tuple[int, int], result: TransferResult) -> int:  # fmt: skip
+async def _send_item(ch: MessageChannel, sandbox: Path, item: OutputItem, *,
+                     owner: tuple[int, int], opener: ThreadPoolExecutor,
+                     result: TransferResult) -> int:  # fmt: skip
     """One item after its command and name: a mkdir's mode, or a file; the first
-    failure is kept in `result` (the transfer goes on, as HTCondor's)."""
+    failure is kept in `result` (the transfer goes on, as HTCondor's). `opener`: the
+    thread whose credentials change for each open (output_files.open_as_owner)."""
     if item.directory and not item.linked_directory:
         await _send_int(ch, item.mode)
         return 4  # HTCondor counts a mkdir as the size of its mode
     try:
-        if item.outside:  # a thread of its own: its credentials change for the open
-            with ThreadPoolExecutor(1, thread_name_prefix="open-as-owner") as thread:
-                fd = await asyncio.get_running_loop().run_in_executor(
-                    thread, _open_item, sandbox, item, owner)
-        else:
-            fd = _open_item(sandbox, item, owner)
+        fd = await asyncio.get_running_loop().run_in_executor(
+            opener, _open_item, sandbox, item, owner)
     except OSError as exc:
         code = exc.errno or errnos.EIO
         # As put_file_with_permissions: the dummy's mode when even stat failed, else the
@@ -344,14 +344,17 @@ async def upload_sandbox(ch: MessageChannel, sandbox: Path, items: Sequence[Outp
     total = sum(item.size for item in items)
     header = ch.encoder().put_int(1 if final else 0)
     await ch.send(encode_ad(header, {"SandboxSize": str(total)}).payload())
-    for i, item in enumerate(items):
-        mkdir = item.directory and not item.linked_directory
-        await _send_int(ch, CMD_MKDIR if mkdir else CMD_FILE)
-        await ch.send(ch.encoder().put_string(item.name).payload())
-        if i == 0:
-            await _go_ahead(ch, downloading=False)
-        result.bytes += await _send_item(ch, sandbox, item, owner, result)
-        result.files.append(item.name)
+    # one thread of its own for the opens: its credentials change for each one
+    with ThreadPoolExecutor(1, thread_name_prefix="open-as-owner") as opener:
+        for i, item in enumerate(items):
+            mkdir = item.directory and not item.linked_directory
+            await _send_int(ch, CMD_MKDIR if mkdir else CMD_FILE)
+            await ch.send(ch.encoder().put_string(item.name).payload())
+            if i == 0:
+                await _go_ahead(ch, downloading=False)
+            result.bytes += await _send_item(ch, sandbox, item, owner=owner, opener=opener,
+                                            result=result)  # fmt: skip
+            result.files.append(item.name)
     if result.failed:
         result.hold_reason = (f"|Error: {len(result.failed)} total failures: "
                               f"first failure: {result.failed[0]}")  # fmt: skip

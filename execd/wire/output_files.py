@@ -15,9 +15,10 @@ ExpandFileTransferList, ExpandParentDirectories, FindChangedFiles).
 - Symbolic links are followed as condor_starter follows them, reading as the job's user:
   a link to a file sends the file's bytes under the link's name; a link to a directory
   fails (EISDIR, "Transfer of symlinks to directories is not supported") unless named
-  with a trailing slash. execd reads as root, so a link whose target is outside the
-  sandbox is opened with the file-access ids and groups of the sandbox's owner (the
-  job's user), in a thread of its own: what that user cannot read is not sent.
+  with a trailing slash. execd's daemon is root, so every file, and above all one
+  behind a link out of the sandbox, is opened with the file-access ids and groups of
+  the sandbox's owner (the job's user), in a thread of its own: what that user cannot
+  read is not sent.
 - Later entries for the same destination win (earlier duplicates are dropped).
 """
 

@@ -5,7 +5,7 @@ directory, the same user-log events, the same hold code, subcode and reason.
 Also: without transfer_output_files (new and changed files) the job's new
 subdirectories stay behind, and links in an output directory (to a file outside the
 sandbox, inside it, to /dev/zero, to an unreadable file, to a directory), a FIFO and
-a socket are treated alike.
+a socket, and a file its owner cannot read (mode 000) are treated alike.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ mkfifo links/fifo
 python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("links/sock")' 2>/dev/null
 mkdir secret; ln -s {0}/secret.txt secret/secret
 mkdir linkdir; ln -s ../results linkdir/results
+mkdir locked; echo x > locked/x; chmod 000 locked/x
 ln -s results/top.txt toplink; ln -s {0}/public.txt publink; ln -s results dirlink; mkfifo topfifo
 echo done
 """
@@ -65,6 +66,7 @@ CASES: dict[str, tuple[str | None, str]] = {
     "links": ("links", ""),
     "unreadable_link": ("secret", ""),
     "link_to_directory": ("linkdir", ""),
+    "unreadable_file": ("locked", ""),
 }
 SANDBOX = re.compile(r"/\S*?/dir_\d+(/scratch)?")  # condor_starter 25: dir_<pid>/scratch
 ADDRESS = re.compile(r"<[^>]*>")
@@ -158,4 +160,5 @@ def test_output_directories_as_on_condor_startd(running_pool: harness.RunningPoo
     changed = theirs["changed_files"][2]
     assert "newdir" not in changed and "dirlink" not in changed and "topfifo" not in changed
     assert changed["toplink"] == ("file 0o644", "top\n") and changed["publink"][1] == "public\n"
-    assert theirs["missing"][1].startswith("held ")
+    assert theirs["missing"][1].startswith("held 12 2 ")
+    assert theirs["unreadable_file"][1].startswith("held 12 13 ")  # read as the job's user
