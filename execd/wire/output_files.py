@@ -11,31 +11,41 @@ ExpandFileTransferList, ExpandParentDirectories, FindChangedFiles).
   included); subdirectories, and links to them, are not sent (FindChangedFiles skips a
   directory the list does not name).
 - A name the job did not create stays in the list: sending it fails (ENOENT), which holds
-  the job. FIFOs and sockets are left out (reading one could block the transfer).
+  the job. FIFOs and sockets are left out (reading one could block the transfer). A
+  device (a link to /dev/zero, to a tty) is sent as an empty file with its mode, as
+  condor_starter's put_file sends it, but never opened: opening a tty could make it
+  the daemon's controlling terminal.
 - Symbolic links are followed as condor_starter follows them, reading as the job's user:
   a link to a file sends the file's bytes under the link's name; a link to a directory
   fails (EISDIR, "Transfer of symlinks to directories is not supported") unless named
-  with a trailing slash. execd's daemon is root, so every file, and above all one
-  behind a link out of the sandbox, is opened with the file-access ids and groups of
-  the sandbox's owner (the job's user), in a thread of its own: what that user cannot
-  read is not sent.
+  with a trailing slash (then listed only inside the sandbox). The listing runs in the
+  upload's thread with the job user's file-access ids (execd/wire/owner_thread.py), as
+  condor_starter's runs as the user: a directory the user cannot list sends only its
+  mkdir, a device the user cannot read fails (EACCES).
+- At most MAX_OUTPUT_ITEMS items and MAX_DEPTH levels: past them OutputListError (the
+  job is held, 13), not a listing that holds the daemon's memory or a recursion that
+  crashes the upload.
 - Later entries for the same destination win (earlier duplicates are dropped).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno as errnos
 import os
-import pwd
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from execd.wire.owner_thread import file_access_ids
+
 STD_FILES = ("_condor_stdout", "_condor_stderr")  # the shadow renames them to Out and Err
 NULL_FILE = "/dev/null"
+# Bounds on one output listing (condor_starter has none; a job's millions of files or a
+# thousand-level tree must not hold the daemon): past them the job goes on hold.
+MAX_OUTPUT_ITEMS = 100_000
+MAX_DEPTH = 1000
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,8 @@ class OutputItem:
     error: int = 0  # errno known from expansion: the entry is missing or unsendable
     linked_directory: bool = False  # a symlink to a directory: not supported
     outside: bool = False  # reached through a link that leaves the sandbox
+    device: bool = False  # not a regular file (a device): sent empty, never opened
+    inode: tuple[int, int] = (0, 0)  # (st_dev, st_ino) listed: the file opened must be it
 
 
 def std_files(job: Mapping[str, object]) -> tuple[str | None, str | None]:
@@ -74,8 +86,39 @@ def _inside(sandbox: Path, path: str) -> bool:
     return real == str(sandbox) or real.startswith(str(sandbox) + os.sep)
 
 
+class OutputListError(OSError):
+    """The output cannot be listed within execd's bounds (MAX_OUTPUT_ITEMS, MAX_DEPTH):
+    the job goes on hold (13) with this reason instead of the daemon listing forever."""
+
+
+def _readable(st: os.stat_result) -> bool:
+    """Whether the calling thread's file-access ids may read it, by its mode bits (for
+    a device, which is never opened)."""
+    uid, gid = file_access_ids()
+    if uid == 0:
+        return True
+    bit = stat.S_IRUSR if st.st_uid == uid else stat.S_IRGRP if st.st_gid == gid \
+        else stat.S_IROTH  # fmt: skip
+    return bool(st.st_mode & bit)
+
+
+def _listing(full: str, room: int) -> list[str]:
+    """The names in a directory, sorted; OutputListError past `room` of them (read no
+    further: a directory of millions is not held in memory)."""
+    names = []
+    with os.scandir(full) as entries:
+        for entry in entries:
+            names.append(entry.name)
+            if len(names) > room:
+                raise OutputListError(errnos.E2BIG, f"more than {MAX_OUTPUT_ITEMS} output "
+                                      f"files and directories (in {full})")  # fmt: skip
+    return sorted(names)
+
+
 class _Expansion:
-    """ExpandFileTransferList over one sandbox: items in order, parents made once."""
+    """ExpandFileTransferList over one sandbox: items in order, parents made once. It
+    walks with a stack of its own, not by recursion (a tree a thousand levels deep is
+    a job's to make), within MAX_DEPTH and MAX_OUTPUT_ITEMS."""
 
     def __init__(self, sandbox: Path, preserve: bool) -> None:
         self.sandbox = Path(os.path.realpath(sandbox))
@@ -86,7 +129,15 @@ class _Expansion:
     def full(self, src: str) -> str:
         return os.path.join(self.sandbox, src)
 
-    def add(self, src: str, dest_dir: str, depth: int = -1) -> None:
+    def expand(self, src: str, dest_dir: str) -> None:
+        """One listed name and, for a directory, everything in it (depth first)."""
+        pending = [(src, dest_dir)]
+        while pending:
+            children = self.add(*pending.pop())
+            pending.extend(reversed(children))
+
+    def add(self, src: str, dest_dir: str, depth: int = -1) -> list[tuple[str, str]]:
+        """The item for `src`; for a directory to expand, its entries (src, dest_dir)."""
         trailing = src.endswith("/")
         full = self.full(src.rstrip("/") or src)
         base = os.path.basename(src.rstrip("/"))
@@ -94,7 +145,13 @@ class _Expansion:
         parts = Path(src).parts
         if os.path.isabs(src) or ".." in parts:  # never read outside the sandbox by name
             self.items.append(OutputItem(src, name, error=errnos.EPERM))
-            return
+            return []
+        if len(parts) > MAX_DEPTH:
+            raise OutputListError(errnos.ENAMETOOLONG, f"{src[:200]}...: directories "
+                                  f"deeper than {MAX_DEPTH} levels")  # fmt: skip
+        if len(self.items) >= MAX_OUTPUT_ITEMS:
+            raise OutputListError(errnos.E2BIG, f"more than {MAX_OUTPUT_ITEMS} output "
+                                  "files and directories")  # fmt: skip
         try:
             st = os.lstat(full)
             link = stat.S_ISLNK(st.st_mode)
@@ -103,9 +160,9 @@ class _Expansion:
                 st = os.stat(full)
         except OSError as exc:
             self.items.append(OutputItem(src, name, error=exc.errno or errnos.ENOENT))
-            return
+            return []
         if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
-            return  # as condor_starter: never sent, not an error
+            return []  # as condor_starter: never sent, not an error
         mode = stat.S_IMODE(st.st_mode) & 0o777
         if not stat.S_ISDIR(st.st_mode):
             if self.preserve and os.path.dirname(src) not in ("", "."):
@@ -113,19 +170,22 @@ class _Expansion:
                 if dest_dir not in self.preserved:
                     self.parents(dest_dir)
                 name = f"{dest_dir}/{base}"
-            self.items.append(OutputItem(src, name, mode=mode, size=st.st_size,
-                                         outside=outside))  # fmt: skip
-            return
+            device = not stat.S_ISREG(st.st_mode)  # sent empty, as put_file, never opened
+            error = errnos.EACCES if device and not _readable(st) else 0
+            self.items.append(OutputItem(src, name, mode=mode, size=0 if device else st.st_size,
+                                         outside=outside, device=device, error=error,
+                                         inode=(st.st_dev, st.st_ino)))  # fmt: skip
+            return []
         if link and not trailing:
             self.items.append(OutputItem(src, name, directory=True, mode=mode,
                                          linked_directory=True))  # fmt: skip
-            return
-        if outside:  # listing it would be reading outside the sandbox as root
+            return []
+        if outside:  # listing it would be reading outside the sandbox
             self.items.append(OutputItem(src, name, error=errnos.EACCES))
-            return
+            return []
         if depth == 0:
             self.items.append(OutputItem(src, name, directory=True, mode=mode))
-            return
+            return []
         if trailing:
             destination = dest_dir
         elif self.preserve:
@@ -136,12 +196,12 @@ class _Expansion:
             self.items.append(OutputItem(src, name, directory=True, mode=mode))
             destination = name
         try:
-            entries = sorted(os.listdir(full))
-        except OSError as exc:
-            self.items.append(OutputItem(src, name, error=exc.errno or errnos.EIO))
-            return
-        for entry in entries:
-            self.add(f"{src}{'' if trailing else '/'}{entry}", destination, depth - 1)
+            entries = _listing(full, MAX_OUTPUT_ITEMS - len(self.items))
+        except OutputListError:
+            raise
+        except OSError:  # as condor_starter's Directory: one it cannot open lists nothing
+            return []
+        return [(f"{src}{'' if trailing else '/'}{entry}", destination) for entry in entries]
 
     def parents(self, path: str) -> None:
         """ExpandParentDirectories: a mkdir item for each directory of `path`, root first."""
@@ -177,7 +237,7 @@ def expand_outputs(sandbox: Path, names: Sequence[str], *,
     """The items the output transfer sends for these sandbox names, in order."""
     expansion = _Expansion(sandbox, preserve)
     for name in names:
-        expansion.add(name, "")
+        expansion.expand(name, "")
     return without_duplicates(expansion.items)
 
 
@@ -194,53 +254,12 @@ def output_items(sandbox: Path, job: Mapping[str, object], inputs: Sequence[str]
         named = [n for n in chosen if n not in STD_FILES]
         return expand_outputs(sandbox, named + std, preserve=preserve)
     changed = []
-    for entry in sorted(sandbox.iterdir()):
-        if entry.name in STD_FILES or not entry.is_file():  # links followed, as StatInfo
+    for name in _listing(str(sandbox), MAX_OUTPUT_ITEMS):
+        entry = sandbox / name
+        if name in STD_FILES or not entry.is_file():  # links followed, as StatInfo
             continue
         with contextlib.suppress(OSError):
-            if entry.name in inputs and before.get(entry.name) == entry.stat().st_mtime:
+            if name in inputs and before.get(name) == entry.stat().st_mtime:
                 continue
-            changed.append(entry.name)
+            changed.append(name)
     return expand_outputs(sandbox, changed + std)
-
-
-# Linux's per-thread credentials: setfsuid/setfsgid change only the calling thread's
-# file-access ids, and the raw setgroups system call only its groups (glibc's wrapper
-# would change every thread's). Numbers of SYS_setgroups by machine.
-_SYS_SETGROUPS = {"x86_64": 116, "aarch64": 159}
-
-
-def open_as_owner(path: str, owner: tuple[int, int]) -> int:
-    """A read descriptor of `path` opened with the job's user's (uid, gid) file-access
-    rights, or OSError; never with root's. Call it in a thread of its own (it changes
-    that thread's credentials for the open and restores them)."""
-    uid, gid = owner
-    number = _SYS_SETGROUPS.get(os.uname().machine)
-    if uid == 0 or number is None:
-        raise OSError(errnos.EACCES, os.strerror(errnos.EACCES), path)
-    try:
-        groups = os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
-    except KeyError:
-        groups = [gid]
-    libc = ctypes.CDLL(None, use_errno=True)
-    ours = os.getgroups()
-
-    def set_groups(values: list[int]) -> None:
-        array = (ctypes.c_uint * max(1, len(values)))(*values)
-        if libc.syscall(number, len(values), array) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, f"setgroups: {os.strerror(code)}")
-
-    set_groups(groups)
-    try:
-        libc.setfsgid(gid)
-        libc.setfsuid(uid)
-        try:
-            if libc.setfsuid(-1) != uid or libc.setfsgid(-1) != gid:
-                raise OSError(errnos.EPERM, "could not take the job user's file access ids")
-            return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        finally:
-            libc.setfsuid(0)
-            libc.setfsgid(0)
-    finally:
-        set_groups(ours)

@@ -29,25 +29,26 @@ the shadow puts the job on hold with that code, as it does for HTCondor's starte
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
+import errno
 import functools
 import os
-import shutil
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from execd.claims.ids import ClaimId
+from execd.errors import ProtocolError
 from execd.log import get_logger
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.filetransfer import (
     FILETRANS_DOWNLOAD,
     FILETRANS_UPLOAD,
+    HOLD_UPLOAD_FILE_ERROR,
     TransferResult,
     TransferTally,
     download_sandbox,
@@ -55,7 +56,13 @@ from execd.wire.filetransfer import (
 )
 from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
-from execd.wire.output_files import expand_outputs, output_items, sent_std_files, std_files
+from execd.wire.output_files import (
+    OutputItem,
+    expand_outputs,
+    output_items,
+    sent_std_files,
+    std_files,
+)
 from execd.wire.security import (
     CONDOR_VERSION,
 )
@@ -240,12 +247,14 @@ async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversat
     spool = done.requested and done.graceful and \
         str(job.get("WhenToTransferOutput", "")).upper() == "ON_EXIT_OR_EVICT"
     if state.transfer and (spool or not done.requested):
-        items = output_items(sandbox, job, state.inputs, state.before)
+
+        def listed() -> list[OutputItem]:
+            return output_items(sandbox, job, state.inputs, state.before)
 
         async def send(ch: Channel) -> TransferResult:
-            return await upload_sandbox(ch, sandbox, items, final=not done.requested)
+            return await upload_sandbox(ch, sandbox, listed, final=not done.requested)
 
-        sent = await transfers.run(FILETRANS_DOWNLOAD, send)
+        sent = await send_output(transfers, send, gjid)
         if not sent.ok:
             await calls.ulog(_transfer_error(job, sent))
             return
@@ -260,6 +269,22 @@ async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversat
     log.info("shadow_job_exited", job=gjid, status=done.wait_status)
 
 
+async def send_output(transfers: Transfers, send: Callable[[Channel], Awaitable[TransferResult]],
+                      gjid: str) -> TransferResult:  # fmt: skip
+    """The output transfer; an error of ours in it (not the shadow's going away) is a
+    hold (13) naming it, so the conversation still ends with a hold or a job_exit."""
+    try:
+        return await transfers.run(FILETRANS_DOWNLOAD, send)
+    except ProtocolError:
+        raise
+    except Exception as exc:
+        log.exception("shadow_output_transfer_failed", job=gjid)
+        failed = TransferResult()
+        failed.fail(HOLD_UPLOAD_FILE_ERROR, getattr(exc, "errno", None) or errno.EIO,
+                    f"STARTER failed to send the output: {type(exc).__name__}: {exc}")
+        return failed
+
+
 def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions) -> bool:
     """The conversation was cancelled: does the daemon's next image go on with it?"""
     if options.handover is None:
@@ -272,8 +297,14 @@ async def remove_sandbox(sandbox: Path, options: ShadowOptions, handed_over: boo
     """After the conversation, unless the sandbox is kept or handed over (a restart)."""
     if options.keep_sandbox or handed_over:
         return
-    with contextlib.suppress(OSError):
-        await asyncio.to_thread(shutil.rmtree, sandbox)
+    # rm, not shutil.rmtree: Python 3.11's recurses per level, and a job's tree a
+    # thousand levels deep (or past PATH_MAX) ended the conversation with RecursionError
+    rm = await asyncio.create_subprocess_exec("rm", "-rf", "--one-file-system", "--", str(sandbox),
+                                              stderr=asyncio.subprocess.PIPE)  # fmt: skip
+    _, error = await rm.communicate()
+    if rm.returncode:
+        log.warning("shadow_sandbox_not_removed", sandbox=str(sandbox),
+                    error=error.decode(errors="replace").strip()[:500])  # fmt: skip
 
 
 async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
@@ -328,8 +359,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             await asyncio.sleep(1)
 
             async def failure_files(ch: Channel) -> TransferResult:
-                return await upload_sandbox(ch, sandbox,
-                                            expand_outputs(sandbox, sent_std_files(job)))
+                return await upload_sandbox(
+                    ch, sandbox, lambda: expand_outputs(sandbox, sent_std_files(job)))
 
             await transfers.run(FILETRANS_DOWNLOAD, failure_files)
             await calls.ulog(_transfer_error(job, got))

@@ -60,8 +60,8 @@ def test_output_upload_equals_the_real_starters(tmp_path: Path) -> None:
     script = [("send", m) for m in starter[:4]] + [("recv", shadow[0]), ("recv", shadow[1])]
     script += [("send", m) for m in starter[4:]] + [("recv", shadow[2])]
     replay = Replay(script)
-    names = output_items(tmp_path, {"Out": "out.txt", "Err": "err.txt"}, [], {})
-    result = asyncio.run(upload_sandbox(replay, tmp_path, names))
+    result = asyncio.run(upload_sandbox(replay, tmp_path, lambda: output_items(
+        tmp_path, {"Out": "out.txt", "Err": "err.txt"}, [], {})))
     assert not replay.script
     assert result.ok and result.files == ["_condor_stdout", "_condor_stderr"]
 
