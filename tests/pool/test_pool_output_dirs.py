@@ -5,7 +5,8 @@ directory, the same user-log events, the same hold code, subcode and reason.
 Also: without transfer_output_files (new and changed files) the job's new
 subdirectories stay behind, and links in an output directory (to a file outside the
 sandbox, inside it, to /dev/zero, to an unreadable file, to a directory), a FIFO and
-a socket, and a file its owner cannot read (mode 000) are treated alike.
+a socket, a file its owner cannot read (mode 000) and a directory it cannot list
+(mode 000: execd used to list it as root) are treated alike.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("links/sock")' 2>/
 mkdir secret; ln -s {0}/secret.txt secret/secret
 mkdir linkdir; ln -s ../results linkdir/results
 mkdir locked; echo x > locked/x; chmod 000 locked/x
+mkdir -p lockeddir/inner; echo y > lockeddir/y; chmod 000 lockeddir
 ln -s results/top.txt toplink; ln -s {0}/public.txt publink; ln -s results dirlink; mkfifo topfifo
 echo done
 """
@@ -67,6 +69,7 @@ CASES: dict[str, tuple[str | None, str]] = {
     "unreadable_link": ("secret", ""),
     "link_to_directory": ("linkdir", ""),
     "unreadable_file": ("locked", ""),
+    "unlistable_directory": ("lockeddir", ""),
 }
 SANDBOX = re.compile(r"/\S*?/dir_\d+(/scratch)?")  # condor_starter 25: dir_<pid>/scratch
 ADDRESS = re.compile(r"<[^>]*>")
@@ -162,3 +165,8 @@ def test_output_directories_as_on_condor_startd(running_pool: harness.RunningPoo
     assert changed["toplink"] == ("file 0o644", "top\n") and changed["publink"][1] == "public\n"
     assert theirs["missing"][1].startswith("held 12 2 ")
     assert theirs["unreadable_file"][1].startswith("held 12 13 ")  # read as the job's user
+    # listed as the job's user: a mode-000 directory comes back empty (the shadow makes
+    # a mode-0 directory 0700) and the job completes
+    unlisted = theirs["unlistable_directory"]
+    assert [k for k in unlisted[2] if k.startswith("lockeddir")] == ["lockeddir"], unlisted
+    assert unlisted[2]["lockeddir"] == ("dir 0o700", "") and unlisted[1].startswith("(1) Normal")
