@@ -18,6 +18,8 @@ the output), then the job's secret TransferKey. On that AES-GCM connection:
 - then the uploader's ack {Result, TransferStats} and the downloader's ack; Result < 0
   carries HoldReasonCode/HoldReasonSubCode/HoldReason (the job goes on hold).
 
+The uploading side (the output) is execd/wire/sandbox_upload.py.
+
 Names from the peer are confined to the sandbox: an absolute name or one with `..` is
 consumed into nothing and fails the transfer (hold code 12, EPERM), as HTCondor does.
 """
@@ -26,15 +28,12 @@ from __future__ import annotations
 
 import errno as errnos
 import os
-import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from execd.errors import RemoteProtocolError
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
-from execd.wire.output_files import OutputItem, OutputListError
-from execd.wire.owner_thread import OwnerThread
 from execd.wire.shadow_syscalls import MessageChannel
 
 FILETRANS_UPLOAD = 61000
@@ -116,11 +115,11 @@ async def _recv_int(ch: MessageChannel, what: str) -> int:
     return value
 
 
-async def _send_int(ch: MessageChannel, value: int) -> None:
+async def send_int(ch: MessageChannel, value: int) -> None:
     await ch.send(ch.encoder().put_int(value).payload())
 
 
-async def _recv_ad(ch: MessageChannel, what: str) -> dict[str, object]:
+async def recv_ad(ch: MessageChannel, what: str) -> dict[str, object]:
     dec = ch.decoder(await ch.recv())
     ad = to_classad(decode_ad(dec, what))
     dec.finish(f"{what} message")
@@ -133,7 +132,7 @@ def peer_name(ch: MessageChannel) -> str:
     return f"<{address[0]}:{address[1]}>" if address else "<peer>"
 
 
-def _peer_failure(ad: dict[str, object], result: TransferResult, default_code: int,
+def peer_failure(ad: dict[str, object], result: TransferResult, default_code: int,
                   suffix: str = "") -> None:  # fmt: skip
     code = ad.get("HoldReasonCode")
     sub = ad.get("HoldReasonSubCode")
@@ -142,7 +141,7 @@ def _peer_failure(ad: dict[str, object], result: TransferResult, default_code: i
                 sub if isinstance(sub, int) else 0, reason)  # fmt: skip
 
 
-async def _go_ahead(ch: MessageChannel, *, downloading: bool) -> None:
+async def go_ahead(ch: MessageChannel, *, downloading: bool) -> None:
     """The GoAhead exchange before the first file (no transfer queue: always go ahead)."""
 
     async def send_ours() -> None:
@@ -153,9 +152,9 @@ async def _go_ahead(ch: MessageChannel, *, downloading: bool) -> None:
         await ch.send(encode_ad(ch.encoder(), ours).payload())
 
     async def receive_theirs() -> None:
-        await _send_int(ch, ALIVE_INTERVAL_S)
+        await send_int(ch, ALIVE_INTERVAL_S)
         while True:
-            theirs = await _recv_ad(ch, "GoAhead ad")
+            theirs = await recv_ad(ch, "GoAhead ad")
             go = theirs.get("Result")
             if not isinstance(go, int):
                 raise RemoteProtocolError("GoAhead ad without an integer Result")
@@ -233,7 +232,7 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
         name = dec.get_string("file name")
         dec.finish("file name message")
         if first:
-            await _go_ahead(ch, downloading=True)
+            await go_ahead(ch, downloading=True)
             first = False
         target = _sandbox_path(sandbox, name)
         if target is None:
@@ -259,154 +258,9 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
             os.chmod(target, 0o755 if name == exec_name else (mode & 0o7777) or 0o600)
             result.files.append(name)
             result.bytes += size
-    peer = await _recv_ad(ch, "uploader's ack")
+    peer = await recv_ad(ch, "uploader's ack")
     if peer.get("Result") != 0:
-        _peer_failure(peer, result, HOLD_UPLOAD_FILE_ERROR,
+        peer_failure(peer, result, HOLD_UPLOAD_FILE_ERROR,
                       f"; STARTER failed to receive file(s) from {peer_name(ch)}")
     await ch.send(encode_ad(ch.encoder(), ack_ad(result)).payload())
     return result
-
-
-def _close(opened: tuple[int, int, int]) -> None:
-    if opened[0] >= 0:
-        os.close(opened[0])
-
-
-async def _send_file(ch: MessageChannel, opened: tuple[int, int, int],
-                     worker: OwnerThread) -> int:  # fmt: skip
-    """Mode, size + chunk size, the chunks (666 after an empty file); the reads in the
-    upload's thread (a slow file system never holds the event loop)."""
-    fd, mode, size = opened
-    try:
-        await _send_int(ch, mode)
-        await ch.send(ch.encoder().put_int(size).put_int(CHUNK_BYTES).payload())
-        sent = 0
-        while sent < size:
-            chunk = await worker.call(os.read, fd, min(CHUNK_BYTES, size - sent))
-            if not chunk:
-                # the job's (a process left behind truncated it): a hold, not a crash
-                raise OSError(errnos.EIO, "a file shrank while being sent")
-            await ch.send(chunk)
-            sent += len(chunk)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if size == 0:
-        await _send_int(ch, ZERO_FILE_MARKER)
-    return sent
-
-
-def _open_item(sandbox: Path, item: OutputItem, root_owned: bool) -> tuple[int, int, int]:
-    """(descriptor, mode, size) to read the item from; descriptor -1 for a device (sent
-    empty, never opened). In the upload's thread, so with the job user's file-access
-    rights, as condor_starter's transfer (which runs as the user) opens it: a file the
-    user cannot read is not sent, wherever a link points. The file opened is the one listed: its
-    path is pinned by an O_PATH descriptor (no link followed, nothing opened for real:
-    no tty taken as controlling terminal, no FIFO waited on), which must be a regular
-    file with the listed inode, then reopened for reading. A sandbox root owns (no
-    user's yet: a failed input transfer) is read as root, but never through a link out
-    of it."""
-    if item.error:
-        raise OSError(item.error, os.strerror(item.error))
-    if item.linked_directory:
-        raise OSError(errnos.EISDIR, os.strerror(errnos.EISDIR))
-    if item.device:
-        return -1, item.mode, 0
-    if root_owned and item.outside:
-        raise OSError(errnos.EACCES, os.strerror(errnos.EACCES))
-    pinned = os.open(os.path.realpath(sandbox / item.source), os.O_PATH | os.O_NOFOLLOW)
-    try:
-        st = os.fstat(pinned)
-        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != item.inode:
-            raise OSError(errnos.ESTALE, "changed since the output was listed")
-        fd = os.open(f"/proc/self/fd/{pinned}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    finally:
-        os.close(pinned)
-    return fd, stat.S_IMODE(st.st_mode) & 0o777, st.st_size
-
-
-async def _send_item(ch: MessageChannel, sandbox: Path, item: OutputItem, *,
-                     worker: OwnerThread, result: TransferResult) -> int:  # fmt: skip
-    """One item after its command and name: a mkdir's mode, or a file; the first
-    failure is kept in `result` (the transfer goes on, as HTCondor's)."""
-    if item.directory and not item.linked_directory:
-        await _send_int(ch, item.mode)
-        return 4  # HTCondor counts a mkdir as the size of its mode
-    try:
-        opened = await worker.call(_open_item, sandbox, item, worker.owner[0] == 0,
-                                   discard=_close)  # fmt: skip
-    except OSError as exc:
-        code = exc.errno or errnos.EIO
-        # As put_file_with_permissions: the dummy's mode when even stat failed, else the
-        # file's mode (/dev/null's for a link to a directory) and an empty file
-        mode = MISSING_FILE_MODE if item.error and not item.device else \
-            0o666 if item.linked_directory else item.mode  # fmt: skip
-        await _send_int(ch, mode)
-        await ch.send(ch.encoder().put_int(0).put_int(1).payload())
-        await _send_int(ch, ZERO_FILE_MARKER)
-        why = f"reading from file {sandbox / item.source}: (errno {code}) {os.strerror(code)}"
-        if item.linked_directory:
-            why += "- Transfer of symlinks to directories is not supported."
-        result.failed.append(why)
-        result.fail(HOLD_UPLOAD_FILE_ERROR, code, why)
-        return 0
-    return await _send_file(ch, opened, worker)
-
-
-Selection = Callable[[], Sequence[OutputItem]]
-
-
-async def upload_sandbox(ch: MessageChannel, sandbox: Path, select: Selection, *,
-                         final: bool = True) -> TransferResult:  # fmt: skip
-    """Send the sandbox items `select` lists (output_files.output_items, run in the
-    upload's thread with the job user's file-access ids) to the shadow (after
-    FILETRANS_DOWNLOAD + key): mkdir for a directory, then the files; one that cannot
-    be read goes as the dummy and the transfer goes on, then fails with the first
-    error, as HTCondor's. An output that cannot be listed (OutputListError) is sent as
-    no files and a failure: the job is held. `final` False: an evicted job's sandbox,
-    which the shadow keeps in the job's spool (and sends back as input to its next run)."""
-    result = TransferResult()
-    worker = OwnerThread(_owner(sandbox), name="output-as-owner")
-    try:
-        try:
-            items = await worker.call(select)
-        except OutputListError as exc:
-            items = []
-            result.fail(HOLD_UPLOAD_FILE_ERROR, exc.errno or errnos.EIO,
-                        f"|Error: listing the output files: {exc.strerror}")  # fmt: skip
-        total = sum(item.size for item in items)
-        header = ch.encoder().put_int(1 if final else 0)
-        await ch.send(encode_ad(header, {"SandboxSize": str(total)}).payload())
-        for i, item in enumerate(items):
-            mkdir = item.directory and not item.linked_directory
-            await _send_int(ch, CMD_MKDIR if mkdir else CMD_FILE)
-            await ch.send(ch.encoder().put_string(item.name).payload())
-            if i == 0:
-                await _go_ahead(ch, downloading=False)
-            result.bytes += await _send_item(ch, sandbox, item, worker=worker, result=result)
-            result.files.append(item.name)
-    finally:
-        worker.close()  # never waits: a stuck open ends in its own time, its fd discarded
-    if result.failed:
-        result.hold_reason = (f"|Error: {len(result.failed)} total failures: "
-                              f"first failure: {result.failed[0]}")  # fmt: skip
-    await _send_int(ch, CMD_FINISHED)
-    await ch.send(encode_ad(ch.encoder(), ack_ad(result, _sender(ch))).payload())
-    peer = await _recv_ad(ch, "downloader's ack")
-    if not result.ok:
-        result.hold_reason = f"{_sender(ch)}: {result.hold_reason}"
-    if peer.get("Result") != 0:
-        _peer_failure(peer, result, HOLD_DOWNLOAD_FILE_ERROR)
-    return result
-
-
-def _owner(sandbox: Path) -> tuple[int, int]:
-    """The job's user: the sandbox's owner (the starter gives it the sandbox)."""
-    st = os.stat(sandbox)
-    return st.st_uid, st.st_gid
-
-
-def _sender(ch: MessageChannel) -> str:
-    """`STARTER at <ip> failed to send file(s) to <peer>`, HTCondor's words."""
-    local = getattr(ch, "local_address", None)
-    return f"STARTER at {local[0] if local else '?'} failed to send file(s) to {peer_name(ch)}"

@@ -52,7 +52,6 @@ from execd.wire.filetransfer import (
     TransferResult,
     TransferTally,
     download_sandbox,
-    upload_sandbox,
 )
 from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
@@ -63,6 +62,7 @@ from execd.wire.output_files import (
     sent_std_files,
     std_files,
 )
+from execd.wire.sandbox_upload import upload_sandbox
 from execd.wire.security import (
     CONDOR_VERSION,
 )
@@ -299,10 +299,13 @@ async def remove_sandbox(sandbox: Path, options: ShadowOptions, handed_over: boo
         return
     # rm, not shutil.rmtree: Python 3.11's recurses per level, and a job's tree a
     # thousand levels deep (or past PATH_MAX) ended the conversation with RecursionError
-    rm = await asyncio.create_subprocess_exec("rm", "-rf", "--one-file-system", "--", str(sandbox),
-                                              stderr=asyncio.subprocess.PIPE)  # fmt: skip
-    _, error = await rm.communicate()
-    if rm.returncode:
+    try:
+        rm = await asyncio.create_subprocess_exec(
+            "rm", "-rf", "--one-file-system", "--", str(sandbox), stderr=asyncio.subprocess.PIPE)
+        _, error = await rm.communicate()
+    except OSError as exc:
+        rm, error = None, str(exc).encode()
+    if rm is None or rm.returncode:
         log.warning("shadow_sandbox_not_removed", sandbox=str(sandbox),
                     error=error.decode(errors="replace").strip()[:500])  # fmt: skip
 

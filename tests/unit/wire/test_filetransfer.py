@@ -18,9 +18,9 @@ from execd.wire.encoding import Decoder, Encoder
 from execd.wire.filetransfer import (
     HOLD_DOWNLOAD_FILE_ERROR,
     download_sandbox,
-    upload_sandbox,
 )
 from execd.wire.output_files import OutputItem, output_items, std_files
+from execd.wire.sandbox_upload import upload_sandbox
 
 INPUT, OUTPUT, SHADOW = 20473, 26671, 2673
 

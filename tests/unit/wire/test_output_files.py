@@ -16,8 +16,8 @@ from pathlib import Path
 
 from execd.wire.classad_codec import decode_ad, encode_ad, to_classad
 from execd.wire.encoding import Decoder, Encoder
-from execd.wire.filetransfer import upload_sandbox
 from execd.wire.output_files import OutputItem, expand_outputs, output_items
+from execd.wire.sandbox_upload import upload_sandbox
 
 
 def sandbox(tmp_path: Path) -> Path:

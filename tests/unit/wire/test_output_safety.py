@@ -24,9 +24,10 @@ from test_output_files import Shadow
 from execd.errors import RemoteProtocolError
 from execd.wire.classad_codec import decode_ad, to_classad
 from execd.wire.encoding import Decoder
-from execd.wire.filetransfer import TransferResult, upload_sandbox
+from execd.wire.filetransfer import TransferResult
 from execd.wire.output_files import MAX_DEPTH, MAX_OUTPUT_ITEMS, expand_outputs, output_items
 from execd.wire.owner_thread import OwnerThread, file_access_ids
+from execd.wire.sandbox_upload import upload_sandbox
 from execd.wire.shadow import ShadowOptions, remove_sandbox, send_output
 
 NOBODY = 65534
