@@ -253,8 +253,14 @@ def output_items(sandbox: Path, job: Mapping[str, object], inputs: Sequence[str]
         chosen = [n.strip() for n in listed.split(",") if n.strip()]
         named = [n for n in chosen if n not in STD_FILES]
         return expand_outputs(sandbox, named + std, preserve=preserve)
+    try:
+        names = _listing(str(sandbox), MAX_OUTPUT_ITEMS)
+    except OutputListError:
+        raise
+    except OSError:  # the job took its user's rights on its sandbox away: as Directory
+        names = []
     changed = []
-    for name in _listing(str(sandbox), MAX_OUTPUT_ITEMS):
+    for name in names:
         entry = sandbox / name
         if name in STD_FILES or not entry.is_file():  # links followed, as StatInfo
             continue

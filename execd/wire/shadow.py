@@ -300,8 +300,8 @@ async def remove_sandbox(sandbox: Path, options: ShadowOptions, handed_over: boo
     # rm, not shutil.rmtree: Python 3.11's recurses per level, and a job's tree a
     # thousand levels deep (or past PATH_MAX) ended the conversation with RecursionError
     try:
-        rm = await asyncio.create_subprocess_exec(
-            "rm", "-rf", "--one-file-system", "--", str(sandbox), stderr=asyncio.subprocess.PIPE)
+        rm = await asyncio.create_subprocess_exec("/bin/rm", "-rf", "--one-file-system", "--",
+                                                  str(sandbox), stderr=asyncio.subprocess.PIPE)
         _, error = await rm.communicate()
     except OSError as exc:
         rm, error = None, str(exc).encode()
@@ -365,7 +365,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                 return await upload_sandbox(
                     ch, sandbox, lambda: expand_outputs(sandbox, sent_std_files(job)))
 
-            await transfers.run(FILETRANS_DOWNLOAD, failure_files)
+            await send_output(transfers, failure_files, gjid)
             await calls.ulog(_transfer_error(job, got))
             return
         # The shadow learns that its upload ended from its transfer process (pipe and

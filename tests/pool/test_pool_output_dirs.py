@@ -170,3 +170,47 @@ def test_output_directories_as_on_condor_startd(running_pool: harness.RunningPoo
     unlisted = theirs["unlistable_directory"]
     assert [k for k in unlisted[2] if k.startswith("lockeddir")] == ["lockeddir"], unlisted
     assert unlisted[2]["lockeddir"] == ("dir 0o700", "") and unlisted[1].startswith("(1) Normal")
+
+
+DEEP_SCRIPT = """#!/bin/sh
+d=deep; mkdir $d; i=1
+while [ $i -lt 1100 ]; do d=$d/d; mkdir $d; i=$((i+1)); done
+echo bottom > $d/f.txt
+echo done
+"""
+DEEPEST = "/".join(["deep"] + ["d"] * 1099 + ["f.txt"])
+
+
+def deep_tree(pool: harness.Pool) -> tuple[str, bool]:
+    """A job whose named output is 1100 directories deep: how it ended, and whether
+    the deepest file reached the submit directory."""
+    job = submit_files(pool, (
+        "executable = job.sh\noutput = out.txt\nerror = err.txt\nlog = job.log\n"
+        "should_transfer_files = YES\nwhen_to_transfer_output = ON_EXIT\n"
+        "transfer_output_files = deep\nrequest_memory = 64\nrequest_disk = 102400\nqueue\n"),
+        {"job.sh": DEEP_SCRIPT})  # fmt: skip
+    harness.wait_for("deep: 005 or 012", lambda: {"005", "012"} & set(job.events()), WAIT_S)
+    if "012" in job.events():
+        held = job.ad()
+        assert held is not None
+        end = f"held {held['HoldReasonCode']} {held['HoldReasonSubCode']} {held['HoldReason']}"
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+        harness.wait_for("deep: 009", lambda: "009" in job.events(), WAIT_S)
+    else:
+        end = next(line.strip() for line in job.user_log().splitlines() if "termination" in line)
+    return end, os.path.exists(os.path.join(job.host_dir, DEEPEST))
+
+
+def test_a_tree_past_execds_depth_bound_holds_the_job(running_pool: harness.RunningPool
+                                                      ) -> None:  # fmt: skip
+    """1100 levels: neither delivers the tree, both hold the job (code 12). execd at its
+    1000-level bound, naming it (before, its listing's RecursionError ended the
+    conversation: no exit, no hold, and its starter's DiskUsage walk died before its
+    report, so the job was evicted and rerun over and over); condor_startd's shadow
+    with subcode 1, "remaps resulted in a cycle" (seen with 25.14.1)."""
+    ours, theirs = on_both(running_pool, deep_tree)
+    assert not theirs[1] and theirs[0].startswith("held 12 1 "), theirs[0][:300]
+    assert "remaps resulted in a cycle" in theirs[0]
+    end, arrived = ours
+    assert not arrived and end.startswith("held 12 36 "), end[:300]
+    assert end.endswith(": directories deeper than 1000 levels"), end[-300:]

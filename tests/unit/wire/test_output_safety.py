@@ -118,6 +118,19 @@ def test_files_are_listed_and_opened_with_the_users_rights(box: Path) -> None:
 
 
 @root_only
+def test_a_sandbox_its_user_cannot_list_has_no_changed_files(box: Path) -> None:
+    # the job took its own rights away (chmod 000 .): as condor_starter's Directory,
+    # nothing is listed, and the std files cannot be read (the listing raised before)
+    (box / "made.txt").write_text("made\n")
+    box.chmod(0o000)
+    shadow = Shadow()
+    result = asyncio.run(upload_sandbox(
+        shadow, box, lambda: output_items(box, {"Out": "out.txt"}, [], {})))
+    assert shadow.items() == [(1, "_condor_stdout", 1 << 24)]
+    assert (result.hold_code, result.hold_subcode) == (13, errno.EACCES)
+
+
+@root_only
 def test_only_the_owner_thread_has_the_users_ids() -> None:
     started, finish = threading.Event(), threading.Event()
 
