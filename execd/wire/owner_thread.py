@@ -9,7 +9,7 @@ changes every thread's). The thread takes the user's ids once, when it starts, w
 the groups the job runs with (its primary group alone: shadow_job starts it with
 extra_groups=[]), and gives them back before it ends; the daemon's other threads keep
 root's all along. A sandbox root owns (no user's yet: a failed input transfer) is
-worked on as root.
+worked on as root, and a daemon that is not root works on its own sandboxes as itself.
 
 The event loop never waits for the thread: `call` awaits a future the thread settles,
 and `close` only asks it to end. Work finished after its caller went away (a cancelled
@@ -114,14 +114,15 @@ class OwnerThread:
         uid, gid = self.owner
         ours = os.getgroups()
         failure: OSError | None = None
-        if uid != 0:
+        change = uid != os.geteuid()  # root's sandbox, or a daemon run as its owner
+        if change:
             try:
                 take_ids(uid, gid)
             except OSError as exc:
                 failure = exc
         while (work := self._work.get()) is not None:
             _run(work, failure)
-        if uid != 0:
+        if change:
             try:
                 give_back_ids(ours)
             except OSError as exc:  # the thread ends here: nothing else runs with them

@@ -132,25 +132,28 @@ def test_a_sandbox_its_user_cannot_list_has_no_changed_files(box: Path) -> None:
 
 @root_only
 def test_only_the_owner_thread_has_the_users_ids() -> None:
+    # its groups: the job's primary group alone, as shadow_job runs the job
     started, finish = threading.Event(), threading.Event()
+    ours = os.getgroups()
 
-    def held() -> tuple[int, int]:
+    def held() -> tuple[tuple[int, int], list[int]]:
         started.set()
         finish.wait(10)
-        return file_access_ids()
+        return file_access_ids(), os.getgroups()
 
-    async def meanwhile() -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    async def meanwhile() -> tuple[object, ...]:
         worker = OwnerThread((NOBODY, NOBODY))
         try:
             ids = asyncio.ensure_future(worker.call(held))
             await asyncio.to_thread(started.wait, 10)
-            ours, other = file_access_ids(), await asyncio.to_thread(file_access_ids)
+            main, other = file_access_ids(), await asyncio.to_thread(file_access_ids)
+            groups = os.getgroups()
             finish.set()
-            return await ids, ours, other
+            return await ids, main, other, groups
         finally:
             worker.close()
 
-    assert asyncio.run(meanwhile()) == ((NOBODY, NOBODY), (0, 0), (0, 0))
+    assert asyncio.run(meanwhile()) == (((NOBODY, NOBODY), [NOBODY]), (0, 0), (0, 0), ours)
 
 
 def test_a_file_swapped_after_the_listing_is_not_sent(box: Path) -> None:
