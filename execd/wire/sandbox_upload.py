@@ -69,12 +69,12 @@ def _open_item(sandbox: Path, item: OutputItem, root_owned: bool) -> tuple[int, 
     """(descriptor, mode, size) to read the item from; descriptor -1 for a device (sent
     empty, never opened). In the upload's thread, so with the job user's file-access
     rights, as condor_starter's transfer (which runs as the user) opens it: a file the
-    user cannot read is not sent, wherever a link points. The file opened is the one listed: its
-    path is pinned by an O_PATH descriptor (no link followed, nothing opened for real:
-    no tty taken as controlling terminal, no FIFO waited on), which must be a regular
-    file with the listed inode, then reopened for reading. A sandbox root owns (no
-    user's yet: a failed input transfer) is read as root, but never through a link out
-    of it."""
+    user cannot read is not sent, wherever a link points. The file opened is the one
+    listed: its path is pinned by an O_PATH descriptor (no link followed, nothing
+    opened for real: no tty taken as controlling terminal, no FIFO waited on), which
+    must be a regular file with the listed inode, then reopened for reading (O_NOCTTY
+    all the same). A sandbox root owns (no user's yet: a failed input transfer) is
+    read as root, but never through a link out of it."""
     if item.error:
         raise OSError(item.error, os.strerror(item.error))
     if item.linked_directory:
