@@ -47,7 +47,8 @@ from execd.log import get_logger
 from execd.wire.blocking_worker import BlockingWorker
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
-from execd.wire.filetransfer import CHUNK_BYTES, ZERO_FILE_MARKER, std_files
+from execd.wire.filetransfer import CHUNK_BYTES, ZERO_FILE_MARKER
+from execd.wire.output_files import std_files
 
 log = get_logger("wire")
 # What Starter::peek reads of a request; nothing else is parsed.
@@ -79,7 +80,7 @@ def _name(job: Mapping[str, Any], attr: str) -> str | None:
 
 def std_names(job: Mapping[str, Any], transfer: bool) -> tuple[str | None, str | None]:
     """The job's stdout and stderr where its starter writes them: with file transfer the
-    sandbox names execd's starter uses (filetransfer.std_files, condor_starter's remap of
+    sandbox names execd's starter uses (output_files.std_files, condor_starter's remap of
     jic_shadow.cpp: stderr written to stdout's file takes its name); a discarded one, or
     any without transfer, keeps the job ad's name."""
     out, err = _name(job, "Out"), _name(job, "Err")
