@@ -25,6 +25,7 @@ from execd.cli.common import control_socket
 from execd.daemon.client import ControlClient, DaemonUnavailableError, wait_for_daemon
 from execd.daemon.control import ControlError
 from execd.errors import ConfigError
+from execd.starter.sandbox import remove_tree
 
 EXIT_HELD = 125
 EXIT_EVICTED = 124
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
             follower.stop.set()
             if follower.is_alive():
                 follower.join()
-        shutil.rmtree(iwd, ignore_errors=True)
+        remove_tree(iwd)
     return exit_status(outcome)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from execd.hooks import job_hook_runs
 from execd.policy.states import Activity, State
 from execd.starter.follow import follow_starter
 from execd.starter.launcher import launch_starter
+from execd.starter.sandbox import remove_tree
 from execd.starter.spec import StarterSpec
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class StarterLifecycle:
         """The holder has the outcome (or gave up the claim): drop record and workdir."""
         self.store.remove_job(job.job_id)
         self.jobs.pop(job.job_id, None)
-        shutil.rmtree(self.workdir(job.job_id), ignore_errors=True)
+        remove_tree(self.workdir(job.job_id))
 
     def forget_when_done(self, job: Job) -> None:
         """The holder has (or will have) the outcome another way (a pool job's shadow)."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import time
 from collections import defaultdict
@@ -31,6 +30,7 @@ from execd.errors import CgroupError, ExecdError
 from execd.policy import commands
 from execd.policy.slot import Now
 from execd.starter.launcher import StarterHandle
+from execd.starter.sandbox import remove_tree
 from execd.starter.spec import StarterSpec
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def _drop_claimless_job(jobs: JobManager, record: JobRecord) -> None:
         logger.warning("claimless_job_killed", slot=record.slot, job=record.job_id,
                        starter_pid=record.starter_pid)
     jobs.store.remove_job(record.job_id)
-    shutil.rmtree(jobs.workdir(record.job_id), ignore_errors=True)
+    remove_tree(jobs.workdir(record.job_id))
 
 
 def remove_orphans(jobs: JobManager) -> int:
@@ -222,14 +222,14 @@ def remove_orphans(jobs: JobManager) -> int:
         pid = entry.removeprefix("dir_")
         if entry.startswith("dir_") and pid.isdigit() and int(pid) not in starters \
                 and entry not in kept:
-            shutil.rmtree(execute / entry, ignore_errors=True)
+            remove_tree(execute / entry)
             logger.warning("orphan_sandbox_removed", sandbox=str(execute / entry))
             removed += 1
     known = {jobs.workdir(job_id).name for job_id in jobs.jobs}
     spool_jobs = jobs.daemon.paths.spool / "jobs"
     for entry in _listdir(spool_jobs):
         if entry not in known:
-            shutil.rmtree(spool_jobs / entry, ignore_errors=True)
+            remove_tree(spool_jobs / entry)
             logger.info("orphan_job_dir_removed", directory=str(spool_jobs / entry))
             removed += 1
     return removed

@@ -30,7 +30,7 @@ from execd.starter.sandbox import (
     disk_usage_kb,
     job_environment,
     make_scratch,
-    remove_scratch,
+    remove_tree,
     resolve_user,
 )
 from execd.starter.spec import CONTROL_SIGNALS, StarterSpec
@@ -374,7 +374,7 @@ class Starter:
             DiskUsage=disk_usage_kb(self.scratch),
         )
         if not spec.sandbox:  # a pre-made one is its maker's: output goes from there
-            remove_scratch(self.scratch)
+            remove_tree(self.scratch)
         if "SlotBrokenReason" not in self.report:
             self.cgroup.destroy()
         rpt.write_durably(spec.report_path, self.report)

@@ -86,11 +86,14 @@ def _tree(path: str) -> Iterator[tuple[str, os.stat_result]]:
                 yield entry.path, st
 
 
-def remove_scratch(path: str) -> None:
+def remove_tree(path: str | os.PathLike[str]) -> None:
+    """Remove `path` and everything under it, whatever its depth; links are not followed
+    and other file systems mounted below are left. rm, not shutil.rmtree: Python 3.11's
+    recurses per level, and a tree a job makes a thousand levels deep raised
+    RecursionError (not an OSError: ignore_errors let it through). Errors are ignored."""
     import subprocess  # noqa: PLC0415 - after the job started: off the launch path
 
-    # rm, not shutil.rmtree (which recurses per level): any depth, links not followed
-    subprocess.run(["/bin/rm", "-rf", "--one-file-system", "--", path], check=False,
+    subprocess.run(["/bin/rm", "-rf", "--one-file-system", "--", os.fspath(path)], check=False,
                    stderr=subprocess.DEVNULL)  # fmt: skip
 
 

@@ -152,6 +152,10 @@ def test_kill_9_with_20_jobs_running_loses_no_outcome_and_leaks_nothing(
     (orphan / "job").mkdir(parents=True)
     sandbox = node.root / "state" / "execute" / "dir_999999"
     sandbox.mkdir()
+    deepest = str(sandbox)  # 1100 levels: shutil.rmtree recursed and the restart failed
+    for _ in range(1100):
+        deepest += "/d"
+        os.mkdir(deepest)
     # and a starter the old daemon launched but never recorded (it died in between)
     unrecorded = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(300)", "-m", "execd.starter"])

@@ -10,7 +10,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from execd.starter.sandbox import JobUser, adopt_scratch, disk_usage_kb, remove_scratch
+from execd.starter.sandbox import JobUser, adopt_scratch, disk_usage_kb, remove_tree
 
 LEVELS = 1100
 
@@ -34,7 +34,7 @@ def test_a_deep_scratch_is_measured_adopted_and_removed(tmp_path: Path) -> None:
         adopt_scratch(str(scratch), me)
         assert os.lstat(os.path.join(deepest, "f.bin")).st_uid == os.getuid()
         assert stat.S_IMODE(scratch.stat().st_mode) == 0o700
-        remove_scratch(str(scratch))
+        remove_tree(str(scratch))
         assert not scratch.exists()
     finally:  # pytest's own clean-up of old tmp_paths recurses too
         subprocess.run(["/bin/rm", "-rf", "--", str(scratch)], check=True)
