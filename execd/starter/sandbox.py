@@ -58,13 +58,13 @@ def make_scratch(execute_dir: str, starter_pid: int, user: JobUser) -> str:
 def adopt_scratch(path: str, user: JobUser) -> str:
     """A sandbox made before the starter: everything in it becomes the job user's."""
     os.lchown(path, user.uid, user.gid)
-    for name, _ in _tree(path):
+    for name, _ in walk_tree(path):
         os.lchown(name, user.uid, user.gid)
     os.chmod(path, 0o700)
     return path
 
 
-def _tree(path: str) -> Iterator[tuple[str, os.stat_result]]:
+def walk_tree(path: str) -> Iterator[tuple[str, os.stat_result]]:
     """Every entry under `path` (not following links) with its lstat, walked with a
     stack of its own: os.walk and shutil.rmtree recurse per level (before Python 3.12),
     and a job's tree a thousand levels deep ended the starter with RecursionError.
@@ -99,7 +99,7 @@ def remove_tree(path: str | os.PathLike[str]) -> None:
 
 def disk_usage_kb(path: str) -> int:
     """The blocks of everything but directories under `path`, in KiB."""
-    total = sum(st.st_blocks * 512 for _, st in _tree(path) if not stat.S_ISDIR(st.st_mode))
+    total = sum(st.st_blocks * 512 for _, st in walk_tree(path) if not stat.S_ISDIR(st.st_mode))
     return (total + 1023) // 1024
 
 

@@ -43,6 +43,7 @@ from typing import Any
 from execd.claims.ids import ClaimId
 from execd.errors import ProtocolError
 from execd.log import get_logger
+from execd.starter.sandbox import walk_tree
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.filetransfer import (
@@ -377,9 +378,9 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             else {}  # fmt: skip
         await send_update(calls, provisioned | from_values({"_condor_JOBINFO_MAXINTERVAL": -1}),
                           options.on_update)  # fmt: skip
-        for root, dirs, files in os.walk(sandbox):
-            for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
-                os.lchown(name, uid, gid)
+        os.lchown(sandbox, uid, gid)
+        for name, _ in walk_tree(str(sandbox)):  # any depth (os.walk recursed per level)
+            os.lchown(name, uid, gid)
         inputs = [n.split("/", 1)[0] for n in got.files]
         before = {e.name: e.stat().st_mtime for e in sandbox.iterdir() if e.is_file()}
         stdin = job.get("In")
