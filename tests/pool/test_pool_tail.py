@@ -67,12 +67,13 @@ def tail(pool: harness.Pool, job: str, args: list[str]) -> tuple[int, str, str]:
 
 
 @contextlib.contextmanager
-def waiting_job(pool: harness.Pool) -> Iterator[tuple[harness.SubmittedJob, Path]]:
+def waiting_job(pool: harness.Pool,
+                extra: str = TRANSFER) -> Iterator[tuple[harness.SubmittedJob, Path]]:  # fmt: skip
     """SCRIPT's job, once it has written its output and waits: (the job, the file that
     releases it). Its marker files are removed after."""
     stamp = f"{os.getpid()}-{time.monotonic_ns()}"
     ready, release = Path(f"/tmp/execd-tail-ready-{stamp}"), Path(f"/tmp/execd-tail-go-{stamp}")
-    job = submit_files(pool, PLAIN_SUBMIT.format(args=f"{ready} {release}", extra=TRANSFER),
+    job = submit_files(pool, PLAIN_SUBMIT.format(args=f"{ready} {release}", extra=extra),
                        {"job.sh": SCRIPT})  # fmt: skip
     try:
         harness.wait_for(f"the job's {ready}", ready.exists, WAIT_S)
@@ -153,3 +154,27 @@ def test_enable_peek_job_false_refuses_condor_tail_as_on_condor_startd(
     assert ours == theirs
     assert ours == (1, "", "Failed to peek at file from starter: Rejecting request, "
                            "because ENABLE_PEEK_JOB=false\n")
+
+
+def tails_of_a_job_with_one_file_for_both(pool: harness.Pool) -> dict[str, Any]:
+    """`error` names `output`'s file: both streams go to one file, which condor_tail
+    shows for stdout and for stderr alike."""
+    with waiting_job(pool, "error = out.txt") as (job, release):
+        job_id = f"{job.cluster}.0"
+        seen: dict[str, Any] = {name: tail(pool, job_id, TAILS[name])
+                                for name in ("stdout", "stderr", "both")}  # fmt: skip
+        release.touch()
+        job.wait_for_event("005", WAIT_S)
+        seen["out"] = job.output("out.txt")
+        return seen
+
+
+def test_condor_tail_of_a_job_whose_output_and_error_share_a_file(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    ours, theirs = on_both(running_pool, tails_of_a_job_with_one_file_for_both)
+    assert ours == theirs
+    assert ours["stderr"][0] == 0
+    # -stderr reads the shared file, stdout's lines included
+    assert ours["stderr"][1] == ours["stdout"][1]
+    assert ours["stderr"][1].endswith("filler line 99\nout last line\n")
+    assert "err line 1\n" in ours["out"]
