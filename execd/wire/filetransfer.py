@@ -64,7 +64,7 @@ class TransferResult:
     hold_code: int = 0
     hold_subcode: int = 0
     hold_reason: str = ""
-    failed: list[str] = field(default_factory=list)  # why each unsendable file failed
+    failures: int = 0  # files that could not be sent (the first one's reason: hold_reason)
 
     @property
     def ok(self) -> bool:

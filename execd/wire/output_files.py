@@ -22,9 +22,10 @@ ExpandFileTransferList, ExpandParentDirectories, FindChangedFiles).
   upload's thread with the job user's file-access ids (execd/wire/owner_thread.py), as
   condor_starter's runs as the user: a directory the user cannot list sends only its
   mkdir, a device the user cannot read fails (EACCES).
-- At most MAX_OUTPUT_ITEMS items and MAX_DEPTH levels: past them OutputListError (the
-  job is held, 13), not a listing that holds the daemon's memory or a recursion that
-  crashes the upload.
+- At most MAX_OUTPUT_ITEMS items (those listed and those still waiting to be), MAX_DEPTH
+  levels, MAX_NAME_BYTES of names held at once and paths within PATH_MAX: past them
+  OutputListError (the job is held, 13), not a listing that holds the daemon's memory
+  or a recursion that crashes the upload.
 - Later entries for the same destination win (earlier duplicates are dropped).
 """
 
@@ -46,6 +47,10 @@ NULL_FILE = "/dev/null"
 # thousand-level tree must not hold the daemon): past them the job goes on hold.
 MAX_OUTPUT_ITEMS = 100_000
 MAX_DEPTH = 1000
+# the names held while listing (each item's source and name, each entry waiting to be
+# listed): 100,000 paths near PATH_MAX would otherwise be about 800 MB of strings
+MAX_NAME_BYTES = 64 << 20
+PATH_MAX = 4096  # Linux's: a longer path cannot be opened by name
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class OutputItem:
     outside: bool = False  # reached through a link that leaves the sandbox
     device: bool = False  # not a regular file (a device): sent empty, never opened
     inode: tuple[int, int] = (0, 0)  # (st_dev, st_ino) listed: the file opened must be it
+    link: bool = False  # a symlink: resolved again to be opened (else opened by its path)
 
 
 def std_files(job: Mapping[str, object]) -> tuple[str | None, str | None]:
@@ -102,16 +108,33 @@ def _readable(st: os.stat_result) -> bool:
     return bool(st.st_mode & bit)
 
 
-def _listing(full: str, room: int) -> list[str]:
-    """The names in a directory, sorted; OutputListError past `room` of them (read no
-    further: a directory of millions is not held in memory)."""
+def _too_many(where: str = "") -> OutputListError:
+    return OutputListError(errnos.E2BIG, f"more than {MAX_OUTPUT_ITEMS} output files and "
+                           f"directories{f' (in {where[:200]})' if where else ''}")  # fmt: skip
+
+
+def _names_too_long(where: str) -> OutputListError:
+    return OutputListError(errnos.E2BIG, f"the output's file names take more than "
+                           f"{MAX_NAME_BYTES} bytes (in {where[:200]}...)")  # fmt: skip
+
+
+def _listing(full: str, room: int, byte_room: int = MAX_NAME_BYTES) -> list[str]:
+    """The names in a directory, sorted; OutputListError past `room` of them or past
+    `byte_room` bytes of names, or for an entry whose path is longer than PATH_MAX
+    (read no further: a directory of millions is not held in memory)."""
     names = []
+    held = 0
     with os.scandir(full) as entries:
         for entry in entries:
             names.append(entry.name)
+            held += len(entry.name)
             if len(names) > room:
-                raise OutputListError(errnos.E2BIG, f"more than {MAX_OUTPUT_ITEMS} output "
-                                      f"files and directories (in {full})")  # fmt: skip
+                raise _too_many(full)
+            if held > byte_room:
+                raise _names_too_long(full)
+            if len(full) + 1 + len(entry.name) >= PATH_MAX:
+                raise OutputListError(errnos.ENAMETOOLONG, f"{full[:200]}...: a path longer "
+                                      f"than {PATH_MAX} bytes")  # fmt: skip
     return sorted(names)
 
 
@@ -125,41 +148,60 @@ class _Expansion:
         self.preserve = preserve
         self.items: list[OutputItem] = []
         self.preserved: set[str] = set()
+        self.pending: list[tuple[str, str]] = []  # (src, dest_dir) still to be added
+        self.held = 0  # bytes of the names in items and pending (within MAX_NAME_BYTES)
 
     def full(self, src: str) -> str:
         return os.path.join(self.sandbox, src)
 
+    def append(self, item: OutputItem) -> None:
+        self.items.append(item)
+        self.held += len(item.source) + len(item.name)
+        if self.held > MAX_NAME_BYTES:
+            raise _names_too_long(item.source)
+
     def expand(self, src: str, dest_dir: str) -> None:
         """One listed name and, for a directory, everything in it (depth first)."""
-        pending = [(src, dest_dir)]
-        while pending:
-            children = self.add(*pending.pop())
-            pending.extend(reversed(children))
+        self.pending = [(src, dest_dir)]
+        listed = False  # src is the job's name, not an entry of a directory listed here
+        while self.pending:
+            entry, parent = self.pending.pop()
+            self.held -= len(entry) + len(parent) if listed else 0
+            children = self.add(entry, parent, listed=listed)
+            listed = True
+            self.held += sum(len(child) + len(parent) for child, parent in children)
+            if self.held > MAX_NAME_BYTES:
+                raise _names_too_long(entry)
+            self.pending.extend(reversed(children))
 
-    def add(self, src: str, dest_dir: str, depth: int = -1) -> list[tuple[str, str]]:
-        """The item for `src`; for a directory to expand, its entries (src, dest_dir)."""
+    def add(self, src: str, dest_dir: str, depth: int = -1,
+            listed: bool = False) -> list[tuple[str, str]]:  # fmt: skip
+        """The item for `src`; for a directory to expand, its entries (src, dest_dir).
+        `listed`: src is an entry of a directory inside the sandbox, which only a link
+        can leave (the path is resolved only then: a resolution per item would lstat
+        every level of a deep tree for each of its files)."""
         trailing = src.endswith("/")
         full = self.full(src.rstrip("/") or src)
         base = os.path.basename(src.rstrip("/"))
         name = f"{dest_dir}/{base}" if dest_dir else base
         parts = Path(src).parts
         if os.path.isabs(src) or ".." in parts:  # never read outside the sandbox by name
-            self.items.append(OutputItem(src, name, error=errnos.EPERM))
+            self.append(OutputItem(src, name, error=errnos.EPERM))
             return []
         if len(parts) > MAX_DEPTH:
             raise OutputListError(errnos.ENAMETOOLONG, f"{src[:200]}...: directories "
                                   f"deeper than {MAX_DEPTH} levels")  # fmt: skip
         if len(self.items) >= MAX_OUTPUT_ITEMS:
-            raise OutputListError(errnos.E2BIG, f"more than {MAX_OUTPUT_ITEMS} output "
-                                  "files and directories")  # fmt: skip
+            raise _too_many()
         try:
             st = os.lstat(full)
             link = stat.S_ISLNK(st.st_mode)
-            outside = not _inside(self.sandbox, full)
+            resolve = link or (not listed and len(parts) > 1)
+            outside = resolve and not _inside(self.sandbox, full)
             if link:
                 st = os.stat(full)
         except OSError as exc:
-            self.items.append(OutputItem(src, name, error=exc.errno or errnos.ENOENT))
+            self.append(OutputItem(src, name, error=exc.errno or errnos.ENOENT))
             return []
         if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
             return []  # as condor_starter: never sent, not an error
@@ -172,19 +214,19 @@ class _Expansion:
                 name = f"{dest_dir}/{base}"
             device = not stat.S_ISREG(st.st_mode)  # sent empty, as put_file, never opened
             error = errnos.EACCES if device and not _readable(st) else 0
-            self.items.append(OutputItem(src, name, mode=mode, size=0 if device else st.st_size,
-                                         outside=outside, device=device, error=error,
-                                         inode=(st.st_dev, st.st_ino)))  # fmt: skip
+            self.append(OutputItem(src, name, mode=mode, size=0 if device else st.st_size,
+                                     outside=outside, device=device, error=error,
+                                     inode=(st.st_dev, st.st_ino), link=link))  # fmt: skip
             return []
         if link and not trailing:
-            self.items.append(OutputItem(src, name, directory=True, mode=mode,
-                                         linked_directory=True))  # fmt: skip
+            self.append(OutputItem(src, name, directory=True, mode=mode,
+                                   linked_directory=True))  # fmt: skip
             return []
         if outside:  # listing it would be reading outside the sandbox
-            self.items.append(OutputItem(src, name, error=errnos.EACCES))
+            self.append(OutputItem(src, name, error=errnos.EACCES))
             return []
         if depth == 0:
-            self.items.append(OutputItem(src, name, directory=True, mode=mode))
+            self.append(OutputItem(src, name, directory=True, mode=mode))
             return []
         if trailing:
             destination = dest_dir
@@ -193,10 +235,11 @@ class _Expansion:
             if src not in self.preserved:
                 self.parents(src)
         else:
-            self.items.append(OutputItem(src, name, directory=True, mode=mode))
+            self.append(OutputItem(src, name, directory=True, mode=mode))
             destination = name
         try:
-            entries = _listing(full, MAX_OUTPUT_ITEMS - len(self.items))
+            room = MAX_OUTPUT_ITEMS - len(self.items) - len(self.pending)
+            entries = _listing(full, room, MAX_NAME_BYTES - self.held)
         except OutputListError:
             raise
         except OSError:  # as condor_starter's Directory: one it cannot open lists nothing

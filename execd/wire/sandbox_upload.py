@@ -32,8 +32,12 @@ from execd.wire.filetransfer import (
     send_int,
 )
 from execd.wire.output_files import OutputItem, OutputListError
-from execd.wire.owner_thread import OwnerThread
+from execd.wire.owner_thread import OwnerThread, OwnerThreadTimeoutError
 from execd.wire.shadow_syscalls import MessageChannel
+
+# Seconds one open, read or the listing may take in the upload's thread: HTCondor's
+# STARTER_UPLOAD_TIMEOUT default. Past it the job is held (13, ETIMEDOUT) naming it.
+OUTPUT_IO_TIMEOUT_S = 200.0
 
 
 def _close(opened: tuple[int, int, int]) -> None:
@@ -46,7 +50,7 @@ async def _send_file(ch: MessageChannel, opened: tuple[int, int, int],
     """Mode, size + chunk size, the chunks (666 after an empty file); the reads in the
     upload's thread (a slow file system never holds the event loop)."""
     fd, mode, size = opened
-    try:
+    try:  # (a read that times out fails the transfer: send_output holds the job)
         await send_int(ch, mode)
         await ch.send(ch.encoder().put_int(size).put_int(CHUNK_BYTES).payload())
         sent = 0
@@ -58,8 +62,8 @@ async def _send_file(ch: MessageChannel, opened: tuple[int, int, int],
             await ch.send(chunk)
             sent += len(chunk)
     finally:
-        if fd >= 0:
-            os.close(fd)
+        if fd >= 0:  # behind a read still queued or running: the number is never reused under it
+            worker.post(os.close, fd)
     if size == 0:
         await send_int(ch, ZERO_FILE_MARKER)
     return sent
@@ -83,7 +87,8 @@ def _open_item(sandbox: Path, item: OutputItem, root_owned: bool) -> tuple[int, 
         return -1, item.mode, 0
     if root_owned and item.outside:
         raise OSError(errnos.EACCES, os.strerror(errnos.EACCES))
-    pinned = os.open(os.path.realpath(sandbox / item.source), os.O_PATH | os.O_NOFOLLOW)
+    path = os.path.realpath(sandbox / item.source) if item.link else sandbox / item.source
+    pinned = os.open(path, os.O_PATH | os.O_NOFOLLOW)
     try:
         st = os.fstat(pinned)
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != item.inode:
@@ -113,10 +118,11 @@ async def _send_item(ch: MessageChannel, sandbox: Path, item: OutputItem, *,
         await send_int(ch, mode)
         await ch.send(ch.encoder().put_int(0).put_int(1).payload())
         await send_int(ch, ZERO_FILE_MARKER)
-        why = f"reading from file {sandbox / item.source}: (errno {code}) {os.strerror(code)}"
+        why = f"reading from file {sandbox / item.source}: (errno {code}) " + (
+            str(exc.strerror) if isinstance(exc, OwnerThreadTimeoutError) else os.strerror(code))
         if item.linked_directory:
             why += "- Transfer of symlinks to directories is not supported."
-        result.failed.append(why)
+        result.failures += 1
         result.fail(HOLD_UPLOAD_FILE_ERROR, code, why)
         return 0
     return await _send_file(ch, opened, worker)
@@ -126,20 +132,23 @@ Selection = Callable[[], Sequence[OutputItem]]
 
 
 async def upload_sandbox(ch: MessageChannel, sandbox: Path, select: Selection, *,
-                         final: bool = True) -> TransferResult:  # fmt: skip
+                         final: bool = True,
+                         io_timeout_s: float = OUTPUT_IO_TIMEOUT_S) -> TransferResult:  # fmt: skip
     """Send the sandbox items `select` lists (output_files.output_items, run in the
     upload's thread with the job user's file-access ids) to the shadow (after
     FILETRANS_DOWNLOAD + key): mkdir for a directory, then the files; one that cannot
     be read goes as the dummy and the transfer goes on, then fails with the first
     error, as HTCondor's. An output that cannot be listed (OutputListError) is sent as
     no files and a failure: the job is held. `final` False: an evicted job's sandbox,
-    which the shadow keeps in the job's spool (and sends back as input to its next run)."""
+    which the shadow keeps in the job's spool (and sends back as input to its next run).
+    A listing, open or read that takes longer than `io_timeout_s` (a hung file system)
+    fails the transfer (ETIMEDOUT) and its thread is abandoned."""
     result = TransferResult()
-    worker = OwnerThread(_owner(sandbox), name="output-as-owner")
+    worker = OwnerThread(_owner(sandbox), name="output-as-owner", timeout_s=io_timeout_s)
     try:
         try:
             items = await worker.call(select)
-        except OutputListError as exc:
+        except (OutputListError, OwnerThreadTimeoutError) as exc:
             items = []
             result.fail(HOLD_UPLOAD_FILE_ERROR, exc.errno or errnos.EIO,
                         f"|Error: listing the output files: {exc.strerror}")  # fmt: skip
@@ -156,9 +165,9 @@ async def upload_sandbox(ch: MessageChannel, sandbox: Path, select: Selection, *
             result.files.append(item.name)
     finally:
         worker.close()  # never waits: a stuck open ends in its own time, its fd discarded
-    if result.failed:
-        result.hold_reason = (f"|Error: {len(result.failed)} total failures: "
-                              f"first failure: {result.failed[0]}")  # fmt: skip
+    if result.failures:
+        result.hold_reason = (f"|Error: {result.failures} total failures: "
+                              f"first failure: {result.hold_reason}")  # fmt: skip
     await send_int(ch, CMD_FINISHED)
     await ch.send(encode_ad(ch.encoder(), ack_ad(result, _sender(ch))).payload())
     peer = await recv_ad(ch, "downloader's ack")
