@@ -8,8 +8,9 @@ ExpandFileTransferList, ExpandParentDirectories, FindChangedFiles).
   sandbox's top level; `sub/file.txt` comes back as `file.txt` unless the job asks for
   `preserve_relative_paths`, which sends the parent directories first and keeps the path.
 - Without it: every top-level regular file the job created or changed (a link to one
-  included); subdirectories, and links to them, are not sent (FindChangedFiles skips a
-  directory the list does not name).
+  included) but the transferred executable, even rewritten (FindChangedFiles skips
+  ExecFile); subdirectories, and links to them, are not sent (it skips a directory
+  the list does not name).
 - A name the job did not create stays in the list: sending it fails (ENOENT), which holds
   the job. FIFOs and sockets are left out (reading one could block the transfer). A
   device (a link to /dev/zero, to a tty) is sent as an empty file with its mode, as
@@ -287,8 +288,8 @@ def expand_outputs(sandbox: Path, names: Sequence[str], *,
 def output_items(sandbox: Path, job: Mapping[str, object], inputs: Sequence[str],
                  before: Mapping[str, float]) -> list[OutputItem]:  # fmt: skip
     """What goes back: TransferOutput if the job names it, else every top-level regular
-    file the job created or changed; and always the job's std files (sent_std_files:
-    the shadow renames them to its Out/Err)."""
+    file the job created or changed but its transferred executable; and always the
+    job's std files (sent_std_files: the shadow renames them to its Out/Err)."""
     std = sent_std_files(job)
     preserve = job.get("PreserveRelativePaths") is True
     listed = job.get("TransferOutput")
@@ -302,10 +303,13 @@ def output_items(sandbox: Path, job: Mapping[str, object], inputs: Sequence[str]
         raise
     except OSError:  # the job took its user's rights on its sandbox away: as Directory
         names = []
+    executable = os.path.basename(str(job.get("Cmd", "")))
     changed = []
     for name in names:
         entry = sandbox / name
         if name in STD_FILES or not entry.is_file():  # links followed, as StatInfo
+            continue
+        if name == executable and name in inputs:
             continue
         with contextlib.suppress(OSError):
             if name in inputs and before.get(name) == entry.stat().st_mtime:

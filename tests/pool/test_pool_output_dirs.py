@@ -3,10 +3,11 @@ subdirectories, and a file the job never made — on `execd run` as on the pool'
 condor_startd: the same files, directories and modes delivered to the submit
 directory, the same user-log events, the same hold code, subcode and reason.
 Also: without transfer_output_files (new and changed files) the job's new
-subdirectories stay behind, and links in an output directory (to a file outside the
-sandbox, inside it, to /dev/zero, to an unreadable file, to a directory), a FIFO and
-a socket, a file its owner cannot read (mode 000) and a directory it cannot list
-(mode 000: execd used to list it as root) are treated alike.
+subdirectories and its executable, which it rewrites, stay behind, and links in an
+output directory (to a file outside the sandbox, inside it, to /dev/zero, to an
+unreadable file, to a directory), a FIFO and a socket, a file its owner cannot read
+(mode 000) and a directory it cannot list (mode 000: execd used to list it as root)
+are treated alike.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ mkdir linkdir; ln -s ../results linkdir/results
 mkdir locked; echo x > locked/x; chmod 000 locked/x
 mkdir -p lockeddir/inner; echo y > lockeddir/y; chmod 000 lockeddir
 ln -s results/top.txt toplink; ln -s {0}/public.txt publink; ln -s results dirlink; mkfifo topfifo
+echo '# the job rewrote its executable' >> "$0"
 echo done
 """
 # case -> transfer_output_files (None: the new and changed files), more submit lines
@@ -99,7 +101,7 @@ def delivered(directory: Path) -> Tree:
     tree = {}
     for path in sorted(directory.rglob("*")):
         name = str(path.relative_to(directory))
-        if name in ("job.sub", "job.sh", "job.log", "hold.txt"):
+        if name in ("job.sub", "job.log", "hold.txt"):  # job.sh: is the executable sent back?
             continue
         st = path.lstat()
         mode = oct(stat.S_IMODE(st.st_mode))
@@ -162,6 +164,8 @@ def test_output_directories_as_on_condor_startd(running_pool: harness.RunningPoo
     assert tree["results/run.sh"][0] == "file 0o755"
     changed = theirs["changed_files"][2]
     assert "newdir" not in changed and "dirlink" not in changed and "topfifo" not in changed
+    # the executable the job rewrote stays behind (FindChangedFiles skips ExecFile)
+    assert "rewrote" not in changed["job.sh"][1]
     assert changed["toplink"] == ("file 0o644", "top\n") and changed["publink"][1] == "public\n"
     assert theirs["missing"][1].startswith("held 12 2 ")
     assert theirs["unreadable_file"][1].startswith("held 12 13 ")  # read as the job's user

@@ -71,6 +71,18 @@ def test_without_transfer_output_files_subdirectories_stay(tmp_path: Path) -> No
     assert shown(items) == ["filelink", "made.txt", f"_condor_stdout!{errno.ENOENT}"]
 
 
+def test_without_transfer_output_files_a_rewritten_executable_stays(tmp_path: Path) -> None:
+    # FindChangedFiles skips ExecFile: a job that rewrites its script gets the old one
+    box = sandbox(tmp_path)
+    (box / "job.sh").write_text("#!/bin/sh\n")
+    before = {"job.sh": (box / "job.sh").stat().st_mtime - 10}  # then the job rewrote it
+    job = {"Cmd": "/home/u/job.sh", "Out": "out.txt"}
+    items = output_items(box, job, ["job.sh"], before)
+    assert "job.sh" not in shown(items) and "made.txt" in shown(items)
+    # not transferred (Cmd ran where it lies): a file of that name the job made is sent
+    assert "job.sh" in shown(output_items(box, job, [], {}))
+
+
 class Shadow:
     """The downloading shadow's side: go ahead always, ack success; records what came."""
 
