@@ -170,7 +170,7 @@ class _Expansion:
             self.held -= len(entry) + len(parent) if listed else 0
             children = self.add(entry, parent, listed=listed)
             listed = True
-            self.held += sum(len(child) + len(parent) for child, parent in children)
+            self.held += sum(len(child) + len(dest) for child, dest in children)
             if self.held > MAX_NAME_BYTES:
                 raise _names_too_long(entry)
             self.pending.extend(reversed(children))

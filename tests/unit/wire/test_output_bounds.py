@@ -109,6 +109,16 @@ def test_a_path_longer_than_path_max_stops_the_listing(box: Path) -> None:
     assert "total failures" not in result.hold_reason
 
 
+def test_failures_are_counted_and_only_the_first_reason_kept(box: Path) -> None:
+    # (a path-sized reason per failed file was kept, only the first ever used)
+    shadow, result = upload(box, [f"nothere{i}" for i in range(3)])
+    assert [name for _, name, _ in shadow.items()] == ["nothere0", "nothere1", "nothere2"]
+    assert result.failures == 3 and not hasattr(result, "failed")
+    assert result.hold_reason.endswith(
+        f"|Error: 3 total failures: first failure: reading from file {box}/nothere0: "
+        "(errno 2) No such file or directory")  # fmt: skip
+
+
 def test_a_deep_file_costs_no_path_resolution_per_item(
         box: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     # realpath lstats every level of a path: per item, 5,000 files 998 levels down
