@@ -44,6 +44,7 @@ ZERO_FILE_MARKER = 666
 CHUNK_BYTES = 256 * 1024  # HTCondor's AES file buffer: one message per chunk
 ALIVE_INTERVAL_S = 300
 STD_FILES = ("_condor_stdout", "_condor_stderr")  # the shadow renames them to Out and Err
+CHIRP_CONFIG = ".chirp.config"  # the job's Chirp address and cookie: never sent back
 NULL_FILE = "/dev/null"
 # Hold codes (condor_utils/condor_holdcodes.h).
 HOLD_DOWNLOAD_FILE_ERROR = 12
@@ -347,10 +348,12 @@ def output_names(sandbox: Path, job: dict[str, object], inputs: Sequence[str],
     listed = job.get("TransferOutput")
     if isinstance(listed, str) and listed.strip():
         chosen = [n.strip() for n in listed.split(",") if n.strip()]
-        return [n for n in chosen if (sandbox / n).is_file() and n not in STD_FILES] + std
+        return [n for n in chosen if (sandbox / n).is_file() and n not in STD_FILES
+                and n != CHIRP_CONFIG] + std  # fmt: skip
     out = []
     for entry in sorted(sandbox.iterdir()):
-        if entry.name in STD_FILES or not entry.is_file() or entry.is_symlink():
+        if entry.name in STD_FILES or entry.name == CHIRP_CONFIG or not entry.is_file() \
+                or entry.is_symlink():  # fmt: skip
             continue
         with contextlib.suppress(OSError):
             if entry.name in inputs and before.get(entry.name) == entry.stat().st_mtime:

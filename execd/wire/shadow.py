@@ -44,6 +44,7 @@ from typing import Any
 from execd.claims.ids import ClaimId
 from execd.log import get_logger
 from execd.wire.channel import Channel
+from execd.wire.chirp_proxy import ChirpProxy, open_chirp_proxy
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.filetransfer import (
     FILETRANS_DOWNLOAD,
@@ -308,6 +309,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     calls.attach(link)
     options.links.add(link)
     handed_over = False
+    proxy: ChirpProxy | None = None
     try:
         uid, gid = run_as_ids(str(job.get("Owner", "")), options.run_as_fallback)
         slot = nested_slot_ad(options.published_slot_ad) if options.published_slot_ad else {}
@@ -347,6 +349,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         for root, dirs, files in os.walk(sandbox):
             for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
                 os.lchown(name, uid, gid)
+        proxy = await open_chirp_proxy(calls, job, gjid, sandbox, owner=(uid, gid),
+                                       connected=lambda: not link.disconnected.is_set())
         inputs = [n.split("/", 1)[0] for n in got.files]
         before = {e.name: e.stat().st_mtime for e in sandbox.iterdir() if e.is_file()}
         stdin = job.get("In")
@@ -364,8 +368,10 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
 
         try:
             stdout, stderr = std_files(job)
+            env = job_env(job, sandbox) | ({"_CONDOR_CHIRP_CONFIG": str(proxy.config_path)}
+                                           if proxy is not None else {})  # fmt: skip
             launch = JobLaunch(job, job_argv(job, sandbox, got.files), sandbox,
-                               job_env(job, sandbox), (uid, gid), stdin_name,
+                               env, (uid, gid), stdin_name,
                                stdout or os.devnull, stderr or os.devnull)  # fmt: skip
             proc = options.runner(launch if transfer else shared_fs_launch(launch))
             done = await _run_job(calls, proc, options, started)
@@ -378,6 +384,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         handed_over = hand_over(calls, link, options)
         raise
     finally:
+        if proxy is not None:
+            await proxy.close()
         options.links.remove(link)
         link.close()
         await remove_sandbox(sandbox, options, handed_over)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from execd.errors import RemoteProtocolError
 from execd.log import get_logger
+from execd.wire.chirp_proxy import reopen_chirp_proxy
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.filetransfer import TransferTally
 from execd.wire.job_peek import job_files
@@ -94,6 +95,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
     log.info("shadow_conversation_resumed", job=state.global_job_id, lease_s=state.lease_s,
              connection="kept" if not isinstance(channel, LostConnection) else "lost")
     handed_over = False
+    proxy = await reopen_chirp_proxy(calls, job, state.global_job_id, Path(state.sandbox),
+                                     connected=lambda: not link.disconnected.is_set())
     try:
         tally = TransferTally(state.input_bytes, report=options.on_transferred)
         transfers = Transfers(calls, link, state.job_wire, address, tally)
@@ -110,6 +113,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         handed_over = hand_over(calls, link, options)
         raise
     finally:
+        if proxy is not None:
+            await proxy.close()
         options.links.remove(link)
         link.close()
         await remove_sandbox(Path(state.sandbox), options, handed_over)

@@ -1,0 +1,92 @@
+"""`condor_chirp` from inside a job (the starter's Chirp I/O proxy), on `execd run` and
+on the pool's own condor_startd.
+
+The job runs Debian's condor_chirp (the chroot's: inside the chroot on condor_startd,
+through the chroot's own loader on execd's host) for set_job_attr, get_job_attr, ulog
+and a few requests that must be refused, prints each one's output and exit code, and
+exits 3. What the job printed, its exit code, the attributes in condor_history, and
+the user log's generic events (008) must be the same on both execute points; with
+and without `+WantIOProxy = true`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pool_harness as harness
+from test_pool_daemon import WAIT_S
+from test_pool_jobs import PLAIN_SUBMIT, on_both, submit_files
+
+SCRIPT = """#!/bin/sh
+if [ -x /usr/libexec/condor/condor_chirp ]; then
+    chirp() {{ /usr/libexec/condor/condor_chirp "$@"; }}
+else
+    R={root}
+    chirp() {{ "$R/lib64/ld-linux-x86-64.so.2" \\
+        --library-path "$R/usr/lib/x86_64-linux-gnu:$R/lib/x86_64-linux-gnu" \\
+        "$R/usr/libexec/condor/condor_chirp" "$@"; }}
+fi
+step() {{ echo "== $*"; chirp "$@" 2>&1; echo "rc=$?"; }}
+echo "config=${{_CONDOR_CHIRP_CONFIG##*/}}"
+[ -r "$_CONDOR_CHIRP_CONFIG" ] && echo "config readable"
+step set_job_attr ChirpTestString '"hello world"'
+step set_job_attr ChirpTestNumber 40+2
+step get_job_attr ChirpTestString
+step get_job_attr ChirpTestNumber
+step get_job_attr Cmd
+step get_job_attr NoSuchAttribute
+step set_job_attr Owner '"mallory"'
+step set_job_attr ClusterId 7
+step set_job_attr ChirpTestBad '"unterminated'
+step ulog "progress: half way there"
+step ulog "{long}"
+exit 3
+"""
+GENERIC = re.compile(r"^008 \(\d+\.\d+\.\d+\) \S+ \S+ (.*?)\n\.\.\.$", re.M | re.S)
+ATTRS = ("ChirpTestString", "ChirpTestNumber", "Owner", "ClusterId", "ChirpTestBad",
+         "ExitCode")  # fmt: skip
+
+
+def chirping_job(pool: harness.Pool, extra: str) -> tuple[str, dict[str, Any], list[Any]]:
+    """(the job's stdout, its history attributes ATTRS, its 008 events' bodies)."""
+    script = SCRIPT.format(root=pool.root, long="x" * 1100)
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=extra), {"job.sh": script})
+    job.wait_for_event("005", WAIT_S)
+    history = harness.wait_for("the job's history record", lambda: job.pool.history(job.cluster),
+                               WAIT_S)  # fmt: skip
+    record = history[0]
+    values = {name: record.get(name) for name in ATTRS}
+    values["Owner"] = values["Owner"] == harness.SUBMITTER  # unchanged
+    values["ClusterId"] = values["ClusterId"] == job.cluster
+    return job.output("out.txt"), values, generic_events(job.user_log())
+
+
+def generic_events(user_log: str) -> list[str]:
+    """Each generic event (008) as the user reads it, without its job id and time."""
+    return [m.group(1) for m in GENERIC.finditer(user_log)]
+
+
+def test_chirp_with_want_io_proxy_as_on_condor_startd(running_pool: harness.RunningPool) -> None:
+    ours, condor = on_both(running_pool, lambda pool: chirping_job(pool, "+WantIOProxy = true"))
+    out, values, generic = ours
+    assert ours == condor
+    # What the pair must show, besides being equal: the attributes set, read back,
+    # protected ones refused, the ulog text in the user log.
+    assert values["ChirpTestString"] == "hello world"
+    assert values["ChirpTestNumber"] == "/Expr(40 + 2)/"
+    assert values["Owner"] is True and values["ClusterId"] is True
+    assert values["ExitCode"] == 3
+    assert 'config=.chirp.config' in out and "config readable" in out
+    assert '"hello world"' in out
+    assert generic == ["progress: half way there", "x" * 1023]
+
+
+def test_chirp_without_want_io_proxy_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    ours, condor = on_both(running_pool, lambda pool: chirping_job(pool, ""))
+    out, values, generic = ours
+    assert ours == condor
+    assert values["ChirpTestString"] is None and generic == []
+    assert "Error: 22 (Invalid argument)" in out  # Chirp's -8: not served for this job
+    assert values["ExitCode"] == 3
