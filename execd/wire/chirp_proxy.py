@@ -226,6 +226,10 @@ class ChirpProxy:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # close() ends the job's clients: this task ends normally (asyncio's stream
+            # server logs a handler task that ends cancelled as an error).
+            pass
         finally:
             self._clients.discard(task)
             writer.close()
@@ -257,12 +261,12 @@ class ChirpProxy:
             await writer.drain()
 
     async def _cookie_request(self, line: bytes) -> bool:
-        command, _, rest = line.partition(b" ")
-        if command != b"cookie":
+        parts = line.split()  # "cookie %s", as condor_starter reads it
+        if len(parts) < 2 or parts[0] != b"cookie":
             log.warning("chirp_request_refused", job=self.global_job_id,
                         reason="no cookie presented")  # fmt: skip
             return False
-        given = rest.strip()
+        given = parts[1]
         if secrets.compare_digest(given, self._cookie.encode()):
             return True
         log.warning("chirp_request_refused", job=self.global_job_id, reason="wrong cookie")

@@ -1,0 +1,300 @@
+"""The starter's Chirp proxy over real loopback connections, with execd's real syscalls
+to a scripted shadow: what a job's condor_chirp (or anything else on the node) gets for
+each request, and what the shadow is sent. The pool tier compares the same with
+condor_startd (tests/pool/test_pool_chirp.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from execd.wire import chirp_proxy
+from execd.wire.chirp_proxy import (
+    LINE_MAX,
+    MAX_CONNECTIONS,
+    ChirpAddress,
+    ChirpProxy,
+    open_chirp_proxy,
+    reopen_chirp_proxy,
+    words,
+)
+from execd.wire.classad_codec import decode_ad, to_classad
+from execd.wire.encoding import Decoder, Encoder
+from execd.wire.filetransfer import CHIRP_CONFIG, output_names
+from execd.wire.shadow_syscalls import ShadowSyscalls
+
+WANTS = {"WantIOProxy": True, "ClusterId": 12, "ProcId": 3}
+
+
+class ScriptedShadow:
+    """The shadow's end of the syscall connection: records what it is sent and answers
+    from a list (one answer per call that expects one)."""
+
+    def __init__(self, answers: list[bytes] | None = None) -> None:
+        self.answers = list(answers or [])
+        self.sent: list[bytes] = []
+
+    async def send(self, payload: bytes) -> None:
+        self.sent.append(payload)
+
+    async def recv(self, timeout_s: float | None = None) -> bytes:
+        return self.answers.pop(0)
+
+    def encoder(self) -> Encoder:
+        return Encoder(encrypted=True)
+
+    def decoder(self, payload: bytes) -> Decoder:
+        return Decoder(payload, encrypted=True)
+
+
+def answer(*ints: int, text: str | None = None) -> bytes:
+    enc = Encoder(encrypted=True)
+    for value in ints:
+        enc.put_int(value)
+    return (enc.put_string(text) if text is not None else enc).payload()
+
+
+class Client:
+    """A Chirp client on one connection (condor_chirp's side of the protocol)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def to(cls, address: ChirpAddress, cookie: str | None = None) -> Client:
+        client = cls(*await asyncio.open_connection(address.host, address.port))
+        if cookie is not None:
+            assert await client.ask(f"cookie {cookie}") == b"0"
+        return client
+
+    async def ask(self, line: str | bytes) -> bytes:
+        self.writer.write((line.encode() if isinstance(line, str) else line) + b"\n")
+        await self.writer.drain()
+        return (await self.reader.readline()).rstrip(b"\n")
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def serve(job: dict[str, object], shadow: ScriptedShadow,
+          body: Callable[[ChirpProxy, ChirpAddress], Awaitable[None]],
+          connected: Callable[[], bool] = lambda: True) -> None:  # fmt: skip
+    async def main() -> None:
+        proxy = ChirpProxy(ShadowSyscalls(shadow), job, global_job_id="host#12.3#1",
+                           connected=connected)  # fmt: skip
+        address = await proxy.listen()
+        try:
+            await body(proxy, address)
+        finally:
+            await proxy.close()
+
+    asyncio.run(main())
+
+
+def test_set_get_and_ulog_are_the_shadows_syscalls() -> None:
+    shadow = ScriptedShadow([answer(0), answer(0, text='"x y"')])
+
+    async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+        client = await Client.to(address, address.cookie)
+        assert await client.ask('set_job_attr ChirpName "x\\ y"') == b"0"
+        assert await client.ask("get_job_attr ChirpName") == b"5"
+        assert await client.reader.readexactly(5) == b'"x y"'
+        assert await client.ask("ulog half\\ way\\ there") == b"0"
+        assert await client.ask("version") == b"2"
+        client.close()
+
+    serve(WANTS, shadow, body)
+    set_call, get_call, ulog_call = (Decoder(m, encrypted=True) for m in shadow.sent)
+    # set_job_attr (286): the expression first, then the name (NTsenders.cpp).
+    assert (set_call.get_int(), set_call.get_string(), set_call.get_string()) == \
+        (286, '"x y"', "ChirpName")  # fmt: skip
+    assert (get_call.get_int(), get_call.get_string()) == (285, "ChirpName")
+    assert ulog_call.get_int() == 284
+    event = to_classad(decode_ad(ulog_call))
+    assert (event["MyType"], event["EventTypeNumber"], event["Info"]) == \
+        ("GenericEvent", 8, "half way there")  # fmt: skip
+    assert (event["Cluster"], event["Proc"]) == (12, 3)
+
+
+def test_the_shadows_refusal_is_chirps_not_authorized_and_the_next_request_is_served() -> None:
+    shadow = ScriptedShadow([answer(-1, 13), answer(0)])  # EACCES, then success
+
+    async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+        client = await Client.to(address, address.cookie)
+        assert await client.ask('set_job_attr Owner "mallory"') == b"-2"
+        assert await client.ask("set_job_attr ChirpOk 1") == b"0"
+        client.close()
+
+    serve(WANTS, shadow, body)
+
+
+def test_nothing_is_served_before_the_right_cookie_and_the_cookie_is_never_logged(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setattr(chirp_proxy, "WRONG_COOKIE_DELAY_S", 0.01)
+    shadow = ScriptedShadow()
+
+    async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+        client = await Client.to(address)
+        assert await client.ask("set_job_attr ChirpName 1") == b"-1"  # not authenticated
+        assert await client.ask("cookie " + "a" * len(address.cookie)) == b"-1"
+        assert await client.ask("cookie") == b"-1"
+        assert await client.ask(f"cookie {address.cookie}x") == b"-1"
+        assert await client.ask(f"cookie {address.cookie}") == b"0"
+        assert await client.ask("version") == b"2"
+        client.close()
+
+    with capture_logs() as events:
+        serve(WANTS, shadow, body)
+        cookie_shown = [e for e in events if any("cookie" in str(v) and len(str(v)) > 30
+                                                 for v in e.values())]  # fmt: skip
+    assert shadow.sent == []  # nothing reached the shadow
+    assert cookie_shown == []
+    assert [e["reason"] for e in events if e["event"] == "chirp_request_refused"] == \
+        ["no cookie presented", "wrong cookie", "no cookie presented", "wrong cookie"]  # fmt: skip
+
+
+def test_garbage_and_requests_execd_does_not_serve_get_invalid_request() -> None:
+    shadow = ScriptedShadow()
+
+    async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+        client = await Client.to(address, address.cookie)
+        for line in (b"\xff\xfe\x00garbage", b"", b"   ", b"open /etc/passwd r 0",
+                     b"getfile /etc/passwd", b"set_job_attr_delayed ChirpX 1",
+                     b"constrain true", b"set_job_attr OnlyAName", b"get_job_attr",
+                     b"set_job_attr Bad-Name 1", b"get_job_attr ../../x",
+                     b"get_job_attr a\x00b", b"x" * LINE_MAX):  # fmt: skip
+            assert await client.ask(line) == b"-8", line[:40]
+        assert await client.ask("version") == b"2"  # the connection goes on
+        client.close()
+
+    serve(WANTS, shadow, body)
+    assert shadow.sent == []
+
+
+def test_a_line_over_the_limit_is_too_big_and_ends_only_its_connection() -> None:
+    shadow = ScriptedShadow()
+
+    async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+        other = await Client.to(address, address.cookie)
+        client = await Client.to(address, address.cookie)
+        assert await client.ask(b"set_job_attr ChirpBig " + b"1" * LINE_MAX) == b"-5"
+        assert await client.reader.read() == b""  # closed
+        unauthenticated = await Client.to(address)
+        assert await unauthenticated.ask(b"cookie " + b"a" * (3 * LINE_MAX)) == b"-5"
+        assert await other.ask("version") == b"2"
+        for each in (client, unauthenticated, other):
+            each.close()
+
+    serve(WANTS, shadow, body)
+
+
+def test_a_job_without_want_io_proxy_gets_invalid_request_for_everything() -> None:
+    shadow = ScriptedShadow()
+    for job in ({}, {"WantIOProxy": True, "WantRemoteUpdates": False}):
+
+        async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+            client = await Client.to(address, address.cookie)
+            for line in ("set_job_attr ChirpX 1", "get_job_attr Owner", "ulog hi", "version"):
+                assert await client.ask(line) == b"-8", line
+            client.close()
+
+        serve(job, shadow, body)
+    assert shadow.sent == []
+
+
+def test_while_the_shadow_is_away_calls_are_answered_offline_at_once() -> None:
+    shadow = ScriptedShadow()
+
+    async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+        client = await Client.to(address, address.cookie)
+        assert await client.ask("set_job_attr ChirpX 1") == b"-17"
+        assert await client.ask("ulog hi") == b"-17"
+        client.close()
+
+    serve(WANTS, shadow, body, connected=lambda: False)
+    assert shadow.sent == []
+
+
+def test_connections_are_limited_and_close_ends_the_server_and_its_clients() -> None:
+    async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+        clients = [await Client.to(address, address.cookie) for _ in range(MAX_CONNECTIONS)]
+        extra = await Client.to(address)
+        assert await extra.reader.read() == b""  # refused: closed at once
+        await proxy.close()
+        for client in clients:
+            assert await client.reader.read() == b""
+        for each in (*clients, extra):
+            each.close()
+        with pytest.raises(OSError):
+            await Client.to(address)
+
+    serve(WANTS, ScriptedShadow(), body)
+
+
+def test_the_config_file_is_the_jobs_users_alone_and_names_the_loopback(
+        box: tuple[Path, tuple[int, int]]) -> None:  # fmt: skip
+    sandbox, ids = box
+
+    async def main() -> None:
+        proxy = await open_chirp_proxy(ShadowSyscalls(ScriptedShadow()), WANTS, "j",
+                                       sandbox, owner=ids, connected=lambda: True)  # fmt: skip
+        assert proxy is not None
+        try:
+            path = sandbox / CHIRP_CONFIG
+            info = os.stat(path)
+            assert stat.S_IMODE(info.st_mode) == 0o600 and (info.st_uid, info.st_gid) == ids
+            address = ChirpAddress.read(path)
+            assert address == proxy.address and address.host == "127.0.0.1"
+            assert len(address.cookie) == 31 and address.cookie.islower()
+            assert address.cookie not in repr(address)
+            # The file is not the job's output.
+            assert output_names(sandbox, {}, [], {}) == []
+        finally:
+            await proxy.close()
+
+    asyncio.run(main())
+
+
+def test_after_a_restart_the_proxy_is_back_on_the_same_port_with_the_same_cookie(
+        box: tuple[Path, tuple[int, int]]) -> None:  # fmt: skip
+    sandbox, ids = box
+    shadow = ScriptedShadow([answer(0)])
+
+    async def main() -> None:
+        calls = ShadowSyscalls(shadow)
+        first = await open_chirp_proxy(calls, WANTS, "j", sandbox, owner=ids,
+                                       connected=lambda: True)  # fmt: skip
+        assert first is not None and first.address is not None
+        await first.close()  # the old image is gone
+        again = await reopen_chirp_proxy(calls, WANTS, "j", sandbox, connected=lambda: True)
+        assert again is not None
+        try:
+            assert again.address == first.address
+            client = await Client.to(again.address, first.address.cookie)
+            assert await client.ask("set_job_attr ChirpAfter 1") == b"0"
+            client.close()
+        finally:
+            await again.close()
+        (sandbox / CHIRP_CONFIG).write_text("garbage\n")
+        with capture_logs() as events:
+            assert await reopen_chirp_proxy(calls, WANTS, "j", sandbox,
+                                            connected=lambda: True) is None  # fmt: skip
+        assert [e["event"] for e in events] == ["chirp_proxy_not_restored"]
+        (sandbox / CHIRP_CONFIG).unlink()
+        assert await reopen_chirp_proxy(calls, WANTS, "j", sandbox,
+                                        connected=lambda: True) is None  # fmt: skip
+
+    asyncio.run(main())
+
+
+def test_words_are_read_as_sscanf_chirp_reads_them() -> None:
+    assert words(' a\\ b  "c d" e', 2) == ["a b", '"c']
+    assert words("  one", 1) == ["one"]
+    assert words("one", 2) is None
+    assert words("trailing\\", 1) == ["trailing"]
