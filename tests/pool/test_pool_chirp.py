@@ -11,14 +11,20 @@ and without `+WantIOProxy = true`.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import socket
+import tempfile
+import time
+from pathlib import Path
 from typing import Any
 
 import pool_harness as harness
 from test_pool_daemon import WAIT_S
-from test_pool_jobs import PLAIN_SUBMIT, on_both, submit_files
+from test_pool_jobs import PLAIN_SUBMIT, on_both, pool_node, submit_files
 
-SCRIPT = """#!/bin/sh
+CHIRP_SETUP = """\
 if [ -x /usr/libexec/condor/condor_chirp ]; then
     chirp() {{ /usr/libexec/condor/condor_chirp "$@"; }}
 else
@@ -28,6 +34,8 @@ else
         "$R/usr/libexec/condor/condor_chirp" "$@"; }}
 fi
 step() {{ echo "== $*"; chirp "$@" 2>&1; echo "rc=$?"; }}
+"""
+SCRIPT = "#!/bin/sh\n" + CHIRP_SETUP + """\
 echo "config=${{_CONDOR_CHIRP_CONFIG##*/}}"
 [ -r "$_CONDOR_CHIRP_CONFIG" ] && echo "config readable"
 step set_job_attr ChirpTestString '"hello world"'
@@ -90,3 +98,60 @@ def test_chirp_without_want_io_proxy_as_on_condor_startd(
     assert values["ChirpTestString"] is None and generic == []
     assert "Error: 22 (Invalid argument)" in out  # Chirp's -8: not served for this job
     assert values["ExitCode"] == 3
+
+
+RESTART_SCRIPT = "#!/bin/sh\n" + CHIRP_SETUP + """\
+ready="$1"; release="$2"
+step set_job_attr ChirpBefore 1
+cat "$_CONDOR_CHIRP_CONFIG" > "$ready.tmp"; mv "$ready.tmp" "$ready"
+while [ ! -e "$release" ]; do sleep 0.2; done
+step set_job_attr ChirpAfter 2
+step get_job_attr ChirpBefore
+step ulog "after the restart"
+"""
+
+
+def listening(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
+def test_chirp_is_served_again_after_execds_restart_in_place_and_gone_after_the_job(
+        pool: harness.Pool) -> None:  # fmt: skip
+    """SIGUSR2 while the job waits: the new image listens again on the address and
+    with the cookie of the job's .chirp.config, so the job's next condor_chirp calls
+    work; once the job has ended nothing listens there."""
+    stamp = f"{os.getpid()}-{time.monotonic_ns()}"  # the job's .chirp.config is copied here:
+    ready, release = Path(f"/tmp/execd-chirp-ready-{stamp}"), Path(f"/tmp/execd-chirp-go-{stamp}")
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = pool_node(pool, tmp)
+        try:
+            job = submit_files(pool, PLAIN_SUBMIT.format(
+                args=f"{ready} {release}", extra="+WantIOProxy = true"),
+                {"job.sh": RESTART_SCRIPT.format(root=pool.root)})  # fmt: skip
+            harness.wait_for(f"the job's {ready}", ready.exists, WAIT_S)
+            host, port, cookie = ready.read_text().split()
+            assert host == "127.0.0.1" and listening(host, int(port))
+            node.send(signal.SIGUSR2)
+            node.wait_for("execd_stopped", how="restart")
+            node.wait_for("shadow_conversation_resumed")
+            assert listening(host, int(port))
+            release.touch()
+            job.wait_for_event("005", WAIT_S)
+            node.wait_for("shadow_job_exited")
+            assert not listening(host, int(port))
+        finally:
+            node.stop(signal.SIGQUIT)
+            for path in (ready, release):
+                path.unlink(missing_ok=True)
+    out = job.output("out.txt")
+    assert out.count("rc=0") == 4, out
+    assert "== get_job_attr ChirpBefore\n1\nrc=0" in out
+    record = harness.wait_for("the job's history record", lambda: pool.history(job.cluster),
+                              WAIT_S)[0]  # fmt: skip
+    assert (record.get("ChirpBefore"), record.get("ChirpAfter")) == (1, 2)
+    assert generic_events(job.user_log()) == ["after the restart"]
+    assert cookie not in node.log.read_text()  # the job's secret is never logged
