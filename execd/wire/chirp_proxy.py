@@ -17,11 +17,12 @@ event, 008, in the user log; the text cut to 1023 bytes as GenericEvent cuts it)
 `version` (2). The shadow decides what may be set (PROTECTED_JOB_ATTRS, IMMUTABLE ...:
 EACCES, answered -2). Every other request, and these without the job ad's say-so, is
 answered -8 (invalid request), as condor_starter answers a request it does not serve;
-the file I/O calls (open, read, getfile, putfile, ...), `constrain` and the delayed
-updates (set_job_attr_delayed, get_job_attr_delayed) are not served by execd.
+the file I/O calls (open, read, getfile, putfile, ...) and `constrain` are not served
+by execd. The delayed updates (set_job_attr_delayed, get_job_attr_delayed) are served
+to every job unless its ad says `WantDelayedUpdates = false` (chirp_delayed.py).
 
-Arguments are words, a backslash escaping the next character (condor_chirp escapes
-spaces so), extra words ignored, as sscanf_chirp reads them. A line longer than
+Requests are read as condor_starter reads them (chirp_protocol.py: its order, its
+prefix matching, words with backslash escapes, extra words ignored). A line longer than
 5120 bytes is answered -5 (too big) and its connection closed; one that is not UTF-8
 or holds a NUL is answered -8. At most MAX_CONNECTIONS clients per job at once.
 """
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno as errnos
 import os
 import re
 import secrets
@@ -42,49 +42,39 @@ from typing import Any, Protocol
 
 from execd.errors import ProtocolError
 from execd.log import get_logger
+from execd.wire.chirp_delayed import DelayedUpdates, wants_delayed
+from execd.wire.chirp_protocol import (
+    CHIRP_VERSION,
+    DELAYED,
+    DOESNT_EXIST,
+    INVALID_REQUEST,
+    LINE_MAX,
+    NOT_AUTHENTICATED,
+    OFFLINE,
+    TOO_BIG,
+    UPDATES,
+    chirp_error,
+    read_request,
+)
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.filetransfer import CHIRP_CONFIG
 from execd.wire.shadow_syscalls import SyscallError
 
 log = get_logger("wire")
 
-LINE_MAX = 5120  # CHIRP_LINE_MAX
-CHIRP_VERSION = 2
 COOKIE_LENGTH = 31  # condor_starter: 31 random lowercase letters
 INFO_MAX = 1023  # GenericEvent's info[1024]
 MAX_CONNECTIONS = 16
 WRONG_COOKIE_DELAY_S = 1.0
 CALL_TIMEOUT_S = 20.0
 ULOG_GENERIC = 8
-
-NOT_AUTHENTICATED = -1
-NOT_AUTHORIZED = -2
-DOESNT_EXIST = -3
-TOO_BIG = -5
-INVALID_REQUEST = -8
-TRY_AGAIN = -11
-OFFLINE = -17
-UNKNOWN = -127
-
-# io_proxy_handler's convert(): the shadow's errno as Chirp's error.
-_ERRNO_TO_CHIRP = {
-    errnos.EPERM: NOT_AUTHORIZED, errnos.EACCES: NOT_AUTHORIZED,
-    errnos.ENOENT: DOESNT_EXIST, errnos.EEXIST: -4, errnos.EFBIG: TOO_BIG,
-    errnos.ENOSPC: -6, errnos.ENOMEM: -7, errnos.E2BIG: INVALID_REQUEST,
-    errnos.EINVAL: INVALID_REQUEST, errnos.EMFILE: -9, errnos.ENFILE: -9,
-    errnos.EBUSY: -10, errnos.ETXTBSY: -10, errnos.EAGAIN: TRY_AGAIN,
-    errnos.EINTR: TRY_AGAIN, errnos.EBADF: -12, errnos.EISDIR: -13, errnos.ENOTDIR: -14,
-    errnos.ENOTEMPTY: -15, errnos.EXDEV: -16, errnos.ETIMEDOUT: OFFLINE,
-}  # fmt: skip
 _ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def chirp_error(unix_errno: int) -> int:
-    return _ERRNO_TO_CHIRP.get(unix_errno, UNKNOWN)
 
 
 class ChirpShadow(Protocol):
     """What the proxy asks of the shadow (ShadowSyscalls has it)."""
+
+    update_extra: Callable[[], WireAd] | None
 
     async def get_job_attr(self, name: str) -> str: ...
     async def set_job_attr(self, name: str, expr: str) -> None: ...
@@ -98,28 +88,6 @@ def wants_updates(job: Mapping[str, object]) -> bool:
     if isinstance(remote, bool):
         return remote
     return job.get("WantIOProxy") is True
-
-
-def words(text: str, count: int) -> list[str] | None:
-    """The first `count` whitespace-separated words of `text`, a backslash escaping the
-    next character (sscanf_chirp's %s); None if there are fewer."""
-    found: list[str] = []
-    i, n = 0, len(text)
-    while len(found) < count:
-        while i < n and text[i].isspace():
-            i += 1
-        if i >= n:
-            return None
-        word: list[str] = []
-        while i < n and not text[i].isspace():
-            if text[i] == "\\":
-                i += 1
-                if i >= n:
-                    break
-            word.append(text[i])
-            i += 1
-        found.append("".join(word))
-    return found
 
 
 @dataclass(frozen=True)
@@ -164,8 +132,13 @@ class ChirpProxy:
 
     def __init__(self, shadow: ChirpShadow, job: Mapping[str, object], *,
                  global_job_id: str, cookie: str | None = None,
-                 connected: Callable[[], bool] = lambda: True) -> None:  # fmt: skip
+                 connected: Callable[[], bool] = lambda: True,
+                 job_wire: Mapping[str, str] | None = None) -> None:  # fmt: skip
         self.shadow = shadow
+        # Delayed updates ride on the conversation's updates to the shadow.
+        self.delayed = DelayedUpdates(job_wire or {}) if wants_delayed(job) else None
+        if self.delayed is not None:
+            shadow.update_extra = self.delayed.take
         # False while the shadow is away: calls are answered "offline" at once, as
         # condor_starter answers them (ETIMEDOUT) when its syscall socket is down.
         self.connected = connected
@@ -280,19 +253,27 @@ class ChirpProxy:
             return self._invalid("not UTF-8")
         if "\0" in text:
             return self._invalid("a NUL byte")
-        command = text.split(None, 1)[0] if text.strip() else ""
-        rest = text.lstrip()[len(command):]
-        if not self.updates:  # condor_starter serves none of these without the job's say-so
-            return self._invalid(f"{command[:40]!r} not enabled for this job")
+        enabled = frozenset([UPDATES] if self.updates else []) | \
+            frozenset([DELAYED] if self.delayed is not None else [])  # fmt: skip
+        if (request := read_request(text, enabled)) is None:
+            word = text.split(None, 1)[0][:40] if text.strip() else ""
+            return self._invalid(f"{word!r} not served for this job")
+        command, args = request.command, request.args
         if command == "version":
             return f"{CHIRP_VERSION}\n".encode()
-        if command == "set_job_attr" and (args := words(rest, 2)):
+        if command == "set_job_attr":
             return await self._call(args[0], self._set(args[0], args[1]))
-        if command == "get_job_attr" and (args := words(rest, 1)):
+        if command == "get_job_attr":
             return await self._call(args[0], self._get(args[0]))
-        if command == "ulog" and (args := words(rest, 1)):
+        if command == "ulog":
             return await self._call(None, self._ulog(args[0]))
-        return self._invalid(f"{command[:40]!r} not served")
+        assert self.delayed is not None
+        if command == "set_job_attr_delayed":
+            return f"{self.delayed.record(args[0], args[1])}\n".encode()
+        found = self.delayed.lookup(args[0])  # get_job_attr_delayed
+        if found is None:
+            return f"{DOESNT_EXIST}\n".encode()
+        return f"{len(found.encode())}\n".encode() + found.encode()
 
     def _invalid(self, why: str) -> bytes:
         log.info("chirp_request_refused", job=self.global_job_id, reason=why)
@@ -338,10 +319,13 @@ class ChirpProxy:
 
 async def open_chirp_proxy(shadow: ChirpShadow, job: Mapping[str, object], global_job_id: str,
                            sandbox: Path, *, owner: tuple[int, int],
-                           connected: Callable[[], bool]) -> ChirpProxy | None:  # fmt: skip
+                           connected: Callable[[], bool],
+                           job_wire: Mapping[str, str] | None = None,
+                           ) -> ChirpProxy | None:  # fmt: skip
     """A job's proxy, listening, its `.chirp.config` written; None (logged) where that
     fails: the job runs without one, as condor_starter's does when its proxy fails."""
-    proxy = ChirpProxy(shadow, job, global_job_id=global_job_id, connected=connected)
+    proxy = ChirpProxy(shadow, job, global_job_id=global_job_id, connected=connected,
+                       job_wire=job_wire)  # fmt: skip
     try:
         await proxy.listen()
         proxy.write_config(sandbox, *owner)
@@ -354,7 +338,9 @@ async def open_chirp_proxy(shadow: ChirpShadow, job: Mapping[str, object], globa
 
 async def reopen_chirp_proxy(shadow: ChirpShadow, job: Mapping[str, object],
                              global_job_id: str, sandbox: Path, *,
-                             connected: Callable[[], bool]) -> ChirpProxy | None:  # fmt: skip
+                             connected: Callable[[], bool],
+                             job_wire: Mapping[str, str] | None = None,
+                           ) -> ChirpProxy | None:  # fmt: skip
     """After a restart in place: the proxy again on the address and cookie the job's
     `.chirp.config` holds (the job keeps using them). None (logged) where the file is
     gone or the port is taken meanwhile: the job's condor_chirp then cannot connect."""
@@ -367,7 +353,7 @@ async def reopen_chirp_proxy(shadow: ChirpShadow, job: Mapping[str, object],
         log.error("chirp_proxy_not_restored", job=global_job_id, error=str(exc))
         return None
     proxy = ChirpProxy(shadow, job, global_job_id=global_job_id, cookie=address.cookie,
-                       connected=connected)  # fmt: skip
+                       connected=connected, job_wire=job_wire)  # fmt: skip
     try:
         await proxy.listen(address.host, address.port)
     except OSError as exc:

@@ -350,7 +350,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
                 os.lchown(name, uid, gid)
         proxy = await open_chirp_proxy(calls, job, gjid, sandbox, owner=(uid, gid),
-                                       connected=lambda: not link.disconnected.is_set())
+                                       connected=lambda: not link.disconnected.is_set(),
+                                       job_wire=job_wire)  # fmt: skip
         inputs = [n.split("/", 1)[0] for n in got.files]
         before = {e.name: e.stat().st_mtime for e in sandbox.iterdir() if e.is_file()}
         stdin = job.get("In")

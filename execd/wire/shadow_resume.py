@@ -96,7 +96,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
              connection="kept" if not isinstance(channel, LostConnection) else "lost")
     handed_over = False
     proxy = await reopen_chirp_proxy(calls, job, state.global_job_id, Path(state.sandbox),
-                                     connected=lambda: not link.disconnected.is_set())
+                                     connected=lambda: not link.disconnected.is_set(),
+                                     job_wire=state.job_wire)  # fmt: skip
     try:
         tally = TransferTally(state.input_bytes, report=options.on_transferred)
         transfers = Transfers(calls, link, state.job_wire, address, tally)

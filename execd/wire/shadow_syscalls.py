@@ -105,6 +105,8 @@ class ShadowSyscalls:
         # True while a call is under way, and after one that did not complete (cancelled
         # or failed): the connection may then hold half a message.
         self.in_call = False
+        # What each register_job_info carries besides its ad (Chirp's delayed updates).
+        self.update_extra: Callable[[], WireAd] | None = None
 
     def attach(self, link: ShadowLink) -> None:
         """Calls from now on survive a lost connection by waiting for `link`'s reconnect."""
@@ -173,6 +175,8 @@ class ShadowSyscalls:
         await self._ad_call(REGISTER_STARTER_INFO, ad, "register_starter_info")
 
     async def register_job_info(self, ad: Mapping[str, str]) -> None:
+        if self.update_extra is not None and (extra := self.update_extra()):
+            ad = {**dict(ad), **extra}
         await self._ad_call(REGISTER_JOB_INFO, ad, "register_job_info")
 
     @staticmethod

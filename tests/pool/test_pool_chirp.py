@@ -49,11 +49,20 @@ step set_job_attr ClusterId 7
 step set_job_attr ChirpTestBad '"unterminated'
 step ulog "progress: half way there"
 step ulog "{long}"
+step set_job_attr_delayed ChirpDelayed '"later"'
+step set_job_attr_delayed chirpDelayedNumber 6*7
+step get_job_attr_delayed ChirpDelayed
+step get_job_attr_delayed ChirpDelayedNumber
+step get_job_attr_delayed Cmd
+step get_job_attr_delayed NoSuchAttribute
+step set_job_attr_delayed NotChirpPrefixed 1
+step set_job_attr_delayed ChirpDelayedBad '"unterminated'
 exit 3
 """
 GENERIC = re.compile(r"^008 \(\d+\.\d+\.\d+\) \S+ \S+ (.*?)\n\.\.\.$", re.M | re.S)
 ATTRS = ("ChirpTestString", "ChirpTestNumber", "Owner", "ClusterId", "ChirpTestBad",
-         "ExitCode")  # fmt: skip
+         "ExitCode", "ChirpDelayed", "ChirpDelayedNumber", "NotChirpPrefixed",
+         "ChirpDelayedBad")  # fmt: skip
 
 
 def chirping_job(pool: harness.Pool, extra: str) -> tuple[str, dict[str, Any], list[Any]]:
@@ -88,6 +97,10 @@ def test_chirp_with_want_io_proxy_as_on_condor_startd(running_pool: harness.Runn
     assert 'config=.chirp.config' in out and "config readable" in out
     assert '"hello world"' in out
     assert generic == ["progress: half way there", "x" * 1023]
+    # Delayed updates reach the schedd with the starter's update; with WantIOProxy
+    # condor_starter takes get_job_attr_delayed for get_job_attr of `_delayed`.
+    assert values["ChirpDelayed"] == "later" and values["NotChirpPrefixed"] is None
+    assert "== get_job_attr_delayed ChirpDelayed\nUNDEFINED\n" in out
 
 
 def test_chirp_without_want_io_proxy_as_on_condor_startd(
@@ -97,6 +110,10 @@ def test_chirp_without_want_io_proxy_as_on_condor_startd(
     assert ours == condor
     assert values["ChirpTestString"] is None and generic == []
     assert "Error: 22 (Invalid argument)" in out  # Chirp's -8: not served for this job
+    # Delayed updates are served to every job.
+    assert values["ChirpDelayed"] == "later" and values["NotChirpPrefixed"] is None
+    assert "== get_job_attr_delayed ChirpDelayed\n\"later\"\nrc=0" in out
+    assert "== get_job_attr_delayed ChirpDelayedNumber\n6 * 7\nrc=0" in out
     assert values["ExitCode"] == 3
 
 

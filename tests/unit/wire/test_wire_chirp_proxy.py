@@ -15,14 +15,14 @@ import pytest
 from structlog.testing import capture_logs
 
 from execd.wire import chirp_proxy
+from execd.wire.chirp_delayed import MAX_ATTRS, DelayedUpdates
+from execd.wire.chirp_protocol import DELAYED, LINE_MAX, UPDATES, Request, read_request, words
 from execd.wire.chirp_proxy import (
-    LINE_MAX,
     MAX_CONNECTIONS,
     ChirpAddress,
     ChirpProxy,
     open_chirp_proxy,
     reopen_chirp_proxy,
-    words,
 )
 from execd.wire.classad_codec import decode_ad, to_classad
 from execd.wire.encoding import Decoder, Encoder
@@ -165,7 +165,7 @@ def test_garbage_and_requests_execd_does_not_serve_get_invalid_request() -> None
     async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
         client = await Client.to(address, address.cookie)
         for line in (b"\xff\xfe\x00garbage", b"", b"   ", b"open /etc/passwd r 0",
-                     b"getfile /etc/passwd", b"set_job_attr_delayed ChirpX 1",
+                     b"getfile /etc/passwd",
                      b"constrain true", b"set_job_attr OnlyAName", b"get_job_attr",
                      b"set_job_attr Bad-Name 1", b"get_job_attr ../../x",
                      b"get_job_attr a\x00b", b"x" * LINE_MAX):  # fmt: skip
@@ -298,3 +298,60 @@ def test_words_are_read_as_sscanf_chirp_reads_them() -> None:
     assert words("  one", 1) == ["one"]
     assert words("one", 2) is None
     assert words("trailing\\", 1) == ["trailing"]
+
+
+def test_requests_are_matched_by_prefix_in_condor_starters_order() -> None:
+    both = frozenset([UPDATES, DELAYED])
+    # With updates on, condor_starter reads get_job_attr_delayed as get_job_attr of
+    # `_delayed` (compared in the pool: it answers UNDEFINED).
+    assert read_request("get_job_attr_delayed ChirpX", both) == \
+        Request("get_job_attr", ["_delayed"])  # fmt: skip
+    assert read_request("get_job_attr_delayed ChirpX", frozenset([DELAYED])) == \
+        Request("get_job_attr_delayed", ["ChirpX"])  # fmt: skip
+    assert read_request("set_job_attr_delayed ChirpX 1", both) == \
+        Request("set_job_attr_delayed", ["ChirpX", "1"])  # fmt: skip
+    assert read_request("set_job_attr_delayed ChirpX 1", frozenset([UPDATES])) == \
+        Request("set_job_attr", ["_delayed", "ChirpX"])  # fmt: skip
+    assert read_request("ulog a b", both) == Request("ulog", ["a"])
+    assert read_request("versionx", both) == Request("version", [])
+    assert read_request(" ulog a", both) is None  # a literal prefix: no leading space
+    assert read_request("version", frozenset([DELAYED])) is None
+
+
+def test_delayed_updates_follow_condor_starters_rules() -> None:
+    delayed = DelayedUpdates({"Cmd": '"/bin/job"'})
+    assert delayed.record("ChirpA", '"x"') == 0
+    assert delayed.record("chirpB", "6*7") == 0
+    assert delayed.record("NotChirp", "1") == 1  # refused: not CHIRP_DELAYED_UPDATE_PREFIX
+    assert delayed.record("ChirpBad", '"unterminated') == 0  # "success", nothing kept
+    assert delayed.record("ChirpLong", '"' + "x" * 993 + '"') == -127
+    assert (delayed.lookup("chirpa"), delayed.lookup("CMD"), delayed.lookup("ChirpBad")) == \
+        ('"x"', '"/bin/job"', None)  # fmt: skip
+    assert delayed.take() == {"ChirpDelayedAttrs": '[ ChirpA = "x"; chirpB = 6 * 7 ]'}
+    assert delayed.take() == {}  # sent once
+    for n in range(MAX_ATTRS - 2):
+        assert delayed.record(f"ChirpN{n}", "1") == 0
+    assert delayed.record("ChirpOneTooMany", "1") == 1
+    assert delayed.record("ChirpA", "2") == 0  # a name already counted
+
+
+def test_delayed_updates_ride_on_the_next_update_to_the_shadow() -> None:
+    shadow = ScriptedShadow([answer(0), answer(0)])
+
+    async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+        client = await Client.to(address, address.cookie)
+        assert await client.ask("set_job_attr_delayed ChirpProgress 50") == b"0"
+        assert await client.ask("get_job_attr_delayed ChirpProgress") == b"2"
+        assert await client.reader.readexactly(2) == b"50"
+        assert await client.ask("get_job_attr_delayed ChirpNone") == b"-3"
+        client.close()
+        calls = proxy.shadow
+        assert isinstance(calls, ShadowSyscalls)
+        await calls.register_job_info({"ImageSize": "1000"})
+        await calls.register_job_info({"ImageSize": "1000"})
+
+    serve({}, shadow, body)  # no WantIOProxy: delayed updates are served to every job
+    first, second = (Decoder(m, encrypted=True) for m in shadow.sent)
+    assert first.get_int() == -81
+    assert to_classad(decode_ad(first))["ChirpDelayedAttrs"]["ChirpProgress"] == 50
+    assert second.get_int() == -81 and "ChirpDelayedAttrs" not in to_classad(decode_ad(second))
