@@ -24,7 +24,8 @@ to every job unless its ad says `WantDelayedUpdates = false` (chirp_delayed.py).
 Requests are read as condor_starter reads them (chirp_protocol.py: its order, its
 prefix matching, words with backslash escapes, extra words ignored). A line longer than
 5120 bytes is answered -5 (too big) and its connection closed; one that is not UTF-8
-or holds a NUL is answered -8. At most MAX_CONNECTIONS clients per job at once.
+or holds a NUL is answered -8. At most MAX_CONNECTIONS clients per job at once, and
+one that has not shown the cookie is closed after COOKIE_WAIT_S without a line.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ COOKIE_LENGTH = 31  # condor_starter: 31 random lowercase letters
 INFO_MAX = 1023  # GenericEvent's info[1024]
 MAX_CONNECTIONS = 16
 WRONG_COOKIE_DELAY_S = 1.0
+COOKIE_WAIT_S = 10.0
 CALL_TIMEOUT_S = 20.0
 ULOG_GENERIC = 8
 _ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -166,6 +168,8 @@ class ChirpProxy:
         """`.chirp.config` in the sandbox, readable by the job's user only."""
         assert self.address is not None, "listen() first"
         path = sandbox / CHIRP_CONFIG
+        with contextlib.suppress(FileNotFoundError):  # one the job's input brought: ours
+            os.unlink(path)  # replaces it, as condor_starter's (a link is not followed)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             os.fchown(fd, uid, gid)
@@ -213,9 +217,16 @@ class ChirpProxy:
         authenticated = False
         while True:
             try:
-                raw = await reader.readuntil(b"\n")
+                # Until it has shown the cookie a client has COOKIE_WAIT_S for each line:
+                # anyone on the node may connect, and connections per job are limited.
+                raw = await asyncio.wait_for(reader.readuntil(b"\n"),
+                                             None if authenticated else COOKIE_WAIT_S)
             except asyncio.IncompleteReadError:
                 return  # the client went away (a last line without its newline is dropped)
+            except TimeoutError:
+                log.warning("chirp_request_refused", job=self.global_job_id,
+                            reason=f"no cookie within {COOKIE_WAIT_S:g} s")  # fmt: skip
+                return
             except asyncio.LimitOverrunError:
                 raw = b""
             if not raw or len(raw.rstrip(b"\r\n")) > LINE_MAX:

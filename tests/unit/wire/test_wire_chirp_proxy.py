@@ -355,3 +355,38 @@ def test_delayed_updates_ride_on_the_next_update_to_the_shadow() -> None:
     assert first.get_int() == -81
     assert to_classad(decode_ad(first))["ChirpDelayedAttrs"]["ChirpProgress"] == 50
     assert second.get_int() == -81 and "ChirpDelayedAttrs" not in to_classad(decode_ad(second))
+
+
+def test_a_client_that_shows_no_cookie_in_time_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chirp_proxy, "COOKIE_WAIT_S", 0.05)
+
+    async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+        idle = await Client.to(address)
+        assert await idle.reader.read() == b""  # closed by the proxy
+        client = await Client.to(address, address.cookie)
+        assert await client.ask("version") == b"2"  # authenticated: no time limit
+        for each in (idle, client):
+            each.close()
+
+    serve(WANTS, ScriptedShadow(), body)
+
+
+def test_a_chirp_config_the_input_brought_is_replaced_and_a_link_is_not_followed(
+        box: tuple[Path, tuple[int, int]], tmp_path: Path) -> None:  # fmt: skip
+    sandbox, ids = box
+    victim = tmp_path / "victim"
+    victim.write_text("untouched\n")
+    (sandbox / CHIRP_CONFIG).symlink_to(victim)
+
+    async def main() -> None:
+        proxy = await open_chirp_proxy(ShadowSyscalls(ScriptedShadow()), WANTS, "j",
+                                       sandbox, owner=ids, connected=lambda: True)  # fmt: skip
+        assert proxy is not None and proxy.address is not None
+        try:
+            assert not (sandbox / CHIRP_CONFIG).is_symlink()
+            assert ChirpAddress.read(sandbox / CHIRP_CONFIG) == proxy.address
+        finally:
+            await proxy.close()
+
+    asyncio.run(main())
+    assert victim.read_text() == "untouched\n"
