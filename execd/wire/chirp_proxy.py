@@ -5,9 +5,10 @@ execd listens for each pool job on the loopback (127.0.0.1, a port the kernel pi
 and writes `<address> <port> <cookie>` into the sandbox's `.chirp.config` (mode 0600,
 the job's user's; the job finds it through `_CONDOR_CHIRP_CONFIG`). A client must
 first send `cookie <cookie>`; until it has, every line is answered -1 (not
-authenticated), and a wrong cookie costs its connection a second, as condor_starter
-sleeps. The cookie is never logged. Then one text line per request (Chirp's protocol,
-condor_chirp/PROTOCOL), answered with a number line: >= 0 success, < 0 a Chirp error.
+authenticated), and a wrong cookie (or a line that is none) costs its connection a
+second, as condor_starter sleeps after a wrong one. The cookie is never logged. Then
+one text line per request (Chirp's protocol, condor_chirp/PROTOCOL), answered with a
+number line: >= 0 success, < 0 a Chirp error.
 
 Served, when the job ad says `WantRemoteUpdates` or else `WantIOProxy` is true (the
 updates condor_starter enables with them), by the shadow's remote system calls on the
