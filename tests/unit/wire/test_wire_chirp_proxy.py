@@ -390,3 +390,16 @@ def test_a_chirp_config_the_input_brought_is_replaced_and_a_link_is_not_followed
 
     asyncio.run(main())
     assert victim.read_text() == "untouched\n"
+
+
+def test_a_job_with_want_delayed_updates_false_gets_invalid_request_for_them() -> None:
+    shadow = ScriptedShadow()
+
+    async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+        client = await Client.to(address, address.cookie)
+        for line in ("set_job_attr_delayed ChirpX 1", "get_job_attr_delayed ChirpX"):
+            assert await client.ask(line) == b"-8", line
+        client.close()
+        assert proxy.shadow.update_extra is None  # its updates carry none
+
+    serve({"WantDelayedUpdates": False}, shadow, body)
