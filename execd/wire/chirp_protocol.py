@@ -50,22 +50,26 @@ REQUESTS = (
 )
 
 
+# C's isspace() in the "C" locale, which sscanf_chirp splits on: no Unicode spaces.
+SEPARATORS = frozenset(" \t\n\v\f\r")
+
+
 def chirp_error(unix_errno: int) -> int:
     return _ERRNO_TO_CHIRP.get(unix_errno, UNKNOWN)
 
 
 def words(text: str, count: int) -> list[str] | None:
-    """The first `count` whitespace-separated words of `text`, a backslash escaping the
-    next character (sscanf_chirp's %s); None if there are fewer."""
+    """The first `count` words of `text`, separated by ASCII whitespace (SEPARATORS), a
+    backslash escaping the next character (sscanf_chirp's %s); None if there are fewer."""
     found: list[str] = []
     i, n = 0, len(text)
     while len(found) < count:
-        while i < n and text[i].isspace():
+        while i < n and text[i] in SEPARATORS:
             i += 1
         if i >= n:
             return None
         word: list[str] = []
-        while i < n and not text[i].isspace():
+        while i < n and text[i] not in SEPARATORS:
             if text[i] == "\\":
                 i += 1
                 if i >= n:

@@ -403,3 +403,39 @@ def test_a_job_with_want_delayed_updates_false_gets_invalid_request_for_them() -
         assert proxy.shadow.update_extra is None  # its updates carry none
 
     serve({"WantDelayedUpdates": False}, shadow, body)
+
+
+def test_a_delayed_update_the_shadow_could_not_read_is_refused() -> None:
+    """Only ClassAd names, and values that old syntax (the wire's) carries as they are:
+    the shadow asserts on an update it cannot parse, and the job is requeued."""
+    shadow = ScriptedShadow([answer(0)])
+
+    async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+        client = await Client.to(address, address.cookie)
+        for line in ("set_job_attr_delayed Chirp] 1",
+                     'set_job_attr_delayed ChirpA=1;Owner="x";ChirpB 1',
+                     'set_job_attr_delayed ChirpEndsInBackslash "x\\\\\\\\"',
+                     'set_job_attr_delayed ChirpNewline "a\\\\nb"'):  # fmt: skip
+            assert await client.ask(line) == b"1", line
+        for line in ('set_job_attr_delayed ChirpBackslash "a\\\\\\\\b"',
+                     'set_job_attr_delayed ChirpQuote "q\\\\"q"',
+                     "set_job_attr_delayed ChirpList {1,2}"):  # fmt: skip
+            assert await client.ask(line) == b"0", line
+        client.close()
+        calls = proxy.shadow
+        assert isinstance(calls, ShadowSyscalls)
+        await calls.register_job_info({"ImageSize": "1000"})
+
+    serve({}, shadow, body)
+    update = Decoder(shadow.sent[0], encrypted=True)
+    assert update.get_int() == -81
+    nested = to_classad(decode_ad(update))["ChirpDelayedAttrs"]  # the Old parser's reading
+    assert sorted(nested.keys()) == ["ChirpBackslash", "ChirpList", "ChirpQuote"]
+    assert (nested["ChirpBackslash"], nested["ChirpQuote"]) == ("a\\b", 'q"q')
+
+
+def test_words_are_split_on_c_isspace_only() -> None:
+    """sscanf_chirp splits on C's isspace: Unicode spaces are part of a word."""
+    for space in ("\u00a0", "\u0085", "\u2028", "\x1c", "\x1f"):
+        assert words(f"a{space}b c", 2) == [f"a{space}b", "c"]
+    assert words("a\tb\vc\fd\re\nf", 6) == ["a", "b", "c", "d", "e", "f"]
