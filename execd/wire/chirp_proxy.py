@@ -4,9 +4,9 @@ As condor_starter (io_proxy.cpp, io_proxy_handler.cpp, jic_shadow.cpp initIOProx
 execd listens for each pool job on the loopback (127.0.0.1, a port the kernel picks)
 and writes `<address> <port> <cookie>` into the sandbox's `.chirp.config` (mode 0600,
 the job's user's; the job finds it through `_CONDOR_CHIRP_CONFIG`). A client must
-first send `cookie <cookie>`; until it has, every line is answered -1 (not
-authenticated), and a wrong cookie (or a line that is none) costs its connection a
-second, as condor_starter sleeps after a wrong one. The cookie is never logged. Then
+first send `cookie <cookie>`, within COOKIE_WAIT_S of connecting; anything else is
+answered -1 (not authenticated) a second later, as condor_starter sleeps after a wrong
+cookie, and ends the connection (condor_starter keeps it). The cookie is never logged. Then
 one text line per request (Chirp's protocol, condor_chirp/PROTOCOL), answered with a
 number line: >= 0 success, < 0 a Chirp error.
 
@@ -25,8 +25,14 @@ to every job unless its ad says `WantDelayedUpdates = false` (chirp_delayed.py).
 Requests are read as condor_starter reads them (chirp_protocol.py: its order, its
 prefix matching, words with backslash escapes, extra words ignored). A line longer than
 5120 bytes is answered -5 (too big) and its connection closed; one that is not UTF-8
-or holds a NUL is answered -8. At most MAX_CONNECTIONS clients per job at once, and
-one that has not shown the cookie is closed after COOKIE_WAIT_S without a line.
+or holds a NUL is answered -8. At most MAX_CONNECTIONS authenticated clients per job
+at once, and MAX_STRANGERS connections that have not shown the cookie: a new one makes
+the oldest of those go, so that strangers on the node cannot lock the job out.
+Refusals of strangers are logged at most once a minute.
+
+A restart in place hands the listening socket over to the next image (with the cookie,
+through the state store, as the shadow's connection is): the port is never free in
+between and nothing is read back from the sandbox, which the job owns.
 """
 
 from __future__ import annotations
@@ -36,7 +42,9 @@ import contextlib
 import os
 import re
 import secrets
+import socket
 import string
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,11 +74,14 @@ log = get_logger("wire")
 
 COOKIE_LENGTH = 31  # condor_starter: 31 random lowercase letters
 INFO_MAX = 1023  # GenericEvent's info[1024]
-MAX_CONNECTIONS = 16
+MAX_CONNECTIONS = 16  # authenticated clients at once
+MAX_STRANGERS = 16  # connections that have not shown the cookie yet
 WRONG_COOKIE_DELAY_S = 1.0
-COOKIE_WAIT_S = 10.0
+COOKIE_WAIT_S = 10.0  # from the connection to its cookie
+WARN_INTERVAL_S = 60.0  # strangers' refusals are logged at most this often
 CALL_TIMEOUT_S = 20.0
 ULOG_GENERIC = 8
+JAVA_UNIVERSE = 10
 _ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -93,6 +104,13 @@ def wants_updates(job: Mapping[str, object]) -> bool:
     return job.get("WantIOProxy") is True
 
 
+def wants_proxy(job: Mapping[str, object]) -> bool:
+    """Does condor_starter start a proxy (and write .chirp.config) for this job? For I/O
+    (WantIOProxy), updates, delayed updates, or a java job (jic_shadow initIOProxy)."""
+    return job.get("WantIOProxy") is True or wants_updates(job) or wants_delayed(job) \
+        or job.get("JobUniverse") == JAVA_UNIVERSE  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ChirpAddress:
     """What `.chirp.config` says: where the proxy listens and its cookie (a secret)."""
@@ -106,14 +124,6 @@ class ChirpAddress:
 
     def line(self) -> str:
         return f"{self.host} {self.port} {self.cookie}\n"
-
-    @classmethod
-    def read(cls, path: Path) -> ChirpAddress:
-        """ValueError naming the problem (the cookie stays out of it)."""
-        fields = path.read_text().split()
-        if len(fields) != 3 or not fields[1].isdigit() or not fields[2].isalpha():
-            raise ValueError(f"{path} does not hold '<address> <port> <cookie>'")
-        return cls(fields[0], int(fields[1]), fields[2])
 
 
 def new_cookie() -> str:
@@ -151,14 +161,25 @@ class ChirpProxy:
         self.updates = wants_updates(job)
         self._cookie = cookie or new_cookie()
         self._server: asyncio.Server | None = None
-        self._clients: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._connections: set[asyncio.Task[None]] = set()  # every one open
+        self._strangers: dict[asyncio.Task[None], None] = {}  # no cookie yet, oldest first
+        self._clients: set[asyncio.Task[None]] = set()  # authenticated
+        self._warned_at: float | None = None
+        self._unwarned = 0
         self.address: ChirpAddress | None = None
         self.config_path: Path | None = None
 
-    async def listen(self, host: str = "127.0.0.1", port: int = 0) -> ChirpAddress:
-        """OSError if the port cannot be had (a restart finding it taken)."""
-        self._server = await asyncio.start_server(self._accept, host, port,
-                                                  limit=LINE_MAX + 2, reuse_address=True)
+    async def listen(self, host: str = "127.0.0.1", port: int = 0, *,
+                     sock: socket.socket | None = None) -> ChirpAddress:
+        """On the loopback, a port the kernel picks (or on `sock`, a listening socket
+        handed over through a restart). OSError if that fails."""
+        if sock is not None:
+            self._server = await asyncio.start_server(self._accept, sock=sock,
+                                                      limit=LINE_MAX + 2)  # fmt: skip
+        else:
+            self._server = await asyncio.start_server(self._accept, host, port,
+                                                      limit=LINE_MAX + 2)  # fmt: skip
         bound = self._server.sockets[0].getsockname()
         self.address = ChirpAddress(str(bound[0]), int(bound[1]), self._cookie)
         log.info("chirp_proxy_listening", job=self.global_job_id,
@@ -181,26 +202,64 @@ class ChirpProxy:
         return path
 
     async def close(self) -> None:
+        self._closed = True  # a connection accepted meanwhile is turned away (_accept)
         if self._server is not None:
             self._server.close()
             self._server = None
-        pending = [*self._clients, *self._calls]
+        pending = [*self._connections, *self._calls]
         for task in pending:
             task.cancel()
         for task in pending:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
+    def export_listener(self) -> dict[str, Any] | None:
+        """Restarting in place: the listening socket made to survive the exec, and what
+        the next image needs to go on listening on it with the same cookie (a secret:
+        for the state store only). None where there is no listener."""
+        if self._server is None or not self._server.sockets or self.address is None:
+            return None
+        fd = os.dup(self._server.sockets[0].fileno())
+        os.set_inheritable(fd, True)
+        return {"pid": os.getpid(), "fd": fd, "inode": os.fstat(fd).st_ino,
+                "cookie": self._cookie}  # fmt: skip
+
+    def _warn(self, event: str, reason: str) -> None:
+        """A warning about strangers' connections, at most one per WARN_INTERVAL_S and
+        proxy (anyone on the node may connect as often as it likes), with the count of
+        those left out since the last."""
+        now = time.monotonic()
+        if self._warned_at is not None and now - self._warned_at < WARN_INTERVAL_S:
+            self._unwarned += 1
+            return
+        log.warning(event, job=self.global_job_id, reason=reason, not_logged=self._unwarned)
+        self._warned_at, self._unwarned = now, 0
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._clients) >= MAX_CONNECTIONS:
-            log.warning("chirp_connection_refused", job=self.global_job_id,
-                        reason="too many connections", limit=MAX_CONNECTIONS)  # fmt: skip
+        if self._closed:  # accepted as close() ran: its server is gone, so is this
             writer.close()
             return
-        self._clients.add(task)
+        if len(self._strangers) >= MAX_STRANGERS:  # the oldest that showed no cookie
+            oldest = next(iter(self._strangers))  # makes way: a job's condor_chirp
+            oldest.cancel()  # sends its cookie at once, a squatter must keep reconnecting
+            self._strangers.pop(oldest)
+            self._warn("chirp_connection_refused",
+                       f"more than {MAX_STRANGERS} connections without a cookie")
+        self._strangers[task] = None
+        self._connections.add(task)
         try:
+            if not await self._authenticate(reader, writer):
+                return
+            del self._strangers[task]
+            if len(self._clients) >= MAX_CONNECTIONS:
+                self._warn("chirp_connection_refused",
+                           f"more than {MAX_CONNECTIONS} connections")
+                return
+            self._clients.add(task)
+            writer.write(b"0\n")
+            await writer.drain()
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -209,55 +268,57 @@ class ChirpProxy:
             # server logs a handler task that ends cancelled as an error).
             pass
         finally:
+            self._strangers.pop(task, None)
             self._clients.discard(task)
+            self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    async def _authenticate(self, reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter) -> bool:  # fmt: skip
+        """The first line must be the cookie, within COOKIE_WAIT_S of the connection;
+        anything else is answered -1 (a second later, as condor_starter makes guessing
+        cost time) and ends the connection."""
+        try:
+            async with asyncio.timeout(COOKIE_WAIT_S):
+                raw = await reader.readuntil(b"\n")
+        except TimeoutError:
+            self._warn("chirp_request_refused", f"no cookie within {COOKIE_WAIT_S:g} s")
+            return False
+        except asyncio.LimitOverrunError:
+            self._warn("chirp_request_refused", f"a line longer than {LINE_MAX} bytes")
+            writer.write(f"{TOO_BIG}\n".encode())
+            await writer.drain()
+            return False
+        parts = raw.rstrip(b"\r\n").split()  # "cookie %s", as condor_starter reads it
+        if len(parts) >= 2 and parts[0] == b"cookie" \
+                and secrets.compare_digest(parts[1], self._cookie.encode()):  # fmt: skip
+            return True
+        self._warn("chirp_request_refused", "wrong cookie" if len(parts) >= 2 and
+                   parts[0] == b"cookie" else "no cookie presented")  # fmt: skip
+        await asyncio.sleep(WRONG_COOKIE_DELAY_S)
+        writer.write(f"{NOT_AUTHENTICATED}\n".encode())
+        await writer.drain()
+        return False
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        authenticated = False
+        """An authenticated client's requests, one line each, until it goes away."""
         while True:
             try:
-                # Until it has shown the cookie a client has COOKIE_WAIT_S for each line:
-                # anyone on the node may connect, and connections per job are limited.
-                raw = await asyncio.wait_for(reader.readuntil(b"\n"),
-                                             None if authenticated else COOKIE_WAIT_S)
+                raw = await reader.readuntil(b"\n")
             except asyncio.IncompleteReadError:
                 return  # the client went away (a last line without its newline is dropped)
-            except TimeoutError:
-                log.warning("chirp_request_refused", job=self.global_job_id,
-                            reason=f"no cookie within {COOKIE_WAIT_S:g} s")  # fmt: skip
-                return
             except asyncio.LimitOverrunError:
                 raw = b""
             if not raw or len(raw.rstrip(b"\r\n")) > LINE_MAX:
-                log.warning("chirp_request_refused", job=self.global_job_id,
-                            reason=f"a line longer than {LINE_MAX} bytes")  # fmt: skip
+                log.debug("chirp_request_refused", job=self.global_job_id,
+                          reason=f"a line longer than {LINE_MAX} bytes")  # fmt: skip
                 writer.write(f"{TOO_BIG}\n".encode())
                 await writer.drain()
                 return
-            line = raw.rstrip(b"\r\n")
-            if authenticated:
-                answer = await self._request(line)
-            else:
-                authenticated = await self._cookie_request(line)
-                answer = b"0\n" if authenticated else f"{NOT_AUTHENTICATED}\n".encode()
-            writer.write(answer)
+            writer.write(await self._request(raw.rstrip(b"\r\n")))
             await writer.drain()
-
-    async def _cookie_request(self, line: bytes) -> bool:
-        parts = line.split()  # "cookie %s", as condor_starter reads it
-        if len(parts) < 2 or parts[0] != b"cookie":
-            log.warning("chirp_request_refused", job=self.global_job_id,
-                        reason="no cookie presented")  # fmt: skip
-            await asyncio.sleep(WRONG_COOKIE_DELAY_S)  # (and keeps the log from flooding)
-            return False
-        given = parts[1]
-        if secrets.compare_digest(given, self._cookie.encode()):
-            return True
-        log.warning("chirp_request_refused", job=self.global_job_id, reason="wrong cookie")
-        await asyncio.sleep(WRONG_COOKIE_DELAY_S)  # as condor_starter: guessing costs time
-        return False
 
     async def _request(self, line: bytes) -> bytes:
         try:
@@ -329,50 +390,3 @@ class ChirpProxy:
             log.warning("chirp_call_failed", job=self.global_job_id, attr=name or "ulog",
                         error=str(exc) or type(exc).__name__)  # fmt: skip
             return f"{OFFLINE}\n".encode()
-
-
-async def open_chirp_proxy(shadow: ChirpShadow, job: Mapping[str, object], global_job_id: str,
-                           sandbox: Path, *, owner: tuple[int, int],
-                           connected: Callable[[], bool],
-                           job_wire: Mapping[str, str] | None = None,
-                           ) -> ChirpProxy | None:  # fmt: skip
-    """A job's proxy, listening, its `.chirp.config` written; None (logged) where that
-    fails: the job runs without one, as condor_starter's does when its proxy fails."""
-    proxy = ChirpProxy(shadow, job, global_job_id=global_job_id, connected=connected,
-                       job_wire=job_wire)  # fmt: skip
-    try:
-        await proxy.listen()
-        proxy.write_config(sandbox, *owner)
-    except OSError as exc:
-        log.error("chirp_proxy_failed", job=global_job_id, error=str(exc))
-        await proxy.close()
-        return None
-    return proxy
-
-
-async def reopen_chirp_proxy(shadow: ChirpShadow, job: Mapping[str, object],
-                             global_job_id: str, sandbox: Path, *,
-                             connected: Callable[[], bool],
-                             job_wire: Mapping[str, str] | None = None,
-                           ) -> ChirpProxy | None:  # fmt: skip
-    """After a restart in place: the proxy again on the address and cookie the job's
-    `.chirp.config` holds (the job keeps using them). None (logged) where the file is
-    gone or the port is taken meanwhile: the job's condor_chirp then cannot connect."""
-    path = sandbox / CHIRP_CONFIG
-    try:
-        address = ChirpAddress.read(path)
-    except FileNotFoundError:
-        return None  # a job started before execd served Chirp
-    except (OSError, ValueError) as exc:
-        log.error("chirp_proxy_not_restored", job=global_job_id, error=str(exc))
-        return None
-    proxy = ChirpProxy(shadow, job, global_job_id=global_job_id, cookie=address.cookie,
-                       connected=connected, job_wire=job_wire)  # fmt: skip
-    try:
-        await proxy.listen(address.host, address.port)
-    except OSError as exc:
-        log.error("chirp_proxy_not_restored", job=global_job_id,
-                  address=f"{address.host}:{address.port}", error=str(exc))  # fmt: skip
-        await proxy.close()
-        return None
-    return proxy

@@ -44,7 +44,8 @@ from typing import Any
 from execd.claims.ids import ClaimId
 from execd.log import get_logger
 from execd.wire.channel import Channel
-from execd.wire.chirp_proxy import ChirpProxy, open_chirp_proxy
+from execd.wire.chirp_proxy import ChirpProxy
+from execd.wire.chirp_start import open_chirp_proxy
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.filetransfer import (
     FILETRANS_DOWNLOAD,
@@ -110,9 +111,11 @@ class ShadowOptions:
     # Told once the job runs, with what it takes to go on after a restart in place.
     on_running: Callable[[Conversation], None] | None = None
     # Asked when the conversation is cancelled, with the shadow's connection if it is
-    # between two calls: True when the daemon restarts in place and its next image goes
-    # on with the conversation (execd/wire/shadow_resume.py); the sandbox then stays.
-    handover: Callable[[MessageChannel | None], bool] | None = None
+    # between two calls and the job's Chirp proxy if it has one: True when the daemon
+    # restarts in place and its next image goes on with the conversation (and with the
+    # proxy's listening socket: ChirpProxy.export_listener; execd/wire/shadow_resume.py);
+    # the sandbox then stays.
+    handover: Callable[[MessageChannel | None, ChirpProxy | None], bool] | None = None
     # The claimed slot's ad (a classad2 ClassAd): its resources go to the shadow, which
     # shows them in the user log (slot_resources.py). None: none are sent.
     slot_ad: Any = None
@@ -263,12 +266,14 @@ async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversat
     log.info("shadow_job_exited", job=gjid, status=done.wait_status)
 
 
-def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions) -> bool:
-    """The conversation was cancelled: does the daemon's next image go on with it?"""
+def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
+              proxy: ChirpProxy | None) -> bool:  # fmt: skip
+    """The conversation was cancelled: does the daemon's next image go on with it (and
+    with its Chirp proxy's listening socket)?"""
     if options.handover is None:
         return False
     idle = not calls.in_call and not link.disconnected.is_set()
-    return options.handover(calls.channel if idle else None)
+    return options.handover(calls.channel if idle else None, proxy)
 
 
 async def remove_sandbox(sandbox: Path, options: ShadowOptions, handed_over: bool) -> None:
@@ -382,7 +387,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             return
         await conclude(calls, transfers, state, done, options.on_update)
     except asyncio.CancelledError:
-        handed_over = hand_over(calls, link, options)
+        handed_over = hand_over(calls, link, options, proxy)
         raise
     finally:
         if proxy is not None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pool_harness as harness
+import pytest
 from test_pool_daemon import WAIT_S
 from test_pool_jobs import PLAIN_SUBMIT, on_both, pool_node, submit_files
 
@@ -138,9 +139,9 @@ def listening(host: str, port: int) -> bool:
 
 def test_chirp_is_served_again_after_execds_restart_in_place_and_gone_after_the_job(
         pool: harness.Pool) -> None:  # fmt: skip
-    """SIGUSR2 while the job waits: the new image listens again on the address and
-    with the cookie of the job's .chirp.config, so the job's next condor_chirp calls
-    work; once the job has ended nothing listens there."""
+    """SIGUSR2 while the job waits: the listening socket goes to the new image (nobody
+    can bind its port in between) with the cookie of the job's .chirp.config, so the
+    job's next condor_chirp calls work; once the job has ended nothing listens there."""
     stamp = f"{os.getpid()}-{time.monotonic_ns()}"  # the job's .chirp.config is copied here:
     ready, release = Path(f"/tmp/execd-chirp-ready-{stamp}"), Path(f"/tmp/execd-chirp-go-{stamp}")
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
@@ -154,6 +155,8 @@ def test_chirp_is_served_again_after_execds_restart_in_place_and_gone_after_the_
             assert host == "127.0.0.1" and listening(host, int(port))
             node.send(signal.SIGUSR2)
             node.wait_for("execd_stopped", how="restart")
+            with socket.socket() as squatter, pytest.raises(OSError):  # handed over: the
+                squatter.bind((host, int(port)))  # port is never free for anyone else
             node.wait_for("shadow_conversation_resumed")
             assert listening(host, int(port))
             release.touch()

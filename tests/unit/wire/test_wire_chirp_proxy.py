@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,9 +22,8 @@ from execd.wire.chirp_proxy import (
     MAX_CONNECTIONS,
     ChirpAddress,
     ChirpProxy,
-    open_chirp_proxy,
-    reopen_chirp_proxy,
 )
+from execd.wire.chirp_start import adopt_chirp_proxy, open_chirp_proxy
 from execd.wire.classad_codec import decode_ad, to_classad
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.filetransfer import CHIRP_CONFIG, output_names
@@ -58,6 +58,12 @@ def answer(*ints: int, text: str | None = None) -> bytes:
     for value in ints:
         enc.put_int(value)
     return (enc.put_string(text) if text is not None else enc).payload()
+
+
+def config_address(path: Path) -> ChirpAddress:
+    """What a .chirp.config says, as condor_chirp reads it."""
+    host, port, cookie = path.read_text().split()
+    return ChirpAddress(host, int(port), cookie)
 
 
 class Client:
@@ -136,15 +142,19 @@ def test_the_shadows_refusal_is_chirps_not_authorized_and_the_next_request_is_se
 
 def test_nothing_is_served_before_the_right_cookie_and_the_cookie_is_never_logged(
         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A first line that is not the cookie is answered -1 and ends its connection; the
+    refusals are logged once a minute at most (anyone may connect as often as it likes)."""
     monkeypatch.setattr(chirp_proxy, "WRONG_COOKIE_DELAY_S", 0.01)
     shadow = ScriptedShadow()
 
     async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+        for first in ("set_job_attr ChirpName 1", "cookie " + "a" * len(address.cookie),
+                      "cookie", f"cookie {address.cookie}x"):  # fmt: skip
+            client = await Client.to(address)
+            assert await client.ask(first) == b"-1"  # not authenticated
+            assert await client.ask(f"cookie {address.cookie}") == b""  # and closed
+            client.close()
         client = await Client.to(address)
-        assert await client.ask("set_job_attr ChirpName 1") == b"-1"  # not authenticated
-        assert await client.ask("cookie " + "a" * len(address.cookie)) == b"-1"
-        assert await client.ask("cookie") == b"-1"
-        assert await client.ask(f"cookie {address.cookie}x") == b"-1"
         assert await client.ask(f"cookie {address.cookie}") == b"0"
         assert await client.ask("version") == b"2"
         client.close()
@@ -155,8 +165,36 @@ def test_nothing_is_served_before_the_right_cookie_and_the_cookie_is_never_logge
                                                  for v in e.values())]  # fmt: skip
     assert shadow.sent == []  # nothing reached the shadow
     assert cookie_shown == []
-    assert [e["reason"] for e in events if e["event"] == "chirp_request_refused"] == \
-        ["no cookie presented", "wrong cookie", "no cookie presented", "wrong cookie"]  # fmt: skip
+    assert [(e["reason"], e["not_logged"]) for e in events
+            if e["event"] == "chirp_request_refused"] == [("no cookie presented", 0)]  # fmt: skip
+
+
+def test_a_stranger_cannot_hold_a_connection_or_lock_the_job_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The cookie is due within COOKIE_WAIT_S of connecting, however the stranger
+    trickles its bytes; and strangers beyond MAX_STRANGERS make the oldest go, so the
+    job's own condor_chirp always gets in."""
+    monkeypatch.setattr(chirp_proxy, "COOKIE_WAIT_S", 0.5)
+    monkeypatch.setattr(chirp_proxy, "MAX_STRANGERS", 2)
+
+    async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
+        trickler = await Client.to(address)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        for byte in b"cookie":  # a byte now and then, never a whole line
+            trickler.writer.write(bytes([byte]))
+            await trickler.writer.drain()
+            await asyncio.sleep(0.1)
+        assert await trickler.reader.read() == b""  # closed at the deadline
+        assert loop.time() - began < 2.0
+        squatters = [await Client.to(address) for _ in range(3)]
+        assert await squatters[0].reader.read() == b""  # the oldest made way
+        job = await Client.to(address, address.cookie)
+        assert await job.ask("version") == b"2"
+        for each in (trickler, *squatters, job):
+            each.close()
+
+    serve(WANTS, ScriptedShadow(), body)
 
 
 def test_garbage_and_requests_execd_does_not_serve_get_invalid_request() -> None:
@@ -225,7 +263,7 @@ def test_connections_are_limited_and_close_ends_the_server_and_its_clients() -> 
     async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
         clients = [await Client.to(address, address.cookie) for _ in range(MAX_CONNECTIONS)]
         extra = await Client.to(address)
-        assert await extra.reader.read() == b""  # refused: closed at once
+        assert await extra.ask(f"cookie {address.cookie}") == b""  # refused: closed
         await proxy.close()
         for client in clients:
             assert await client.reader.read() == b""
@@ -249,7 +287,7 @@ def test_the_config_file_is_the_jobs_users_alone_and_names_the_loopback(
             path = sandbox / CHIRP_CONFIG
             info = os.stat(path)
             assert stat.S_IMODE(info.st_mode) == 0o600 and (info.st_uid, info.st_gid) == ids
-            address = ChirpAddress.read(path)
+            address = config_address(path)
             assert address == proxy.address and address.host == "127.0.0.1"
             assert len(address.cookie) == 31 and address.cookie.islower()
             assert address.cookie not in repr(address)
@@ -261,8 +299,11 @@ def test_the_config_file_is_the_jobs_users_alone_and_names_the_loopback(
     asyncio.run(main())
 
 
-def test_after_a_restart_the_proxy_is_back_on_the_same_port_with_the_same_cookie(
-        box: tuple[Path, tuple[int, int]]) -> None:  # fmt: skip
+def test_after_a_restart_the_proxy_goes_on_on_the_listening_socket_handed_over(
+        box: tuple[Path, tuple[int, int]], tmp_path: Path) -> None:  # fmt: skip
+    """The port is never free between the two images (nobody else can bind it, and a
+    connection made meanwhile is served by the new one), and nothing is read back from
+    the sandbox: a .chirp.config the job turned into a link to a FIFO changes nothing."""
     sandbox, ids = box
     shadow = ScriptedShadow([answer(0)])
 
@@ -271,24 +312,37 @@ def test_after_a_restart_the_proxy_is_back_on_the_same_port_with_the_same_cookie
         first = await open_chirp_proxy(calls, WANTS, "j", sandbox, owner=ids,
                                        connected=lambda: True)  # fmt: skip
         assert first is not None and first.address is not None
+        record = first.export_listener()
+        assert record is not None
         await first.close()  # the old image is gone
-        again = await reopen_chirp_proxy(calls, WANTS, "j", sandbox, connected=lambda: True)
+        with socket.socket() as squatter, pytest.raises(OSError):
+            squatter.bind((first.address.host, first.address.port))
+        early = await Client.to(first.address)  # waits in the listening socket's backlog
+        (sandbox / CHIRP_CONFIG).unlink()
+        os.mkfifo(tmp_path / "fifo")
+        (sandbox / CHIRP_CONFIG).symlink_to(tmp_path / "fifo")
+        again = await adopt_chirp_proxy(record, calls, WANTS, "j", connected=lambda: True)
         assert again is not None
         try:
             assert again.address == first.address
-            client = await Client.to(again.address, first.address.cookie)
-            assert await client.ask("set_job_attr ChirpAfter 1") == b"0"
-            client.close()
+            assert await early.ask(f"cookie {first.address.cookie}") == b"0"
+            assert await early.ask("set_job_attr ChirpAfter 1") == b"0"
+            early.close()
+            handed = again.export_listener()
+            assert handed is not None
         finally:
             await again.close()
-        (sandbox / CHIRP_CONFIG).write_text("garbage\n")
         with capture_logs() as events:
-            assert await reopen_chirp_proxy(calls, WANTS, "j", sandbox,
-                                            connected=lambda: True) is None  # fmt: skip
-        assert [e["event"] for e in events] == ["chirp_proxy_not_restored"]
-        (sandbox / CHIRP_CONFIG).unlink()
-        assert await reopen_chirp_proxy(calls, WANTS, "j", sandbox,
-                                        connected=lambda: True) is None  # fmt: skip
+            assert await adopt_chirp_proxy({**handed, "cookie": "x"}, calls, WANTS, "j",
+                                           connected=lambda: True) is None  # fmt: skip
+            assert await adopt_chirp_proxy({**handed, "pid": 1}, calls, WANTS, "j",
+                                           connected=lambda: True) is None  # fmt: skip
+        assert [e["event"] for e in events] == ["chirp_proxy_not_restored"] * 2
+        assert first.address.cookie not in str(events)
+        with pytest.raises(OSError):  # the refused socket was closed, not leaked
+            os.fstat(handed["fd"])
+        with socket.socket() as other:  # and the port is free again
+            other.bind((first.address.host, first.address.port))
 
     asyncio.run(main())
 
@@ -384,7 +438,7 @@ def test_a_chirp_config_the_input_brought_is_replaced_and_a_link_is_not_followed
         assert proxy is not None and proxy.address is not None
         try:
             assert not (sandbox / CHIRP_CONFIG).is_symlink()
-            assert ChirpAddress.read(sandbox / CHIRP_CONFIG) == proxy.address
+            assert config_address(sandbox / CHIRP_CONFIG) == proxy.address
         finally:
             await proxy.close()
 
@@ -439,3 +493,49 @@ def test_words_are_split_on_c_isspace_only() -> None:
     for space in ("\u00a0", "\u0085", "\u2028", "\x1c", "\x1f"):
         assert words(f"a{space}b c", 2) == [f"a{space}b", "c"]
     assert words("a\tb\vc\fd\re\nf", 6) == ["a", "b", "c", "d", "e", "f"]
+
+
+def test_a_connection_accepted_as_the_proxy_closes_is_turned_away() -> None:
+    """A handler that first runs after close() (its connection accepted just before)
+    serves nothing: the shadow's calls are over."""
+    shadow = ScriptedShadow()
+
+    async def main() -> None:
+        proxy = ChirpProxy(ShadowSyscalls(shadow), WANTS, global_job_id="j")
+        address = await proxy.listen()
+        ours, theirs = socket.socketpair()
+        await proxy.close()
+        server_side = await asyncio.open_connection(sock=ours)
+        client = Client(*await asyncio.open_connection(sock=theirs))
+        client.writer.write(f"cookie {address.cookie}\nversion\n".encode())
+        handler = asyncio.create_task(proxy._accept(*server_side))  # as the server would
+        try:
+            got = await asyncio.wait_for(client.reader.read(), 5)
+        except ConnectionResetError:  # closed with the lines unread
+            got = b""
+        assert got == b""  # nothing answered
+        await handler
+        client.close()
+
+    asyncio.run(main())
+
+
+def test_a_job_that_wants_no_chirp_gets_no_proxy_and_no_config(
+        box: tuple[Path, tuple[int, int]]) -> None:  # fmt: skip
+    """As condor_starter: no proxy for a job with neither WantIOProxy, updates nor
+    delayed updates (WantDelayedUpdates = false), unless it is a java job."""
+    sandbox, ids = box
+
+    async def main() -> None:
+        calls = ShadowSyscalls(ScriptedShadow())
+        none = {"WantDelayedUpdates": False, "WantRemoteUpdates": False}
+        assert await open_chirp_proxy(calls, none, "j", sandbox, owner=ids,
+                                      connected=lambda: True) is None  # fmt: skip
+        assert not (sandbox / CHIRP_CONFIG).exists()
+        java = await open_chirp_proxy(calls, {**none, "JobUniverse": 10}, "j", sandbox,
+                                      owner=ids, connected=lambda: True)  # fmt: skip
+        assert java is not None
+        await java.close()
+        assert (sandbox / CHIRP_CONFIG).exists()
+
+    asyncio.run(main())
