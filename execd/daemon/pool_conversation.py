@@ -5,7 +5,8 @@ What a restart needs is in the store (`pool_claims`): each claim made through th
 with its schedd and lease (the ALIVEs go on), and, once its job runs, the conversation's
 state (execd.wire.shadow.Conversation: the job ad, sandbox, what the input brought; no
 secret, the claim id stays in `claims`), and, written as the old image stops, the
-shadow's connection handed over (execd.wire.handover; a secret). The new daemon accepts
+shadow's connection handed over (execd.wire.handover; a secret) with the job's Chirp
+listening socket and cookie (execd.wire.chirp_proxy; a secret). The new daemon accepts
 the claims' security sessions again (the shadow's CA_CMDs resume them), listens on the
 address the claim ids name (execd.daemon.pool binds the remembered port), and goes on
 with each conversation whose job it adopted (execd.wire.shadow_resume): on the kept
@@ -26,6 +27,7 @@ from execd.classads import evaluate, new_ad
 from execd.daemon.pool_job import PoolJob
 from execd.errors import ExecdError, ProtocolError
 from execd.wire.channel import Channel
+from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.classad_codec import WireAd
 from execd.wire.handover import adopt_connection, export_connection, release_connection
 from execd.wire.shadow import Conversation, ShadowOptions
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from execd.daemon.pool import PoolMember
 
 logger = log.get_logger("pool")
+CHIRP_LISTENER = "chirp_listener"  # in the handed-over record: the job's Chirp listener
 
 
 def published_slot_ad(member: PoolMember, slot: str) -> WireAd | None:
@@ -66,15 +69,20 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
     def on_running(state: Conversation) -> None:
         store.set_conversation(claim.session_id, state.to_json())
 
-    def handover(channel: MessageChannel | None) -> bool:
+    def handover(channel: MessageChannel | None, proxy: ChirpProxy | None) -> bool:
         """Restarting in place: the next image goes on (with the connection, if the
-        conversation was between two calls and the job runs)."""
+        conversation was between two calls and the job runs; with the job's Chirp
+        listener, if it has one)."""
         if daemon.stopping != "restart":
             return False
         record = export_connection(channel) if isinstance(channel, Channel) else None
+        listener = proxy.export_listener() if proxy is not None else None
+        if listener is not None:
+            record = {**(record or {}), CHIRP_LISTENER: listener}
         store.set_connection(claim.session_id, record)
         logger.info("shadow_conversation_handed_over", slot=slot,
-                    connection="kept" if record is not None else "dropped")  # fmt: skip
+                    connection="kept" if record is not None and "fd" in record
+                    else "dropped", chirp=listener is not None)  # fmt: skip
         handed_over.append(True)
         return True
 
@@ -141,10 +149,10 @@ def restore(member: PoolMember) -> list[asyncio.Task[None]]:
         session, connection = held.session_id, held.connection
         if connection is not None:  # valid for this image only: taken now or never
             store.set_connection(session, None)
+        connection, listener = _split_handover(connection)
         if session not in by_session:  # the claim did not come back
             store.remove_pool_claim(session)
-            if connection is not None:
-                release_connection(connection)
+            _release(connection, listener)
             continue
         slot, claim = by_session[session]
         member.accept_claim(claim)
@@ -167,12 +175,28 @@ def restore(member: PoolMember) -> list[asyncio.Task[None]]:
                 if job.done.is_set():
                     daemon.jobs.write_history(job)
             store.set_conversation(session, None)
-            if connection is not None:
-                release_connection(connection)
+            _release(connection, listener)
             continue
         tasks.append(asyncio.get_running_loop().create_task(
-            _resume(member, claim, conversation, job, connection)))  # fmt: skip
+            _resume(member, claim, conversation, job, connection, listener=listener)))  # fmt: skip
     return tasks
+
+
+def _split_handover(record: dict[str, Any] | None,
+                    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:  # fmt: skip
+    """What the old image handed over: the shadow's connection, the Chirp listener."""
+    if record is None:
+        return None, None
+    record = dict(record)
+    listener = record.pop(CHIRP_LISTENER, None)
+    return (record or None), (listener if isinstance(listener, dict) else None)
+
+
+def _release(connection: dict[str, Any] | None, listener: dict[str, Any] | None) -> None:
+    """Inherited descriptors nobody goes on with: closed."""
+    for record in (connection, listener):
+        if record is not None:
+            release_connection(record)
 
 
 def _job_of(member: PoolMember, claim: ClaimId) -> Job | None:
@@ -183,7 +207,8 @@ def _job_of(member: PoolMember, claim: ClaimId) -> Job | None:
 
 
 async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: Job,
-                  connection: dict[str, Any] | None) -> None:  # fmt: skip
+                  connection: dict[str, Any] | None, *,
+                  listener: dict[str, Any] | None) -> None:  # fmt: skip
     runner = PoolJob.adopted(member.daemon.jobs, claim.full(), job, state.started,
                              Path(state.sandbox) if state.transfer else None,
                              wire=state.job_wire)  # fmt: skip
@@ -192,7 +217,8 @@ async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: 
     try:
         channel = None if connection is None else \
             await adopt_connection(connection, timeout_s=member.security.timeout_s)  # fmt: skip
-        await resume_shadow(claim.full(), state, runner, options, channel)
+        await resume_shadow(claim.full(), state, runner, options, channel,
+                            chirp_listener=listener)
     except (ProtocolError, ExecdError, OSError) as exc:
         logger.warning("shadow_conversation_ended", slot=job.slot, job=job.job_id,
                        why=str(exc))  # fmt: skip

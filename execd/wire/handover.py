@@ -47,7 +47,7 @@ def export_connection(channel: Channel) -> dict[str, Any] | None:
             "recv_iv": b64(recv_iv).decode(), "received": received}  # fmt: skip
 
 
-def _inherited(record: dict[str, Any]) -> int | None:
+def inherited_fd(record: dict[str, Any]) -> int | None:
     """The record's descriptor if this process inherited it through its own exec."""
     fd = record.get("fd")
     if record.get("pid") != os.getpid() or not isinstance(fd, int):
@@ -63,7 +63,7 @@ def _inherited(record: dict[str, Any]) -> int | None:
 
 def release_connection(record: dict[str, Any]) -> None:
     """An inherited connection nobody goes on with: closed (the peer sees it end)."""
-    fd = _inherited(record)
+    fd = inherited_fd(record)
     if fd is not None:
         os.close(fd)
 
@@ -72,7 +72,7 @@ async def adopt_connection(record: dict[str, Any], *, timeout_s: float) -> Chann
     """The connection `record` describes, as a Channel that goes on where the old image
     stopped; None if this process did not inherit it (it was not an exec) or the record
     is unusable (logged)."""
-    fd = _inherited(record)
+    fd = inherited_fd(record)
     if fd is None:
         return None
     try:

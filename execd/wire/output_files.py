@@ -44,6 +44,7 @@ from execd.wire.owner_thread import file_access_ids
 
 STD_FILES = ("_condor_stdout", "_condor_stderr")  # the shadow renames them to Out and Err
 NULL_FILE = "/dev/null"
+CHIRP_CONFIG = ".chirp.config"  # the job's Chirp address and cookie: never sent back
 # Bounds on one output listing (condor_starter has none; a job's millions of files or a
 # thousand-level tree must not hold the daemon): past them the job goes on hold.
 MAX_OUTPUT_ITEMS = 100_000
@@ -295,7 +296,7 @@ def output_items(sandbox: Path, job: Mapping[str, object], inputs: Sequence[str]
     listed = job.get("TransferOutput")
     if isinstance(listed, str) and listed.strip():
         chosen = [n.strip() for n in listed.split(",") if n.strip()]
-        named = [n for n in chosen if n not in STD_FILES]
+        named = [n for n in chosen if n not in STD_FILES and n != CHIRP_CONFIG]
         return expand_outputs(sandbox, named + std, preserve=preserve)
     try:
         names = _listing(str(sandbox), MAX_OUTPUT_ITEMS)
@@ -307,7 +308,7 @@ def output_items(sandbox: Path, job: Mapping[str, object], inputs: Sequence[str]
     changed = []
     for name in names:
         entry = sandbox / name
-        if name in STD_FILES or not entry.is_file():  # links followed, as StatInfo
+        if name in STD_FILES or name == CHIRP_CONFIG or not entry.is_file():  # links followed
             continue
         if name == executable and name in inputs:
             continue

@@ -45,6 +45,8 @@ from execd.errors import ProtocolError
 from execd.log import get_logger
 from execd.starter.sandbox import walk_tree
 from execd.wire.channel import Channel
+from execd.wire.chirp_proxy import ChirpProxy
+from execd.wire.chirp_start import open_chirp_proxy
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.filetransfer import (
     FILETRANS_DOWNLOAD,
@@ -115,9 +117,11 @@ class ShadowOptions:
     # Told once the job runs, with what it takes to go on after a restart in place.
     on_running: Callable[[Conversation], None] | None = None
     # Asked when the conversation is cancelled, with the shadow's connection if it is
-    # between two calls: True when the daemon restarts in place and its next image goes
-    # on with the conversation (execd/wire/shadow_resume.py); the sandbox then stays.
-    handover: Callable[[MessageChannel | None], bool] | None = None
+    # between two calls and the job's Chirp proxy if it has one: True when the daemon
+    # restarts in place and its next image goes on with the conversation (and with the
+    # proxy's listening socket: ChirpProxy.export_listener; execd/wire/shadow_resume.py);
+    # the sandbox then stays.
+    handover: Callable[[MessageChannel | None, ChirpProxy | None], bool] | None = None
     # The claimed slot's ad (a classad2 ClassAd): its resources go to the shadow, which
     # shows them in the user log (slot_resources.py). None: none are sent.
     slot_ad: Any = None
@@ -286,12 +290,14 @@ async def send_output(transfers: Transfers, send: Callable[[Channel], Awaitable[
         return failed
 
 
-def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions) -> bool:
-    """The conversation was cancelled: does the daemon's next image go on with it?"""
+def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
+              proxy: ChirpProxy | None) -> bool:  # fmt: skip
+    """The conversation was cancelled: does the daemon's next image go on with it (and
+    with its Chirp proxy's listening socket)?"""
     if options.handover is None:
         return False
     idle = not calls.in_call and not link.disconnected.is_set()
-    return options.handover(calls.channel if idle else None)
+    return options.handover(calls.channel if idle else None, proxy)
 
 
 async def remove_sandbox(sandbox: Path, options: ShadowOptions, handed_over: bool) -> None:
@@ -341,6 +347,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     calls.attach(link)
     options.links.add(link)
     handed_over = False
+    proxy: ChirpProxy | None = None
     try:
         uid, gid = run_as_ids(str(job.get("Owner", "")), options.run_as_fallback)
         slot = nested_slot_ad(options.published_slot_ad) if options.published_slot_ad else {}
@@ -381,6 +388,9 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         os.lchown(sandbox, uid, gid)
         for name, _ in walk_tree(str(sandbox)):  # any depth (os.walk recursed per level)
             os.lchown(name, uid, gid)
+        proxy = await open_chirp_proxy(calls, job, gjid, sandbox, owner=(uid, gid),
+                                       connected=lambda: not link.disconnected.is_set(),
+                                       job_wire=job_wire)  # fmt: skip
         inputs = [n.split("/", 1)[0] for n in got.files]
         before = {e.name: e.stat().st_mtime for e in sandbox.iterdir() if e.is_file()}
         stdin = job.get("In")
@@ -398,8 +408,10 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
 
         try:
             stdout, stderr = std_files(job)
+            env = job_env(job, sandbox) | ({"_CONDOR_CHIRP_CONFIG": str(proxy.config_path)}
+                                           if proxy is not None else {})  # fmt: skip
             launch = JobLaunch(job, job_argv(job, sandbox, got.files), sandbox,
-                               job_env(job, sandbox), (uid, gid), stdin_name,
+                               env, (uid, gid), stdin_name,
                                stdout or os.devnull, stderr or os.devnull)  # fmt: skip
             proc = options.runner(launch if transfer else shared_fs_launch(launch))
             done = await _run_job(calls, proc, options, started)
@@ -409,9 +421,11 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             return
         await conclude(calls, transfers, state, done, options.on_update)
     except asyncio.CancelledError:
-        handed_over = hand_over(calls, link, options)
+        handed_over = hand_over(calls, link, options, proxy)
         raise
     finally:
+        if proxy is not None:
+            await proxy.close()
         options.links.remove(link)
         link.close()
         await remove_sandbox(sandbox, options, handed_over)

@@ -29,9 +29,12 @@ import contextlib
 import functools
 import os
 from pathlib import Path
+from typing import Any
 
 from execd.errors import RemoteProtocolError
 from execd.log import get_logger
+from execd.wire.chirp_proxy import ChirpProxy
+from execd.wire.chirp_start import adopt_chirp_proxy
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.filetransfer import TransferTally
 from execd.wire.job_peek import job_files
@@ -71,11 +74,13 @@ class LostConnection:
 
 async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
                         options: ShadowOptions,
-                        channel: MessageChannel | None = None) -> None:  # fmt: skip
+                        channel: MessageChannel | None = None, *,
+                        chirp_listener: dict[str, Any] | None = None) -> None:  # fmt: skip
     """The rest of the conversation of `state`'s job (run by `proc`, adopted by the new
     daemon) to job_exit: on `channel`, the connection the old image handed over, else
-    once the shadow has reconnected. Raises ProtocolError when the shadow does not come
-    back within the job lease."""
+    once the shadow has reconnected; the job's Chirp proxy again on `chirp_listener`,
+    the listening socket the old image handed over, if any. Raises ProtocolError when
+    the shadow does not come back within the job lease."""
     address = claim_id.split("#", 1)[0]
     channel = channel or LostConnection()
     calls = ShadowSyscalls(channel)
@@ -94,7 +99,12 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
     log.info("shadow_conversation_resumed", job=state.global_job_id, lease_s=state.lease_s,
              connection="kept" if not isinstance(channel, LostConnection) else "lost")
     handed_over = False
+    proxy: ChirpProxy | None = None
     try:
+        if chirp_listener is not None:
+            proxy = await adopt_chirp_proxy(
+                chirp_listener, calls, job, state.global_job_id,
+                connected=lambda: not link.disconnected.is_set(), job_wire=state.job_wire)
         tally = TransferTally(state.input_bytes, report=options.on_transferred)
         transfers = Transfers(calls, link, state.job_wire, address, tally)
         if not isinstance(channel, LostConnection):  # the kept connection: the file
@@ -107,9 +117,11 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
             return
         await conclude(calls, transfers, state, done, options.on_update)
     except asyncio.CancelledError:  # restarting again?
-        handed_over = hand_over(calls, link, options)
+        handed_over = hand_over(calls, link, options, proxy)
         raise
     finally:
+        if proxy is not None:
+            await proxy.close()
         options.links.remove(link)
         link.close()
         await remove_sandbox(Path(state.sandbox), options, handed_over)

@@ -17,6 +17,8 @@ tests/unit/wire/test_shadow_syscalls.py:
 | event_notification | 304 | event ad -> rval only (never an errno) |
 | job_exit | -65 | wait status, reason, exit ad -> |
 | ulog | 284 | event ad (a critical RemoteErrorEvent puts the job on hold); no answer |
+| get_job_attr | 285 | name -> the attribute's expression (text; `UNDEFINED` if none) |
+| set_job_attr | 286 | expression, name -> (the expression comes first) |
 
 With a `link` (execd/wire/shadow_link.py) a call whose connection is lost waits for
 the shadow's reconnect and is made again on the new connection, which first gets
@@ -45,6 +47,8 @@ REGISTER_STARTER_INFO = -77
 BEGIN_EXECUTION = -78
 REGISTER_JOB_INFO = -81
 ULOG = 284
+GET_JOB_ATTR = 285
+SET_JOB_ATTR = 286
 GET_SEC_SESSION_INFO = 288
 EVENT_NOTIFICATION = 304
 
@@ -66,6 +70,10 @@ class MessageChannel(Protocol):
 
 class SyscallError(RemoteProtocolError):
     """The shadow answered a call with a failure (rval < 0 and its errno)."""
+
+    def __init__(self, message: str, errno: int = 0) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 class ShadowConnectionLostError(RemoteProtocolError):
@@ -97,6 +105,8 @@ class ShadowSyscalls:
         # True while a call is under way, and after one that did not complete (cancelled
         # or failed): the connection may then hold half a message.
         self.in_call = False
+        # What each register_job_info carries besides its ad (Chirp's delayed updates).
+        self.update_extra: Callable[[], WireAd] | None = None
 
     def attach(self, link: ShadowLink) -> None:
         """Calls from now on survive a lost connection by waiting for `link`'s reconnect."""
@@ -165,6 +175,8 @@ class ShadowSyscalls:
         await self._ad_call(REGISTER_STARTER_INFO, ad, "register_starter_info")
 
     async def register_job_info(self, ad: Mapping[str, str]) -> None:
+        if self.update_extra is not None and (extra := self.update_extra()):
+            ad = {**dict(ad), **extra}
         await self._ad_call(REGISTER_JOB_INFO, ad, "register_job_info")
 
     @staticmethod
@@ -205,6 +217,23 @@ class ShadowSyscalls:
         dec = await self._call(build, "job_exit")
         dec.finish("job_exit answer")
 
+    async def get_job_attr(self, name: str) -> str:
+        """The job ad's expression for `name` as the shadow holds it (Chirp's
+        get_job_attr); SyscallError with EACCES where the shadow refuses."""
+        dec = await self._call(lambda enc: enc.put_int(GET_JOB_ATTR).put_string(name),
+                               "get_job_attr")  # fmt: skip
+        expr = dec.get_string("get_job_attr expression")
+        dec.finish("get_job_attr answer")
+        return expr
+
+    async def set_job_attr(self, name: str, expr: str) -> None:
+        """Set `name` to `expr` in the job's ad in the schedd (Chirp's set_job_attr); the
+        shadow refuses protected attributes and jobs without WantIOProxy (EACCES)."""
+        dec = await self._call(
+            lambda enc: enc.put_int(SET_JOB_ATTR).put_string(expr).put_string(name),
+            "set_job_attr")  # fmt: skip
+        dec.finish("set_job_attr answer")
+
     async def ulog(self, ad: Mapping[str, str]) -> None:
         """A user-log event for the shadow to write; the shadow sends no answer."""
         await self._exchange(self._with_ad(ULOG, ad), answer=False)
@@ -214,7 +243,7 @@ def _checked(dec: Decoder, name: str) -> Decoder:
     rval = dec.get_int32(f"{name} rval")
     if rval < 0:
         errno = dec.get_int32(f"{name} errno")
-        raise SyscallError(f"the shadow failed {name}: rval {rval}, errno {errno}")
+        raise SyscallError(f"the shadow failed {name}: rval {rval}, errno {errno}", errno)
     return dec
 
 

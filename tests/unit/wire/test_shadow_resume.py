@@ -14,6 +14,8 @@ import pytest
 from test_shadow_reconnect_job import CLAIM, shadow
 from wire_pairs import channel_pair
 
+from execd.wire.chirp_proxy import ChirpProxy
+from execd.wire.output_files import CHIRP_CONFIG
 from execd.wire.reconnect import ReconnectJob
 from execd.wire.shadow import Conversation, ShadowOptions
 from execd.wire.shadow_job import JobProcess
@@ -62,6 +64,32 @@ def test_on_the_kept_connection_it_goes_on_to_job_exit(
     assert calls[-3:] == [EVENT_NOTIFICATION, REGISTER_JOB_INFO, JOB_EXIT]
 
 
+def test_the_sandboxs_chirp_config_is_never_read_back(
+        box: tuple[Path, tuple[int, int]]) -> None:  # fmt: skip
+    """The job owns its sandbox and runs on through the restart: whatever it made of
+    .chirp.config (here a port no socket can have) is not the new image's concern."""
+    path, ids = box
+    (path / CHIRP_CONFIG).write_text("127.0.0.1 70000 " + "a" * 31 + "\n")
+    proc = started(path, ids, "exit 0")
+    links = ShadowLinks()
+
+    async def scenario() -> list[int]:
+        await proc.start()
+        ours, theirs = await channel_pair()
+        calls: list[int] = []
+        peer = asyncio.create_task(shadow(theirs, calls, asyncio.Event()))
+        options = ShadowOptions(update_interval_s=0.2, links=links, keep_sandbox=True)
+        await resume_shadow(CLAIM, conversation(path), proc, options, ours)
+        peer.cancel()
+        await ours.close()
+        await theirs.close()
+        return calls
+
+    calls = asyncio.run(scenario())
+    assert calls[-1] == JOB_EXIT  # the conversation went on to its end
+    assert links.by_session(session_id(CLAIM)) is None  # and let go of its link
+
+
 def test_without_a_connection_it_waits_for_the_shadows_reconnect(
         box: tuple[Path, tuple[int, int]]) -> None:  # fmt: skip
     path, ids = box
@@ -98,7 +126,7 @@ def test_cancelled_between_two_calls_it_hands_its_connection_over(
     (path / "output.txt").write_text("kept\n")
     offered: list[MessageChannel | None] = []
 
-    def handover(channel: MessageChannel | None) -> bool:
+    def handover(channel: MessageChannel | None, proxy: ChirpProxy | None) -> bool:
         offered.append(channel)
         return True
 
