@@ -10,6 +10,7 @@ verb does is in execd.daemon.verbs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import sys
 import time
@@ -49,6 +50,7 @@ from execd.policy.engine import PolicyEngine
 from execd.slots import from_config
 from execd.slots.rollup import publish_child_summaries
 from execd.starter.launcher import ZYGOTE
+from execd.wire.authz_policy import policy_from_settings
 
 logger = log.get_logger("daemon")
 
@@ -149,6 +151,8 @@ class Daemon:
             new_policy = policy_config(settings)
             new_cron = cron_settings(settings)
             new_backfill = backfill_program(settings)
+            # ALLOW_<LEVEL>/DENY_<LEVEL> apply at once, as a startd's IpVerify reloads them
+            new_authz = policy_from_settings(settings) if self.pool is not None else None
         except ExecdError as exc:
             logger.error("reconfig_rejected", error=str(exc), config=str(self.config_path))
             self.notifier.ready(f"reconfig rejected, old config kept: {exc}")
@@ -167,6 +171,8 @@ class Daemon:
         self.notifier.ready(self.last_status)
         self.wake.set()
         if self.pool is not None:  # as condor_startd: the pool sees the new config at once
+            if new_authz is not None:
+                self.pool.config = dataclasses.replace(self.pool.config, authz=new_authz)
             self.pool.changed()
         return True
 
