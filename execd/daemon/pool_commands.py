@@ -123,7 +123,7 @@ class PoolCommands:
             allowed, why = False, "not a command execd serves to the pool"
         if not allowed:
             logger.warning("pool_command_refused", peer=peer.address, user=peer.user,
-                           method=peer.method, command=command, level=level, why=why)
+                           method=peer.method, command=command, authz_level=level, why=why)
         return allowed
 
     # -- claims ---------------------------------------------------------------------------

@@ -164,9 +164,9 @@ def test_condor_drain_and_cancel_from_an_administrator_only(pool: harness.Pool,
     refused = pool.tool("condor_drain", name, user=harness.SUBMITTER)
     assert refused.returncode != 0
     denied = admin_node.wait_for("pool_command_refused", command=512)
-    assert denied["level"] == "ADMINISTRATOR"
+    assert denied["authz_level"] == "ADMINISTRATOR"
     assert denied["why"].startswith("ADMINISTRATOR authorization policy contains no "
-                                    "matching ALLOW entry for execdtest@"), denied
+                                    f"matching ALLOW entry for {denied['user']} "), denied
     assert denied["why"].endswith("(EXECD_POOL_ADMINISTRATORS)"), denied
     assert admin_node.slots()[name]["State"] == "Unclaimed"
 
