@@ -214,6 +214,9 @@ def _entries(value: str, knob: str) -> tuple[Entry, ...]:
 class AuthzPolicy:
     levels: dict[str, LevelPolicy] = field(default_factory=dict)
     resolver: Resolver = reverse_names
+    # peer IP -> its names, looked up once per policy (a reload starts afresh), as
+    # IpVerify caches its verdicts until a reconfig
+    names: dict[str, list[str]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_config(cls, get: Callable[[str], str | None], *, legacy: bool = False,
@@ -244,13 +247,10 @@ class AuthzPolicy:
 
     def verify(self, level: str, user: str, ip: str) -> Verdict:
         """May `user` connecting from `ip` send a command of `level`? And why."""
-        found: list[str] | None = None
-
         def hostnames() -> Sequence[str]:
-            nonlocal found
-            if found is None:
-                found = list(self.resolver(ip))
-            return found
+            if ip not in self.names:
+                self.names[ip] = list(self.resolver(ip))
+            return self.names[ip]
 
         return self._verify(level, user or "*", ip, hostnames)
 

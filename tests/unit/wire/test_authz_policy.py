@@ -5,13 +5,21 @@ ConfigError a pattern no peer could match gives, naming its knob."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any, cast
+
 import pytest
+from structlog.testing import capture_logs
 
 from execd.config.loader import parse_config_text
 from execd.config.settings import load_settings
+from execd.daemon.pool_commands import PoolCommands
 from execd.daemon.pool_settings import pool_settings
 from execd.errors import ConfigError
 from execd.wire.authz_policy import AuthzPolicy, matches_wildcard, parse_entry, peer_ip
+from execd.wire.claim_session import MATCH_SESSION_USER
+from execd.wire.commands import Command, within_limits
+from execd.wire.server import Peer
 
 NAMES = {"10.1.2.3": ["worker3.cs.example.org", "w3"], "127.0.0.1": ["localhost"]}
 
@@ -171,3 +179,42 @@ def test_pool_settings_refuse_a_bad_list_naming_the_knob() -> None:
 def test_peer_ip_of_a_channel_address() -> None:
     assert peer_ip("127.0.0.1:4242") == "127.0.0.1"
     assert peer_ip("[::1]:4242") == "::1"
+
+
+def test_pool_commands_are_judged_at_condor_startds_levels() -> None:
+    """PoolCommands.authorize: READ for queries, history and config values, ADMINISTRATOR
+    for drain, vacate, reconfig and shutdown, DAEMON for claim commands except on a claim
+    id's session (condor_startd's DAEMON hole for the match session); a refusal is
+    logged with the level and the policy's reason."""
+    config = pool_settings(load_settings(parse_config_text(
+        "COLLECTOR_HOST = 127.0.0.1:9618\n"
+        "DENY_READ = eve@pool\n"
+        "ALLOW_ADMINISTRATOR = eve@pool/127.0.0.1\n"
+        "DENY_DAEMON = condor@pool\n", filename="execd.conf", env={})))  # fmt: skip
+    commands = SimpleNamespace(member=SimpleNamespace(config=config), owners=None)
+
+    def may(user: str, command: int, address: str = "127.0.0.1:5") -> bool:
+        peer = Peer(user=user, method="FS", sid="s", address=address)
+        return bool(PoolCommands.authorize(cast(Any, commands), command, peer))
+
+    with capture_logs() as events:
+        for command in (Command.QUERY_STARTD_ADS, Command.GET_HISTORY, Command.CONFIG_VAL,
+                        Command.DC_CONFIG_VAL):  # fmt: skip
+            assert may("alice@pool", command) and not may("eve@pool", command)
+        for command in (Command.DRAIN_JOBS, Command.VACATE_ALL_CLAIMS, Command.DC_RECONFIG_FULL,
+                        Command.DC_OFF_GRACEFUL):  # fmt: skip
+            assert may("eve@pool", command) and not may("alice@pool", command)
+            assert not may("eve@pool", command, "10.0.0.1:5")  # not from that host
+        assert not may("condor@pool", Command.REQUEST_CLAIM)  # DENY_DAEMON
+        assert may(MATCH_SESSION_USER, Command.REQUEST_CLAIM)  # the claim id's session
+        assert not may("alice@pool", 99999)  # a command with no level: not served
+    refused = [e for e in events if e["event"] == "pool_command_refused"]
+    assert refused[0]["authz_level"] == "READ" and refused[0]["why"] == (
+        "READ authorization policy denies eve@pool from 127.0.0.1 (an entry of DENY_READ)")
+    assert {e["authz_level"] for e in refused} == {"READ", "ADMINISTRATOR", "DAEMON", None}
+
+
+def test_a_token_scoped_to_a_level_reaches_the_daemon_core_commands_of_that_level() -> None:
+    assert within_limits(Command.DC_CONFIG_VAL, frozenset({"READ"}))
+    assert within_limits(Command.DC_RECONFIG_FULL, frozenset({"ADMINISTRATOR"}))
+    assert not within_limits(Command.DC_RECONFIG_FULL, frozenset({"READ"}))
