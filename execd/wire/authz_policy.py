@@ -283,9 +283,16 @@ class AuthzPolicy:
 
 
 def policy_from_settings(settings: Any) -> AuthzPolicy:
-    """The policy a daemon's Settings define (a ConfigError names a bad knob)."""
-    return AuthzPolicy.from_config(settings.get_str,
-                                   legacy=settings.get_bool("LEGACY_ALLOW_SEMANTICS", False))
+    """The policy a daemon's Settings define; a ConfigError names a bad entry's knob,
+    and the file and line that define it."""
+    try:
+        return AuthzPolicy.from_config(
+            settings.get_str, legacy=settings.get_bool("LEGACY_ALLOW_SEMANTICS", False))
+    except ConfigError as exc:
+        found = settings.config.definition(exc.message.split(":", 1)[0])
+        if found is None:
+            raise
+        raise ConfigError(exc.message, found.origin.file, found.origin.line) from None
 
 
 def implied_by(level: str) -> list[str]:

@@ -168,11 +168,12 @@ def test_a_pattern_no_peer_could_match_is_an_error_naming_its_knob(value: str,
     assert problem in str(caught.value)
 
 
-def test_pool_settings_refuse_a_bad_list_naming_the_knob() -> None:
+def test_pool_settings_refuse_a_bad_list_naming_the_knob_file_and_line() -> None:
     config = parse_config_text("COLLECTOR_HOST = 127.0.0.1:9618\n"
                                "ALLOW_ADMINISTRATOR = root@x/10.0.0.0/40\n",
                                filename="execd.conf", env={})  # fmt: skip
-    with pytest.raises(ConfigError, match=r"^ALLOW_ADMINISTRATOR: 'root@x/10\.0\.0\.0/40'"):
+    with pytest.raises(ConfigError,
+                       match=r"^execd\.conf:2: ALLOW_ADMINISTRATOR: 'root@x/10\.0\.0\.0/40'"):
         pool_settings(load_settings(config))
 
 
