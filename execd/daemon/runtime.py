@@ -151,8 +151,7 @@ class Daemon:
             new_policy = policy_config(settings)
             new_cron = cron_settings(settings)
             new_backfill = backfill_program(settings)
-            # ALLOW_<LEVEL>/DENY_<LEVEL> apply at once, as a startd's IpVerify reloads them
-            new_authz = policy_from_settings(settings) if self.pool is not None else None
+            new_authz = policy_from_settings(settings) if self.pool else None  # at once
         except ExecdError as exc:
             logger.error("reconfig_rejected", error=str(exc), config=str(self.config_path))
             self.notifier.ready(f"reconfig rejected, old config kept: {exc}")

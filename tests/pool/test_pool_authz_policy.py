@@ -4,7 +4,8 @@ tools, the same identities allowed and refused.
 One pool with HTCondor's own startd and an execd beside it (a node name of its own).
 Both get the same startd-only policy (the _STARTD knobs, so the collector, negotiator
 and schedd keep theirs): READ denied to one token identity, which is an administrator
-from 127.0.0.1; another is an administrator from 10.0.0.0/8 only. The submitter holds
+from LOCALHOST* (a host name pattern, case-blind, matched against 127.0.0.1's
+reverse-DNS name); another is an administrator from 10.0.0.0/8 only. The submitter holds
 each identity's IDTOKEN in turn (IDTOKENS only: FS would map its uid through the
 chroot's passwd on condor_startd and the host's on execd; authentication required, or
 condor_startd answers READ commands unauthenticated) and runs condor_status
@@ -28,13 +29,13 @@ from test_pool_idtokens import HELD_TOKEN, give_token, make_token
 WAIT_S = 60
 STARTD_CONFIG = "/etc/condor/config.d/99-execd-authz-policy.conf"
 EXECD_NAME = "execd-authz.test"
-READER = "authzreader"  # refused READ; an administrator from this host
+READER = "authzreader"  # refused READ; an administrator from localhost
 ADMIN = "authzadmin"  # an administrator from 10.0.0.0/8 only, so not from here
 POLICY = (
     f"DENY_READ_STARTD = {READER}@*\n"
     # the daemons (condor_reconfig -startd's) and root too, so that the test can undo it
     f"ALLOW_ADMINISTRATOR_STARTD = condor@* root@* {ADMIN}@*/10.0.0.0/8 "
-    f"{READER}@*/127.0.0.1\n"
+    f"{READER}@*/LOCALHOST*\n"  # a host name pattern: 127.0.0.1's reverse-DNS name
 )
 
 
