@@ -96,6 +96,9 @@ def _network(host: str, knob: str, entry: str) -> Network | None:
             raise ConfigError(f"{bad}: {host!r} is not an IPv4 address with a wildcard")
         base = ".".join([*octets, *["0"] * (4 - len(octets))])
         return ipaddress.IPv4Network(f"{base}/{8 * len(octets)}")
+    if host.lower() == "{:local_ips:}" or (":" in host and "*" in host):
+        raise ConfigError(f"{bad}: {host!r} (local addresses, IPv6 wildcards) is not "
+                          "supported by execd; name the addresses or an IPv6 network /n")
     if any(c in host for c in "<>?") or re.fullmatch(r"[\w.-]+:\d+", host):
         raise ConfigError(f"{bad}: {host!r} looks like an address with a port (a sinful "
                           "string); name the host, its IP address or a network")

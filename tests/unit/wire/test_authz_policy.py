@@ -156,6 +156,8 @@ def test_legacy_semantics_give_daemon_the_write_list() -> None:
     ("127.0.0.1:9618", "looks like an address with a port"),
     ("<127.0.0.1:9618>", "looks like an address with a port"),
     ("+admins", "netgroups are not supported"),
+    ("{:local_ips:}", "is not supported by execd"),
+    ("*/fe80::*", "is not supported by execd"),
     ("a/b/c/d", "more than two '/'"),
     ("alice@x/", "empty user or host part"),
     ("alice@x/bad!host", "is not a host name"),
