@@ -48,6 +48,7 @@ from execd.wire.job_owner_session import (
     serve_create_owner_session,
     serve_owner_peek,
 )
+from execd.wire.peer_names import PeerNames
 from execd.wire.server import Handler, Peer
 from execd.wire.shadow_link import serve_ca_command
 
@@ -79,6 +80,7 @@ class PoolCommands:
         self.pslots = PslotPreemption(member)
         self.history = HistoryQueue(lambda: member.daemon.settings)
         self.owners: OwnerSessions | None = None  # once the member has its server security
+        self.peer_names = PeerNames()  # for host name patterns in ALLOW_/DENY_ lists
 
     def handlers(self) -> dict[int, Handler]:
         deactivate = self.deactivate_claim
@@ -101,11 +103,19 @@ class PoolCommands:
             **DaemonCommands(self.daemon).handlers(),  # condor_reconfig, condor_config_val
         }
 
-    def authorize(self, command: int, peer: Peer) -> bool:
+    async def authorize(self, command: int, peer: Peer) -> bool:
         """HTCondor's ALLOW_<LEVEL>/DENY_<LEVEL> for the command's level (the startd's
         registration, COMMAND_PERMISSION), with execd's own two rules before it: a job
         owner's session serves only the owner commands, and claim commands come from a
-        claim id's session or a DAEMON identity (CA_CMD too, which HTCondor puts at WRITE)."""
+        claim id's session or a DAEMON identity (CA_CMD too, which HTCondor puts at WRITE).
+        The peer's host names are looked up (off the loop) only when an entry is a host
+        name pattern."""
+        policy, ip = self.member.config.authz, peer_ip(peer.address)
+        names = await self.peer_names.of(ip) if policy.wants_peer_names else ()
+        return self.judge(command, peer, names)
+
+    def judge(self, command: int, peer: Peer, names: tuple[str, ...] = ()) -> bool:
+        """authorize's decision, the peer's confirmed host names given; logs a refusal."""
         owners = self.owners
         owner_session = owners is not None and owners.is_owner_session(peer.sid)
         level = "DAEMON" if command in CLAIM_COMMANDS else COMMAND_PERMISSION.get(command)
@@ -114,10 +124,12 @@ class PoolCommands:
             why = "a job owner's session serves only its owner commands"
         elif command in OWNER_COMMANDS:
             allowed, why = False, "not the job owner's session"
-        elif command in CLAIM_COMMANDS and peer.user == MATCH_SESSION_USER:
+        elif command in CLAIM_COMMANDS and peer.user == MATCH_SESSION_USER \
+                and peer.method == "MATCH":  # a token naming that user is not one  # fmt: skip
             allowed, why = True, "a claim id's session"
         elif level is not None:
-            verdict = self.member.config.authz.verify(level, peer.user, peer_ip(peer.address))
+            verdict = self.member.config.authz.verify(level, peer.user, peer_ip(peer.address),
+                                                      names)  # fmt: skip
             allowed, why = verdict.allowed, verdict.reason
         else:
             allowed, why = False, "not a command execd serves to the pool"

@@ -10,7 +10,6 @@ verb does is in execd.daemon.verbs.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import sys
 import time
@@ -171,7 +170,7 @@ class Daemon:
         self.wake.set()
         if self.pool is not None:  # as condor_startd: the pool sees the new config at once
             if new_authz is not None:
-                self.pool.config = dataclasses.replace(self.pool.config, authz=new_authz)
+                self.pool.use_authz(new_authz)
             self.pool.changed()
         return True
 

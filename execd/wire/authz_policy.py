@@ -5,14 +5,16 @@ condor_ipverify.cpp, condor_perms.cpp and SecMan::getSecSetting):
 
 - Each level's list is the first of ALLOW_<LEVEL>_STARTD, ALLOW_<LEVEL>,
   ALLOW_DEFAULT_STARTD, ALLOW_DEFAULT that is defined and not empty (ADVERTISE_* levels
-  try DAEMON's before DEFAULT's; with LEGACY_ALLOW_SEMANTICS DAEMON tries WRITE's);
-  the same for DENY_.
+  try DAEMON's before DEFAULT's; with LEGACY_ALLOW_SEMANTICS DAEMON, and so ADVERTISE_*,
+  tries WRITE's); the same for DENY_.
 - An entry is `user@domain/host`, `user@domain` (any host), or a host alone (any
   user). A host is `*`, an IP address, a network (`10.0.0.0/8`, `10.0.0.0/255.0.0.0`,
-  `10.0.*`, an IPv6 `/n`), or a host name matched, case-blind with one `*` wildcard,
-  against the peer address's reverse-DNS name. Users match case-blind with one `*`
-  wildcard; `condor@x` and `condor_pool@x` stand for each other
-  (USE_POOL_USERNAME_EQUIVALENT).
+  `10.0.*`, an IPv6 `/n`), or a host name: one without a wildcard stands for the
+  addresses it resolves to when the policy is loaded (none when it does not resolve);
+  one with a `*` is matched, case-blind, against the peer's forward-confirmed
+  reverse-DNS names (execd.wire.peer_names). Users match case-blind with one `*`
+  wildcard; `condor@x` and `condor_pool@x` stand for each other unless
+  USE_POOL_USERNAME_EQUIVALENT is false.
 - A matching DENY entry refuses, whatever else allows. `*` (or `*/*`) as the whole
   ALLOW list allows everyone not denied. A level other than READ and WRITE with no ALLOW
   list refuses everyone; a DENY list of `*` refuses everyone.
@@ -27,15 +29,19 @@ the knob; HTCondor keeps such entries and matches nothing with them.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import re
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from execd.errors import ConfigError
+from execd.log import get_logger
 from execd.wire.commands import IMPLIED_PERMISSION
+from execd.wire.peer_names import Resolver, forward_addresses, normal_ip
+
+log = get_logger("wire")
 
 # The levels execd's commands are registered at, and those that imply them.
 LEVELS = ("READ", "WRITE", "NEGOTIATOR", "ADMINISTRATOR", "CONFIG", "DAEMON",
@@ -44,7 +50,9 @@ SUBSYSTEM = "STARTD"
 # With no ALLOW list in the search for a level, execd uses security:recommended's (the
 # policy Debian's and HTCondor's packages ship, whose `use SECURITY:` line execd does not
 # read), the administrators and schedulers of execd's older knobs standing in for
-# condor@* and root@*.
+# condor@* and root@*: only when no knob of the level's search is defined at all (an
+# empty `ALLOW_ADMINISTRATOR =` is defined, and denies everyone, as in HTCondor). Their
+# entries are user patterns only, as before they became lists: `admin` names a user.
 FALLBACKS = {"READ": "*", "WRITE": "*", "NEGOTIATOR": "condor@* condor@password"}
 FALLBACK_KNOBS = {"ADMINISTRATOR": "EXECD_POOL_ADMINISTRATORS", "DAEMON": "EXECD_POOL_SCHEDULERS",
                   "ADVERTISE_STARTD": "EXECD_POOL_SCHEDULERS",
@@ -54,17 +62,6 @@ _HOSTNAME = re.compile(r"^[A-Za-z0-9*_.-]+$")
 _IPV4_WILD = re.compile(r"^(\d{1,3}\.){0,3}\*$")  # 128.105.*, 10.*
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-Resolver = Callable[[str], Sequence[str]]  # an IP -> its host names (reverse DNS)
-
-
-def reverse_names(ip: str) -> list[str]:
-    """The peer's host name and aliases, as HTCondor's get_hostname_with_alias finds
-    them; none when the address has no name."""
-    try:
-        name, aliases, _ = socket.gethostbyaddr(ip)
-    except OSError:
-        return []
-    return [name, *aliases]
 
 
 def matches_wildcard(pattern: str, text: str) -> bool:
@@ -118,17 +115,33 @@ class Entry:
     host: str
     network: Network | None
     any_host: bool = False
+    pool_equivalent: bool = True  # USE_POOL_USERNAME_EQUIVALENT
+    # a host name without a wildcard: the addresses it resolved to (none until resolved)
+    addresses: frozenset[str] = frozenset()
+
+    @property
+    def host_name(self) -> bool:
+        return not self.any_host and self.network is None
+
+    @property
+    def name_pattern(self) -> bool:
+        """A host name with a wildcard: matched against the peer's names."""
+        return self.host_name and "*" in self.host
 
     def names(self, user: str) -> bool:
         if matches_wildcard(self.user, user):
             return True
+        if not self.pool_equivalent:
+            return False
         for one, other in (("condor@", "condor_pool@"), ("condor_pool@", "condor@")):
             if self.user.lower().startswith(one) and matches_wildcard(
                     other + self.user[len(one):], user):  # fmt: skip
                 return True
         return False
 
-    def matches(self, user: str, ip: str, hostnames: Callable[[], Sequence[str]]) -> bool:
+    def matches(self, user: str, ip: str, hostnames: Sequence[str]) -> bool:
+        """`ip` is normal_ip's (an IPv4-mapped address as IPv4), `hostnames` the peer's
+        forward-confirmed names."""
         if not self.names(user):
             return False
         if self.any_host:
@@ -138,7 +151,9 @@ class Entry:
                 return ipaddress.ip_address(ip) in self.network
             except ValueError:
                 return False
-        return any(matches_wildcard(self.host, name) for name in hostnames())
+        if not self.name_pattern:
+            return ip in self.addresses
+        return any(matches_wildcard(self.host, name) for name in hostnames)
 
 
 def parse_entry(text: str, knob: str) -> Entry:
@@ -191,53 +206,69 @@ class Verdict:
 
 
 def _config_order(level: str, legacy: bool) -> list[str]:
-    if level.startswith("ADVERTISE_"):
-        return [level, "DAEMON", "DEFAULT"]
+    if level.startswith("ADVERTISE_"):  # DCpermissionHierarchy::nextConfig
+        return [level, "DAEMON", "WRITE", "DEFAULT"] if legacy else [level, "DAEMON", "DEFAULT"]
     if level == "DAEMON" and legacy:
         return ["DAEMON", "WRITE", "DEFAULT"]
     return [level, "DEFAULT"]
 
 
 def _setting(get: Callable[[str], str | None], prefix: str, level: str,
-             legacy: bool) -> tuple[str | None, str | None]:  # fmt: skip
-    """(the value, its knob's name): SecMan::getSecSetting's search."""
+             legacy: bool) -> tuple[str | None, str | None, bool]:  # fmt: skip
+    """(the value, its knob's name, whether any knob of the search is defined, even
+    empty): SecMan::getSecSetting's search, where param() skips an empty value."""
+    defined = False
     for name in _config_order(level, legacy):
         for knob in (f"{prefix}_{name}_{SUBSYSTEM}", f"{prefix}_{name}"):
-            value = (get(knob) or "").strip()
+            raw = get(knob)
+            defined = defined or raw is not None
+            value = (raw or "").strip()
             if value:
-                return value, knob
-    return None, None
+                return value, knob, True
+    return None, None, defined
 
 
-def _entries(value: str, knob: str) -> tuple[Entry, ...]:
-    return tuple(parse_entry(e, knob) for e in re.split(r"[\s,]+", value) if e)
+def _split(value: str) -> list[str]:
+    return [e for e in re.split(r"[\s,]+", value) if e]
+
+
+def _entries(value: str, knob: str, pool_equivalent: bool) -> tuple[Entry, ...]:
+    return tuple(dataclasses.replace(parse_entry(e, knob), pool_equivalent=pool_equivalent)
+                 for e in _split(value))  # fmt: skip
+
+
+def _user_entries(value: str, pool_equivalent: bool) -> tuple[Entry, ...]:
+    """A deprecated knob's entries: user patterns from any host, whatever they hold."""
+    return tuple(Entry(user=e, host="*", network=None, any_host=True,
+                       pool_equivalent=pool_equivalent) for e in _split(value))  # fmt: skip
 
 
 @dataclass(frozen=True)
 class AuthzPolicy:
     levels: dict[str, LevelPolicy] = field(default_factory=dict)
-    resolver: Resolver = reverse_names
-    # peer IP -> its names, looked up once per policy (a reload starts afresh), as
-    # IpVerify caches its verdicts until a reconfig
-    names: dict[str, list[str]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_config(cls, get: Callable[[str], str | None], *, legacy: bool = False,
-                    resolver: Resolver = reverse_names) -> AuthzPolicy:  # fmt: skip
+    def from_config(cls, get: Callable[[str], str | None], *,
+                    legacy: bool = False, pool_equivalent: bool = True) -> AuthzPolicy:
         """Every level's lists from `get` (a knob's expanded value, None if undefined,
-        Settings.get_str); a bad entry is a ConfigError naming its knob."""
+        Settings.get_str); a bad entry is a ConfigError naming its knob. Host names
+        without a wildcard match nothing until resolved()."""
         levels: dict[str, LevelPolicy] = {}
         for level in LEVELS:
-            allow, allow_knob = _setting(get, "ALLOW", level, legacy)
-            if allow is None and level in FALLBACKS:  # nothing in the search: execd's
+            allow, allow_knob, defined = _setting(get, "ALLOW", level, legacy)
+            deprecated = False
+            if not defined and level in FALLBACKS:  # nothing in the search: execd's
                 allow, allow_knob = FALLBACKS[level], f"execd's default ALLOW_{level}"
-            elif allow is None and level in FALLBACK_KNOBS:
+            elif not defined and level in FALLBACK_KNOBS:
                 allow_knob = FALLBACK_KNOBS[level]
                 allow = (get(allow_knob) or "").strip() or None
-                allow_knob = allow_knob if allow else None
-            deny, deny_knob = _setting(get, "DENY", level, legacy)
-            allowed = _entries(allow, allow_knob or "") if allow else ()
-            denied = _entries(deny, deny_knob or "") if deny else ()
+                allow_knob, deprecated = (allow_knob, True) if allow else (None, False)
+            deny, deny_knob, _ = _setting(get, "DENY", level, legacy)
+            if deprecated:
+                allowed = _user_entries(allow or "", pool_equivalent)
+            else:
+                allowed = _entries(allow, allow_knob or "", pool_equivalent) if allow else ()
+            denied = _entries(deny, deny_knob or "", pool_equivalent) if deny else ()
             allow_all, deny_all = allow in ("*", "*/*"), deny in ("*", "*/*")
             if deny_all or (allow is None and level not in ("READ", "WRITE")):
                 behaviour = "deny"
@@ -246,19 +277,48 @@ class AuthzPolicy:
             else:
                 behaviour = "table"
             levels[level] = LevelPolicy(allowed, denied, allow_knob, deny_knob, behaviour)
-        return cls(levels, resolver)
+        return cls(levels)
 
-    def verify(self, level: str, user: str, ip: str) -> Verdict:
-        """May `user` connecting from `ip` send a command of `level`? And why."""
-        def hostnames() -> Sequence[str]:
-            if ip not in self.names:
-                self.names[ip] = list(self.resolver(ip))
-            return self.names[ip]
+    def host_names(self) -> set[str]:
+        """The host names without a wildcard that resolved() looks up."""
+        return {e.host for p in self.levels.values() for e in (*p.allow, *p.deny)
+                if e.host_name and not e.name_pattern}  # fmt: skip
 
-        return self._verify(level, user or "*", ip, hostnames)
+    @property
+    def wants_peer_names(self) -> bool:
+        """Whether an entry is a host name pattern, matched against the peer's names."""
+        return any(e.name_pattern for p in self.levels.values() for e in (*p.allow, *p.deny))
+
+    def resolved(self, forward: Resolver = forward_addresses) -> AuthzPolicy:
+        """This policy with every host name without a wildcard standing for the
+        addresses it resolves to (blocking: call it off the event loop). A name that
+        does not resolve is logged and matches nothing."""
+        found: dict[str, frozenset[str]] = {}
+        for name in sorted(self.host_names()):
+            try:
+                found[name] = frozenset(filter(None, map(normal_ip, forward(name))))
+            except (OSError, UnicodeError) as exc:
+                log.warning("authz_host_unresolved", host=name, reason=str(exc) or
+                            type(exc).__name__)  # fmt: skip
+                found[name] = frozenset()
+
+        def resolve(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
+            return tuple(dataclasses.replace(e, addresses=found[e.host])
+                         if e.host in found and e.host_name and not e.name_pattern else e
+                         for e in entries)  # fmt: skip
+
+        return AuthzPolicy({level: dataclasses.replace(p, allow=resolve(p.allow),
+                                                       deny=resolve(p.deny))
+                            for level, p in self.levels.items()})  # fmt: skip
+
+    def verify(self, level: str, user: str, ip: str,
+               hostnames: Sequence[str] = ()) -> Verdict:  # fmt: skip
+        """May `user` connecting from `ip` (whose forward-confirmed host names are
+        `hostnames`) send a command of `level`? And why."""
+        return self._verify(level, user or "*", normal_ip(ip) or ip, tuple(hostnames))
 
     def _verify(self, level: str, user: str, ip: str,
-                hostnames: Callable[[], Sequence[str]]) -> Verdict:  # fmt: skip
+                hostnames: Sequence[str]) -> Verdict:  # fmt: skip
         policy = self.levels.get(level)
         if policy is None:
             return Verdict(False, f"{level} is not an authorization level execd knows")
@@ -290,7 +350,8 @@ def policy_from_settings(settings: Any) -> AuthzPolicy:
     and the file and line that define it."""
     try:
         return AuthzPolicy.from_config(
-            settings.get_str, legacy=settings.get_bool("LEGACY_ALLOW_SEMANTICS", False))
+            settings.get_str, legacy=settings.get_bool("LEGACY_ALLOW_SEMANTICS", False),
+            pool_equivalent=settings.get_bool("USE_POOL_USERNAME_EQUIVALENT", True))
     except ConfigError as exc:
         found = settings.config.definition(exc.message.split(":", 1)[0])
         if found is None:
@@ -304,7 +365,13 @@ def implied_by(level: str) -> list[str]:
 
 
 def peer_ip(address: str) -> str:
-    """The IP of a Channel's peer text (`1.2.3.4:567`, `[::1]:567`)."""
-    host = address.rsplit(":", 1)[0] if address.count(":") == 1 or address.startswith("[") \
-        else address
-    return host.strip("[]")
+    """The IP of a Channel's peer text (`1.2.3.4:567`, `[::1]:567`, a bare address), an
+    IPv4-mapped IPv6 one as IPv4; text that holds no IP address comes back as it is
+    (no network or host entry matches it)."""
+    if address.startswith("["):
+        host = address[1:].split("]", 1)[0]
+    elif address.count(":") == 1:
+        host = address.rsplit(":", 1)[0]
+    else:
+        host = address
+    return normal_ip(host.split("%", 1)[0]) or address

@@ -5,6 +5,7 @@ ConfigError a pattern no peer could match gives, naming its knob."""
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -19,17 +20,19 @@ from execd.errors import ConfigError
 from execd.wire.authz_policy import AuthzPolicy, matches_wildcard, parse_entry, peer_ip
 from execd.wire.claim_session import MATCH_SESSION_USER
 from execd.wire.commands import Command, within_limits
+from execd.wire.peer_names import PeerNames
 from execd.wire.server import Peer
 
 NAMES = {"10.1.2.3": ["worker3.cs.example.org", "w3"], "127.0.0.1": ["localhost"]}
 
 
 def policy(**knobs: str) -> AuthzPolicy:
-    return AuthzPolicy.from_config(knobs.get, resolver=lambda ip: NAMES.get(ip, []))
+    return AuthzPolicy.from_config(knobs.get)
 
 
 def allowed(p: AuthzPolicy, level: str, user: str, ip: str = "127.0.0.1") -> bool:
-    return p.verify(level, user, ip).allowed
+    """`ip`'s (forward-confirmed) host names are NAMES's."""
+    return p.verify(level, user, ip, NAMES.get(ip, [])).allowed
 
 
 @pytest.mark.parametrize(("pattern", "text", "expected"), [
@@ -197,8 +200,9 @@ def test_pool_commands_are_judged_at_condor_startds_levels() -> None:
     commands = SimpleNamespace(member=SimpleNamespace(config=config), owners=None)
 
     def may(user: str, command: int, address: str = "127.0.0.1:5") -> bool:
-        peer = Peer(user=user, method="FS", sid="s", address=address)
-        return bool(PoolCommands.authorize(cast(Any, commands), command, peer))
+        method = "MATCH" if user == MATCH_SESSION_USER else "FS"
+        peer = Peer(user=user, method=method, sid="s", address=address)
+        return bool(PoolCommands.judge(cast(Any, commands), command, peer))
 
     with capture_logs() as events:
         for command in (Command.QUERY_STARTD_ADS, Command.GET_HISTORY, Command.CONFIG_VAL,
@@ -221,3 +225,146 @@ def test_a_token_scoped_to_a_level_reaches_the_daemon_core_commands_of_that_leve
     assert within_limits(Command.DC_CONFIG_VAL, frozenset({"READ"}))
     assert within_limits(Command.DC_RECONFIG_FULL, frozenset({"ADMINISTRATOR"}))
     assert not within_limits(Command.DC_RECONFIG_FULL, frozenset({"READ"}))
+
+
+# -- the reviewer's findings: each test fails without its fix ------------------------------
+CM = {"cm.example.org": ["192.0.2.1"]}
+
+
+def test_a_host_name_entry_stands_for_the_addresses_it_resolves_to_not_a_ptr() -> None:
+    """A peer whose PTR claims the central manager's name is not the central manager:
+    host names without a wildcard match only the addresses they resolve to at load."""
+    p = policy(ALLOW_ADMINISTRATOR="*@pool/cm.example.org", DENY_READ="nowhere.example.org")
+    with capture_logs() as events:
+        p = p.resolved(forward=lambda name: CM.get(name, ["198.51.100.1"]))
+    assert p.verify("ADMINISTRATOR", "root@pool", "192.0.2.1").allowed
+    assert not p.verify("READ", "alice@pool", "198.51.100.1").allowed  # DENY by name
+    assert p.verify("READ", "alice@pool", "203.0.113.9", ["nowhere.example.org"]).allowed
+    verdict = p.verify("ADMINISTRATOR", "mallory@pool", "203.0.113.9", ["cm.example.org"])
+    assert not verdict.allowed, verdict.reason
+    assert events == []
+
+
+def test_a_host_name_that_does_not_resolve_is_logged_and_matches_nothing() -> None:
+    def forward(name: str) -> list[str]:
+        raise OSError(f"{name}: Name or service not known")
+
+    with capture_logs() as events:
+        p = policy(ALLOW_ADMINISTRATOR="*@pool/gone.example.org").resolved(forward=forward)
+    assert not p.verify("ADMINISTRATOR", "root@pool", "192.0.2.1", ["gone.example.org"]).allowed
+    assert [(e["event"], e["host"]) for e in events] == [
+        ("authz_host_unresolved", "gone.example.org")]
+
+
+def test_a_wildcard_host_entry_matches_only_the_names_it_is_given() -> None:
+    """Wildcards match the peer's names, which execd.wire.peer_names confirms forward."""
+    p = policy(ALLOW_ADMINISTRATOR="*@pool/*.example.org")
+    assert p.wants_peer_names and not policy(ALLOW_ADMINISTRATOR="root@pool").wants_peer_names
+    assert p.verify("ADMINISTRATOR", "root@pool", "192.0.2.1", ["cm.example.org"]).allowed
+    assert not p.verify("ADMINISTRATOR", "root@pool", "192.0.2.1", []).allowed
+
+
+@pytest.mark.parametrize(("address", "ip"), [
+    ("[2001:db8::5]:4660", "2001:db8::5"),
+    ("[::ffff:10.0.0.5]:4660", "10.0.0.5"),
+    ("::ffff:10.0.0.5", "10.0.0.5"),
+    ("2001:db8::5", "2001:db8::5"),
+    ("[fe80::1%eth0]:22", "fe80::1"),
+    ("(claim)", "(claim)"),
+])  # fmt: skip
+def test_peer_ip_reads_ipv6_and_ipv4_mapped_addresses(address: str, ip: str) -> None:
+    assert peer_ip(address) == ip
+
+
+def test_an_ipv4_mapped_peer_is_judged_as_its_ipv4_address() -> None:
+    p = policy(ALLOW_READ="*", DENY_READ="10.0.0.5 */192.168.0.0/16")
+    assert not allowed(p, "READ", "eve@pool", "::ffff:10.0.0.5")
+    assert not allowed(p, "READ", "eve@pool", "::ffff:192.168.4.4")
+    p = policy(ALLOW_READ="*", DENY_READ="2001:db8::/32")
+    assert not allowed(p, "READ", "eve@pool", peer_ip("[2001:db8::5]:4660"))
+
+
+def test_pool_username_equivalence_follows_its_knob() -> None:
+    """condor@x names condor_pool@x only while USE_POOL_USERNAME_EQUIVALENT is true
+    (its default), as fill_table adds the reciprocal entries."""
+    def daemon_ok(user: str, **knobs: str) -> bool:
+        config = load_settings(parse_config_text(
+            "COLLECTOR_HOST = 127.0.0.1:9618\n" +
+            "".join(f"{k} = {v}\n" for k, v in knobs.items()), filename="c", env={}))
+        settings = pool_settings(config)
+        assert settings is not None
+        return settings.authz.verify("DAEMON", user, "127.0.0.1").allowed
+
+    assert daemon_ok("condor_pool@node")  # EXECD_POOL_SCHEDULERS' default condor@*
+    assert not daemon_ok("condor_pool@node", USE_POOL_USERNAME_EQUIVALENT="false")
+    assert daemon_ok("condor@node", USE_POOL_USERNAME_EQUIVALENT="false")
+    assert not daemon_ok("condor_pool@node", USE_POOL_USERNAME_EQUIVALENT="false",
+                         ALLOW_DAEMON="condor@*")  # fmt: skip
+
+
+def test_the_deprecated_knobs_name_users_never_hosts() -> None:
+    """`admin` in EXECD_POOL_ADMINISTRATORS was a user pattern that matched no
+    user@domain; it must not become a host entry a PTR record can satisfy."""
+    p = policy(EXECD_POOL_ADMINISTRATORS="admin root@*/10.0.0.0/8 op*")
+    assert not p.verify("ADMINISTRATOR", "mallory@pool", "10.1.2.3", ["admin"]).allowed
+    assert not p.verify("ADMINISTRATOR", "root@pool", "10.1.2.3").allowed
+    assert p.verify("ADMINISTRATOR", "operator@pool", "192.0.2.7").allowed  # op*: a user
+
+
+def test_an_empty_allow_list_is_defined_and_denies_everyone() -> None:
+    """`ALLOW_ADMINISTRATOR =` (after security:recommended) denies all in HTCondor:
+    it does not fall back to the deprecated knobs or execd's defaults."""
+    p = policy(ALLOW_ADMINISTRATOR="", EXECD_POOL_ADMINISTRATORS="root@*")
+    assert not allowed(p, "ADMINISTRATOR", "root@node")
+    p = policy(ALLOW_DAEMON_STARTD=" ", EXECD_POOL_SCHEDULERS="condor@*")
+    assert not allowed(p, "DAEMON", "condor@node")
+    p = policy(ALLOW_NEGOTIATOR="")
+    assert not allowed(p, "NEGOTIATOR", "condor@node")
+    assert allowed(policy(), "NEGOTIATOR", "condor@node")  # undefined: the default
+
+
+def test_legacy_semantics_give_advertise_levels_the_write_list_after_daemons() -> None:
+    p = AuthzPolicy.from_config({"ALLOW_WRITE": "bob@pool"}.get, legacy=True)
+    assert allowed(p, "ADVERTISE_STARTD", "bob@pool")
+    assert not allowed(AuthzPolicy.from_config({"ALLOW_WRITE": "bob@pool"}.get),
+                       "ADVERTISE_STARTD", "bob@pool")  # fmt: skip
+
+
+def test_only_a_claim_ids_session_skips_the_daemon_lists() -> None:
+    """A pool-signed token whose subject is execute-side@matchsession is judged by
+    ALLOW_DAEMON like any identity; only the MATCH session is the claim holder's."""
+    config = pool_settings(load_settings(parse_config_text(
+        "COLLECTOR_HOST = 127.0.0.1:9618\nALLOW_DAEMON = condor@*\n", filename="c",
+        env={})))  # fmt: skip
+    commands = cast(Any, SimpleNamespace(member=SimpleNamespace(config=config), owners=None))
+    token = Peer(user=MATCH_SESSION_USER, method="IDTOKENS", sid="s", address="127.0.0.1:5")
+    match = Peer(user=MATCH_SESSION_USER, method="MATCH", sid="s", address="127.0.0.1:5")
+    with capture_logs() as events:
+        assert not PoolCommands.judge(commands, Command.REQUEST_CLAIM, token)
+        assert PoolCommands.judge(commands, Command.REQUEST_CLAIM, match)
+    assert [e["method"] for e in events] == ["IDTOKENS"]
+
+
+def test_authorize_looks_names_up_off_the_loop_only_for_name_patterns() -> None:
+    """PoolCommands.authorize awaits the peer's confirmed names (never for a peer text
+    that is no IP address, such as a claim session's old "(claim)")."""
+    asked: list[str] = []
+
+    def lookup(ip: str) -> list[str]:
+        asked.append(ip)
+        return NAMES.get(ip, [])
+
+    config = pool_settings(load_settings(parse_config_text(
+        "COLLECTOR_HOST = 127.0.0.1:9618\nALLOW_ADMINISTRATOR = *@pool/*.cs.example.org\n",
+        filename="c", env={})))  # fmt: skip
+    commands = SimpleNamespace(member=SimpleNamespace(config=config), owners=None,
+                               peer_names=PeerNames(lookup))  # fmt: skip
+    commands.judge = lambda *a: PoolCommands.judge(cast(Any, commands), *a)
+
+    def may(address: str) -> bool:
+        peer = Peer(user="root@pool", method="FS", sid="s", address=address)
+        return asyncio.run(PoolCommands.authorize(cast(Any, commands), Command.DRAIN_JOBS,
+                                                  peer))  # fmt: skip
+
+    assert may("10.1.2.3:5") and not may("127.0.0.1:5") and not may("(claim)")
+    assert asked == ["10.1.2.3", "127.0.0.1"]
