@@ -5,7 +5,10 @@ One pool with HTCondor's own startd and an execd beside it (a node name of its o
 Both get the same startd-only policy (the _STARTD knobs, so the collector, negotiator
 and schedd keep theirs): READ denied to one token identity, which is an administrator
 from LOCALHOST* (a host name pattern, case-blind, matched against 127.0.0.1's
-reverse-DNS name); another is an administrator from 10.0.0.0/8 only. The submitter holds
+reverse-DNS name, which must resolve back to it); another is an administrator from
+10.0.0.0/8 only; a third from `localhost` (a host name, which stands for the addresses
+it resolves to when the policy is loaded, on execd before the new policy applies:
+authz_policy_applied). The submitter holds
 each identity's IDTOKEN in turn (IDTOKENS only: FS would map its uid through the
 chroot's passwd on condor_startd and the host's on execd; authentication required, or
 condor_startd answers READ commands unauthenticated) and runs condor_status
@@ -31,11 +34,12 @@ STARTD_CONFIG = "/etc/condor/config.d/99-execd-authz-policy.conf"
 EXECD_NAME = "execd-authz.test"
 READER = "authzreader"  # refused READ; an administrator from localhost
 ADMIN = "authzadmin"  # an administrator from 10.0.0.0/8 only, so not from here
+HOST_ADMIN = "authzhostadmin"  # an administrator from localhost (a name: its addresses)
 POLICY = (
     f"DENY_READ_STARTD = {READER}@*\n"
     # the daemons (condor_reconfig -startd's) and root too, so that the test can undo it
     f"ALLOW_ADMINISTRATOR_STARTD = condor@* root@* {ADMIN}@*/10.0.0.0/8 "
-    f"{READER}@*/LOCALHOST*\n"  # a host name pattern: 127.0.0.1's reverse-DNS name
+    f"{READER}@*/LOCALHOST* {HOST_ADMIN}@*/localhost\n"  # a name pattern; a name
 )
 
 
@@ -110,12 +114,16 @@ def test_the_same_policy_allows_and_refuses_the_same_on_execd_and_condor_startd(
                 assert node.proc is not None
                 node.proc.send_signal(signal.SIGHUP)
                 node.wait_for("reconfig_applied", timeout=WAIT_S)
+                applied = node.wait_for("authz_policy_applied", timeout=WAIT_S)
+                assert applied["hosts"] == ["localhost"], applied
 
                 for identity, expected in (
                         (READER, {"status": False, "config_val": False, "history": False,
                                   "vacate": True, "drain": True}),
                         (ADMIN, {"status": True, "config_val": True, "history": True,
-                                 "vacate": False, "drain": False})):  # fmt: skip
+                                 "vacate": False, "drain": False}),
+                        (HOST_ADMIN, {"status": True, "config_val": True, "history": True,
+                                      "vacate": True, "drain": True})):  # fmt: skip
                     token = make_token(pool, identity=identity)
                     theirs = outcomes(pool, token, startd, startd_address)
                     ours = outcomes(pool, token, EXECD_NAME, node.address())
