@@ -326,7 +326,7 @@ class AuthzPolicy:
             return Verdict(True, f"{level} authorization policy allows access by anyone")
         if policy.behaviour == "deny":
             why = f"{policy.deny_knob} denies everyone" if policy.deny_knob and \
-                policy.allow_knob else f"no ALLOW_{level} is defined"
+                policy.allow_knob else f"no ALLOW_{level} is defined, or it is empty"
             return Verdict(False, f"{level} authorization policy denies all access ({why})")
         if any(e.matches(user, ip, hostnames) for e in policy.deny):
             return Verdict(False, f"{level} authorization policy denies {user} from {ip} "

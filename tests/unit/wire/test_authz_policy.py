@@ -315,7 +315,9 @@ def test_an_empty_allow_list_is_defined_and_denies_everyone() -> None:
     """`ALLOW_ADMINISTRATOR =` (after security:recommended) denies all in HTCondor:
     it does not fall back to the deprecated knobs or execd's defaults."""
     p = policy(ALLOW_ADMINISTRATOR="", EXECD_POOL_ADMINISTRATORS="root@*")
-    assert not allowed(p, "ADMINISTRATOR", "root@node")
+    verdict = p.verify("ADMINISTRATOR", "root@node", "127.0.0.1")
+    assert not verdict.allowed and verdict.reason == "ADMINISTRATOR authorization policy " \
+        "denies all access (no ALLOW_ADMINISTRATOR is defined, or it is empty)"
     p = policy(ALLOW_DAEMON_STARTD=" ", EXECD_POOL_SCHEDULERS="condor@*")
     assert not allowed(p, "DAEMON", "condor@node")
     p = policy(ALLOW_NEGOTIATOR="")
