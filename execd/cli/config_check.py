@@ -10,12 +10,14 @@ from execd.config.loader import load_config
 from execd.config.settings import load_settings
 from execd.config.sources import find_config_file
 from execd.errors import ConfigError
+from execd.wire.authz_policy import policy_from_settings
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "config-check",
-        help="check a configuration file (syntax, macros, knob types, ClassAd expressions)",
+        help="check a configuration file (syntax, macros, knob types, ClassAd expressions, "
+        "ALLOW_/DENY_ entries)",
         description="Read FILE (or the active configuration) the way the daemon would, "
         "and report every problem with its file and line. Exit 0 when it is good.",
     )
@@ -29,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
         config = load_config(path)
-        load_settings(config)
+        policy_from_settings(load_settings(config))  # ALLOW_<LEVEL>/DENY_<LEVEL> entries
     except ConfigError as exc:
         print(f"execd: {exc}", file=sys.stderr)
         return 1

@@ -20,6 +20,7 @@ session is known to the server exactly while the id is live.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import time
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from execd.daemon.pool_settings import PoolSettings, pool_settings
 from execd.daemon.startd_daemon_ad import StartdDaemonAd
 from execd.errors import ExecdError, ProtocolError
 from execd.wire.advertiser import Advertiser, wait_event
+from execd.wire.authz_policy import AuthzPolicy
+from execd.wire.blocking_worker import BlockingWorker
 from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import WireAd
 from execd.wire.collector import CollectorClient
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
 logger = log.get_logger("pool")
 
 STOP_TIMEOUT_S = 20.0  # invalidating ads on shutdown never holds the daemon longer
+RESOLVE_TIMEOUT_S = 60.0  # resolving an ALLOW_/DENY_ policy's host names, all of them
 LISTEN_PORT_KEY = "pool_listen_port"  # the store's meta: the command port of the last run
 
 
@@ -97,6 +101,8 @@ class PoolMember:
         self.state_changed = asyncio.Event()
         self.closed_by_schedd: set[str] = set()  # claims whose schedd ended them
         self._notices: set[asyncio.Task[None]] = set()  # RELEASE_CLAIMs in flight
+        self._resolver = BlockingWorker("execd-authz-hosts")
+        self._authz_task: asyncio.Task[None] | None = None  # a reload's policy resolving
         self.daemon_attrs = DaemonAttributes(self)  # TotalSlots, JobStarts, MonitorSelf*, ...
         # JobId, ClientMachine, ImageSize, PublicClaimId, ... of claimed slots
         self.job_attrs = JobAttributes(daemon.jobs, lambda: daemon.settings)
@@ -106,6 +112,8 @@ class PoolMember:
         from execd.daemon.pool_conversation import restore  # noqa: PLC0415
 
         self.daemon_attrs.duty.install(asyncio.get_running_loop())
+        if self.config.authz.host_names():  # before the first command is judged
+            await self._resolve_authz(self.config.authz, at_start=True)
         await self._listen()
         self.address = self.server.address
         endpoint = None
@@ -125,7 +133,8 @@ class PoolMember:
             for task in done:
                 task.result()  # a loop that crashed takes the daemon down, as in a TaskGroup
         finally:
-            await cancel_until_done(loops + resumed + list(self._notices))
+            authz = [self._authz_task] if self._authz_task is not None else []
+            await cancel_until_done(loops + resumed + list(self._notices) + authz)
             if endpoint is not None:
                 await endpoint.close()
             await self.server.close()
@@ -150,6 +159,32 @@ class PoolMember:
         await self.server.start(self.config.listen_host, port)
         if port == 0:
             store.set_meta(LISTEN_PORT_KEY, str(self.server.port))
+
+    def use_authz(self, policy: AuthzPolicy) -> None:
+        """A reload's ALLOW_/DENY_ policy: at once when it names no host to resolve;
+        else once its host names are resolved off the loop, the policy in force
+        staying until then (so a DENY by name never lapses)."""
+        if self._authz_task is not None:
+            self._authz_task.cancel()
+            self._authz_task = None
+        if not policy.host_names():
+            self.config = dataclasses.replace(self.config, authz=policy)
+            return
+        self._authz_task = asyncio.get_running_loop().create_task(self._resolve_authz(policy))
+
+    async def _resolve_authz(self, policy: AuthzPolicy, *, at_start: bool = False) -> None:
+        hosts = sorted(policy.host_names())
+        try:
+            resolved = await self._resolver.run(RESOLVE_TIMEOUT_S, policy.resolved)
+        except TimeoutError:
+            logger.warning("authz_hosts_unresolved", hosts=hosts, timeout_s=RESOLVE_TIMEOUT_S,
+                           policy="unresolved names match nothing" if at_start
+                           else "the policy in force stays")  # fmt: skip
+            if not at_start:
+                return
+            resolved = policy
+        self.config = dataclasses.replace(self.config, authz=resolved)
+        logger.info("authz_policy_applied", hosts=hosts)
 
     def changed(self) -> None:
         """A slot changed state: advertise now, not at the next UPDATE_INTERVAL."""

@@ -11,10 +11,10 @@
   default and a use count, as daemon-core answers; `?names[:regex]` lists the names the
   configuration defines.
 
-Reconfig and shutdown need an EXECD_POOL_ADMINISTRATORS identity (HTCondor's
-ADMINISTRATOR level); DC_CONFIG_VAL any authenticated peer (READ, which HTCondor allows
-everyone by default). A command with bad input is answered (or dropped) and logged; the
-daemon goes on.
+Reconfig and shutdown are ADMINISTRATOR commands, CONFIG_VAL and DC_CONFIG_VAL READ
+ones, as daemon-core registers them (ALLOW_<LEVEL>/DENY_<LEVEL>, judged by
+PoolCommands.authorize). A command with bad input is answered (or dropped) and logged;
+the daemon goes on.
 """
 
 from __future__ import annotations
@@ -32,11 +32,6 @@ if TYPE_CHECKING:
 
 logger = log.get_logger("pool")
 
-ADMIN_DAEMON_COMMANDS = frozenset({
-    Command.DC_RECONFIG, Command.DC_RECONFIG_FULL, Command.DC_OFF_GRACEFUL,
-    Command.DC_OFF_FAST, Command.DC_OFF_PEACEFUL,
-})  # fmt: skip
-READ_DAEMON_COMMANDS = frozenset({Command.DC_CONFIG_VAL, Command.CONFIG_VAL})
 SHUTDOWNS = {Command.DC_OFF_GRACEFUL: "graceful", Command.DC_OFF_FAST: "fast",
              Command.DC_OFF_PEACEFUL: "peaceful"}  # fmt: skip
 DEFAULT_LOCATION = "<Default>"

@@ -3,31 +3,32 @@ socket already has: claims go to the JobManager (request_claim, activate, releas
 signal_job) and the policy engine behind it; vacate and drain call the control
 socket's own `vacate`, `drain` and `cancel_drain` verbs. Nothing here decides policy.
 
-Authorization (before any handler runs, in the wire server's hook): claim commands
+Authorization (before any handler runs, in the wire server's hook): each command at
+its HTCondor level, judged by ALLOW_<LEVEL>/DENY_<LEVEL> (execd.wire.authz_policy):
+READ for queries, history and config values, ADMINISTRATOR for vacate, drain and the
+daemon-core reconfig and shutdown commands (execd.daemon.pool_admin); claim commands
 only from the holder of a claim id (the claim's own session, which only the
-negotiator's match gives a schedd) or an EXECD_POOL_SCHEDULERS identity; vacate and
-drain (and the daemon-core reconfig and shutdown commands, execd.daemon.pool_admin) only
-from EXECD_POOL_ADMINISTRATORS; a job owner's session (condor_tail's) only STARTER_PEEK
-and START_SSHD, whatever user it names. Every refusal is logged with the peer, the
-command and the claim's public session id, never the claim id's secret.
+negotiator's match gives a schedd) or a DAEMON identity; a job owner's session
+(condor_tail's) only STARTER_PEEK and START_SSHD, whatever user it names. Every refusal
+is logged with the peer, the level and why, never a claim id's secret.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from execd import log
 from execd.claims.ids import ClaimId
 from execd.daemon.control import ControlError
-from execd.daemon.pool_admin import ADMIN_DAEMON_COMMANDS, READ_DAEMON_COMMANDS, DaemonCommands
+from execd.daemon.pool_admin import DaemonCommands
 from execd.daemon.pool_admin_verbs import AdminVerbs
 from execd.daemon.pool_history import HistoryQueue
 from execd.daemon.pool_job import CLAIM_DEACTIVATED, PoolJob
 from execd.daemon.pool_pslot_preemption import PslotPreemption
 from execd.daemon.pool_query import query_startd_ads
+from execd.wire.authz_policy import peer_ip
 from execd.wire.channel import Channel
 from execd.wire.claim_messages import (
     RequestClaimReply,
@@ -40,13 +41,14 @@ from execd.wire.claim_messages import (
 )
 from execd.wire.claim_session import MATCH_SESSION_USER
 from execd.wire.classad_codec import to_classad
-from execd.wire.commands import Command, Reply
+from execd.wire.commands import COMMAND_PERMISSION, Command, Reply
 from execd.wire.job_owner_session import (
     OwnerSessions,
     refuse_sshd,
     serve_create_owner_session,
     serve_owner_peek,
 )
+from execd.wire.peer_names import PeerNames
 from execd.wire.server import Handler, Peer
 from execd.wire.shadow_link import serve_ca_command
 
@@ -63,23 +65,12 @@ CLAIM_COMMANDS = frozenset({
 })  # fmt: skip
 # condor_tail and condor_ssh_to_job: only on a job owner's session (job_owner_session.py)
 OWNER_COMMANDS = frozenset({Command.STARTER_PEEK, Command.START_SSHD})
-ADMIN_COMMANDS = frozenset({
-    Command.VACATE_CLAIM, Command.VACATE_CLAIM_FAST, Command.VACATE_ALL_CLAIMS,
-    Command.VACATE_ALL_FAST, Command.DRAIN_JOBS, Command.CANCEL_DRAIN_JOBS,
-})  # fmt: skip
-READ_COMMANDS = frozenset({Command.QUERY_STARTD_ADS, Command.GET_HISTORY})
-# condor_drain's HowFast (condor_commands.h DRAIN_GRACEFUL/QUICK/FAST)
-# What a pool command's verb call carries as its caller's roles.
 
 
 def job_values(lines: list[tuple[str, str]] | Mapping[str, str]) -> dict[str, Any]:
     """A job ad from the wire as the dict the JobManager takes (literals as values)."""
     ad = to_classad(dict(lines))
     return {key: ad[key] for key in ad}
-
-
-def matches(user: str, patterns: tuple[str, ...]) -> bool:
-    return any(fnmatchcase(user, pattern) for pattern in patterns)
 
 
 class PoolCommands:
@@ -89,6 +80,7 @@ class PoolCommands:
         self.pslots = PslotPreemption(member)
         self.history = HistoryQueue(lambda: member.daemon.settings)
         self.owners: OwnerSessions | None = None  # once the member has its server security
+        self.peer_names = PeerNames()  # for host name patterns in ALLOW_/DENY_ lists
 
     def handlers(self) -> dict[int, Handler]:
         deactivate = self.deactivate_claim
@@ -111,27 +103,39 @@ class PoolCommands:
             **DaemonCommands(self.daemon).handlers(),  # condor_reconfig, condor_config_val
         }
 
-    def authorize(self, command: int, peer: Peer) -> bool:
-        config, owners = self.member.config, self.owners
+    async def authorize(self, command: int, peer: Peer) -> bool:
+        """HTCondor's ALLOW_<LEVEL>/DENY_<LEVEL> for the command's level (the startd's
+        registration, COMMAND_PERMISSION), with execd's own two rules before it: a job
+        owner's session serves only the owner commands, and claim commands come from a
+        claim id's session or a DAEMON identity (CA_CMD too, which HTCondor puts at WRITE).
+        The peer's host names are looked up (off the loop) only when an entry is a host
+        name pattern."""
+        policy, ip = self.member.config.authz, peer_ip(peer.address)
+        names = await self.peer_names.of(ip) if policy.wants_peer_names else ()
+        return self.judge(command, peer, names)
+
+    def judge(self, command: int, peer: Peer, names: tuple[str, ...] = ()) -> bool:
+        """authorize's decision, the peer's confirmed host names given; logs a refusal."""
+        owners = self.owners
         owner_session = owners is not None and owners.is_owner_session(peer.sid)
+        level = "DAEMON" if command in CLAIM_COMMANDS else COMMAND_PERMISSION.get(command)
         if owners is not None and owner_session:  # whatever user it names
             allowed = command in OWNER_COMMANDS and owners.holder(peer) is not None
-        elif command in CLAIM_COMMANDS:
-            allowed = peer.user == MATCH_SESSION_USER or matches(peer.user, config.schedulers)
-        elif command in ADMIN_COMMANDS or command in ADMIN_DAEMON_COMMANDS:
-            allowed = matches(peer.user, config.administrators)
-        elif command in READ_DAEMON_COMMANDS or command in READ_COMMANDS:
-            allowed = True  # any authenticated peer, as HTCondor's default ALLOW_READ
+            why = "a job owner's session serves only its owner commands"
+        elif command in OWNER_COMMANDS:
+            allowed, why = False, "not the job owner's session"
+        elif command in CLAIM_COMMANDS and peer.user == MATCH_SESSION_USER \
+                and peer.method == "MATCH":  # a token naming that user is not one  # fmt: skip
+            allowed, why = True, "a claim id's session"
+        elif level is not None:
+            verdict = self.member.config.authz.verify(level, peer.user, peer_ip(peer.address),
+                                                      names)  # fmt: skip
+            allowed, why = verdict.allowed, verdict.reason
         else:
-            allowed = False
+            allowed, why = False, "not a command execd serves to the pool"
         if not allowed:
             logger.warning("pool_command_refused", peer=peer.address, user=peer.user,
-                           method=peer.method, command=command,
-                           why="a job owner's session serves only its owner commands"
-                           if owner_session else "not an administrator"
-                           if command in ADMIN_COMMANDS or command in ADMIN_DAEMON_COMMANDS
-                           else "not the job owner's session" if command in OWNER_COMMANDS
-                           else "not a claim holder or pool scheduler")  # fmt: skip
+                           method=peer.method, command=command, authz_level=level, why=why)
         return allowed
 
     # -- claims ---------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 The pool is COLLECTOR_HOST's (or CONDOR_HOST's); none set means standalone. The command
 port (EXECD_COMMAND_ADDRESS) or the host's condor_shared_port (EXECD_SHARED_PORT), the
 domains, the IDTOKEN this node presents (EXECD_POOL_TOKEN_FILE, else the first file of
-SEC_TOKEN_DIRECTORY) and the signing keys that verify its peers' tokens. A problem in
-any of them is a ConfigError naming the knob.
+SEC_TOKEN_DIRECTORY), the signing keys that verify its peers' tokens, and who may send
+which command (ALLOW_<LEVEL>/DENY_<LEVEL>). A problem in any of them is a ConfigError
+naming the knob.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from execd.daemon.startd_daemon_ad import daemon_ad_mode
 from execd.errors import ConfigError, ExecdError
 from execd.wire.auth_token import IdToken, parse_token
+from execd.wire.authz_policy import AuthzPolicy, policy_from_settings
 from execd.wire.shared_port import endpoint_address
 from execd.wire.sinful import Sinful, collector_address
 from execd.wire.token_issuer import TokenIssuer
@@ -29,8 +31,7 @@ class PoolSettings:
     domain: str
     filesystem_domain: str
     interval_s: float
-    administrators: tuple[str, ...]
-    schedulers: tuple[str, ...]
+    authz: AuthzPolicy  # ALLOW_<LEVEL>/DENY_<LEVEL> (execd.wire.authz_policy)
     token: IdToken | None = field(default=None, repr=False)
     tokens: TokenIssuer | None = None  # verifies the IDTOKENS peers present
     # Behind this host's condor_shared_port: (its endpoint address, id, socket dir).
@@ -82,8 +83,7 @@ def pool_settings(settings: Any) -> PoolSettings | None:
         collector=address, listen_host=host, listen_port=int(port), domain=domain,
         filesystem_domain=settings.get_str("FILESYSTEM_DOMAIN") or domain,
         interval_s=float(settings.get_int("UPDATE_INTERVAL") or 300),
-        administrators=tuple(settings.get_list("EXECD_POOL_ADMINISTRATORS")),
-        schedulers=tuple(settings.get_list("EXECD_POOL_SCHEDULERS")),
+        authz=policy_from_settings(settings),
         token=_token(settings),
         tokens=TokenIssuer.from_settings(settings, domain),
         shared_port=shared_port,

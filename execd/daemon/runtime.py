@@ -49,6 +49,7 @@ from execd.policy.engine import PolicyEngine
 from execd.slots import from_config
 from execd.slots.rollup import publish_child_summaries
 from execd.starter.launcher import ZYGOTE
+from execd.wire.authz_policy import policy_from_settings
 
 logger = log.get_logger("daemon")
 
@@ -149,6 +150,7 @@ class Daemon:
             new_policy = policy_config(settings)
             new_cron = cron_settings(settings)
             new_backfill = backfill_program(settings)
+            new_authz = policy_from_settings(settings) if self.pool else None  # at once
         except ExecdError as exc:
             logger.error("reconfig_rejected", error=str(exc), config=str(self.config_path))
             self.notifier.ready(f"reconfig rejected, old config kept: {exc}")
@@ -167,6 +169,8 @@ class Daemon:
         self.notifier.ready(self.last_status)
         self.wake.set()
         if self.pool is not None:  # as condor_startd: the pool sees the new config at once
+            if new_authz is not None:
+                self.pool.use_authz(new_authz)
             self.pool.changed()
         return True
 

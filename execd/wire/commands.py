@@ -97,6 +97,11 @@ COMMAND_PERMISSION: dict[int, str] = {
     # condor_starter's levels (starter.cpp): the job owner's commands are READ
     Command.CREATE_JOB_OWNER_SEC_SESSION: "DAEMON", Command.START_SSHD: "READ",
     Command.STARTER_PEEK: "READ",
+    # daemon-core's own (daemon_core_main.cpp)
+    Command.DC_RECONFIG: "ADMINISTRATOR", Command.DC_RECONFIG_FULL: "ADMINISTRATOR",
+    Command.DC_OFF_GRACEFUL: "ADMINISTRATOR", Command.DC_OFF_FAST: "ADMINISTRATOR",
+    Command.DC_OFF_PEACEFUL: "ADMINISTRATOR", Command.DC_CONFIG_VAL: "READ",
+    Command.CONFIG_VAL: "READ",
 }  # fmt: skip
 # What each level implies (condor_perms.cpp's hierarchy).
 IMPLIED_PERMISSION = {"WRITE": "READ", "NEGOTIATOR": "READ", "ADMINISTRATOR": "WRITE",

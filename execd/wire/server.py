@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
+import inspect
 import itertools
 import os
 import socket
@@ -67,7 +69,8 @@ class _ServerSession:
 
 
 Handler = Callable[[Channel, int, Peer], Awaitable[None]]
-Authorizer = Callable[[int, Peer], bool]
+# May be a coroutine function: the pool's looks up the peer's host names off the loop.
+Authorizer = Callable[[int, Peer], bool | Awaitable[bool]]
 
 
 @dataclass
@@ -167,12 +170,15 @@ class CommandServer:
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                 shared_port_id: str | None = None) -> None:  # fmt: skip
         host, port = writer.get_extra_info("peername")[:2]
+        # an IPv6 peer (shared port passes AF_INET6 sockets too) in brackets, so that
+        # its address cannot be read with the port as one more group
+        peer = f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
         if len(self._tasks) >= self.max_connections:
-            log.warning("wire_connection_refused", peer=f"{host}:{port}",
+            log.warning("wire_connection_refused", peer=peer,
                         reason=f"already serving {len(self._tasks)} connections")  # fmt: skip
             writer.close()
             return
-        channel = Channel(reader, writer, peer=f"{host}:{port}", timeout_s=self.security.timeout_s)
+        channel = Channel(reader, writer, peer=peer, timeout_s=self.security.timeout_s)
         task = asyncio.get_running_loop().create_task(self._serve(channel, shared_port_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -199,8 +205,10 @@ class CommandServer:
         if not isinstance(asked, int):
             raise RemoteProtocolError("DC_SEC_QUERY without an integer AuthCommand")
         if ad.get("UseSession") == "YES":
-            peer = await self._resume(channel, ad)
-            allowed = self._allowed(asked, peer)
+            # judged (and served) as this connection's peer, not the one that opened
+            # the session ("(claim)" for a claim id's), as HTCondor checks the socket's
+            peer = dataclasses.replace(await self._resume(channel, ad), address=channel.peer)
+            allowed = await self._allowed(asked, peer)
         else:
             peer, allowed = await self._new_session(channel, ad, asked, shared_port_id)
         log.info("wire_command", peer=channel.peer, user=peer.user, method=peer.method,
@@ -213,7 +221,7 @@ class CommandServer:
             raise RemoteProtocolError(f"{peer.user} is not authorized for command {asked}")
         await self.handlers[asked](channel, asked, peer)
 
-    def _allowed(self, command: int, peer: Peer) -> bool:
+    async def _allowed(self, command: int, peer: Peer) -> bool:
         if command not in self.handlers:
             return False
         if not within_limits(command, peer.limits):
@@ -221,7 +229,8 @@ class CommandServer:
                         method=peer.method, command=command,
                         why=f"token limited to {','.join(sorted(peer.limits or ()))}")  # fmt: skip
             return False
-        return self.security.authorize(command, peer)
+        verdict = self.security.authorize(command, peer)
+        return bool(await verdict) if inspect.isawaitable(verdict) else verdict
 
     # ----- new session -------------------------------------------------------------
     async def _new_session(self, channel: Channel, ad: Any, asked: int,
@@ -261,7 +270,7 @@ class CommandServer:
         channel.enable_crypto(key)
         sid = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}:{next(_sequence)}"
         peer = Peer(user=user, method=method, sid=sid, address=channel.peer, limits=limits)
-        allowed = self._allowed(asked, peer)
+        allowed = await self._allowed(asked, peer)
         post = from_values({
             "ReturnCode": "AUTHORIZED" if allowed else "DENIED", "Sid": sid, "User": user,
             "ValidCommands": ",".join(str(c) for c in sorted(self.handlers)),

@@ -111,6 +111,16 @@ def test_config_check_names_file_line_and_problem(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_config_check_names_a_bad_authorization_entry_with_its_file_and_line(
+        tmp_path: Path) -> None:  # fmt: skip
+    conf = tmp_path / "bad"
+    conf.write_text("ALLOW_READ = *\nDENY_READ_STARTD = eve@pool */10.0.0.0/33\n")
+    done = execd("config-check", str(conf))
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"execd: {conf}:2: DENY_READ_STARTD: '*/10.0.0.0/33': "
+                                  "'10.0.0.0/33' is not an IP address or network"), done.stderr
+
+
 def test_config_check_syntax_error(tmp_path: Path) -> None:
     conf = tmp_path / "bad"
     conf.write_text("if defined X\nSTART = True\n")

@@ -172,7 +172,8 @@ def test_an_authenticated_peer_that_is_no_scheduler_may_not_claim(pool: harness.
         asyncio.run(claim_with_fs())
     refused = node.wait_for("pool_command_refused", command=Command.REQUEST_CLAIM)
     assert refused["user"].startswith("root@") and refused["method"] == "FS"
-    assert refused["why"] == "not a claim holder or pool scheduler"
+    assert refused["authz_level"] == "DAEMON" and refused["why"].startswith(
+        "DAEMON authorization policy contains no matching ALLOW entry for root@"), refused
     assert offer[-64:] not in node.log.read_text()
     assert len(node.slots()) == 1  # nothing claimed
 

@@ -164,7 +164,10 @@ def test_condor_drain_and_cancel_from_an_administrator_only(pool: harness.Pool,
     refused = pool.tool("condor_drain", name, user=harness.SUBMITTER)
     assert refused.returncode != 0
     denied = admin_node.wait_for("pool_command_refused", command=512)
-    assert denied["why"] == "not an administrator"
+    assert denied["authz_level"] == "ADMINISTRATOR"
+    assert denied["why"].startswith("ADMINISTRATOR authorization policy contains no "
+                                    f"matching ALLOW entry for {denied['user']} "), denied
+    assert denied["why"].endswith("(EXECD_POOL_ADMINISTRATORS)"), denied
     assert admin_node.slots()[name]["State"] == "Unclaimed"
 
     pool.tool("condor_drain", "-reason", "kernel update", name).check()

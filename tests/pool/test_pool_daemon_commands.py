@@ -50,7 +50,7 @@ def test_condor_config_val_reconfig_and_restart_reach_execd(
             node.config.write_text(node.config.read_text().replace('"red"', '"blue"'))
             denied = pool.tool("condor_reconfig", "-addr", address, user=harness.SUBMITTER)
             assert denied.returncode != 0, denied
-            node.wait_for("pool_command_refused", timeout=WAIT_S, why="not an administrator")
+            node.wait_for("pool_command_refused", timeout=WAIT_S, authz_level="ADMINISTRATOR")
             assert not [e for e in node.events() if e["event"] == "reconfig_applied"]
             # condor_reconfig from the administrator: reloaded, the new value published
             pool.tool("condor_reconfig", "-addr", address).check()

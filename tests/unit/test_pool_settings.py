@@ -32,7 +32,8 @@ def test_condor_host_names_the_collector_and_defaults_apply() -> None:
     assert (config.collector.host, config.collector.port) == ("cm.example.org", 9618)
     assert (config.listen_host, config.listen_port) == ("127.0.0.1", 0)
     assert config.interval_s == 60
-    assert config.administrators == ("root@*", "condor@*")
+    admin = config.authz.levels["ADMINISTRATOR"]  # EXECD_POOL_ADMINISTRATORS' default
+    assert [(e.user, e.host) for e in admin.allow] == [("root@*", "*"), ("condor@*", "*")]
     assert config.token is None
 
 

@@ -195,8 +195,8 @@ def test_get_history_is_a_read_command() -> None:
     # what authorize reads: the pool config, and no job owner sessions
     commands = SimpleNamespace(member=SimpleNamespace(config=config), owners=None)
     reader = Peer(user="someone@pool", method="FS", sid="s", address="127.0.0.1:1")
-    assert PoolCommands.authorize(commands, Command.GET_HISTORY, reader)
-    assert not PoolCommands.authorize(commands, Command.DRAIN_JOBS, reader)
+    assert PoolCommands.judge(commands, Command.GET_HISTORY, reader)
+    assert not PoolCommands.judge(commands, Command.DRAIN_JOBS, reader)
 
 
 def test_any_text_before_the_equals_sign_is_a_name_as_classad_insert_reads_it(

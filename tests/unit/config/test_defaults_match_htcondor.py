@@ -54,6 +54,9 @@ CODE_DEFAULTS: dict[str, Any] = {
     "STARTD_CRON_MAX_JOB_LOAD": 0.1,
     # condor_utils/cron_job.cpp: param_boolean("<name>_CRON_LOG_NON_ZERO_EXIT", false)
     "STARTD_CRON_LOG_NON_ZERO_EXIT": False,
+    # condor_io/condor_ipverify.cpp fill_table: param_boolean("USE_POOL_USERNAME_EQUIVALENT",
+    # true)
+    "USE_POOL_USERNAME_EQUIVALENT": True,
     # condor_startd.V6/ResMgr.cpp: param_boolean("IS_LOCAL_STARTD", false)
     "IS_LOCAL_STARTD": False,
     # condor_utils/classadHistory.cpp InitJobHistoryFile: param_longlong("MAX_HISTORY_LOG",

@@ -111,7 +111,11 @@ async def _claim_command(server_claim: str, client_claim: str) -> tuple[str, lis
         dec = channel.decoder(await channel.recv())
         await channel.send(channel.encoder().put_string(dec.get_string()[::-1]).payload())
 
-    security = ServerSecurity(domain="d", timeout_s=2)
+    async def authorize(command: int, peer: Peer) -> bool:  # a coroutine, as the pool's
+        seen.append(peer)
+        return True
+
+    security = ServerSecurity(domain="d", timeout_s=2, authorize=authorize)
     security.add_claim_session(claim_session(server_claim))
     server = CommandServer({442: handler}, security)
     await server.start()
@@ -134,7 +138,10 @@ def test_claim_holder_resumes_the_claims_session_without_a_handshake() -> None:
     claim = ClaimIdFactory("<127.0.0.1:9?sock=execd>", 1700000000).new().full()
     answer, seen = asyncio.run(_claim_command(claim, claim))
     assert answer == "em mialc"
-    assert [(p.user, p.method) for p in seen] == [(MATCH_SESSION_USER, "MATCH")]
+    # authorized, then served, as the connection's own peer (ALLOW_/DENY_ by address
+    # apply to a claim's holder), not as the "(claim)" the session was made with
+    assert [(p.user, p.method) for p in seen] == [(MATCH_SESSION_USER, "MATCH")] * 2
+    assert all(p.address.startswith("127.0.0.1:") for p in seen), seen
 
 
 def test_wrong_claim_secret_is_refused() -> None:

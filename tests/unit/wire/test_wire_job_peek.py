@@ -21,6 +21,7 @@ from execd.config.settings import load_settings
 from execd.daemon.pool_commands import PoolCommands
 from execd.daemon.pool_conversation import peek_enabled
 from execd.errors import ProtocolError
+from execd.wire.authz_policy import AuthzPolicy
 from execd.wire.channel import Channel
 from execd.wire.claim_session import ClaimSession, claim_session
 from execd.wire.classad_codec import decode_ad, encode_ad, from_values, to_classad
@@ -131,7 +132,8 @@ def serve(links: ShadowLinks) -> tuple[CommandServer, OwnerSessions]:
     """execd's command server with the pool's own authorization and handlers for the
     three commands (a member with the default identities, nothing else)."""
     security = ServerSecurity(domain="test", timeout_s=5)
-    config = SimpleNamespace(schedulers=("condor@*",), administrators=("root@*",))
+    config = SimpleNamespace(authz=AuthzPolicy.from_config(
+        {"EXECD_POOL_SCHEDULERS": "condor@*", "EXECD_POOL_ADMINISTRATORS": "root@*"}.get))
     commands = PoolCommands(cast(Any, SimpleNamespace(config=config, daemon=None,
                                                       security=security)))  # fmt: skip
     commands.owners = OwnerSessions(security, links)

@@ -18,14 +18,14 @@ from structlog.testing import capture_logs
 from test_wire_job_peek import CLAIM, OUT, Idle, owner_claim, owner_session, peek, read_reply
 from wire_pairs import channel_pair
 
-from execd.daemon.pool_admin import ADMIN_DAEMON_COMMANDS
-from execd.daemon.pool_commands import ADMIN_COMMANDS, CLAIM_COMMANDS, PoolCommands
+from execd.daemon.pool_commands import CLAIM_COMMANDS, PoolCommands
 from execd.errors import ProtocolError
 from execd.wire import job_peek
+from execd.wire.authz_policy import AuthzPolicy
 from execd.wire.channel import Channel
 from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import encode_ad
-from execd.wire.commands import Command
+from execd.wire.commands import COMMAND_PERMISSION, Command
 from execd.wire.job_owner_session import SESSIONS_PER_JOB, OwnerSessions
 from execd.wire.job_peek import JobFiles, job_files, open_in_sandbox
 from execd.wire.security import ClientSecurity, claim_client_session, connect, start_command
@@ -38,7 +38,8 @@ from execd.wire.sinful import Sinful, parse_sinful
 ADMIN = "condor@attacker.example"  # matches the default administrators and schedulers
 JOB = {"User": ADMIN, "Out": "out.txt", "Err": "err.txt", "StreamOut": False,
        "StreamErr": False, "TransferOutput": "progress.txt, subdir, locked.txt, pipe"}
-OTHER_COMMANDS = sorted(CLAIM_COMMANDS | ADMIN_COMMANDS | ADMIN_DAEMON_COMMANDS
+ADMIN_COMMANDS = {c for c, level in COMMAND_PERMISSION.items() if level == "ADMINISTRATOR"}
+OTHER_COMMANDS = sorted(CLAIM_COMMANDS | ADMIN_COMMANDS
                         | {Command.QUERY_STARTD_ADS, Command.DC_CONFIG_VAL})  # fmt: skip
 
 
@@ -65,7 +66,8 @@ def serve(links: ShadowLinks, ran: list[int]) -> CommandServer:
     """The pool's authorization with its default identities; every other command's
     handler only records that it ran."""
     security = ServerSecurity(domain="test", timeout_s=5)
-    config = SimpleNamespace(schedulers=("condor@*",), administrators=("root@*", "condor@*"))
+    config = SimpleNamespace(authz=AuthzPolicy.from_config(
+        {"EXECD_POOL_SCHEDULERS": "condor@*", "EXECD_POOL_ADMINISTRATORS": "root@* condor@*"}.get))
     commands = PoolCommands(cast(Any, SimpleNamespace(config=config, daemon=None,
                                                       security=security)))  # fmt: skip
     commands.owners = OwnerSessions(security, links)

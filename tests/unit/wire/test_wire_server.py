@@ -199,3 +199,33 @@ async def test_connections_beyond_the_limit_are_closed_at_once() -> None:
     await asyncio.wait_for(srv.wait_idle(), 5)
     assert (await _echo_call(srv, ClientSecurity(timeout_s=2), "back")).startswith("back from ")
     await srv.close()
+
+
+@pytest.mark.asyncio
+async def test_an_ipv6_peer_is_named_in_brackets() -> None:
+    """condor_shared_port passes AF_INET6 connections too: the peer text must keep the
+    address apart from the port (2001:db8::5 port 4660 is not 2001:db8::5:4660)."""
+    srv = CommandServer({ECHO: _echo}, ServerSecurity(domain=DOMAIN, timeout_s=2))
+    listener = socket.socket(socket.AF_INET6)
+    listener.bind(("::1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    loop = asyncio.get_running_loop()
+    try:
+        with capture_logs() as events:
+            client = socket.socket(socket.AF_INET6)
+            client.setblocking(False)
+            await loop.sock_connect(client, listener.getsockname()[:2])
+            accepted, _ = await loop.sock_accept(listener)
+            srv.adopt(accepted, "execd")
+            await loop.sock_sendall(client, b"\x07garbage that is no packet")
+            assert await loop.sock_recv(client, 100) == b""  # dropped
+            client.close()
+            await asyncio.wait_for(srv.wait_idle(), 5)
+        dropped = [e for e in events if e["event"] == "wire_connection_dropped"]
+        assert len(dropped) == 1, events
+        host, _, port = dropped[0]["peer"].rpartition(":")
+        assert host == "[::1]" and port.isdigit(), dropped
+    finally:
+        listener.close()
+        await srv.close()
