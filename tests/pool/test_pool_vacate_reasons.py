@@ -1,17 +1,20 @@
 """Why the startd evicted a job, as its shadow's 004 event says it (VacateReason & co.,
 execd/daemon/vacate_reasons.py), compared with condor_startd 25.14.1 in the same pool:
-condor_vacate and condor_drain, graceful and fast, and the PREEMPT expression. Before,
-execd gave no reason for any of them and the 004 said "Unspecified job interruption"
-(1005)."""
+condor_vacate and condor_drain, graceful and fast, the PREEMPT expression, and the
+execute point's own shutdown (condor_off -startd, graceful and -fast). Before, execd gave
+no reason for any of them and the 004 said "Unspecified job interruption" (1005)."""
 
 from __future__ import annotations
 
+import signal
+import tempfile
+
 import pool_harness as harness
 import pytest
-from pool_node import pool_slots
+from pool_node import PoolNode, pool_slots
 from test_pool_daemon import WAIT_S, administrators
-from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, on_both, submit_files
-from test_pool_preemption import REFERENCE_NODE, SLEEP, evicted_lines, reference_config
+from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, on_both, pool_node, submit_files
+from test_pool_preemption import REFERENCE_NODE, SLEEP, evicted_lines, reference_config, slot_ad
 
 # PREEMPT true 4 s into a job, which is not suspended first
 PREEMPTING = "PREEMPT = (time() - JobStart) > 4\nWANT_SUSPEND = False\n"
@@ -74,3 +77,43 @@ def test_a_job_preempt_evicts_is_told_why_as_by_condor_startd(
     assert ours == theirs
     assert ours == ["Job was evicted. Code 1011 Subcode 0",
                     "Reason: PREEMPT expression evaluated to True"], ours  # StartdPreemptExpression
+
+
+def shut_down_under_a_job(pool: harness.Pool, how: str, node: PoolNode | None) -> list[str]:
+    """The pool's only execute point shut down (`how` "graceful" or "fast") while a job
+    runs on it, as condor_master shuts its startd down for condor_off -startd [-fast]
+    (SIGTERM, SIGQUIT): `node`, execd, gets the signal; None: condor_off -startd to the
+    master's condor_startd, turned on again afterwards. The job's 004: code line, reason."""
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP)
+    try:
+        job.wait_for_event("001", WAIT_S)
+        if node is None:
+            pool.tool("condor_off", *(["-fast"] if how == "fast" else []), "-startd").check()
+        else:
+            assert node.proc is not None
+            node.proc.send_signal(signal.SIGQUIT if how == "fast" else signal.SIGTERM)
+        return evicted_lines(job.wait_for_event("004", 2 * WAIT_S))
+    finally:
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+        if node is None:
+            pool.tool("condor_on", "-startd").check()
+            slot_ad(pool, lambda ad: ad.get("State") == "Unclaimed")
+
+
+@pytest.mark.parametrize("how", ["graceful", "fast"])
+def test_a_shutdown_tells_the_shadow_why_as_condor_startd(running_pool: harness.RunningPool,
+                                                          how: str) -> None:
+    """A shutdown (condor_startd's main_shutdown_graceful: release_claim, _fast:
+    kill_claim): the 004 says "Startd was shutdown" (StartdShutdown, 1013) on both;
+    execd's said "Unspecified job interruption" (1005) before."""
+    pool = running_pool.get(with_startd=False)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = pool_node(pool, tmp)
+        try:
+            ours = shut_down_under_a_job(pool, how, node)
+            assert node.proc is not None and node.proc.wait(WAIT_S) == 0
+        finally:
+            node.stop()
+    theirs = shut_down_under_a_job(running_pool.get(with_startd=True), how, None)
+    assert ours == theirs
+    assert ours == ["Job was evicted. Code 1013 Subcode 0", "Reason: Startd was shutdown"], ours
