@@ -5,9 +5,8 @@ pool tier).
 
 An eviction left out here gets no reason, and the shadow writes "Unspecified job
 interruption" (1005): so does condor_startd 25.14.1's for RANK preemption
-(test_pool_preemption), though its source names one. Not compared yet, so left out:
-the schedd's RELEASE_CLAIM ("Schedd released the claim", 1017); an expired claim lease
-has none in condor_startd's source either.
+(test_pool_preemption), though its source names one. An expired claim lease has none
+in condor_startd's source either.
 
 The cause is the latest one given (the engine's Slot.vacate_cause), as condor_startd's
 setVacateReason keeps the last: a job retiring for PREEMPT and then drained gracefully
@@ -33,6 +32,10 @@ VACATE_REASONS: dict[str, VacateReason | None] = {
     # the daemon's shutdown, graceful (SIGTERM, DC_OFF_GRACEFUL) or fast (SIGQUIT,
     # DC_OFF_FAST): main_shutdown_graceful's releaseAllClaims, _fast's killAllClaims
     "shutdown": ("Startd was shutdown", 1013, 0),
+    # the schedd's RELEASE_CLAIM of a claim (command.cpp: kill_claim, StartdReleaseCommand);
+    # it reaches no 004 (the schedd sends it when the job's shadow is gone), but the
+    # run's STARTD_HISTORY record says it
+    "released": ("Schedd released the claim", 1017, 0),
     # a p-slot taking back d-slots (ALLOW_PSLOT_PREEMPTION), whatever the basis:
     # condor_startd's kill_claim (StartdPreemptingClaimUserPrio)
     "pslot_preemption": ("Preempted for a Priority user", 1019, 0),
