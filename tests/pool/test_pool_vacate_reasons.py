@@ -6,7 +6,10 @@ no reason for any of them and the 004 said "Unspecified job interruption" (1005)
 
 The schedd's RELEASE_CLAIM of a claim whose job runs ("Schedd released the claim",
 1017) reaches no 004: the schedd sends it when the job's shadow is gone (killed here),
-so it is compared where it shows, in the startd's STARTD_HISTORY record of that run."""
+so it is compared where it shows, in the startd's STARTD_HISTORY record of that run.
+
+A drained job suspended during its retirement and continued is told no reason on both
+(condor_startd clears it as the job leaves Retiring for Suspended)."""
 
 from __future__ import annotations
 
@@ -187,3 +190,45 @@ def test_a_released_claim_is_recorded_why_as_by_condor_startd(
     assert ours == theirs
     assert ours == {"VacateReason": "Schedd released the claim", "VacateReasonCode": 1017,
                     "VacateReasonSubCode": 0}, ours  # fmt: skip
+
+
+# 25 s of retirement (a vacate time of 2 s leaves it whole); SUSPEND true from 6 s to 14 s
+# into the job (wider than POLLING_INTERVAL, 5 s), which is then continued
+SUSPENDED_IN_RETIREMENT = (
+    "MAXJOBRETIREMENTTIME = 25\nMachineMaxVacateTime = 2\nWANT_SUSPEND = True\n"
+    "SUSPEND = (time() - JobStart) > 6 && (time() - JobStart) < 14\n"
+    "CONTINUE = (time() - JobStart) >= 14\n")  # fmt: skip
+SUSPENSION_MARK = ("VacateReasonsSuspend = true\n"
+                   "STARTD_ATTRS = $(STARTD_ATTRS) VacateReasonsSuspend\n")
+
+
+def drained_through_a_suspension(pool: harness.Pool) -> tuple[list[str], list[str]]:
+    """condor_drain -graceful of a running job, suspended and continued during its
+    retirement: the 004's code line and reason, and whether 010 and 011 came before it."""
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP)
+    name = ""
+    try:
+        job.wait_for_event("001", WAIT_S)
+        name = next(n for n in pool_slots(pool) if n.startswith("slot1@"))
+        pool.tool("condor_drain", "-graceful", name).check()
+        log = job.wait_for_event("004", 3 * WAIT_S)
+        return evicted_lines(log), [e for e in job.events() if e in ("010", "011", "004")]
+    finally:
+        if name:
+            pool.tool("condor_drain", "-cancel", name)
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+
+
+def test_a_drained_job_suspended_in_retirement_is_told_no_reason_as_by_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """Retiring -> Suspended -> Retiring, then the retirement's end: "Unspecified job
+    interruption" (1005) on both; execd's said "Startd was draining" (1014) before."""
+    admins = administrators(running_pool.get(with_startd=False))
+    ours, theirs = on_both(
+        running_pool, drained_through_a_suspension, admins + SUSPENDED_IN_RETIREMENT,
+        lambda pool: reference_config(
+            pool, REFERENCE_CONFIG, REFERENCE_NODE + SUSPENDED_IN_RETIREMENT + SUSPENSION_MARK,
+            lambda ad: ad.get("VacateReasonsSuspend") is True))  # fmt: skip
+    assert ours == theirs
+    assert ours == (["Job was evicted. Code 1005 Subcode 0",
+                     "Reason: Unspecified job interruption"], ["010", "011", "004"]), ours
