@@ -366,11 +366,14 @@ class JobManager(StarterLifecycle):
 
     def _note_vacate_reason(self, job: Job) -> None:
         """Why the startd evicts `job` (vacate_reasons), from its slot's eviction, when its
-        first kill goes out; a restored eviction keeps the stored reason."""
+        first kill goes out; a restored eviction keeps the stored reason. A reason the
+        eviction gives replaces one a DEACTIVATE_CLAIM gave before ("Claim deactivated"),
+        as condor_starter takes each vacate's reason until its final update: a shadow's
+        DEACTIVATE_CLAIM, then the schedd's RELEASE_CLAIM, leaves "Schedd released the
+        claim" (measured on condor_startd 25.14.1)."""
         slot = self.daemon.engine.slots.get(job.slot)
-        if slot is not None and slot.state is State.PREEMPTING and job.evicting is None \
-                and job.vacate_reason is None:
-            job.vacate_reason = vacate_reason(slot.vacate_cause)
+        if slot is not None and slot.state is State.PREEMPTING and job.evicting is None:
+            job.vacate_reason = vacate_reason(slot.vacate_cause) or job.vacate_reason
 
     def _record_eviction(self, job: Job, how: str) -> None:
         """A restarted daemon must go on evicting it (Preempting), not find it Busy, and

@@ -50,7 +50,7 @@ from execd.wire.job_owner_session import (
 )
 from execd.wire.peer_names import PeerNames
 from execd.wire.server import Handler, Peer
-from execd.wire.shadow_link import serve_ca_command
+from execd.wire.shadow_link import LIVE_LINKS, serve_ca_command
 
 if TYPE_CHECKING:
     from execd.daemon.pool import PoolMember
@@ -330,6 +330,9 @@ class PoolCommands:
                            why=exc.message)  # fmt: skip
             return
         logger.info("pool_released", slot=result["released"])
+        link = LIVE_LINKS.by_claim(claim_id)
+        if link is not None:  # a conversation waiting for its shadow: none will come
+            link.claim_released()
         self.member.changed()
 
     async def suspend_or_continue(self, channel: Channel, command: int, peer: Peer) -> None:

@@ -48,10 +48,8 @@ def suspend_claim(engine: PolicyEngine, name: str, now: Now) -> Actions:
         return out  # already suspended (by policy): now the holder owns the suspension
     if slot.activity not in (A.BUSY, A.RETIRING):
         raise PolicyError(f"cannot suspend {name} in {label(slot.state, slot.activity)}")
-    engine._move(slot, "suspend", now, out)
-    slot.suspended_since = now.mono
+    engine._suspend(slot, now, out)
     slot.suspended_by_command = True
-    out.append(act.Suspend(name))
     return out
 
 

@@ -19,7 +19,13 @@ from execd.policy.adcache import AdCache, own_facts, references
 from execd.policy.config import PolicyConfig
 from execd.policy.drain_estimates import INT_MAX  # HTCondor's endless retirement (a C int)
 from execd.policy.evaluate import evaluate_slot
-from execd.policy.slot import FOR_PREEMPTING_CLAIM, Now, Slot, slot_policy_attributes
+from execd.policy.slot import (
+    FOR_PREEMPTING_CLAIM,
+    SUSPENDED_SINCE_RETIRING,
+    Now,
+    Slot,
+    slot_policy_attributes,
+)
 from execd.policy.states import VALID_PAIRS, Activity, State, label
 from execd.policy.transitions import lookup, state_edge
 
@@ -244,6 +250,17 @@ class PolicyEngine:
         elif slot.activity == A.SUSPENDED:
             self._move(slot, "retire", now, out)
             self._resume(slot, now, out)
+
+    def _suspend(self, slot: Slot, now: Now, out: Actions) -> None:
+        """Busy/Retiring -> Suspended (14/20). The retirement's cause no longer counts:
+        condor_startd clears the vacate reason as the slot leaves Retiring this way, and
+        CONTINUE takes it back to Retiring without one, so the eviction at its end gives
+        none (measured: a drained job suspended and continued is told 1005, not 1014)."""
+        self._move(slot, "suspend", now, out)
+        slot.suspended_since = now.mono
+        if slot.vacate_cause is not None:
+            slot.vacate_cause = SUSPENDED_SINCE_RETIRING
+        out.append(act.Suspend(slot.name))
 
     def _resume(self, slot: Slot, now: Now, out: Actions) -> None:
         slot.suspended_by_command = False

@@ -121,9 +121,7 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
         return
     if slot.activity in (A.BUSY, A.RETIRING) and engine._true(
             slot, "WANT_SUSPEND", my, job, out) and engine._true(slot, "SUSPEND", my, job, out):
-        engine._move(slot, "suspend", now, out)
-        slot.suspended_since = now.mono
-        out.append(act.Suspend(slot.name))
+        engine._suspend(slot, now, out)
         return
     if slot.activity == A.BUSY:
         if not engine._true(slot, "WANT_SUSPEND", my, job, out) \

@@ -67,6 +67,7 @@ class ShadowLink:
         self.disconnected = asyncio.Event()  # set while a call waits for a reconnect
         self._offered: MessageChannel | None = None
         self._arrived = asyncio.Event()
+        self._released = asyncio.Event()  # the schedd released the claim: no shadow comes
         self._held: dict[int, asyncio.Event] = {}  # reconnect connections still in use
         self.owner = ""  # the job ad's User: whom a job owner's session is made for
         self.files: JobFiles | None = None  # what condor_tail may read, once the job runs
@@ -125,11 +126,30 @@ class ShadowLink:
         try:
             if remaining <= 0 or self.closed:
                 raise TimeoutError
-            await asyncio.wait_for(self._arrived.wait(), remaining)
+            arrived = asyncio.ensure_future(self._arrived.wait())
+            released = asyncio.ensure_future(self._released.wait())
+            try:
+                await asyncio.wait_for(asyncio.wait((arrived, released),
+                                                    return_when=asyncio.FIRST_COMPLETED),
+                                       remaining)  # fmt: skip
+            finally:
+                arrived.cancel()
+                released.cancel()
+            if self._offered is None and self._released.is_set():
+                log.info("shadow_wait_ended", job=self.global_job_id,
+                         why="the schedd released the claim")  # fmt: skip
+                raise ProtocolError(f"the schedd released the claim of {self.global_job_id}: "
+                                    f"no shadow reconnects ({lost})")  # fmt: skip
         except TimeoutError:
             log.warning("shadow_lease_expired", job=self.global_job_id, lease_s=self.lease_s)
             raise ProtocolError(f"the shadow of {self.global_job_id} did not reconnect within "
                                 f"the job lease ({self.lease_s} s): {lost}") from None  # fmt: skip
+
+    def claim_released(self) -> None:
+        """The schedd released the claim (RELEASE_CLAIM): no shadow can reconnect to the
+        job any more, so a wait for one ends now instead of at the end of the job lease
+        (condor_startd's RELEASE_CLAIM handler gives the same reason for its kill_claim)."""
+        self._released.set()
 
     def close(self) -> None:
         """The conversation ended: every reconnect connection may close."""

@@ -16,6 +16,7 @@ import pytest
 from execd.daemon.jobs import Job
 from execd.daemon.policy_glue import now
 from execd.policy import actions as act
+from execd.policy import commands
 from execd.policy.slot import Now
 from tests.component.in_process_daemon import daemon_without_cgroups
 
@@ -52,6 +53,51 @@ def test_a_job_retiring_for_preempt_then_drained_is_told_the_drain(
             assert (slot.state.value, slot.activity.value) == ("Claimed", "Retiring")
             if drained:
                 daemon.execute(daemon.engine.drain("graceful", at(2), reason="test"))
+            daemon.execute(daemon.engine.evaluate(at(1100)))  # the retirement is over
+            return slot.state.value, job.vacate_reason
+        finally:
+            daemon.jobs.store.close()
+
+    state, reason = asyncio.run(scenario())
+    assert state == "Preempting"
+    assert reason == told
+
+
+@pytest.mark.parametrize(("suspended", "told"), [
+    (False, ("Startd was draining", 1014, 0)),
+    (True, None),  # condor_startd 25.14.1: 1005, no reason (execd said 1014)
+])  # fmt: skip
+def test_a_drained_job_suspended_and_continued_is_told_no_reason(
+        tmp_path: Path, suspended: bool, told: tuple[str, int, int] | None) -> None:  # fmt: skip
+    """condor_startd clears the vacate reason when a retiring job is suspended, and
+    CONTINUE takes it back to Retiring without one (measured in the pool: a graceful
+    drain, SUSPEND true for a while during the retirement, then its end: the 004 says
+    "Unspecified job interruption", 1005). Suspended here by SUSPEND_CLAIM's path."""
+    async def scenario() -> tuple[str, tuple[str, int, int] | None]:
+        daemon = daemon_without_cgroups(tmp_path, CONFIG)
+        try:
+            moment = now()
+
+            def at(seconds: float) -> Now:
+                return Now(moment.mono + seconds, moment.wall + seconds)
+
+            bob = {**ALICE, "Owner": "bob"}  # PREEMPT stays false
+            jobs = daemon.jobs
+            granted = jobs.request_claim("slot1", bob)
+            claim = jobs.lookup(granted["claim_id"])[1]
+            job = Job("pool.1#1.0", "slot1", claim, dict(bob))
+            jobs.running["slot1"], jobs.jobs[job.job_id] = job, job
+            started, actions = daemon.engine.activate("slot1", dict(bob), at(0))
+            assert started
+            daemon.execute([a for a in actions if not isinstance(a, act.SpawnStarter)])
+            daemon.execute(daemon.engine.drain("graceful", at(1), reason="test"))
+            slot = daemon.engine.slots["slot1"]
+            assert slot.activity.value == "Retiring"
+            if suspended:
+                daemon.execute(commands.suspend_claim(daemon.engine, "slot1", at(2)))
+                assert slot.activity.value == "Suspended"
+                daemon.execute(commands.continue_claim(daemon.engine, "slot1", at(3)))
+                assert slot.activity.value == "Retiring"
             daemon.execute(daemon.engine.evaluate(at(1100)))  # the retirement is over
             return slot.state.value, job.vacate_reason
         finally:

@@ -1,21 +1,37 @@
 """Why the startd evicted a job, as its shadow's 004 event says it (VacateReason & co.,
 execd/daemon/vacate_reasons.py), compared with condor_startd 25.14.1 in the same pool:
-condor_vacate and condor_drain, graceful and fast, and the PREEMPT expression. Before,
-execd gave no reason for any of them and the 004 said "Unspecified job interruption"
-(1005)."""
+condor_vacate and condor_drain, graceful and fast, the PREEMPT expression, and the
+execute point's own shutdown (condor_off -startd, graceful and -fast). Before, execd gave
+no reason for any of them and the 004 said "Unspecified job interruption" (1005).
+
+The schedd's RELEASE_CLAIM of a claim whose job runs ("Schedd released the claim",
+1017) reaches no 004: the schedd sends it when the job's shadow is gone (killed here),
+so it is compared where it shows, in the startd's STARTD_HISTORY record of that run.
+
+A drained job suspended during its retirement and continued is told no reason on both
+(condor_startd clears it as the job leaves Retiring for Suspended)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import tempfile
+from pathlib import Path
+from typing import Any
+
 import pool_harness as harness
 import pytest
-from pool_node import pool_slots
+from pool_node import PoolNode, pool_slots
 from test_pool_daemon import WAIT_S, administrators
-from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, on_both, submit_files
-from test_pool_preemption import REFERENCE_NODE, SLEEP, evicted_lines, reference_config
+from test_pool_jobs import PLAIN_SUBMIT, SLEEP_SCRIPT, on_both, pool_node, submit_files
+from test_pool_preemption import REFERENCE_NODE, SLEEP, evicted_lines, reference_config, slot_ad
+from test_pool_startd_history import STARTD_HISTORY, records
 
 # PREEMPT true 4 s into a job, which is not suspended first
 PREEMPTING = "PREEMPT = (time() - JobStart) > 4\nWANT_SUSPEND = False\n"
 REFERENCE_CONFIG = "99-execd-vacate-reasons.conf"
+# A job that outlives a soft kill (SIGTERM ignored, as exec keeps it): only a hard one ends it
+STUBBORN = {"job.sh": "#!/bin/sh\ntrap '' TERM\necho started\nexec sleep 300\n"}
 MARK = "VacateReasonsTest = true\nSTARTD_ATTRS = $(STARTD_ATTRS) VacateReasonsTest\n"
 
 
@@ -74,3 +90,145 @@ def test_a_job_preempt_evicts_is_told_why_as_by_condor_startd(
     assert ours == theirs
     assert ours == ["Job was evicted. Code 1011 Subcode 0",
                     "Reason: PREEMPT expression evaluated to True"], ours  # StartdPreemptExpression
+
+
+def shut_down_under_a_job(pool: harness.Pool, how: str, node: PoolNode | None) -> list[str]:
+    """The pool's only execute point shut down (`how` "graceful" or "fast") while a job
+    runs on it, as condor_master shuts its startd down for condor_off -startd [-fast]
+    (SIGTERM, SIGQUIT): `node`, execd, gets the signal; None: condor_off -startd to the
+    master's condor_startd, turned on again afterwards. The job's 004: code line, reason."""
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP)
+    try:
+        job.wait_for_event("001", WAIT_S)
+        if node is None:
+            pool.tool("condor_off", *(["-fast"] if how == "fast" else []), "-startd").check()
+        else:
+            assert node.proc is not None
+            node.proc.send_signal(signal.SIGQUIT if how == "fast" else signal.SIGTERM)
+        return evicted_lines(job.wait_for_event("004", 2 * WAIT_S))
+    finally:
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+        if node is None:
+            pool.tool("condor_on", "-startd").check()
+            slot_ad(pool, lambda ad: ad.get("State") == "Unclaimed")
+
+
+@pytest.mark.parametrize("how", ["graceful", "fast"])
+def test_a_shutdown_tells_the_shadow_why_as_condor_startd(running_pool: harness.RunningPool,
+                                                          how: str) -> None:
+    """A shutdown (condor_startd's main_shutdown_graceful: release_claim, _fast:
+    kill_claim): the 004 says "Startd was shutdown" (StartdShutdown, 1013) on both;
+    execd's said "Unspecified job interruption" (1005) before."""
+    pool = running_pool.get(with_startd=False)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = pool_node(pool, tmp)
+        try:
+            ours = shut_down_under_a_job(pool, how, node)
+            assert node.proc is not None and node.proc.wait(WAIT_S) == 0
+        finally:
+            node.stop()
+    theirs = shut_down_under_a_job(running_pool.get(with_startd=True), how, None)
+    assert ours == theirs
+    assert ours == ["Job was evicted. Code 1013 Subcode 0", "Reason: Startd was shutdown"], ours
+
+
+def shadow_of(pool: harness.Pool, cluster: int) -> int:
+    """The pid of the condor_shadow of job `cluster`.0 (its argv names the job)."""
+    for pid in pool.chroot_pids():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone
+        if argv[0].endswith(b"condor_shadow") and f"{cluster}.0".encode() in argv:
+            return pid
+    raise AssertionError(f"no condor_shadow of job {cluster}.0 runs")
+
+
+def released_under_a_job(pool: harness.Pool, history: Path) -> dict[str, Any]:
+    """A job's shadow killed while its job runs: the schedd, left with a claim no shadow
+    uses, sends RELEASE_CLAIM (condor_startd logs "received RELEASE_CLAIM command" in
+    Claimed/Busy). The STARTD_HISTORY record (`history`) of that run: its VacateReason*.
+
+    The job ignores SIGTERM: the schedd's next shadow for the claim, refused, sends a
+    DEACTIVATE_CLAIM first (condor_startd tells its starter "Claim deactivated", 1009,
+    with the soft kill), and a job that ended on it could send its final update before
+    the RELEASE_CLAIM's reason reached the starter (1009 or 1017 on condor_startd,
+    measured); this one ends only by the RELEASE_CLAIM's hard kill."""
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), STUBBORN)
+    try:
+        job.wait_for_event("001", WAIT_S)
+        ad = job.ad()
+        assert ad is not None
+        os.kill(shadow_of(pool, job.cluster), signal.SIGKILL)
+
+        def record() -> dict[str, Any] | None:
+            if not history.exists():
+                return None
+            ads, _banners = records(pool, history)
+            return next((r for r in ads if r["GlobalJobId"] == ad["GlobalJobId"]), None)
+
+        run = harness.wait_for("the killed shadow's run in STARTD_HISTORY", record, 2 * WAIT_S)
+        return {k: run.get(k) for k in ("VacateReason", "VacateReasonCode", "VacateReasonSubCode")}
+    finally:
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+
+
+def test_a_released_claim_is_recorded_why_as_by_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """condor_startd's kill_claim for the schedd's RELEASE_CLAIM: the run's record says
+    "Schedd released the claim" (StartdReleaseCommand, 1017) on both; execd's gave no
+    reason before."""
+    pool = running_pool.get(with_startd=False)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = pool_node(pool, tmp)
+        try:
+            ours = released_under_a_job(pool, node.root / "state" / "log" / "startd_history")
+        finally:
+            node.stop(signal.SIGQUIT)
+    reference = running_pool.get(with_startd=True)
+    theirs = released_under_a_job(reference, reference.host_path(STARTD_HISTORY))
+    assert ours == theirs
+    assert ours == {"VacateReason": "Schedd released the claim", "VacateReasonCode": 1017,
+                    "VacateReasonSubCode": 0}, ours  # fmt: skip
+
+
+# 25 s of retirement (a vacate time of 2 s leaves it whole); SUSPEND true from 6 s to 14 s
+# into the job (wider than POLLING_INTERVAL, 5 s), which is then continued
+SUSPENDED_IN_RETIREMENT = (
+    "MAXJOBRETIREMENTTIME = 25\nMachineMaxVacateTime = 2\nWANT_SUSPEND = True\n"
+    "SUSPEND = (time() - JobStart) > 6 && (time() - JobStart) < 14\n"
+    "CONTINUE = (time() - JobStart) >= 14\n")  # fmt: skip
+SUSPENSION_MARK = ("VacateReasonsSuspend = true\n"
+                   "STARTD_ATTRS = $(STARTD_ATTRS) VacateReasonsSuspend\n")
+
+
+def drained_through_a_suspension(pool: harness.Pool) -> tuple[list[str], list[str]]:
+    """condor_drain -graceful of a running job, suspended and continued during its
+    retirement: the 004's code line and reason, and whether 010 and 011 came before it."""
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP)
+    name = ""
+    try:
+        job.wait_for_event("001", WAIT_S)
+        name = next(n for n in pool_slots(pool) if n.startswith("slot1@"))
+        pool.tool("condor_drain", "-graceful", name).check()
+        log = job.wait_for_event("004", 3 * WAIT_S)
+        return evicted_lines(log), [e for e in job.events() if e in ("010", "011", "004")]
+    finally:
+        if name:
+            pool.tool("condor_drain", "-cancel", name)
+        pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+
+
+def test_a_drained_job_suspended_in_retirement_is_told_no_reason_as_by_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """Retiring -> Suspended -> Retiring, then the retirement's end: "Unspecified job
+    interruption" (1005) on both; execd's said "Startd was draining" (1014) before."""
+    admins = administrators(running_pool.get(with_startd=False))
+    ours, theirs = on_both(
+        running_pool, drained_through_a_suspension, admins + SUSPENDED_IN_RETIREMENT,
+        lambda pool: reference_config(
+            pool, REFERENCE_CONFIG, REFERENCE_NODE + SUSPENDED_IN_RETIREMENT + SUSPENSION_MARK,
+            lambda ad: ad.get("VacateReasonsSuspend") is True))  # fmt: skip
+    assert ours == theirs
+    assert ours == (["Job was evicted. Code 1005 Subcode 0",
+                     "Reason: Unspecified job interruption"], ["010", "011", "004"]), ours

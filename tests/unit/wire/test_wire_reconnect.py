@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from wire_captures import CAPTURES, Replay, decrypt_conversation
 
-from execd.errors import RemoteProtocolError
+from execd.errors import ProtocolError, RemoteProtocolError
 from execd.wire.channel import Channel
 from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import decode_ad_lines, to_classad
@@ -143,6 +143,25 @@ def test_after_a_reconnect_the_job_asks_the_new_shadow_for_its_sessions_first() 
     assert calls.sessions is not None
     assert calls.sessions.filetrans_id == "filetrans." + CLAIM.rsplit("#", 1)[0]
     assert link.transfer == (request.transfer_socket, request.transfer_key)
+
+
+def test_a_released_claim_ends_the_wait_for_a_reconnect_at_once() -> None:
+    """The schedd's RELEASE_CLAIM (claim_released) ends a wait for the shadow's reconnect
+    with an error naming it, not after what is left of the job lease (an hour here)."""
+    link = ShadowLink(Replay([]), claim_id=CLAIM, global_job_id=JOB, lease_s=3600,
+                      starter_ad={}, starter_address="<x>")  # fmt: skip
+
+    async def run() -> str:
+        waiting = asyncio.create_task(link.wait_for_reconnect(OSError("connection reset")))
+        while not link.disconnected.is_set():
+            await asyncio.sleep(0)
+        link.claim_released()
+        with pytest.raises(ProtocolError) as raised:
+            await asyncio.wait_for(waiting, 5)
+        return str(raised.value)
+
+    assert asyncio.run(run()) == (f"the schedd released the claim of {JOB}: no shadow "
+                                  "reconnects (connection reset)")  # fmt: skip
 
 
 # ----- execd's CA_CMD handler over a real connection --------------------------------------
