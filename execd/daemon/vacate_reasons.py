@@ -15,7 +15,7 @@ is told "Startd was draining", not the PREEMPT reason.
 
 from __future__ import annotations
 
-from execd.policy.slot import FOR_PREEMPTING_CLAIM, SUSPENDED_SINCE_RETIRING
+from execd.policy.slot import FOR_PREEMPTING_CLAIM
 
 VacateReason = tuple[str, int, int]
 
@@ -23,9 +23,6 @@ VACATE_REASONS: dict[str, VacateReason | None] = {
     # a preempting claim made the job retire (RANK or user priority): none, as the
     # preemption's own eviction ("rank", "user_priority", left out)
     FOR_PREEMPTING_CLAIM: None,
-    # a retiring job suspended since (condor_startd clears the reason as it leaves
-    # Retiring for Suspended): none, until a new cause comes
-    SUSPENDED_SINCE_RETIRING: None,
     # condor_vacate, graceful or -fast (command.cpp: StartdVacateCommand)
     "vacate": ("Claim vacated by the administrator", 1010, 0),
     # condor_drain, graceful, quick or fast (ResMgr's releaseAllClaims: StartdDraining)

@@ -106,3 +106,64 @@ def test_a_drained_job_suspended_and_continued_is_told_no_reason(
     state, reason = asyncio.run(scenario())
     assert state == "Preempting"
     assert reason == told
+
+
+FIRST = {  # the graceful form of each command: the job retires for it
+    "vacate": lambda engine, at: engine.vacate("slot1", at),
+    "drain": lambda engine, at: engine.drain("graceful", at, reason="test"),
+    "shutdown": lambda engine, at: engine.shutdown("graceful", at),
+}
+THEN_FAST = {  # ... and its fast form: a kill with a cause of its own
+    "vacate": lambda engine, at: engine.vacate("slot1", at, fast=True),
+    "drain": lambda engine, at: engine.drain("fast", at, reason="test"),
+    "shutdown": lambda engine, at: engine.shutdown("fast", at),
+}
+
+
+@pytest.mark.parametrize("continued", [True, False])
+@pytest.mark.parametrize(("command", "told"), [
+    ("vacate", ("Claim vacated by the administrator", 1010, 0)),  # condor_vacate -fast
+    ("drain", ("Startd was draining", 1014, 0)),  # condor_drain -fast
+    ("shutdown", ("Startd was shutdown", 1013, 0)),  # SIGQUIT (condor_off -fast)
+])  # fmt: skip
+def test_a_fast_command_after_a_suspension_in_its_retirement_gives_its_reason(
+        tmp_path: Path, command: str, told: tuple[str, int, int],
+        continued: bool) -> None:  # fmt: skip
+    """The graceful form of a command, SUSPEND_CLAIM (which clears the retirement's
+    reason), maybe CONTINUE_CLAIM, then the fast form of the same command: that kill is a
+    cause of its own and the shadow is told it, as condor_startd's kill_claim sets it
+    (execd said none: the fast form was taken for the retirement's end)."""
+    async def scenario() -> tuple[str, tuple[str, int, int] | None]:
+        daemon = daemon_without_cgroups(tmp_path, CONFIG)
+        try:
+            moment = now()
+
+            def at(seconds: float) -> Now:
+                return Now(moment.mono + seconds, moment.wall + seconds)
+
+            bob = {**ALICE, "Owner": "bob"}  # PREEMPT stays false
+            jobs = daemon.jobs
+            granted = jobs.request_claim("slot1", bob)
+            claim = jobs.lookup(granted["claim_id"])[1]
+            job = Job("pool.1#1.0", "slot1", claim, dict(bob))
+            jobs.running["slot1"], jobs.jobs[job.job_id] = job, job
+            started, actions = daemon.engine.activate("slot1", dict(bob), at(0))
+            assert started
+            daemon.execute([a for a in actions if not isinstance(a, act.SpawnStarter)])
+            daemon.execute(FIRST[command](daemon.engine, at(1)))
+            slot = daemon.engine.slots["slot1"]
+            assert slot.activity.value == "Retiring"
+            daemon.execute(commands.suspend_claim(daemon.engine, "slot1", at(2)))
+            assert slot.activity.value == "Suspended"
+            if continued:
+                daemon.execute(commands.continue_claim(daemon.engine, "slot1", at(3)))
+                assert slot.activity.value == "Retiring"
+            daemon.execute(THEN_FAST[command](daemon.engine, at(4)))
+            return slot.state.value, job.vacate_reason
+        finally:
+            daemon.jobs.store.close()
+
+    state, reason = asyncio.run(scenario())
+    assert state == "Preempting"
+    assert reason == told
+
