@@ -13,8 +13,8 @@ BytesSent). When the starter exits the startd adds:
   SIGKILL, where it left no report) and `JobStatus`: 4 (completed), or 3 (removed) where
   the starter died by a signal — whatever became of the job itself;
 - `BadputCausedByDraining` / `BadputCausedByPreemption`: the startd evicted the job
-  while draining, or for a preempting claim (a vacate or condor_rm is neither; an
-  eviction by PREEMPT alone is not told apart here and says false).
+  while draining, or for a preempting claim or PREEMPT (a condor_rm, the schedd's
+  RELEASE_CLAIM and a shutdown are neither).
 
 A job run on execd alone (`execd job submit`) has the ad it was submitted with, the
 starter's last measurements and its exit; its `GlobalJobId` is execd's job id unless
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from execd.daemon.pool_job import CLAIM_DEACTIVATED, wait_status
 from execd.daemon.pool_job_attrs import read_status, starter_update
+from execd.daemon.vacate_reasons import RELEASED, SHUT_DOWN
 from execd.wire.classad_codec import from_values
 from execd.wire.job_runner import JobExit
 
@@ -40,6 +41,10 @@ STARTER_KILLED = 9  # the wait status of a starter that died by SIGKILL
 # A starter that never ran its job (its input transfer failed, it was evicted first, the
 # job could not be exec'd) sends no exit: the record has none.
 NEVER_RAN = ("not_started", "evicted_before_start", "spawn_failed")
+# Evictions that are no preemption's badput: condor_startd sets the flag only from its
+# policy (PREEMPT, a preempting claim, a retirement's end); a DEACTIVATE_CLAIM, the
+# schedd's RELEASE_CLAIM and a shutdown's kill_claim leave it false
+NOT_PREEMPTION = frozenset({CLAIM_DEACTIVATED, RELEASED[1], SHUT_DOWN[1]})
 
 
 def exit_update(job: Job) -> dict[str, str]:
@@ -81,6 +86,6 @@ def ended_job_ad(jobs: JobManager, job: Job, now: float) -> dict[str, str]:
         "JobStatus": REMOVED if starter_status else COMPLETED,
         "BadputCausedByDraining": draining,
         "BadputCausedByPreemption": job.evicted and not draining and (preempting or (
-            job.vacate_reason is not None and job.vacate_reason[1] != CLAIM_DEACTIVATED)),
+            job.vacate_reason is not None and job.vacate_reason[1] not in NOT_PREEMPTION)),
     })  # fmt: skip
     return ad

@@ -100,6 +100,8 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         published_slot_ad=published,
         on_transferred=transferred, on_update=job.note_update,
         peek_enabled=lambda job_values: peek_enabled(daemon.settings, ad, job_values),
+        claim_held=lambda: claim.full() in member.claims  # (restore tracks it first)
+        and claim.full() not in member.closed_by_schedd,
     )  # fmt: skip
 
 

@@ -15,17 +15,16 @@ is told "Startd was draining", not the PREEMPT reason.
 
 from __future__ import annotations
 
-from execd.policy.slot import FOR_PREEMPTING_CLAIM, SUSPENDED_SINCE_RETIRING
+from execd.policy.slot import FOR_PREEMPTING_CLAIM
 
 VacateReason = tuple[str, int, int]
+SHUT_DOWN: VacateReason = ("Startd was shutdown", 1013, 0)
+RELEASED: VacateReason = ("Schedd released the claim", 1017, 0)
 
 VACATE_REASONS: dict[str, VacateReason | None] = {
     # a preempting claim made the job retire (RANK or user priority): none, as the
     # preemption's own eviction ("rank", "user_priority", left out)
     FOR_PREEMPTING_CLAIM: None,
-    # a retiring job suspended since (condor_startd clears the reason as it leaves
-    # Retiring for Suspended): none, until a new cause comes
-    SUSPENDED_SINCE_RETIRING: None,
     # condor_vacate, graceful or -fast (command.cpp: StartdVacateCommand)
     "vacate": ("Claim vacated by the administrator", 1010, 0),
     # condor_drain, graceful, quick or fast (ResMgr's releaseAllClaims: StartdDraining)
@@ -34,11 +33,11 @@ VACATE_REASONS: dict[str, VacateReason | None] = {
     "preempt": ("PREEMPT expression evaluated to True", 1011, 0),
     # the daemon's shutdown, graceful (SIGTERM, DC_OFF_GRACEFUL) or fast (SIGQUIT,
     # DC_OFF_FAST): main_shutdown_graceful's releaseAllClaims, _fast's killAllClaims
-    "shutdown": ("Startd was shutdown", 1013, 0),
+    "shutdown": SHUT_DOWN,
     # the schedd's RELEASE_CLAIM of a claim (command.cpp: kill_claim, StartdReleaseCommand);
     # it reaches no 004 (the schedd sends it when the job's shadow is gone), but the
     # run's STARTD_HISTORY record says it
-    "released": ("Schedd released the claim", 1017, 0),
+    "released": RELEASED,
     # a p-slot taking back d-slots (ALLOW_PSLOT_PREEMPTION), whatever the basis:
     # condor_startd's kill_claim (StartdPreemptingClaimUserPrio)
     "pslot_preemption": ("Preempted for a Priority user", 1019, 0),

@@ -224,11 +224,12 @@ def starter_exited(engine: PolicyEngine, slot: Slot, now: Now) -> Actions:
         reason = slot.retire_reason if slot.retire_reason != FOR_PREEMPTING_CLAIM else None
         pending = slot.preempting_claim
         if pending is not None:  # condor_startd: straight to Preempting (c2)
-            engine._evict(slot, now, out, reason or pending.preempts_for or "rank")
+            engine._evict(slot, now, out, reason or pending.preempts_for or "rank",
+                          retirement_end=reason is not None)
         else:
             engine._move(slot, "starter_exited", now, out)
             if reason is not None:
-                engine._evict(slot, now, out, reason)
+                engine._evict(slot, now, out, reason, retirement_end=True)
     elif slot.state == S.PREEMPTING:
         engine._finish_preempting(slot, now, out)
     else:

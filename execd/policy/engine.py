@@ -21,7 +21,6 @@ from execd.policy.drain_estimates import INT_MAX  # HTCondor's endless retiremen
 from execd.policy.evaluate import evaluate_slot
 from execd.policy.slot import (
     FOR_PREEMPTING_CLAIM,
-    SUSPENDED_SINCE_RETIRING,
     Now,
     Slot,
     slot_policy_attributes,
@@ -255,11 +254,11 @@ class PolicyEngine:
         """Busy/Retiring -> Suspended (14/20). The retirement's cause no longer counts:
         condor_startd clears the vacate reason as the slot leaves Retiring this way, and
         CONTINUE takes it back to Retiring without one, so the eviction at its end gives
-        none (measured: a drained job suspended and continued is told 1005, not 1014)."""
+        none (measured: a drained job suspended and continued is told 1005, not 1014);
+        a cause that comes after gives its own (_evict)."""
         self._move(slot, "suspend", now, out)
         slot.suspended_since = now.mono
-        if slot.vacate_cause is not None:
-            slot.vacate_cause = SUSPENDED_SINCE_RETIRING
+        slot.vacate_cause = None
         out.append(act.Suspend(slot.name))
 
     def _resume(self, slot: Slot, now: Now, out: Actions) -> None:
@@ -270,15 +269,19 @@ class PolicyEngine:
             out.append(act.Continue(slot.name))
 
     def _evict(self, slot: Slot, now: Now, out: Actions, reason: str, *,
-               kill: bool = False, retire: bool = False) -> None:
+               kill: bool = False, retire: bool = False, retirement_end: bool = False) -> None:
         """Claimed/* -> Preempting/Vacating (WANT_VACATE) or Preempting/Killing. A busy
         slot passes a zero-length Claimed/Retiring on the way when ``retire`` (condor_
         startd's retire_claim: condor_vacate, a quick drain); otherwise it goes straight
         from Busy (p1), as condor_startd's kill_claim (lease expired, released, fast
-        vacate, drain or shutdown) and a preempting claim with no retirement left."""
+        vacate, drain or shutdown) and a preempting claim with no retirement left.
+        ``retirement_end``: the retirement's own end (its time is over, or its job ended),
+        which gives no cause of its own: the latest one stands (none, if a suspension
+        cleared it); any other eviction is the latest cause, even one named as the
+        retirement's (condor_vacate -fast after condor_vacate, SIGQUIT after SIGTERM)."""
         slot.evict_reason = reason
-        if slot.vacate_cause is None or reason != slot.retire_reason:
-            slot.vacate_cause = reason  # not the retirement's own end: a cause of its own
+        if not retirement_end:
+            slot.vacate_cause = reason
         if reason == "drain":
             drain.add_badput(self, slot, now)
         if slot.activity == A.BUSY and retire:

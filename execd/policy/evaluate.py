@@ -131,7 +131,7 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
             return
     if slot.activity == A.SUSPENDED:
         if slot.retire_reason is not None and retirement_over(engine, slot, now):
-            engine._evict(slot, now, out, slot.retire_reason)
+            engine._evict(slot, now, out, slot.retire_reason, retirement_end=True)
         elif not slot.suspended_by_command and engine._true(slot, "CONTINUE", my, job, out):
             trigger = "continue" if slot.retire_reason is None else "continue_retiring"
             engine._move(slot, trigger, now, out)
@@ -146,7 +146,8 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
             slot.retire_reason = slot.vacate_cause = None
             engine._move(slot, "unretire", now, out)
         elif retirement_over(engine, slot, now):
-            engine._evict(slot, now, out, slot.retire_reason or "retirement over")
+            engine._evict(slot, now, out, slot.retire_reason or "retirement over",
+                          retirement_end=True)
 
 
 def retirement_over(engine: PolicyEngine, slot: Slot, now: Now) -> bool:

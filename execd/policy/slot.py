@@ -35,9 +35,6 @@ class Claim:
 
 # the retire reason of a job retiring for a preempting claim: undone (19) if it goes away
 FOR_PREEMPTING_CLAIM = "preempting_claim"
-# the cause of a retiring job that was suspended since: none (condor_startd clears the
-# vacate reason when a claimed slot enters an activity other than Retiring or Cleaning)
-SUSPENDED_SINCE_RETIRING = "suspended_since_retiring"
 
 
 @dataclass

@@ -136,6 +136,9 @@ class ShadowOptions:
     # Told each job update sent to the shadow (register_job_info's ad), as condor_starter
     # sends it to its startd too: the startd's copy of the job ad (its history record).
     on_update: Callable[[WireAd], None] | None = None
+    # Asked as a restarted daemon resumes the conversation: does the schedd still hold
+    # the claim? False: it released it meanwhile (no shadow comes back). None: always.
+    claim_held: Callable[[], bool] | None = None
 
 
 async def send_update(calls: ShadowSyscalls, ad: WireAd,

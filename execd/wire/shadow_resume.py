@@ -96,6 +96,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         link.peek_enabled = functools.partial(options.peek_enabled, job)
     calls.attach(link)
     options.links.add(link)
+    if options.claim_held is not None and not options.claim_held():
+        link.claim_released()  # its RELEASE_CLAIM came before the link was there to find
     log.info("shadow_conversation_resumed", job=state.global_job_id, lease_s=state.lease_s,
              connection="kept" if not isinstance(channel, LostConnection) else "lost")
     handed_over = False

@@ -1,6 +1,7 @@
 """Which reason an evicted job's shadow is told when more than one cause came along: the
 latest, as condor_startd's setVacateReason keeps the last one given (retire_claim,
-kill_claim and release_claim each overwrite it).
+kill_claim and release_claim each overwrite it); and which evictions the run's
+STARTD_HISTORY record calls a preemption's badput.
 
 The daemon is built as `execd run` builds it, without its cgroup tree: the job is
 registered as JobManager.activate registers a pool job whose starter waits for its
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from execd.daemon.ended_job_ad import ended_job_ad
 from execd.daemon.jobs import Job
 from execd.daemon.policy_glue import now
 from execd.policy import actions as act
@@ -106,3 +108,111 @@ def test_a_drained_job_suspended_and_continued_is_told_no_reason(
     state, reason = asyncio.run(scenario())
     assert state == "Preempting"
     assert reason == told
+
+
+FIRST = {  # the graceful form of each command: the job retires for it
+    "vacate": lambda engine, at: engine.vacate("slot1", at),
+    "drain": lambda engine, at: engine.drain("graceful", at, reason="test"),
+    "shutdown": lambda engine, at: engine.shutdown("graceful", at),
+}
+THEN_FAST = {  # ... and its fast form: a kill with a cause of its own
+    "vacate": lambda engine, at: engine.vacate("slot1", at, fast=True),
+    "drain": lambda engine, at: engine.drain("fast", at, reason="test"),
+    "shutdown": lambda engine, at: engine.shutdown("fast", at),
+}
+
+
+@pytest.mark.parametrize("continued", [True, False])
+@pytest.mark.parametrize(("command", "told"), [
+    ("vacate", ("Claim vacated by the administrator", 1010, 0)),  # condor_vacate -fast
+    ("drain", ("Startd was draining", 1014, 0)),  # condor_drain -fast
+    ("shutdown", ("Startd was shutdown", 1013, 0)),  # SIGQUIT (condor_off -fast)
+])  # fmt: skip
+def test_a_fast_command_after_a_suspension_in_its_retirement_gives_its_reason(
+        tmp_path: Path, command: str, told: tuple[str, int, int],
+        continued: bool) -> None:  # fmt: skip
+    """The graceful form of a command, SUSPEND_CLAIM (which clears the retirement's
+    reason), maybe CONTINUE_CLAIM, then the fast form of the same command: that kill is a
+    cause of its own and the shadow is told it, as condor_startd's kill_claim sets it
+    (execd said none: the fast form was taken for the retirement's end)."""
+    async def scenario() -> tuple[str, tuple[str, int, int] | None]:
+        daemon = daemon_without_cgroups(tmp_path, CONFIG)
+        try:
+            moment = now()
+
+            def at(seconds: float) -> Now:
+                return Now(moment.mono + seconds, moment.wall + seconds)
+
+            bob = {**ALICE, "Owner": "bob"}  # PREEMPT stays false
+            jobs = daemon.jobs
+            granted = jobs.request_claim("slot1", bob)
+            claim = jobs.lookup(granted["claim_id"])[1]
+            job = Job("pool.1#1.0", "slot1", claim, dict(bob))
+            jobs.running["slot1"], jobs.jobs[job.job_id] = job, job
+            started, actions = daemon.engine.activate("slot1", dict(bob), at(0))
+            assert started
+            daemon.execute([a for a in actions if not isinstance(a, act.SpawnStarter)])
+            daemon.execute(FIRST[command](daemon.engine, at(1)))
+            slot = daemon.engine.slots["slot1"]
+            assert slot.activity.value == "Retiring"
+            daemon.execute(commands.suspend_claim(daemon.engine, "slot1", at(2)))
+            assert slot.activity.value == "Suspended"
+            if continued:
+                daemon.execute(commands.continue_claim(daemon.engine, "slot1", at(3)))
+                assert slot.activity.value == "Retiring"
+            daemon.execute(THEN_FAST[command](daemon.engine, at(4)))
+            return slot.state.value, job.vacate_reason
+        finally:
+            daemon.jobs.store.close()
+
+    state, reason = asyncio.run(scenario())
+    assert state == "Preempting"
+    assert reason == told
+
+
+EVICTIONS = {  # how the startd evicts a running job, and what its STARTD_HISTORY says
+    "released": lambda engine, at: engine.release("slot1", at),  # the schedd's RELEASE_CLAIM
+    "deactivated, then released": lambda engine, at: [
+        *engine.deactivate("slot1", at), *engine.release("slot1", at)],
+    "shut down fast": lambda engine, at: engine.shutdown("fast", at),  # SIGQUIT
+    "preempted": lambda engine, at: engine.evaluate(
+        Now(at.mono + 1100, at.wall + 1100)),  # alice's: PREEMPT, then the retirement is over
+}
+
+
+@pytest.mark.parametrize(("eviction", "badput"), [
+    ("released", "false"),  # condor_startd's kill_claim sets no badput (execd said true)
+    ("deactivated, then released", "false"),
+    ("shut down fast", "false"),  # killAllClaims: neither (execd said true)
+    ("preempted", "true"),  # ResState's xa_preempt_and_retire
+])  # fmt: skip
+def test_only_a_preemption_is_recorded_as_badput_caused_by_preemption(
+        tmp_path: Path, eviction: str, badput: str) -> None:  # fmt: skip
+    """BadputCausedByPreemption in the run's STARTD_HISTORY ad: condor_startd sets it
+    from its policy (PREEMPT, a preempting claim), never for the schedd's RELEASE_CLAIM
+    or a shutdown, though both now give the job a reason (1017, 1013)."""
+    async def scenario() -> dict[str, str]:
+        daemon = daemon_without_cgroups(tmp_path, CONFIG)
+        try:
+            moment = now()
+            jobs = daemon.jobs
+            granted = jobs.request_claim("slot1", ALICE)
+            claim = jobs.lookup(granted["claim_id"])[1]
+            job = Job("pool.1#1.0", "slot1", claim, dict(ALICE))
+            jobs.running["slot1"], jobs.jobs[job.job_id] = job, job
+            started, actions = daemon.engine.activate("slot1", dict(ALICE), moment)
+            assert started
+            daemon.execute([a for a in actions if not isinstance(a, act.SpawnStarter)])
+            at = Now(moment.mono + 1, moment.wall + 1)
+            if eviction == "preempted":
+                daemon.execute(daemon.engine.evaluate(at))  # PREEMPT: it retires
+            daemon.execute(EVICTIONS[eviction](daemon.engine, at))
+            assert daemon.engine.slots["slot1"].state.value == "Preempting"
+            assert job.evicted
+            return ended_job_ad(jobs, job, at.wall)
+        finally:
+            daemon.jobs.store.close()
+
+    ad = asyncio.run(scenario())
+    assert ad["BadputCausedByPreemption"] == badput
+    assert ad["BadputCausedByDraining"] == "false"

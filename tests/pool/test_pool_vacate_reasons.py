@@ -147,7 +147,8 @@ def shadow_of(pool: harness.Pool, cluster: int) -> int:
 def released_under_a_job(pool: harness.Pool, history: Path) -> dict[str, Any]:
     """A job's shadow killed while its job runs: the schedd, left with a claim no shadow
     uses, sends RELEASE_CLAIM (condor_startd logs "received RELEASE_CLAIM command" in
-    Claimed/Busy). The STARTD_HISTORY record (`history`) of that run: its VacateReason*.
+    Claimed/Busy). The STARTD_HISTORY record (`history`) of that run: its VacateReason*
+    and BadputCausedByPreemption.
 
     The job ignores SIGTERM: the schedd's next shadow for the claim, refused, sends a
     DEACTIVATE_CLAIM first (condor_startd tells its starter "Claim deactivated", 1009,
@@ -168,7 +169,8 @@ def released_under_a_job(pool: harness.Pool, history: Path) -> dict[str, Any]:
             return next((r for r in ads if r["GlobalJobId"] == ad["GlobalJobId"]), None)
 
         run = harness.wait_for("the killed shadow's run in STARTD_HISTORY", record, 2 * WAIT_S)
-        return {k: run.get(k) for k in ("VacateReason", "VacateReasonCode", "VacateReasonSubCode")}
+        return {k: run.get(k) for k in ("VacateReason", "VacateReasonCode", "VacateReasonSubCode",
+                                        "BadputCausedByPreemption")}
     finally:
         pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
 
@@ -177,7 +179,8 @@ def test_a_released_claim_is_recorded_why_as_by_condor_startd(
         running_pool: harness.RunningPool) -> None:  # fmt: skip
     """condor_startd's kill_claim for the schedd's RELEASE_CLAIM: the run's record says
     "Schedd released the claim" (StartdReleaseCommand, 1017) on both; execd's gave no
-    reason before."""
+    reason before. No preemption's badput on either (BadputCausedByPreemption false:
+    execd's said true once the release had a reason)."""
     pool = running_pool.get(with_startd=False)
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
         node = pool_node(pool, tmp)
@@ -189,7 +192,7 @@ def test_a_released_claim_is_recorded_why_as_by_condor_startd(
     theirs = released_under_a_job(reference, reference.host_path(STARTD_HISTORY))
     assert ours == theirs
     assert ours == {"VacateReason": "Schedd released the claim", "VacateReasonCode": 1017,
-                    "VacateReasonSubCode": 0}, ours  # fmt: skip
+                    "VacateReasonSubCode": 0, "BadputCausedByPreemption": False}, ours  # fmt: skip
 
 
 # 25 s of retirement (a vacate time of 2 s leaves it whole); SUSPEND true from 6 s to 14 s

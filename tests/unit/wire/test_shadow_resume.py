@@ -14,6 +14,7 @@ import pytest
 from test_shadow_reconnect_job import CLAIM, shadow
 from wire_pairs import channel_pair
 
+from execd.errors import ProtocolError
 from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.output_files import CHIRP_CONFIG
 from execd.wire.reconnect import ReconnectJob
@@ -160,3 +161,28 @@ def test_cancelled_between_two_calls_it_hands_its_connection_over(
 
     assert asyncio.run(scenario())
     assert (path / "output.txt").read_text() == "kept\n"  # the sandbox stays
+
+
+def test_a_claim_released_before_it_resumed_ends_the_wait_for_the_shadow(
+        box: tuple[Path, tuple[int, int]]) -> None:  # fmt: skip
+    """The schedd's RELEASE_CLAIM came while the restarted daemon was adopting the old
+    image's connection, before the job's link was registered (so it found none): the
+    resumed conversation sees the claim is gone and waits for no reconnect (before, it
+    waited out the whole job lease, 30 s here)."""
+    path, ids = box
+    proc = started(path, ids, "sleep 30")
+
+    async def scenario() -> str:
+        await proc.start()
+        options = ShadowOptions(update_interval_s=0.2, links=ShadowLinks(), keep_sandbox=True,
+                                claim_held=lambda: False)  # fmt: skip
+        try:
+            with pytest.raises(ProtocolError) as ended:
+                await asyncio.wait_for(resume_shadow(CLAIM, conversation(path), proc, options),
+                                       10)  # fmt: skip
+        finally:
+            proc.kill()
+            await proc.wait(10)
+        return str(ended.value)
+
+    assert "the schedd released the claim" in asyncio.run(scenario())
