@@ -17,6 +17,7 @@ import pytest
 from execd.daemon.ended_job_ad import ended_job_ad
 from execd.daemon.jobs import Job
 from execd.daemon.policy_glue import now
+from execd.daemon.runtime import Daemon
 from execd.policy import actions as act
 from execd.policy import commands
 from execd.policy.slot import Now
@@ -26,6 +27,24 @@ from tests.component.in_process_daemon import daemon_without_cgroups
 CONFIG = ("SLOT_TYPE_1_PARTITIONABLE = False\nMAXJOBRETIREMENTTIME = 1000\n"
           'PREEMPT = TARGET.Owner == "alice"\nWANT_SUSPEND = False\n')  # fmt: skip
 ALICE = {"Owner": "alice", "Cmd": "/bin/sleep", "JobLeaseDuration": 1200}
+
+
+def after(moment: Now, seconds: float) -> Now:
+    return Now(moment.mono + seconds, moment.wall + seconds)
+
+
+def running_job(daemon: Daemon, ad: dict[str, object], moment: Now) -> Job:
+    """A pool job activated on slot1's new claim at `moment`, registered as
+    JobManager.activate registers one whose starter waits for its input."""
+    jobs = daemon.jobs
+    granted = jobs.request_claim("slot1", ad)
+    claim = jobs.lookup(granted["claim_id"])[1]
+    job = Job("pool.1#1.0", "slot1", claim, dict(ad))
+    jobs.running["slot1"], jobs.jobs[job.job_id] = job, job
+    started, actions = daemon.engine.activate("slot1", dict(ad), moment)
+    assert started
+    daemon.execute([a for a in actions if not isinstance(a, act.SpawnStarter)])
+    return job
 
 
 @pytest.mark.parametrize(("drained", "told"), [
@@ -40,16 +59,9 @@ def test_a_job_retiring_for_preempt_then_drained_is_told_the_drain(
             moment = now()
 
             def at(seconds: float) -> Now:
-                return Now(moment.mono + seconds, moment.wall + seconds)
+                return after(moment, seconds)
 
-            jobs = daemon.jobs
-            granted = jobs.request_claim("slot1", ALICE)
-            claim = jobs.lookup(granted["claim_id"])[1]
-            job = Job("pool.1#1.0", "slot1", claim, dict(ALICE))
-            jobs.running["slot1"], jobs.jobs[job.job_id] = job, job
-            started, actions = daemon.engine.activate("slot1", dict(ALICE), at(0))
-            assert started
-            daemon.execute([a for a in actions if not isinstance(a, act.SpawnStarter)])
+            job = running_job(daemon, ALICE, at(0))
             daemon.execute(daemon.engine.evaluate(at(1)))  # PREEMPT: it retires
             slot = daemon.engine.slots["slot1"]
             assert (slot.state.value, slot.activity.value) == ("Claimed", "Retiring")
@@ -81,17 +93,10 @@ def test_a_drained_job_suspended_and_continued_is_told_no_reason(
             moment = now()
 
             def at(seconds: float) -> Now:
-                return Now(moment.mono + seconds, moment.wall + seconds)
+                return after(moment, seconds)
 
             bob = {**ALICE, "Owner": "bob"}  # PREEMPT stays false
-            jobs = daemon.jobs
-            granted = jobs.request_claim("slot1", bob)
-            claim = jobs.lookup(granted["claim_id"])[1]
-            job = Job("pool.1#1.0", "slot1", claim, dict(bob))
-            jobs.running["slot1"], jobs.jobs[job.job_id] = job, job
-            started, actions = daemon.engine.activate("slot1", dict(bob), at(0))
-            assert started
-            daemon.execute([a for a in actions if not isinstance(a, act.SpawnStarter)])
+            job = running_job(daemon, bob, at(0))
             daemon.execute(daemon.engine.drain("graceful", at(1), reason="test"))
             slot = daemon.engine.slots["slot1"]
             assert slot.activity.value == "Retiring"
@@ -141,17 +146,10 @@ def test_a_fast_command_after_a_suspension_in_its_retirement_gives_its_reason(
             moment = now()
 
             def at(seconds: float) -> Now:
-                return Now(moment.mono + seconds, moment.wall + seconds)
+                return after(moment, seconds)
 
             bob = {**ALICE, "Owner": "bob"}  # PREEMPT stays false
-            jobs = daemon.jobs
-            granted = jobs.request_claim("slot1", bob)
-            claim = jobs.lookup(granted["claim_id"])[1]
-            job = Job("pool.1#1.0", "slot1", claim, dict(bob))
-            jobs.running["slot1"], jobs.jobs[job.job_id] = job, job
-            started, actions = daemon.engine.activate("slot1", dict(bob), at(0))
-            assert started
-            daemon.execute([a for a in actions if not isinstance(a, act.SpawnStarter)])
+            job = running_job(daemon, bob, at(0))
             daemon.execute(FIRST[command](daemon.engine, at(1)))
             slot = daemon.engine.slots["slot1"]
             assert slot.activity.value == "Retiring"
@@ -175,8 +173,8 @@ EVICTIONS = {  # how the startd evicts a running job, and what its STARTD_HISTOR
     "deactivated, then released": lambda engine, at: [
         *engine.deactivate("slot1", at), *engine.release("slot1", at)],
     "shut down fast": lambda engine, at: engine.shutdown("fast", at),  # SIGQUIT
-    "preempted": lambda engine, at: engine.evaluate(
-        Now(at.mono + 1100, at.wall + 1100)),  # alice's: PREEMPT, then the retirement is over
+    # alice's: PREEMPT, then the retirement is over
+    "preempted": lambda engine, at: engine.evaluate(after(at, 1100)),
 }
 
 
@@ -195,21 +193,14 @@ def test_only_a_preemption_is_recorded_as_badput_caused_by_preemption(
         daemon = daemon_without_cgroups(tmp_path, CONFIG)
         try:
             moment = now()
-            jobs = daemon.jobs
-            granted = jobs.request_claim("slot1", ALICE)
-            claim = jobs.lookup(granted["claim_id"])[1]
-            job = Job("pool.1#1.0", "slot1", claim, dict(ALICE))
-            jobs.running["slot1"], jobs.jobs[job.job_id] = job, job
-            started, actions = daemon.engine.activate("slot1", dict(ALICE), moment)
-            assert started
-            daemon.execute([a for a in actions if not isinstance(a, act.SpawnStarter)])
-            at = Now(moment.mono + 1, moment.wall + 1)
+            job = running_job(daemon, ALICE, moment)
+            at = after(moment, 1)
             if eviction == "preempted":
                 daemon.execute(daemon.engine.evaluate(at))  # PREEMPT: it retires
             daemon.execute(EVICTIONS[eviction](daemon.engine, at))
             assert daemon.engine.slots["slot1"].state.value == "Preempting"
             assert job.evicted
-            return ended_job_ad(jobs, job, at.wall)
+            return ended_job_ad(daemon.jobs, job, at.wall)
         finally:
             daemon.jobs.store.close()
 
