@@ -14,8 +14,10 @@ import os
 import socket
 from pathlib import Path
 
+from wire_pairs import ScriptedPeer
+
 from execd.wire.classad_codec import decode_ad, encode_ad, to_classad
-from execd.wire.encoding import Decoder, Encoder
+from execd.wire.encoding import Decoder
 from execd.wire.output_files import OutputItem, expand_outputs, output_items
 from execd.wire.sandbox_upload import upload_sandbox
 
@@ -83,26 +85,14 @@ def test_without_transfer_output_files_a_rewritten_executable_stays(tmp_path: Pa
     assert "job.sh" in shown(output_items(box, job, [], {}))
 
 
-class Shadow:
+class Shadow(ScriptedPeer):
     """The downloading shadow's side: go ahead always, ack success; records what came."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.answers = [encode_ad(self.encoder(), {"Result": "2"}).payload(),
                         self.encoder().put_int(300).payload(),
                         encode_ad(self.encoder(), {"Result": "0"}).payload()]  # fmt: skip
-        self.sent: list[bytes] = []
-
-    async def send(self, payload: bytes) -> None:
-        self.sent.append(payload)
-
-    async def recv(self, timeout_s: float | None = None) -> bytes:
-        return self.answers.pop(0)
-
-    def encoder(self) -> Encoder:
-        return Encoder(encrypted=True)
-
-    def decoder(self, payload: bytes) -> Decoder:
-        return Decoder(payload, encrypted=True)
 
     def items(self) -> list[tuple[int, str, int]]:
         """(command, name, mode) of each item, in the order sent."""

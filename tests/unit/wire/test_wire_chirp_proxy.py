@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
+from wire_pairs import ScriptedPeer
 
 from execd.wire import chirp_proxy
 from execd.wire.chirp_delayed import MAX_ATTRS, DelayedUpdates
@@ -32,25 +33,9 @@ from execd.wire.shadow_syscalls import ShadowSyscalls
 WANTS = {"WantIOProxy": True, "ClusterId": 12, "ProcId": 3}
 
 
-class ScriptedShadow:
+class ScriptedShadow(ScriptedPeer):
     """The shadow's end of the syscall connection: records what it is sent and answers
     from a list (one answer per call that expects one)."""
-
-    def __init__(self, answers: list[bytes] | None = None) -> None:
-        self.answers = list(answers or [])
-        self.sent: list[bytes] = []
-
-    async def send(self, payload: bytes) -> None:
-        self.sent.append(payload)
-
-    async def recv(self, timeout_s: float | None = None) -> bytes:
-        return self.answers.pop(0)
-
-    def encoder(self) -> Encoder:
-        return Encoder(encrypted=True)
-
-    def decoder(self, payload: bytes) -> Decoder:
-        return Decoder(payload, encrypted=True)
 
 
 def answer(*ints: int, text: str | None = None) -> bytes:

@@ -6,6 +6,7 @@ import asyncio
 import socket
 
 from execd.wire.channel import Channel
+from execd.wire.encoding import Decoder, Encoder
 
 
 async def channel_pair(timeout_s: float = 5.0) -> tuple[Channel, Channel]:
@@ -22,3 +23,24 @@ async def raw_pair(timeout_s: float = 5.0) -> tuple[Channel, asyncio.StreamWrite
     ra, wa = await asyncio.open_connection(sock=a)
     _, wb = await asyncio.open_connection(sock=b)
     return Channel(ra, wa, peer="raw peer", timeout_s=timeout_s), wb
+
+
+class ScriptedPeer:
+    """The other end of an encrypted message channel, scripted: records each message it
+    is sent and answers from a list (one answer per message expected back)."""
+
+    def __init__(self, answers: list[bytes] | None = None) -> None:
+        self.answers = list(answers or [])
+        self.sent: list[bytes] = []
+
+    async def send(self, payload: bytes) -> None:
+        self.sent.append(payload)
+
+    async def recv(self, timeout_s: float | None = None) -> bytes:
+        return self.answers.pop(0)
+
+    def encoder(self) -> Encoder:
+        return Encoder(encrypted=True)
+
+    def decoder(self, payload: bytes) -> Decoder:
+        return Decoder(payload, encrypted=True)
