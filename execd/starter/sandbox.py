@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import stat
@@ -90,11 +91,22 @@ def remove_tree(path: str | os.PathLike[str]) -> None:
     """Remove `path` and everything under it, whatever its depth; links are not followed
     and other file systems mounted below are left. rm, not shutil.rmtree: Python 3.11's
     recurses per level, and a tree a job makes a thousand levels deep raised
-    RecursionError (not an OSError: ignore_errors let it through). Errors are ignored."""
-    import subprocess  # noqa: PLC0415 - after the job started: off the launch path
+    RecursionError (not an OSError: ignore_errors let it through). Errors are ignored.
 
-    subprocess.run(["/bin/rm", "-rf", "--one-file-system", "--", os.fspath(path)], check=False,
-                   stderr=subprocess.DEVNULL)  # fmt: skip
+    Where no process can be made (a starter whose job was its PID namespace's init: once
+    that exits, fork fails with ENOMEM), shutil.rmtree does it, and a tree deeper than
+    the interpreter's recursion limit is left behind rather than failing the caller."""
+    import shutil  # noqa: PLC0415 - after the job started: off the launch path
+    import subprocess  # noqa: PLC0415
+
+    try:
+        subprocess.run(["/bin/rm", "-rf", "--one-file-system", "--", os.fspath(path)],
+                       check=False, stderr=subprocess.DEVNULL)  # fmt: skip
+        return
+    except OSError:
+        pass
+    with contextlib.suppress(RecursionError):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def disk_usage_kb(path: str) -> int:
