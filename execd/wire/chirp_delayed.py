@@ -18,12 +18,12 @@ The knobs are not read: execd uses their defaults.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from execd._htcondor import classad2
 from execd.classads import ClassAdError, parse_expr
+from execd.wire.chirp_protocol import ATTR_NAME
 from execd.wire.classad_codec import WireAd, unparse_old
 
 PREFIXES = ("Chirp*",)  # CHIRP_DELAYED_UPDATE_PREFIX's default
@@ -31,7 +31,6 @@ MAX_ATTRS = 100  # CHIRP_DELAYED_UPDATE_MAX_ATTRS's default
 MAX_VALUE = 993
 NESTED = "ChirpDelayedAttrs"
 RECORDED, REFUSED, VALUE_TOO_LONG = 0, 1, -127
-_ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def wants_delayed(job: Mapping[str, object]) -> bool:
@@ -69,7 +68,7 @@ class DelayedUpdates:
             return RECORDED  # condor_starter answers success and records nothing
         # A name that is no ClassAd name, or a value old syntax cannot carry, would make
         # an update the shadow cannot read (it asserts, and the job is requeued).
-        if not _ATTR_NAME.fullmatch(name) or not name_allowed(name) \
+        if not ATTR_NAME.fullmatch(name) or not name_allowed(name) \
                 or not _carried(name, value):  # fmt: skip
             return REFUSED
         if name not in self.names:

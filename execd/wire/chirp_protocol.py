@@ -14,9 +14,11 @@ answers it (UNDEFINED, compared in the pool). execd keeps that order and reading
 from __future__ import annotations
 
 import errno as errnos
+import re
 from dataclasses import dataclass
 
 LINE_MAX = 5120  # CHIRP_LINE_MAX
+ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a job attribute's name: fullmatch
 CHIRP_VERSION = 2
 
 NOT_AUTHENTICATED = -1

@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import secrets
 import socket
 import string
@@ -54,6 +53,7 @@ from execd.errors import ProtocolError
 from execd.log import get_logger
 from execd.wire.chirp_delayed import DelayedUpdates, wants_delayed
 from execd.wire.chirp_protocol import (
+    ATTR_NAME,
     CHIRP_VERSION,
     DELAYED,
     DOESNT_EXIST,
@@ -82,7 +82,6 @@ WARN_INTERVAL_S = 60.0  # strangers' refusals are logged at most this often
 CALL_TIMEOUT_S = 20.0
 ULOG_GENERIC = 8
 JAVA_UNIVERSE = 10
-_ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class ChirpShadow(Protocol):
@@ -371,7 +370,7 @@ class ChirpProxy:
         """One call to the shadow, its failure as Chirp's error (the daemon goes on).
         A call that outlasts CALL_TIMEOUT_S is answered "offline" but left to finish:
         cancelling it would cut a message to the shadow in half."""
-        if name is not None and not _ATTR_NAME.fullmatch(name):
+        if name is not None and not ATTR_NAME.fullmatch(name):
             call.close()
             return self._invalid("an attribute name that is no ClassAd name")
         if not self.connected():
