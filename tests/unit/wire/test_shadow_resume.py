@@ -43,24 +43,30 @@ def started(path: Path, ids: tuple[int, int], script: str) -> JobProcess:
     return JobProcess(["/bin/sh", "-c", script], path, {"PATH": "/bin:/usr/bin"}, ids, None)
 
 
-def test_on_the_kept_connection_it_goes_on_to_job_exit(
-        box: tuple[Path, tuple[int, int]]) -> None:  # fmt: skip
-    path, ids = box
-    proc = started(path, ids, "sleep 0.5; exit 3")
-
+def resumed_on_a_kept_connection(path: Path, proc: JobProcess,
+                                 links: ShadowLinks | None = None) -> list[int]:  # fmt: skip
+    """The old image's job adopted and its conversation resumed on the kept connection
+    to a shadow, to its end: the calls the shadow got."""
     async def scenario() -> list[int]:
-        await proc.start()  # the old image's job, adopted
+        await proc.start()
         ours, theirs = await channel_pair()
         calls: list[int] = []
         peer = asyncio.create_task(shadow(theirs, calls, asyncio.Event()))
-        options = ShadowOptions(update_interval_s=0.2, links=ShadowLinks(), keep_sandbox=True)
+        kept = links if links is not None else ShadowLinks()
+        options = ShadowOptions(update_interval_s=0.2, links=kept, keep_sandbox=True)
         await resume_shadow(CLAIM, conversation(path), proc, options, ours)
         peer.cancel()
         await ours.close()
         await theirs.close()
         return calls
 
-    calls = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_on_the_kept_connection_it_goes_on_to_job_exit(
+        box: tuple[Path, tuple[int, int]]) -> None:  # fmt: skip
+    path, ids = box
+    calls = resumed_on_a_kept_connection(path, started(path, ids, "sleep 0.5; exit 3"))
     assert calls[0] == GET_SEC_SESSION_INFO and calls[1] == REGISTER_JOB_INFO
     assert calls[-3:] == [EVENT_NOTIFICATION, REGISTER_JOB_INFO, JOB_EXIT]
 
@@ -71,22 +77,8 @@ def test_the_sandboxs_chirp_config_is_never_read_back(
     .chirp.config (here a port no socket can have) is not the new image's concern."""
     path, ids = box
     (path / CHIRP_CONFIG).write_text("127.0.0.1 70000 " + "a" * 31 + "\n")
-    proc = started(path, ids, "exit 0")
     links = ShadowLinks()
-
-    async def scenario() -> list[int]:
-        await proc.start()
-        ours, theirs = await channel_pair()
-        calls: list[int] = []
-        peer = asyncio.create_task(shadow(theirs, calls, asyncio.Event()))
-        options = ShadowOptions(update_interval_s=0.2, links=links, keep_sandbox=True)
-        await resume_shadow(CLAIM, conversation(path), proc, options, ours)
-        peer.cancel()
-        await ours.close()
-        await theirs.close()
-        return calls
-
-    calls = asyncio.run(scenario())
+    calls = resumed_on_a_kept_connection(path, started(path, ids, "exit 0"), links)
     assert calls[-1] == JOB_EXIT  # the conversation went on to its end
     assert links.by_session(session_id(CLAIM)) is None  # and let go of its link
 
