@@ -24,24 +24,24 @@ the conversation to the new connection; a lease that runs out kills the job.
 
 A transfer that fails with a hold code becomes a critical RemoteErrorEvent (ulog):
 the shadow puts the job on hold with that code, as it does for HTCondor's starter.
+The conversation's end (the exit, the output, job_exit, a hold, the sandbox's removal)
+is execd/wire/shadow_end.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import errno
 import functools
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from execd.claims.ids import ClaimId
-from execd.errors import ProtocolError
 from execd.log import get_logger
 from execd.starter.sandbox import walk_tree
 from execd.wire.channel import Channel
@@ -49,9 +49,7 @@ from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.chirp_start import open_chirp_proxy
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.filetransfer import (
-    FILETRANS_DOWNLOAD,
     FILETRANS_UPLOAD,
-    HOLD_UPLOAD_FILE_ERROR,
     TransferResult,
     TransferTally,
     download_sandbox,
@@ -59,15 +57,20 @@ from execd.wire.filetransfer import (
 from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
 from execd.wire.output_files import (
-    OutputItem,
     expand_outputs,
-    output_items,
     sent_std_files,
     std_files,
 )
 from execd.wire.sandbox_upload import upload_sandbox
 from execd.wire.security import (
     CONDOR_VERSION,
+)
+from execd.wire.shadow_end import (
+    conclude,
+    remove_sandbox,
+    report_hold,
+    send_output,
+    transfer_error,
 )
 from execd.wire.shadow_job import (
     JobProcess,
@@ -79,11 +82,9 @@ from execd.wire.shadow_job import (
 )
 from execd.wire.shadow_link import LIVE_LINKS, ShadowLink, ShadowLinks
 from execd.wire.shadow_syscalls import (
-    JOB_COREDUMPED,
-    JOB_EXITED,
-    JOB_SHOULD_REQUEUE,
     MessageChannel,
     ShadowSyscalls,
+    send_update,
 )
 from execd.wire.shadow_transfers import Transfers, job_values
 from execd.wire.slot_resources import (
@@ -93,7 +94,6 @@ from execd.wire.slot_resources import (
 )
 
 log = get_logger("wire")
-ULOG_REMOTE_ERROR = 21
 SHADOW_SETTLE_S = 0.1
 STARTER_UPDATE_INTERVAL_S = 300
 
@@ -141,14 +141,6 @@ class ShadowOptions:
     claim_held: Callable[[], bool] | None = None
 
 
-async def send_update(calls: ShadowSyscalls, ad: WireAd,
-                      on_update: Callable[[WireAd], None] | None) -> None:  # fmt: skip
-    """register_job_info, and the same update for the startd side (`on_update`)."""
-    if on_update is not None:
-        on_update(ad)
-    await calls.register_job_info(ad)
-
-
 def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
     resources = starter_info_resources(options.slot_ad) if options.slot_ad is not None else {}
     return resources | from_values({
@@ -158,21 +150,6 @@ def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
         "HasReconnect": True, "CondorVersion": options.condor_version,
         "MyCurrentTime": int(time.time()), "CondorScratchDir": str(sandbox),
     })  # fmt: skip
-
-
-def _remote_error(job: dict[str, object], message: str, code: int, subcode: int) -> WireAd:
-    """A critical RemoteErrorEvent: the shadow holds the job with its code and subcode."""
-    return from_values({
-        "MyType": "RemoteErrorEvent", "EventTypeNumber": ULOG_REMOTE_ERROR,
-        "Cluster": job.get("ClusterId", 0), "Proc": job.get("ProcId", 0), "Subproc": 0,
-        "Daemon": "starter", "ErrorMsg": message,
-        "HoldReasonCode": code, "HoldReasonSubCode": subcode,
-    })  # fmt: skip
-
-
-def _transfer_error(job: dict[str, object], result: TransferResult) -> WireAd:
-    return _remote_error(job, f"Failed to transfer files: {result.hold_reason}",
-                         result.hold_code, result.hold_subcode)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -233,66 +210,6 @@ async def _run_job(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOption
                        min(options.initial_update_s, options.update_interval_s))  # fmt: skip
 
 
-async def report_hold(calls: ShadowSyscalls, job: dict[str, object], gjid: str,
-                      exc: JobHeldError) -> None:  # fmt: skip
-    """Not started (code 6), or held by the starter (34/102) or the startd's policy (21)."""
-    log.warning("shadow_job_held", job=gjid, reason=str(exc), code=exc.code)
-    await calls.ulog(_remote_error(job, str(exc), exc.code, exc.subcode))
-
-
-async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversation,
-                   done: JobExit,
-                   on_update: Callable[[WireAd], None] | None = None) -> None:  # fmt: skip
-    """The job ended: the exit, the output (unless it was killed on request: then an
-    ON_EXIT_OR_EVICT job's sandbox to be spooled, after a graceful kill), job_exit."""
-    job = job_values(state.job_wire)
-    gjid, address, sandbox = state.global_job_id, transfers.starter_address, Path(state.sandbox)
-    exit_ad = done.exit_ad()
-    await calls.event_notification({"EventType": '"ActivationExecutionExit"'})
-    await send_update(calls, {**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"}, on_update)
-    # Vacated or removed: requeued, its output not delivered. A graceful eviction of an
-    # ON_EXIT_OR_EVICT job first sends the sandbox to be spooled (final_transfer 0).
-    spool = done.requested and done.graceful and \
-        str(job.get("WhenToTransferOutput", "")).upper() == "ON_EXIT_OR_EVICT"
-    if state.transfer and (spool or not done.requested):
-
-        def listed() -> list[OutputItem]:
-            return output_items(sandbox, job, state.inputs, state.before)
-
-        async def send(ch: Channel) -> TransferResult:
-            return await upload_sandbox(ch, sandbox, listed, final=not done.requested)
-
-        sent = await send_output(transfers, send, gjid)
-        if not sent.ok:
-            await calls.ulog(_transfer_error(job, sent))
-            return
-    transfers.tally.final()  # condor_starter's final update to its startd
-    if done.requested:
-        await calls.job_exit(done.wait_status, JOB_SHOULD_REQUEUE,
-                             {**exit_ad, "StarterIpAddr": f'"{address}"'})  # fmt: skip
-        log.info("shadow_job_evicted", job=gjid, status=done.wait_status, spooled=spool)
-        return
-    reason = JOB_COREDUMPED if done.core_dumped else JOB_EXITED
-    await calls.job_exit(done.wait_status, reason, {**exit_ad, "StarterIpAddr": f'"{address}"'})
-    log.info("shadow_job_exited", job=gjid, status=done.wait_status)
-
-
-async def send_output(transfers: Transfers, send: Callable[[Channel], Awaitable[TransferResult]],
-                      gjid: str) -> TransferResult:  # fmt: skip
-    """The output transfer; an error of ours in it (not the shadow's going away) is a
-    hold (13) naming it, so the conversation still ends with a hold or a job_exit."""
-    try:
-        return await transfers.run(FILETRANS_DOWNLOAD, send)
-    except ProtocolError:
-        raise
-    except Exception as exc:
-        log.exception("shadow_output_transfer_failed", job=gjid)
-        failed = TransferResult()
-        failed.fail(HOLD_UPLOAD_FILE_ERROR, getattr(exc, "errno", None) or errno.EIO,
-                    f"STARTER failed to send the output: {type(exc).__name__}: {exc}")
-        return failed
-
-
 def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
               proxy: ChirpProxy | None) -> bool:  # fmt: skip
     """The conversation was cancelled: does the daemon's next image go on with it (and
@@ -301,23 +218,6 @@ def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
         return False
     idle = not calls.in_call and not link.disconnected.is_set()
     return options.handover(calls.channel if idle else None, proxy)
-
-
-async def remove_sandbox(sandbox: Path, options: ShadowOptions, handed_over: bool) -> None:
-    """After the conversation, unless the sandbox is kept or handed over (a restart)."""
-    if options.keep_sandbox or handed_over:
-        return
-    # rm, not shutil.rmtree: Python 3.11's recurses per level, and a job's tree a
-    # thousand levels deep (or past PATH_MAX) ended the conversation with RecursionError
-    try:
-        rm = await asyncio.create_subprocess_exec("/bin/rm", "-rf", "--one-file-system", "--",
-                                                  str(sandbox), stderr=asyncio.subprocess.PIPE)
-        _, error = await rm.communicate()
-    except OSError as exc:
-        rm, error = None, str(exc).encode()
-    if rm is None or rm.returncode:
-        log.warning("shadow_sandbox_not_removed", sandbox=str(sandbox),
-                    error=error.decode(errors="replace").strip()[:500])  # fmt: skip
 
 
 async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
@@ -377,7 +277,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                     ch, sandbox, lambda: expand_outputs(sandbox, sent_std_files(job)))
 
             await send_output(transfers, failure_files, gjid)
-            await calls.ulog(_transfer_error(job, got))
+            await calls.ulog(transfer_error(job, got))
             return
         # The shadow learns that its upload ended from its transfer process (pipe and
         # reaper), after the socket closed; it logs that end (040) when it handles our

@@ -39,15 +39,8 @@ from execd.wire.encoding import Decoder, Encoder
 from execd.wire.filetransfer import TransferTally
 from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobHeldError, JobRunner
-from execd.wire.shadow import (
-    Conversation,
-    ShadowOptions,
-    conclude,
-    hand_over,
-    remove_sandbox,
-    report_hold,
-    watch,
-)
+from execd.wire.shadow import Conversation, ShadowOptions, hand_over, watch
+from execd.wire.shadow_end import conclude, remove_sandbox, report_hold
 from execd.wire.shadow_link import ShadowLink
 from execd.wire.shadow_syscalls import MessageChannel, ShadowSyscalls
 from execd.wire.shadow_transfers import Transfers, job_values

@@ -253,3 +253,11 @@ def _sessions(dec: Decoder) -> SecSessionInfo:
     values = [dec.get_string(n) for n in names]
     dec.finish("get_sec_session_info answer")
     return SecSessionInfo(*values)
+
+
+async def send_update(calls: ShadowSyscalls, ad: WireAd,
+                      on_update: Callable[[WireAd], None] | None) -> None:  # fmt: skip
+    """register_job_info, and the same update for the startd side (`on_update`)."""
+    if on_update is not None:
+        on_update(ad)
+    await calls.register_job_info(ad)

@@ -28,7 +28,8 @@ from execd.wire.filetransfer import TransferResult
 from execd.wire.output_files import MAX_DEPTH, MAX_OUTPUT_ITEMS, expand_outputs, output_items
 from execd.wire.owner_thread import OwnerThread, file_access_ids
 from execd.wire.sandbox_upload import upload_sandbox
-from execd.wire.shadow import ShadowOptions, remove_sandbox, send_output
+from execd.wire.shadow import ShadowOptions
+from execd.wire.shadow_end import remove_sandbox, send_output
 
 NOBODY = 65534
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="changing file-access ids needs root")

@@ -1,0 +1,130 @@
+"""How the shadow's conversation ends: the job's exit, its output transfer and job_exit
+(conclude), a hold reported as a critical RemoteErrorEvent (the shadow holds the job with
+its code, as it does for HTCondor's starter), and the sandbox's removal.
+
+execd/wire/shadow.py runs the conversation up to the job's end and calls these;
+execd/wire/shadow_resume.py calls them for a conversation a restarted daemon took over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from execd.errors import ProtocolError
+from execd.log import get_logger
+from execd.wire.channel import Channel
+from execd.wire.classad_codec import WireAd, from_values
+from execd.wire.filetransfer import FILETRANS_DOWNLOAD, HOLD_UPLOAD_FILE_ERROR, TransferResult
+from execd.wire.job_runner import JobExit, JobHeldError
+from execd.wire.output_files import OutputItem, output_items
+from execd.wire.sandbox_upload import upload_sandbox
+from execd.wire.shadow_syscalls import (
+    JOB_COREDUMPED,
+    JOB_EXITED,
+    JOB_SHOULD_REQUEUE,
+    ShadowSyscalls,
+    send_update,
+)
+from execd.wire.shadow_transfers import Transfers, job_values
+
+if TYPE_CHECKING:
+    from execd.wire.shadow import Conversation, ShadowOptions
+
+log = get_logger("wire")
+ULOG_REMOTE_ERROR = 21
+
+
+def remote_error(job: dict[str, object], message: str, code: int, subcode: int) -> WireAd:
+    """A critical RemoteErrorEvent: the shadow holds the job with its code and subcode."""
+    return from_values({
+        "MyType": "RemoteErrorEvent", "EventTypeNumber": ULOG_REMOTE_ERROR,
+        "Cluster": job.get("ClusterId", 0), "Proc": job.get("ProcId", 0), "Subproc": 0,
+        "Daemon": "starter", "ErrorMsg": message,
+        "HoldReasonCode": code, "HoldReasonSubCode": subcode,
+    })  # fmt: skip
+
+
+def transfer_error(job: dict[str, object], result: TransferResult) -> WireAd:
+    return remote_error(job, f"Failed to transfer files: {result.hold_reason}",
+                         result.hold_code, result.hold_subcode)  # fmt: skip
+
+
+async def report_hold(calls: ShadowSyscalls, job: dict[str, object], gjid: str,
+                      exc: JobHeldError) -> None:  # fmt: skip
+    """Not started (code 6), or held by the starter (34/102) or the startd's policy (21)."""
+    log.warning("shadow_job_held", job=gjid, reason=str(exc), code=exc.code)
+    await calls.ulog(remote_error(job, str(exc), exc.code, exc.subcode))
+
+
+async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversation,
+                   done: JobExit,
+                   on_update: Callable[[WireAd], None] | None = None) -> None:  # fmt: skip
+    """The job ended: the exit, the output (unless it was killed on request: then an
+    ON_EXIT_OR_EVICT job's sandbox to be spooled, after a graceful kill), job_exit."""
+    job = job_values(state.job_wire)
+    gjid, address, sandbox = state.global_job_id, transfers.starter_address, Path(state.sandbox)
+    exit_ad = done.exit_ad()
+    await calls.event_notification({"EventType": '"ActivationExecutionExit"'})
+    await send_update(calls, {**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"}, on_update)
+    # Vacated or removed: requeued, its output not delivered. A graceful eviction of an
+    # ON_EXIT_OR_EVICT job first sends the sandbox to be spooled (final_transfer 0).
+    spool = done.requested and done.graceful and \
+        str(job.get("WhenToTransferOutput", "")).upper() == "ON_EXIT_OR_EVICT"
+    if state.transfer and (spool or not done.requested):
+
+        def listed() -> list[OutputItem]:
+            return output_items(sandbox, job, state.inputs, state.before)
+
+        async def send(ch: Channel) -> TransferResult:
+            return await upload_sandbox(ch, sandbox, listed, final=not done.requested)
+
+        sent = await send_output(transfers, send, gjid)
+        if not sent.ok:
+            await calls.ulog(transfer_error(job, sent))
+            return
+    transfers.tally.final()  # condor_starter's final update to its startd
+    if done.requested:
+        await calls.job_exit(done.wait_status, JOB_SHOULD_REQUEUE,
+                             {**exit_ad, "StarterIpAddr": f'"{address}"'})  # fmt: skip
+        log.info("shadow_job_evicted", job=gjid, status=done.wait_status, spooled=spool)
+        return
+    reason = JOB_COREDUMPED if done.core_dumped else JOB_EXITED
+    await calls.job_exit(done.wait_status, reason, {**exit_ad, "StarterIpAddr": f'"{address}"'})
+    log.info("shadow_job_exited", job=gjid, status=done.wait_status)
+
+
+async def send_output(transfers: Transfers, send: Callable[[Channel], Awaitable[TransferResult]],
+                      gjid: str) -> TransferResult:  # fmt: skip
+    """The output transfer; an error of ours in it (not the shadow's going away) is a
+    hold (13) naming it, so the conversation still ends with a hold or a job_exit."""
+    try:
+        return await transfers.run(FILETRANS_DOWNLOAD, send)
+    except ProtocolError:
+        raise
+    except Exception as exc:
+        log.exception("shadow_output_transfer_failed", job=gjid)
+        failed = TransferResult()
+        failed.fail(HOLD_UPLOAD_FILE_ERROR, getattr(exc, "errno", None) or errno.EIO,
+                    f"STARTER failed to send the output: {type(exc).__name__}: {exc}")
+        return failed
+
+
+async def remove_sandbox(sandbox: Path, options: ShadowOptions, handed_over: bool) -> None:
+    """After the conversation, unless the sandbox is kept or handed over (a restart)."""
+    if options.keep_sandbox or handed_over:
+        return
+    # rm, not shutil.rmtree: Python 3.11's recurses per level, and a job's tree a
+    # thousand levels deep (or past PATH_MAX) ended the conversation with RecursionError
+    try:
+        rm = await asyncio.create_subprocess_exec("/bin/rm", "-rf", "--one-file-system", "--",
+                                                  str(sandbox), stderr=asyncio.subprocess.PIPE)
+        _, error = await rm.communicate()
+    except OSError as exc:
+        rm, error = None, str(exc).encode()
+    if rm is None or rm.returncode:
+        log.warning("shadow_sandbox_not_removed", sandbox=str(sandbox),
+                    error=error.decode(errors="replace").strip()[:500])  # fmt: skip
