@@ -45,6 +45,7 @@ from execd.daemon.policy_glue import now
 from execd.errors import ExecdError
 from execd.policy.claiming import abort_claim
 from execd.policy.commands import kill_claim
+from execd.policy.retirement import retirement_remaining
 from execd.policy.states import State
 from execd.wire.advertiser import wait_event
 from execd.wire.server import Peer
@@ -99,7 +100,7 @@ def preempted_dslots(member: PoolMember, pslot: str, claim_ids: Sequence[str]) -
             raise PslotPreemptionError(f"{which} is no claim of any slot")
         if not name.startswith(f"{pslot}_"):
             raise PslotPreemptionError(f"{which} is {name}'s, not a dynamic slot of {pslot}")
-        left = engine.retirement_remaining(engine.slot(name), moment)
+        left = retirement_remaining(engine, engine.slot(name), moment)
         if left > 0:
             raise PslotPreemptionError(f"{name} still has {left} s of retirement time: it "
                                          "cannot be preempted at once")  # fmt: skip

@@ -19,6 +19,7 @@ from execd import classads
 from execd.errors import PolicyError
 from execd.policy import actions as act
 from execd.policy.preempting import drop_preempting_claim
+from execd.policy.retirement import retirement_left
 from execd.policy.slot import Now, Slot
 from execd.policy.states import Activity, State
 
@@ -152,7 +153,7 @@ def _coordinate_retirement(engine: PolicyEngine, now: Now) -> None:
     longest retirement ends, so every job retiring for the drain may run that long."""
     retiring = [s for s in engine.slots.values() if s.state == S.CLAIMED
                 and s.retire_reason == "drain" and s.job_start is not None]
-    left = [engine.retirement_left(s, now) for s in retiring]
+    left = [retirement_left(engine, s, now) for s in retiring]
     longest = max(left, default=0.0)
     if longest <= 0 or math.isinf(longest):
         return

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from execd.policy.retirement import INT_MAX, retirement_left, vacate_time
 from execd.policy.slot import Now
 
 if TYPE_CHECKING:
@@ -59,8 +60,8 @@ def estimate(engine: PolicyEngine, now: Now, previous: DrainEstimate) -> DrainEs
         busy = True
         cpus = _cpus(slot.facts.get("Cpus"))
         run = slot.job_run_time(now.mono)
-        vacate = engine.vacate_time(slot, now)
-        graceful = max(engine.retirement_left(slot, now), vacate)
+        vacate = vacate_time(engine, slot, now)
+        graceful = max(retirement_left(engine, slot, now), vacate)
         quick_badput += cpus * (run + vacate)
         graceful_badput += cpus * (run + graceful)
         graceful_after = max(graceful_after, graceful)
@@ -77,9 +78,6 @@ def _drained_since(previous: int, wall: int) -> int:
     """An idle machine's completion: when it was first seen drained (or now, if the last
     estimate was still in the future: it finished early)."""
     return wall if previous == 0 or previous > wall else previous
-
-
-INT_MAX = 2**31 - 1
 
 
 def _capped(value: float) -> int:

@@ -7,17 +7,15 @@ runs the periodic policy pass; :meth:`next_evaluation_due` says when it is due.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from execd import classads
 from execd.claims.ids import ClaimId
 from execd.errors import PolicyError
 from execd.policy import actions as act
-from execd.policy import backfill, claiming, drain, drain_estimates, preempting
+from execd.policy import backfill, claiming, drain, drain_estimates, preempting, retirement
 from execd.policy.adcache import AdCache, own_facts, references
 from execd.policy.config import PolicyConfig
-from execd.policy.drain_estimates import INT_MAX  # HTCondor's endless retirement (a C int)
 from execd.policy.evaluate import evaluate_slot
 from execd.policy.slot import (
     FOR_PREEMPTING_CLAIM,
@@ -93,7 +91,7 @@ class PolicyEngine:
             attrs["Requirements"] = True  # START is true whatever the job (seed 000, 3.5.2)
         # as condor_startd: by default the negotiator preempts no slot with retirement
         # left (NEGOTIATOR_CONSIDER_EARLY_PREEMPTION)
-        attrs["RetirementTimeRemaining"] = self.retirement_remaining(slot, now)
+        attrs["RetirementTimeRemaining"] = retirement.retirement_remaining(self, slot, now)
         attrs["TotalMachineDrainingBadput"] = int(self.draining_badput)
         attrs["TotalMachineDrainingUnclaimedTime"] = int(self.draining_unclaimed)
         attrs.update(self.drain_estimate.attributes())
@@ -297,7 +295,7 @@ class PolicyEngine:
             if kill:
                 out.append(act.HardKill(slot.name))
             else:
-                slot.vacate_deadline = now.mono + self.vacate_time(slot, now)
+                slot.vacate_deadline = now.mono + retirement.vacate_time(self, slot, now)
                 out.append(act.SoftKill(slot.name))
         else:  # no starter: the Preempting state's work is already done (seed 000)
             self._finish_preempting(slot, now, out)
@@ -310,52 +308,6 @@ class PolicyEngine:
         subcode = classads.to_number(self._eval(slot, "WANT_HOLD_SUBCODE", my, slot.job_ad, out))
         text = reason if isinstance(reason, str) else "The startd put this job on hold"
         out.append(act.HoldJob(slot.name, text, int(subcode or 0)))
-
-    def vacate_time(self, slot: Slot, now: Now) -> float:
-        """MachineMaxVacateTime, lowered by JobMaxVacateTime, or raised out of retirement."""
-        out: Actions = []
-        machine = self._number(slot, "MachineMaxVacateTime", self.machine_ad(slot, now),
-                               slot.job_ad, out) or 0.0
-        job = None if slot.job_ad is None else classads.to_number(
-            classads.evaluate(slot.job_ad.lookup("JobMaxVacateTime"), slot.job_ad)) \
-            if "JobMaxVacateTime" in slot.job_ad else None
-        if job is None:
-            return machine
-        if job <= machine:
-            return job
-        return max(machine, min(job, self.retirement_left(slot, now)))
-
-    def retirement_time(self, slot: Slot, now: Now) -> float:
-        """MAXJOBRETIREMENTTIME; the job may lower it, never raise it."""
-        if slot.retirement_override is not None:
-            return slot.retirement_override
-        out: Actions = []
-        machine = self._number(slot, "MAXJOBRETIREMENTTIME", self.machine_ad(slot, now),
-                               slot.job_ad, out) or 0.0
-        if slot.job_ad is not None and "MaxJobRetirementTime" in slot.job_ad:
-            job = classads.to_number(classads.evaluate(
-                slot.job_ad.lookup("MaxJobRetirementTime"), slot.job_ad,
-                self.machine_ad(slot, now, full=True)))
-            if job is not None:
-                return min(machine, job)
-        return machine
-
-    def retirement_remaining(self, slot: Slot, now: Now) -> int:
-        """RetirementTimeRemaining as the startd publishes it: the seconds of retirement
-        the running job has left (HTCondor's INT_MAX less its age where retirement is
-        endless), 0 without a job."""
-        if slot.job_start is None:
-            return 0
-        left = self.retirement_left(slot, now)
-        if math.isinf(left):
-            return max(0, INT_MAX - int(slot.job_run_time(now.mono)))
-        return int(left)
-
-    def retirement_left(self, slot: Slot, now: Now) -> float:
-        total = self.retirement_time(slot, now)
-        if math.isinf(total):
-            return total
-        return max(0.0, total - slot.job_run_time(now.mono))
 
     def _finish_preempting(self, slot: Slot, now: Now, out: Actions) -> None:
         old = slot.claim

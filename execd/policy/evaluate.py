@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from execd.policy import actions as act
 from execd.policy.backfill import evaluate_backfill
 from execd.policy.drain import account_unclaimed, drain_done, finish_draining
+from execd.policy.retirement import retirement_left, vacate_time
 from execd.policy.slot import FOR_PREEMPTING_CLAIM, Now, Slot
 from execd.policy.states import Activity, State
 
@@ -152,8 +153,8 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
 
 def retirement_over(engine: PolicyEngine, slot: Slot, now: Now) -> bool:
     """Evict when what is left of retirement no longer exceeds the vacate time (seed 000)."""
-    left = engine.retirement_left(slot, now)
-    return left <= 0 or (left <= engine.vacate_time(slot, now) and left != float("inf"))
+    left = retirement_left(engine, slot, now)
+    return left <= 0 or (left <= vacate_time(engine, slot, now) and left != float("inf"))
 
 
 def _preempting(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from execd.errors import PolicyError
 from execd.policy import actions as act
+from execd.policy.retirement import vacate_time
 from tests.unit.policy_helpers import Driver
 
 
@@ -70,13 +71,13 @@ def test_quick_drain_vacates_and_fast_drain_kills() -> None:
 def test_job_vacate_time_lowers_machine_and_borrows_from_retirement() -> None:
     d = Driver({"MachineMaxVacateTime": "60", "MAXJOBRETIREMENTTIME": "1000"})
     d.busy({"JobMaxVacateTime": 10})
-    assert d.engine.vacate_time(d.slot, d.clock.now()) == 10
+    assert vacate_time(d.engine, d.slot, d.clock.now()) == 10
     e = Driver({"MachineMaxVacateTime": "60", "MAXJOBRETIREMENTTIME": "1000"})
     e.busy({"JobMaxVacateTime": 300})
-    assert e.engine.vacate_time(e.slot, e.clock.now()) == 300  # converted from retirement
+    assert vacate_time(e.engine, e.slot, e.clock.now()) == 300  # converted from retirement
     f = Driver({"MachineMaxVacateTime": "60", "MAXJOBRETIREMENTTIME": "0"})
     f.busy({"JobMaxVacateTime": 300})
-    assert f.engine.vacate_time(f.slot, f.clock.now()) == 60  # no retirement to convert
+    assert vacate_time(f.engine, f.slot, f.clock.now()) == 60  # no retirement to convert
 
 
 def test_backfill_left_on_shutdown() -> None:

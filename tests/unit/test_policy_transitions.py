@@ -6,6 +6,7 @@ import pytest
 
 from execd.errors import PolicyError
 from execd.policy import actions as act
+from execd.policy.retirement import retirement_time
 from tests.unit.policy_helpers import FACTS, Driver
 
 
@@ -195,10 +196,10 @@ def test_18_retirement_then_vacate_so_hard_kill_lands_at_retirement_end() -> Non
 def test_job_may_lower_but_not_raise_retirement() -> None:
     d = Driver({"MAXJOBRETIREMENTTIME": "100"})
     d.busy({"MaxJobRetirementTime": 1000})
-    assert d.engine.retirement_time(d.slot, d.clock.now()) == 100
+    assert retirement_time(d.engine, d.slot, d.clock.now()) == 100
     d2 = Driver({"MAXJOBRETIREMENTTIME": "100"})
     d2.busy({"MaxJobRetirementTime": 10})
-    assert d2.engine.retirement_time(d2.slot, d2.clock.now()) == 10
+    assert retirement_time(d2.engine, d2.slot, d2.clock.now()) == 10
 
 
 def test_19_rank_retirement_undone_when_preempting_claim_goes_away() -> None:
