@@ -34,7 +34,8 @@ from execd.wire.classad_codec import from_values
 from execd.wire.job_runner import JobExit
 
 if TYPE_CHECKING:
-    from execd.daemon.jobs import Job, JobManager
+    from execd.daemon.job import Job
+    from execd.daemon.jobs import JobManager
 
 COMPLETED, REMOVED = 4, 3  # JobStatus
 STARTER_KILLED = 9  # the wait status of a starter that died by SIGKILL

@@ -33,7 +33,7 @@ from execd.starter.spec import StarterSpec
 if TYPE_CHECKING:
     from execd.cgroups.tree import CgroupTree
     from execd.claims.ids import ClaimId
-    from execd.daemon.jobs import Job
+    from execd.daemon.job import Job
     from execd.daemon.runtime import Daemon
 
 logger = log.get_logger("jobs")

@@ -4,6 +4,7 @@ The policy engine decides; this module carries its decisions out: it carves a dy
 slot for a claim on a partitionable slot, starts a starter for SpawnStarter and signals
 it for Suspend/Continue/SoftKill/HardKill/KillStarterFamily. Launching a starter,
 awaiting it and taking its report are execd.daemon.job_launch's (a base class).
+Each job is an execd.daemon.job.Job.
 
 Every claim and job is written to the state store (execd.daemon.store) before the
 command that made it is acknowledged; execd.daemon.recovery rebuilds this manager from
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from execd import log
@@ -26,60 +26,23 @@ from execd.cgroups.tree import CgroupTree
 from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.classads import new_ad
 from execd.daemon.control import ControlError
+from execd.daemon.job import Job
 from execd.daemon.job_launch import StarterLifecycle
 from execd.daemon.matching import Matches
 from execd.daemon.policy_glue import now
 from execd.daemon.store import ClaimRecord, Store, StoreError, carved_json
 from execd.daemon.vacate_reasons import vacate_reason
 from execd.errors import CgroupError, ConfigError, ExecdError, ResourceError
-from execd.hooks import job_hook_runs
 from execd.policy import actions as act
 from execd.policy import commands
 from execd.policy.states import State, label
 from execd.slots import from_config
 from execd.slots.requests import RequestModifier
-from execd.starter.launcher import StarterHandle
 
 if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
 
 logger = log.get_logger("jobs")
-
-
-@dataclass
-class Job:
-    job_id: str
-    slot: str
-    claim: ClaimId
-    ad: dict[str, Any]
-    handle: StarterHandle | None = None
-    report: dict[str, Any] | None = None
-    hold_reason: str | None = None
-    hold_subcode: int = 0  # WANT_HOLD_SUBCODE, with hold_reason
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    started: float = field(default_factory=time.time)
-    starter_start: int = 0  # /proc start time of the starter: with its pid, names it
-    suspended: str | None = None  # by "policy" or by a "command" (SUSPEND_CLAIM)
-    evicted: bool = False  # the daemon killed it (JOB_EXIT says evict; before start: never run)
-    vacate_reason: tuple[str, int, int] | None = None  # why, for its shadow (VacateReason*)
-    hooks: job_hook_runs.JobHooks | None = None  # its UPDATE_JOB_INFO/JOB_EXIT hooks
-    exit_fifo: int | None = None  # read end of the starter's job-exit FIFO, while open
-    evicting: str | None = None  # "vacating" or "killing" once a kill signal went out
-    # Pool jobs: the starter waits for the shadow's input transfer. The gate's result is
-    # what the spec takes from the shadow's conversation (cmd, args, env, stdio, the
-    # sandbox), or None: never start it.
-    gate: asyncio.Future[dict[str, Any] | None] | None = None
-    overrides: dict[str, Any] | None = None
-    state_changed: asyncio.Event = field(default_factory=asyncio.Event)  # (un)suspended
-    # The startd's copy of the job ad for its STARTD_HISTORY record (execd.daemon.
-    # ended_job_ad): a pool job's activation ad and the updates its starter side sent
-    # (as old-syntax text); the bytes its transfers moved. `history_deferred`: its
-    # shadow conversation writes the record at its end; `history_written`: done.
-    claim_ad: dict[str, str] | None = None
-    updates: dict[str, str] = field(default_factory=dict)
-    transferred: tuple[int, int] | None = None
-    history_deferred: bool = False
-    history_written: bool = False
 
 
 class JobManager(StarterLifecycle):

@@ -38,7 +38,7 @@ from execd.wire.sinful import parse_sinful
 
 if TYPE_CHECKING:
     from execd.config.settings import Settings
-    from execd.daemon.jobs import Job
+    from execd.daemon.job import Job
     from execd.daemon.pool import PoolMember
 
 logger = log.get_logger("pool")

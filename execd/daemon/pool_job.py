@@ -29,7 +29,8 @@ from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobSetupError, spawn_failure
 
 if TYPE_CHECKING:
-    from execd.daemon.jobs import Job, JobManager
+    from execd.daemon.job import Job
+    from execd.daemon.jobs import JobManager
 
 logger = log.get_logger("pool")
 

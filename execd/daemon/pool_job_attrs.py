@@ -46,7 +46,8 @@ from execd.machine.hostname import client_machine
 
 if TYPE_CHECKING:
     from execd.claims.ids import ClaimId
-    from execd.daemon.jobs import Job, JobManager
+    from execd.daemon.job import Job
+    from execd.daemon.jobs import JobManager
     from execd.policy.slot import Slot
 
 # condor_startd's SYSTEM_STARTD_JOB_ATTRS (param_info.in), in its spelling: the names

@@ -24,6 +24,7 @@ from execd.cgroups.tree import DAEMON_LEAF, JobCgroup
 from execd.claims.ids import parse_claim_id
 from execd.daemon import procwatch
 from execd.daemon.broken import restore_broken
+from execd.daemon.job import Job
 from execd.daemon.policy_glue import now
 from execd.daemon.store import ClaimRecord, JobRecord, dynamic_slot
 from execd.errors import CgroupError, ExecdError
@@ -34,15 +35,13 @@ from execd.starter.sandbox import remove_tree
 from execd.starter.spec import StarterSpec
 
 if TYPE_CHECKING:
-    from execd.daemon.jobs import Job, JobManager
+    from execd.daemon.jobs import JobManager
 
 logger = log.get_logger("recovery")
 
 
 def recover(jobs: JobManager) -> dict[str, int]:
     """Rebuild `jobs` (and the engine's slots) from the store; returns what it did."""
-    from execd.daemon.jobs import Job  # noqa: PLC0415 - jobs imports this module's users
-
     began = time.monotonic()
     moment = now()
     counts = {"claims": 0, "adopted": 0, "ended_meanwhile": 0, "broken": 0,

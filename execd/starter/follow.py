@@ -35,7 +35,7 @@ class StarterControls(Protocol):
 
 
 class FollowedJob(Protocol):
-    """What the follower needs of jobs.Job."""
+    """What the follower needs of job.Job."""
 
     job_id: str
     slot: str

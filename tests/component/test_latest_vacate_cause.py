@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from execd.daemon.ended_job_ad import ended_job_ad
-from execd.daemon.jobs import Job
+from execd.daemon.job import Job
 from execd.daemon.policy_glue import now
 from execd.daemon.runtime import Daemon
 from execd.policy import actions as act

@@ -21,7 +21,7 @@ from structlog.testing import capture_logs
 
 from execd import classads
 from execd.claims.ids import ClaimId, ClaimIdFactory
-from execd.daemon.jobs import Job
+from execd.daemon.job import Job
 from execd.daemon.policy_glue import now
 from execd.daemon.pool_pslot_preemption import PslotPreemption
 from execd.daemon.runtime import Daemon

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from execd import log
-from execd.daemon.jobs import Job
+from execd.daemon.job import Job
 from execd.daemon.pool_job import PoolJob
 from execd.daemon.runtime import Daemon
 from execd.daemon.startd_history import HistoryConfig

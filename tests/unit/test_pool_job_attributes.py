@@ -15,7 +15,7 @@ from typing import Any
 
 from execd.config.loader import parse_config_text
 from execd.config.settings import Settings, load_settings
-from execd.daemon.jobs import Job
+from execd.daemon.job import Job
 from execd.daemon.pool_job_attrs import (
     JobAttributes,
     public_claim_id,
