@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from execd import classads
 from execd.machine.hostname import client_machine
+from execd.starter.sandbox import walk_tree
 
 if TYPE_CHECKING:
     from execd.claims.ids import ClaimId
@@ -77,26 +78,20 @@ def public_claim_id(claim: ClaimId) -> str:
 
 def sandbox_usage(sandbox: Path) -> tuple[int, int]:
     """(bytes of its files, entries) of a sandbox, as condor_starter's GetDiskUsage
-    counts them: every file, directory and symlink is an entry; the sizes of files
-    only, symlinks never followed."""
+    (Directory::GetDirectorySize) counts them: every file, directory and symlink is an
+    entry; the sizes of files only, symlinks never followed. An entry it cannot stat is
+    no entry (Directory::Next skips it): one whose lstat fails, and a symlink whose
+    target's stat fails (StatInfo follows a link to learn what it is: dangling, a loop)."""
     size = entries = 0
-    pending = [str(sandbox)]
-    while pending:
-        try:
-            scan = os.scandir(pending.pop())
-        except OSError:
-            continue
-        with scan:
-            for entry in scan:
-                entries += 1
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISDIR(info.st_mode):
-                    pending.append(entry.path)
-                elif not stat.S_ISLNK(info.st_mode):
-                    size += info.st_size
+    for path, info in walk_tree(str(sandbox)):  # skips an entry whose lstat fails
+        if stat.S_ISLNK(info.st_mode):
+            try:
+                os.stat(path)
+            except OSError:
+                continue
+        elif not stat.S_ISDIR(info.st_mode):
+            size += info.st_size
+        entries += 1
     return size, entries
 
 

@@ -8,7 +8,6 @@ execd/wire/shadow_resume.py calls them for a conversation a restarted daemon too
 
 from __future__ import annotations
 
-import asyncio
 import errno
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -16,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from execd.errors import ProtocolError
 from execd.log import get_logger
+from execd.starter.sandbox import remove_tree
+from execd.wire.blocking_worker import BlockingWorker
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.filetransfer import FILETRANS_DOWNLOAD, HOLD_UPLOAD_FILE_ERROR, TransferResult
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 log = get_logger("wire")
 ULOG_REMOTE_ERROR = 21
+SANDBOX_REMOVER = BlockingWorker("execd-rm")  # sandboxes are removed one at a time
+SANDBOX_REMOVAL_LIMIT_S = 3600.0
 
 
 def remote_error(job: dict[str, object], message: str, code: int, subcode: int) -> WireAd:
@@ -117,14 +120,11 @@ async def remove_sandbox(sandbox: Path, options: ShadowOptions, handed_over: boo
     """After the conversation, unless the sandbox is kept or handed over (a restart)."""
     if options.keep_sandbox or handed_over:
         return
-    # rm, not shutil.rmtree: Python 3.11's recurses per level, and a job's tree a
-    # thousand levels deep (or past PATH_MAX) ended the conversation with RecursionError
+    # The starter's remove_tree (rm: any depth), on a thread of its own: not the default
+    # executor's two, which name lookups wait on, and never joined (a hung mount)
     try:
-        rm = await asyncio.create_subprocess_exec("/bin/rm", "-rf", "--one-file-system", "--",
-                                                  str(sandbox), stderr=asyncio.subprocess.PIPE)
-        _, error = await rm.communicate()
-    except OSError as exc:
-        rm, error = None, str(exc).encode()
-    if rm is None or rm.returncode:
-        log.warning("shadow_sandbox_not_removed", sandbox=str(sandbox),
-                    error=error.decode(errors="replace").strip()[:500])  # fmt: skip
+        error = await SANDBOX_REMOVER.run(SANDBOX_REMOVAL_LIMIT_S, remove_tree, sandbox)
+    except TimeoutError:
+        error = f"still being removed after {SANDBOX_REMOVAL_LIMIT_S:.0f} s"
+    if error is not None:
+        log.warning("shadow_sandbox_not_removed", sandbox=str(sandbox), error=error)

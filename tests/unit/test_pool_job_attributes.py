@@ -13,6 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from execd.config.loader import parse_config_text
 from execd.config.settings import Settings, load_settings
 from execd.daemon.job import Job
@@ -77,6 +79,36 @@ def test_sandbox_usage_counts_entries_and_file_bytes_without_following_links(
     (tmp_path / "d" / "b").write_bytes(b"y" * 2000)
     os.symlink("/etc/passwd", tmp_path / "link")
     assert sandbox_usage(tmp_path) == (3000, 4)
+
+
+def test_sandbox_usage_leaves_out_what_it_cannot_stat_as_condor_starter_does(
+        tmp_path: Path) -> None:  # fmt: skip
+    # condor_starter's GetDirectorySize counts what Directory::Next gives, and Next
+    # skips an entry whose StatInfo fails: an lstat that fails, and for a symlink the
+    # stat of its target. A real tree with both: a file whose path is past PATH_MAX
+    # (its directory is readable, its lstat by path fails: ENAMETOOLONG), a dangling
+    # symlink and a symlink loop; none of them is counted, nor their sizes.
+    (tmp_path / "a").write_bytes(b"x" * 1000)
+    os.symlink("/etc/passwd", tmp_path / "link")  # a link that resolves: an entry
+    os.symlink("/nonexistent/target", tmp_path / "dangling")
+    os.symlink("loop", tmp_path / "loop")
+    deep, levels = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY), 0
+    try:
+        while len(str(tmp_path)) + levels * 201 < 4096 - 300:  # under PATH_MAX
+            os.mkdir("d" * 200, dir_fd=deep)
+            below = os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=deep)
+            os.close(deep)
+            deep, levels = below, levels + 1
+        with open(os.open("f" * 250, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=deep),
+                  "wb") as far:  # fmt: skip
+            far.write(b"y" * 5000)
+    finally:
+        os.close(deep)
+    far_path = str(tmp_path) + ("/" + "d" * 200) * levels + "/" + "f" * 250
+    with pytest.raises(OSError, match="too long"):
+        os.lstat(far_path)
+    # a, link, the directories; not dangling, loop, nor the far file
+    assert sandbox_usage(tmp_path) == (1000, 2 + levels)
 
 
 def test_a_starter_update_has_the_sandbox_only_with_file_transfer(tmp_path: Path) -> None:
