@@ -9,8 +9,9 @@ ExpandFileTransferList, ExpandParentDirectories, FindChangedFiles).
   `preserve_relative_paths`, which sends the parent directories first and keeps the path.
 - Without it: every top-level regular file the job created or changed (a link to one
   included) but the transferred executable, even rewritten (FindChangedFiles skips
-  ExecFile); subdirectories, and links to them, are not sent (it skips a directory
-  the list does not name).
+  ExecFile), and the job's X509 proxy (the basename of X509UserProxy, which the job ad
+  spells x509userproxy: FindChangedFiles skips it, changed or not); subdirectories, and
+  links to them, are not sent (it skips a directory the list does not name).
 - A name the job did not create stays in the list: sending it fails (ENOENT), which holds
   the job. FIFOs and sockets are left out (reading one could block the transfer). A
   device (a link to /dev/zero, to a tty) is sent as an empty file with its mode, as
@@ -289,8 +290,9 @@ def expand_outputs(sandbox: Path, names: Sequence[str], *,
 def output_items(sandbox: Path, job: Mapping[str, object], inputs: Sequence[str],
                  before: Mapping[str, float]) -> list[OutputItem]:  # fmt: skip
     """What goes back: TransferOutput if the job names it, else every top-level regular
-    file the job created or changed but its transferred executable; and always the
-    job's std files (sent_std_files: the shadow renames them to its Out/Err)."""
+    file the job created or changed but its transferred executable and its X509 proxy;
+    and always the job's std files (sent_std_files: the shadow renames them to its
+    Out/Err)."""
     std = sent_std_files(job)
     preserve = job.get("PreserveRelativePaths") is True
     listed = job.get("TransferOutput")
@@ -305,11 +307,14 @@ def output_items(sandbox: Path, job: Mapping[str, object], inputs: Sequence[str]
     except OSError:  # the job took its user's rights on its sandbox away: as Directory
         names = []
     executable = os.path.basename(str(job.get("Cmd", "")))
+    # attribute names are caseless: condor_submit writes this one "x509userproxy"
+    proxy = next((v for k, v in job.items() if k.lower() == "x509userproxy"), None)
+    proxy_name = os.path.basename(proxy) if isinstance(proxy, str) and proxy else None
     changed = []
     for name in names:
         entry = sandbox / name
-        if name in STD_FILES or name == CHIRP_CONFIG or not entry.is_file():  # links followed
-            continue
+        if name in STD_FILES or name in (CHIRP_CONFIG, proxy_name) or not entry.is_file():
+            continue  # (links followed)
         if name == executable and name in inputs:
             continue
         with contextlib.suppress(OSError):

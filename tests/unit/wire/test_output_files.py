@@ -85,6 +85,23 @@ def test_without_transfer_output_files_a_rewritten_executable_stays(tmp_path: Pa
     assert "job.sh" in shown(output_items(box, job, [], {}))
 
 
+def test_without_transfer_output_files_the_x509_proxy_stays(tmp_path: Path) -> None:
+    # FindChangedFiles skips the basename of the job's X509UserProxy, changed or not;
+    # a job that names it in transfer_output_files gets it
+    box = sandbox(tmp_path)
+    (box / "x509up_u1000").write_text("proxy\n")
+    before = {"x509up_u1000": (box / "x509up_u1000").stat().st_mtime - 10}  # refreshed
+    job = {"x509userproxy": "/tmp/x509up_u1000", "Out": "out.txt"}  # as condor_submit sets it
+    for inputs, mtimes in ((["x509up_u1000"], before), ([], {})):
+        items = shown(output_items(box, job, inputs, mtimes))
+        assert "x509up_u1000" not in items and "made.txt" in items
+    assert "x509up_u1000" in shown(output_items(box, {"Out": "out.txt"}, [], {}))
+    assert "x509up_u1000" not in shown(output_items(
+        box, {"X509UserProxy": "x509up_u1000"}, [], {}))  # any case, any path
+    named = {**job, "TransferOutput": "x509up_u1000"}
+    assert "x509up_u1000" in shown(output_items(box, named, ["x509up_u1000"], before))
+
+
 class Shadow(ScriptedPeer):
     """The downloading shadow's side: go ahead always, ack success; records what came."""
 
