@@ -13,8 +13,12 @@ BytesSent). When the starter exits the startd adds:
   SIGKILL, where it left no report) and `JobStatus`: 4 (completed), or 3 (removed) where
   the starter died by a signal — whatever became of the job itself;
 - `BadputCausedByDraining` / `BadputCausedByPreemption`: the startd evicted the job
-  while draining, or for a preempting claim or PREEMPT (a condor_rm, the schedd's
-  RELEASE_CLAIM and a shutdown are neither).
+  while draining; the claim's flag that condor_startd's policy sets (ResState's
+  change_to_suggested_state) and the policy engine keeps as Slot.preemption_badput:
+  PREEMPT, KILL, or a retirement's end while not draining (a graceful condor_vacate, a
+  preempting claim, a graceful shutdown). A command's kill_claim sets none (condor_vacate
+  -fast, the schedd's RELEASE_CLAIM, a fast shutdown, a p-slot taking d-slots back), nor
+  a condor_rm or a DEACTIVATE_CLAIM.
 
 A job run on execd alone (`execd job submit`) has the ad it was submitted with, the
 starter's last measurements and its exit; its `GlobalJobId` is execd's job id unless
@@ -27,9 +31,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from execd.daemon.pool_job import CLAIM_DEACTIVATED, wait_status
+from execd.daemon.pool_job import wait_status
 from execd.daemon.pool_job_attrs import read_status, starter_update
-from execd.daemon.vacate_reasons import RELEASED, SHUT_DOWN
 from execd.wire.classad_codec import from_values
 from execd.wire.job_runner import JobExit
 
@@ -42,12 +45,6 @@ STARTER_KILLED = 9  # the wait status of a starter that died by SIGKILL
 # A starter that never ran its job (its input transfer failed, it was evicted first, the
 # job could not be exec'd) sends no exit: the record has none.
 NEVER_RAN = ("not_started", "evicted_before_start", "spawn_failed")
-# Evictions that are no preemption's badput: condor_startd sets the flag only from its
-# policy (PREEMPT, a preempting claim, a retirement's end); a DEACTIVATE_CLAIM, the
-# schedd's RELEASE_CLAIM and a shutdown's kill_claim leave it false
-NOT_PREEMPTION = frozenset({CLAIM_DEACTIVATED, RELEASED[1], SHUT_DOWN[1]})
-
-
 def exit_update(job: Job) -> dict[str, str]:
     """The starter's exit update of `job` (what the shadow's conversation sends)."""
     report = job.report or {}
@@ -77,16 +74,16 @@ def ended_job_ad(jobs: JobManager, job: Job, now: float) -> dict[str, str]:
         received, sent = job.transferred
         ad |= {"BytesRecvd": str(received), "BytesSent": str(sent)}
     starter_status = STARTER_KILLED if report.get("ExitReason") == "no_report" else 0
-    slot = jobs.daemon.engine.slots.get(job.slot)
-    preempting = slot is not None and slot.preempting_claim is not None
     draining = job.evicted and jobs.drain_recorded
+    slot = jobs.daemon.engine.slots.get(job.slot)
     ad |= from_values({
         "CompletionDate": int(now),
         "RemoteWallClockTime": int(now) - int(job.started),
         "StarterExitStatus": starter_status,
         "JobStatus": REMOVED if starter_status else COMPLETED,
         "BadputCausedByDraining": draining,
-        "BadputCausedByPreemption": job.evicted and not draining and (preempting or (
-            job.vacate_reason is not None and job.vacate_reason[1] not in NOT_PREEMPTION)),
+        "BadputCausedByPreemption": job.preemption_badput or (
+            slot is not None and slot.claim is not None and slot.claim.id == job.claim
+            and slot.preemption_badput),  # its claim's, while the slot holds it
     })  # fmt: skip
     return ad

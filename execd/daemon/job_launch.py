@@ -272,6 +272,9 @@ class StarterLifecycle:
     def _finished(self, job: Job) -> None:
         """Record the outcome (memory and store) and tell the engine the starter is gone."""
         assert job.report is not None
+        slot = self.daemon.engine.slots.get(job.slot)  # its claim's flag, before it goes
+        job.preemption_badput = job.preemption_badput or (
+            slot is not None and slot.preemption_badput)
         logger.info("job_finished", slot=job.slot, job=job.job_id,
                     exit_code=job.report.get("ExitCode"), reason=job.report.get("ExitReason"),
                     hold=job.report.get("HoldReason"))

@@ -15,7 +15,7 @@ from execd.claims.ids import ClaimId
 from execd.claims.lease import Lease, lease_duration
 from execd.errors import PolicyError
 from execd.policy import actions as act
-from execd.policy.evaluate import evaluate_slot, retirement_over
+from execd.policy.evaluate import evaluate_slot, retirement_ended, retirement_over
 from execd.policy.preempting import drop_preempting_claim
 from execd.policy.slot import FOR_PREEMPTING_CLAIM, Claim, Now, Slot
 from execd.policy.states import Activity, State, label
@@ -133,6 +133,8 @@ def _preempt_for_claim(engine: PolicyEngine, slot: Slot, basis: str, now: Now,
         slot.retire_reason = slot.retire_reason or FOR_PREEMPTING_CLAIM
         slot.vacate_cause = FOR_PREEMPTING_CLAIM  # the latest cause (no reason told)
     if slot.activity == A.IDLE or retirement_over(engine, slot, now):
+        if slot.activity != A.IDLE:  # condor_startd retires it; the retirement is over
+            retirement_ended(engine, slot)
         engine._evict(slot, now, out, basis)
     elif slot.activity == A.BUSY:
         engine._move(slot, "retire", now, out)
@@ -286,6 +288,8 @@ def vacate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool) -> Actions:
                 and not retirement_over(engine, slot, now):
             engine._retire(slot, "vacate", now, out)
         else:
+            if not fast and slot.activity != A.IDLE:  # retired, its retirement over
+                retirement_ended(engine, slot)
             engine._evict(slot, now, out, "vacate", kill=fast, retire=not fast)
     elif slot.state == S.BACKFILL:
         slot.backfill_leave_to = "owner"

@@ -316,6 +316,7 @@ class PolicyEngine:
             slot.claim_run_total = slot.claim_suspend_total = 0.0
         slot.retire_reason = slot.evict_reason = slot.vacate_deadline = None
         slot.vacate_cause = None
+        slot.preemption_badput = False
         slot.retirement_override = None if self.shutting_down is None else \
             slot.retirement_override
         slot.starter_family_killed = False

@@ -127,11 +127,13 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
     if slot.activity == A.BUSY:
         if not engine._true(slot, "WANT_SUSPEND", my, job, out) \
                 and engine._true(slot, "PREEMPT", my, job, out):
+            slot.preemption_badput = True  # condor_startd's xa_preempt_and_retire
             engine._retire(slot, "preempt", now, out)
         else:
             return
     if slot.activity == A.SUSPENDED:
         if slot.retire_reason is not None and retirement_over(engine, slot, now):
+            retirement_ended(engine, slot)
             engine._evict(slot, now, out, slot.retire_reason, retirement_end=True)
         elif not slot.suspended_by_command and engine._true(slot, "CONTINUE", my, job, out):
             trigger = "continue" if slot.retire_reason is None else "continue_retiring"
@@ -139,6 +141,7 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
             engine._resume(slot, now, out)
         elif slot.retire_reason in (None, FOR_PREEMPTING_CLAIM) \
                 and engine._true(slot, "PREEMPT", my, job, out):
+            slot.preemption_badput = True
             engine._retire(slot, "preempt", now, out)  # then, as from Busy, maybe evict
         else:
             return
@@ -147,8 +150,18 @@ def _claimed(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> None:
             slot.retire_reason = slot.vacate_cause = None
             engine._move(slot, "unretire", now, out)
         elif retirement_over(engine, slot, now):
+            retirement_ended(engine, slot)
             engine._evict(slot, now, out, slot.retire_reason or "retirement over",
                           retirement_end=True)
+
+
+def retirement_ended(engine: PolicyEngine, slot: Slot) -> None:
+    """A running job's retirement is over (condor_startd's xa_retirement_expired: the
+    claim retired by condor_vacate, a preempting claim, PREEMPT or a graceful shutdown):
+    a preemption's badput unless the machine is draining (then the drain's: the daemon
+    records that)."""
+    if not engine.draining:
+        slot.preemption_badput = True
 
 
 def retirement_over(engine: PolicyEngine, slot: Slot, now: Now) -> bool:
@@ -161,6 +174,7 @@ def _preempting(engine: PolicyEngine, slot: Slot, now: Now, out: Actions) -> Non
     if slot.activity == A.VACATING:
         my = engine.machine_ad(slot, now)
         if engine._true(slot, "KILL", my, slot.job_ad, out):
+            slot.preemption_badput = True  # condor_startd's xa_killing_time
             engine._move(slot, "kill", now, out)
             out.append(act.HardKill(slot.name))
         elif slot.vacate_deadline is not None and now.mono >= slot.vacate_deadline \

@@ -65,6 +65,10 @@ class Slot:
     # the latest cause given to retire or evict the job (condor_startd's setVacateReason:
     # each retire/kill/release overwrites it); its shadow is told this one's reason
     vacate_cause: str | None = None
+    # condor_startd's BadputCausedByPreemption (its claim's flag, in the job's history
+    # record): set by the policy only (evaluate.py, claiming.py: PREEMPT, a retirement's
+    # end while not draining, KILL), never by a command's kill; cleared with the claim
+    preemption_badput: bool = False
     vacate_deadline: float | None = None
     starter_running: bool = False
     starter_family_killed: bool = False

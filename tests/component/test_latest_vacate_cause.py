@@ -175,7 +175,19 @@ EVICTIONS = {  # how the startd evicts a running job, and what its STARTD_HISTOR
     "shut down fast": lambda engine, at: engine.shutdown("fast", at),  # SIGQUIT
     # alice's: PREEMPT, then the retirement is over
     "preempted": lambda engine, at: engine.evaluate(after(at, 1100)),
+    # bob's (no PREEMPT): condor_vacate -fast, kill_claim
+    "vacated fast": lambda engine, at: engine.vacate("slot1", at, fast=True),
+    # condor_vacate: retire_claim, then the retirement's end (xa_retirement_expired)
+    "vacated": lambda engine, at: [*engine.vacate("slot1", at),
+                                   *engine.evaluate(after(at, 1100))],
+    # SIGTERM: releaseAllClaims retires the claim, then the retirement's end
+    "shut down": lambda engine, at: [*engine.shutdown("graceful", at),
+                                     *engine.evaluate(after(at, 1100))],
+    # a p-slot taking a d-slot back (ALLOW_PSLOT_PREEMPTION): kill_claim
+    "killed for the p-slot": lambda engine, at: commands.kill_claim(
+        engine, "slot1", at, "pslot_preemption"),
 }
+BOB = {**ALICE, "Owner": "bob"}
 
 
 @pytest.mark.parametrize(("eviction", "badput"), [
@@ -183,17 +195,23 @@ EVICTIONS = {  # how the startd evicts a running job, and what its STARTD_HISTOR
     ("deactivated, then released", "false"),
     ("shut down fast", "false"),  # killAllClaims: neither (execd said true)
     ("preempted", "true"),  # ResState's xa_preempt_and_retire
+    ("vacated fast", "false"),  # (execd said true: measured false on condor_startd)
+    ("vacated", "true"),  # measured true on condor_startd
+    ("shut down", "true"),  # measured true on condor_startd (execd said false)
+    ("killed for the p-slot", "false"),  # kill_claim (execd said true)
 ])  # fmt: skip
 def test_only_a_preemption_is_recorded_as_badput_caused_by_preemption(
         tmp_path: Path, eviction: str, badput: str) -> None:  # fmt: skip
     """BadputCausedByPreemption in the run's STARTD_HISTORY ad: condor_startd sets it
-    from its policy (PREEMPT, a preempting claim), never for the schedd's RELEASE_CLAIM
-    or a shutdown, though both now give the job a reason (1017, 1013)."""
+    from its policy (PREEMPT, KILL, a retirement's end while not draining: a graceful
+    condor_vacate or shutdown, a preempting claim), never for a command's kill_claim
+    (the schedd's RELEASE_CLAIM, condor_vacate -fast, a fast shutdown, a p-slot's
+    preemption), whatever reason the job is told; execd decided it from that reason."""
     async def scenario() -> dict[str, str]:
         daemon = daemon_without_cgroups(tmp_path, CONFIG)
         try:
             moment = now()
-            job = running_job(daemon, ALICE, moment)
+            job = running_job(daemon, ALICE if eviction == "preempted" else BOB, moment)
             at = after(moment, 1)
             if eviction == "preempted":
                 daemon.execute(daemon.engine.evaluate(at))  # PREEMPT: it retires

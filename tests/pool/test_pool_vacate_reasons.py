@@ -32,6 +32,7 @@ PREEMPTING = "PREEMPT = (time() - JobStart) > 4\nWANT_SUSPEND = False\n"
 REFERENCE_CONFIG = "99-execd-vacate-reasons.conf"
 # A job that outlives a soft kill (SIGTERM ignored, as exec keeps it): only a hard one ends it
 STUBBORN = {"job.sh": "#!/bin/sh\ntrap '' TERM\necho started\nexec sleep 300\n"}
+NODE_HISTORY = "state/log/startd_history"  # under an execd node's root
 MARK = "VacateReasonsTest = true\nSTARTD_ATTRS = $(STARTD_ATTRS) VacateReasonsTest\n"
 
 
@@ -92,20 +93,40 @@ def test_a_job_preempt_evicts_is_told_why_as_by_condor_startd(
                     "Reason: PREEMPT expression evaluated to True"], ours  # StartdPreemptExpression
 
 
-def shut_down_under_a_job(pool: harness.Pool, how: str, node: PoolNode | None) -> list[str]:
+def run_record(pool: harness.Pool, history: Path, global_job_id: str) -> dict[str, Any]:
+    """The first STARTD_HISTORY record (`history`) of the job's runs: its vacate reason
+    code and the badput flags condor_startd adds when the starter exits."""
+
+    def record() -> dict[str, Any] | None:
+        if not history.exists():
+            return None
+        ads, _banners = records(pool, history)
+        return next((r for r in ads if r["GlobalJobId"] == global_job_id), None)
+
+    run = harness.wait_for(f"{global_job_id}'s run in STARTD_HISTORY", record, 2 * WAIT_S)
+    return {k: run.get(k) for k in ("VacateReasonCode", "BadputCausedByPreemption",
+                                    "BadputCausedByDraining")}  # fmt: skip
+
+
+def shut_down_under_a_job(pool: harness.Pool, how: str, node: PoolNode | None,
+                          history: Path) -> tuple[list[str], dict[str, Any]]:  # fmt: skip
     """The pool's only execute point shut down (`how` "graceful" or "fast") while a job
     runs on it, as condor_master shuts its startd down for condor_off -startd [-fast]
     (SIGTERM, SIGQUIT): `node`, execd, gets the signal; None: condor_off -startd to the
-    master's condor_startd, turned on again afterwards. The job's 004: code line, reason."""
+    master's condor_startd, turned on again afterwards. The job's 004 (code line,
+    reason) and its run's record in `history` (run_record)."""
     job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""), SLEEP)
     try:
         job.wait_for_event("001", WAIT_S)
+        ad = job.ad()
+        assert ad is not None
         if node is None:
             pool.tool("condor_off", *(["-fast"] if how == "fast" else []), "-startd").check()
         else:
             assert node.proc is not None
             node.proc.send_signal(signal.SIGQUIT if how == "fast" else signal.SIGTERM)
-        return evicted_lines(job.wait_for_event("004", 2 * WAIT_S))
+        lines = evicted_lines(job.wait_for_event("004", 2 * WAIT_S))
+        return lines, run_record(pool, history, ad["GlobalJobId"])
     finally:
         pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
         if node is None:
@@ -116,20 +137,74 @@ def shut_down_under_a_job(pool: harness.Pool, how: str, node: PoolNode | None) -
 @pytest.mark.parametrize("how", ["graceful", "fast"])
 def test_a_shutdown_tells_the_shadow_why_as_condor_startd(running_pool: harness.RunningPool,
                                                           how: str) -> None:
-    """A shutdown (condor_startd's main_shutdown_graceful: release_claim, _fast:
-    kill_claim): the 004 says "Startd was shutdown" (StartdShutdown, 1013) on both;
-    execd's said "Unspecified job interruption" (1005) before."""
+    """A shutdown (condor_startd's main_shutdown_graceful: releaseAllClaims, its
+    retire_claim; _fast: killAllClaims, kill_claim): the 004 says "Startd was shutdown"
+    (StartdShutdown, 1013) on both; execd's said "Unspecified job interruption" (1005)
+    before. The run's STARTD_HISTORY record has the same BadputCausedByPreemption on
+    both (condor_startd sets it as the graceful shutdown's retirement ends, not for the
+    fast one's kill)."""
     pool = running_pool.get(with_startd=False)
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
         node = pool_node(pool, tmp)
         try:
-            ours = shut_down_under_a_job(pool, how, node)
+            ours = shut_down_under_a_job(pool, how, node, node.root / NODE_HISTORY)
             assert node.proc is not None and node.proc.wait(WAIT_S) == 0
         finally:
             node.stop()
-    theirs = shut_down_under_a_job(running_pool.get(with_startd=True), how, None)
+    reference = running_pool.get(with_startd=True)
+    theirs = shut_down_under_a_job(reference, how, None, reference.host_path(STARTD_HISTORY))
     assert ours == theirs
-    assert ours == ["Job was evicted. Code 1013 Subcode 0", "Reason: Startd was shutdown"], ours
+    assert ours[0] == ["Job was evicted. Code 1013 Subcode 0",
+                       "Reason: Startd was shutdown"], ours  # fmt: skip
+
+
+def evictions_badput(pool: harness.Pool, history: Path) -> dict[str, dict[str, Any]]:
+    """condor_vacate and condor_drain, graceful and -fast, each of a running job: its
+    evicted run's record in `history` (run_record)."""
+    seen = {}
+    for tool in ("condor_vacate", "condor_drain"):
+        for how in ("graceful", "fast"):
+            job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=""),
+                               {"job.sh": SLEEP_SCRIPT})  # fmt: skip
+            name = ""
+            try:
+                job.wait_for_event("001", WAIT_S)
+                ad = job.ad()
+                assert ad is not None
+                if tool == "condor_vacate":
+                    fast = ["-fast"] if how == "fast" else []
+                    pool.tool("condor_vacate", *fast, "-all").check()
+                else:
+                    name = next(n for n in pool_slots(pool) if n.startswith("slot1@"))
+                    pool.tool("condor_drain", f"-{how}", name).check()
+                job.wait_for_event("004", 2 * WAIT_S)
+                seen[f"{tool} {how}"] = run_record(pool, history, ad["GlobalJobId"])
+            finally:
+                if name:
+                    pool.tool("condor_drain", "-cancel", name)
+                pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER)
+    return seen
+
+
+def test_an_evictions_badput_is_recorded_as_by_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """condor_startd sets BadputCausedByPreemption from its policy (ResState's
+    change_to_suggested_state: a retirement's end while not draining, PREEMPT, KILL),
+    never for a kill_claim: a graceful condor_vacate retires the claim (true once the
+    retirement ends), condor_vacate -fast kills it (false); a drain's badput is the
+    drain's (BadputCausedByDraining). execd's flag came from the vacate reason, and a
+    fast vacate said true."""
+    pool = running_pool.get(with_startd=False)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = pool_node(pool, tmp, administrators(pool))
+        try:
+            ours = evictions_badput(pool, node.root / NODE_HISTORY)
+        finally:
+            node.stop(signal.SIGQUIT)
+    reference = running_pool.get(with_startd=True)
+    theirs = evictions_badput(reference, reference.host_path(STARTD_HISTORY))
+    assert ours == theirs, (ours, theirs)
+    assert theirs["condor_vacate fast"]["BadputCausedByPreemption"] is False, theirs
 
 
 def shadow_of(pool: harness.Pool, cluster: int) -> int:
@@ -185,7 +260,7 @@ def test_a_released_claim_is_recorded_why_as_by_condor_startd(
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
         node = pool_node(pool, tmp)
         try:
-            ours = released_under_a_job(pool, node.root / "state" / "log" / "startd_history")
+            ours = released_under_a_job(pool, node.root / NODE_HISTORY)
         finally:
             node.stop(signal.SIGQUIT)
     reference = running_pool.get(with_startd=True)
