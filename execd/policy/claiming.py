@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 S, A = State, Activity
 Actions = list[act.Action]
+RUNNING = (A.BUSY, A.SUSPENDED, A.RETIRING)  # a job runs (not yet Cleaning)
 
 
 def as_ad(ad: Any) -> Any:
@@ -133,7 +134,7 @@ def _preempt_for_claim(engine: PolicyEngine, slot: Slot, basis: str, now: Now,
         slot.retire_reason = slot.retire_reason or FOR_PREEMPTING_CLAIM
         slot.vacate_cause = FOR_PREEMPTING_CLAIM  # the latest cause (no reason told)
     if slot.activity == A.IDLE or retirement_over(engine, slot, now):
-        if slot.activity != A.IDLE:  # condor_startd retires it; the retirement is over
+        if slot.activity in RUNNING:  # condor_startd retires it; the retirement is over
             retirement_ended(engine, slot)
         engine._evict(slot, now, out, basis)
     elif slot.activity == A.BUSY:
@@ -288,7 +289,7 @@ def vacate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool) -> Actions:
                 and not retirement_over(engine, slot, now):
             engine._retire(slot, "vacate", now, out)
         else:
-            if not fast and slot.activity != A.IDLE:  # retired, its retirement over
+            if not fast and slot.activity in RUNNING:  # retired, its retirement over
                 retirement_ended(engine, slot)
             engine._evict(slot, now, out, "vacate", kill=fast, retire=not fast)
     elif slot.state == S.BACKFILL:
