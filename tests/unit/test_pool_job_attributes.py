@@ -81,20 +81,30 @@ def test_sandbox_usage_counts_entries_and_file_bytes_without_following_links(
     assert sandbox_usage(tmp_path) == (3000, 4)
 
 
-def test_sandbox_usage_leaves_out_what_it_cannot_stat_as_condor_starter_does(
+def test_sandbox_usage_counts_links_without_stating_or_descending_them(
         tmp_path: Path) -> None:  # fmt: skip
-    # condor_starter's GetDirectorySize counts what Directory::Next gives, and Next
-    # skips an entry whose StatInfo fails: an lstat that fails, and for a symlink the
-    # stat of its target. A real tree with both: a file whose path is past PATH_MAX
-    # (its directory is readable, its lstat by path fails: ENAMETOOLONG), a dangling
-    # symlink and a symlink loop; none of them is counted, nor their sizes.
+    # The daemon walks as root on its event loop: a link is one entry whatever it leads
+    # to, never stat'd (a dangling link and a loop count, as on main) and a link to a
+    # directory is not descended (its files are neither counted nor sized).
     (tmp_path / "a").write_bytes(b"x" * 1000)
-    os.symlink("/etc/passwd", tmp_path / "link")  # a link that resolves: an entry
+    outside = tmp_path.parent / (tmp_path.name + "-outside")
+    outside.mkdir()
+    for i in range(5):
+        (outside / f"f{i}").write_bytes(b"z" * 100)
+    os.symlink(outside, tmp_path / "dirlink")
     os.symlink("/nonexistent/target", tmp_path / "dangling")
     os.symlink("loop", tmp_path / "loop")
+    assert sandbox_usage(tmp_path) == (1000, 4)
+
+
+def test_sandbox_usage_leaves_out_an_entry_whose_lstat_fails(tmp_path: Path) -> None:
+    # A file whose path is past PATH_MAX: its directory is readable, its lstat by path
+    # fails (ENAMETOOLONG); it is not counted, nor its size.
+    (tmp_path / "a").write_bytes(b"x" * 1000)
     deep, levels = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY), 0
     try:
-        while len(str(tmp_path)) + levels * 201 < 4096 - 300:  # under PATH_MAX
+        # until the far file's path (directories + "/" + 250 characters) is past PATH_MAX
+        while len(str(tmp_path)) + levels * 201 + 251 < 4096:
             os.mkdir("d" * 200, dir_fd=deep)
             below = os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=deep)
             os.close(deep)
@@ -107,8 +117,8 @@ def test_sandbox_usage_leaves_out_what_it_cannot_stat_as_condor_starter_does(
     far_path = str(tmp_path) + ("/" + "d" * 200) * levels + "/" + "f" * 250
     with pytest.raises(OSError, match="too long"):
         os.lstat(far_path)
-    # a, link, the directories; not dangling, loop, nor the far file
-    assert sandbox_usage(tmp_path) == (1000, 2 + levels)
+    # a and the directories; not the far file
+    assert sandbox_usage(tmp_path) == (1000, 1 + levels)
 
 
 def test_a_starter_update_has_the_sandbox_only_with_file_transfer(tmp_path: Path) -> None:
