@@ -87,30 +87,48 @@ def walk_tree(path: str) -> Iterator[tuple[str, os.stat_result]]:
                 yield entry.path, st
 
 
-def remove_tree(path: str | os.PathLike[str]) -> str | None:
-    """Remove `path` and everything under it, whatever its depth; links are not followed
-    and other file systems mounted below are left. Returns why something was left (rm's
-    error output, or why no process could run it), None when all went. Never raises.
+RM_ERROR_KEPT = 4096  # bytes of rm's error output read; the rest is read and dropped
 
-    rm, not shutil.rmtree: Python 3.11's recurses per level, and a tree a job makes a
-    thousand levels deep raised RecursionError (not an OSError: ignore_errors let it
-    through). Where no process can be made (a starter whose job was its PID namespace's
-    init: once that exits, fork fails with ENOMEM), shutil.rmtree does it, and a tree
-    deeper than the interpreter's recursion limit is left behind rather than failing the
-    caller. Blocking: the daemon's shadow conversations run it on a thread (shadow_end.py)."""
+
+def rm_argv(path: str | os.PathLike[str]) -> list[str]:
+    """How a sandbox is removed: rm, whatever its depth; links are not followed and other
+    file systems mounted below are left. rm, not shutil.rmtree: Python 3.11's recurses
+    per level, and a tree a job makes a thousand levels deep raised RecursionError."""
+    return ["/bin/rm", "-rf", "--one-file-system", "--", os.fspath(path)]
+
+
+def rm_error(stderr: bytes, returncode: int) -> str | None:
+    """What rm left, from its exit status and the start of its error output."""
+    if returncode == 0:
+        return None
+    return stderr.decode(errors="replace").strip()[:500] or f"rm exited {returncode}"
+
+
+def remove_tree(path: str | os.PathLike[str]) -> str | None:
+    """Remove `path` and everything under it (rm_argv). Returns why something was left
+    (rm_error, or why no process could run it), None when all went. Never raises.
+
+    Where no process can be made (a starter whose job was its PID namespace's init: once
+    that exits, fork fails with ENOMEM), shutil.rmtree does it, and a tree deeper than
+    the interpreter's recursion limit is left behind rather than failing the caller.
+    Blocking: the daemon's shadow conversations run the same argv as an asyncio
+    subprocess (execd.wire.shadow_end.remove_sandbox)."""
     import shutil  # noqa: PLC0415 - after the job started: off the launch path
     import subprocess  # noqa: PLC0415
 
     try:
-        rm = subprocess.run(["/bin/rm", "-rf", "--one-file-system", "--", os.fspath(path)],
-                            check=False, stderr=subprocess.PIPE)  # fmt: skip
+        rm = subprocess.Popen(rm_argv(path), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     except OSError as exc:
         with contextlib.suppress(RecursionError):
             shutil.rmtree(path, ignore_errors=True)
         return f"rm could not run ({exc})" if os.path.lexists(path) else None
-    if rm.returncode == 0:
-        return None
-    return rm.stderr.decode(errors="replace").strip()[:500] or f"rm exited {rm.returncode}"
+    assert rm.stderr is not None
+    with rm.stderr:
+        kept = rm.stderr.read(RM_ERROR_KEPT)
+        while rm.stderr.read(65536):  # a huge tree's errors: drained, never kept
+            pass
+    return rm_error(kept, rm.wait())
 
 
 def disk_usage_kb(path: str) -> int:

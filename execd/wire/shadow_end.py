@@ -8,6 +8,7 @@ execd/wire/shadow_resume.py calls them for a conversation a restarted daemon too
 
 from __future__ import annotations
 
+import asyncio
 import errno
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -15,8 +16,7 @@ from typing import TYPE_CHECKING
 
 from execd.errors import ProtocolError
 from execd.log import get_logger
-from execd.starter.sandbox import remove_tree
-from execd.wire.blocking_worker import BlockingWorker
+from execd.starter.sandbox import RM_ERROR_KEPT, rm_argv, rm_error
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.filetransfer import FILETRANS_DOWNLOAD, HOLD_UPLOAD_FILE_ERROR, TransferResult
@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 
 log = get_logger("wire")
 ULOG_REMOTE_ERROR = 21
-SANDBOX_REMOVER = BlockingWorker("execd-rm")  # sandboxes are removed one at a time
-SANDBOX_REMOVAL_LIMIT_S = 3600.0
 
 
 def remote_error(job: dict[str, object], message: str, code: int, subcode: int) -> WireAd:
@@ -117,14 +115,22 @@ async def send_output(transfers: Transfers, send: Callable[[Channel], Awaitable[
 
 
 async def remove_sandbox(sandbox: Path, options: ShadowOptions, handed_over: bool) -> None:
-    """After the conversation, unless the sandbox is kept or handed over (a restart)."""
+    """After the conversation, unless the sandbox is kept or handed over (a restart).
+    The starter's way (rm_argv, rm_error), as a subprocess of its own: conversations
+    remove theirs concurrently and a hung removal holds only its own."""
     if options.keep_sandbox or handed_over:
         return
-    # The starter's remove_tree (rm: any depth), on a thread of its own: not the default
-    # executor's two, which name lookups wait on, and never joined (a hung mount)
     try:
-        error = await SANDBOX_REMOVER.run(SANDBOX_REMOVAL_LIMIT_S, remove_tree, sandbox)
-    except TimeoutError:
-        error = f"still being removed after {SANDBOX_REMOVAL_LIMIT_S:.0f} s"
+        rm = await asyncio.create_subprocess_exec(
+            *rm_argv(sandbox), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    except OSError as exc:
+        error: str | None = f"rm could not run ({exc})"
+    else:
+        assert rm.stderr is not None
+        kept = await rm.stderr.read(RM_ERROR_KEPT)
+        while await rm.stderr.read(65536):  # a huge tree's errors: drained, never kept
+            pass
+        error = rm_error(kept, await rm.wait())
     if error is not None:
         log.warning("shadow_sandbox_not_removed", sandbox=str(sandbox), error=error)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import stat
 import subprocess
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -96,3 +98,78 @@ def test_the_shadow_logs_what_rm_left_of_a_sandbox(tmp_path: Path) -> None:
         asyncio.run(remove_sandbox(sandbox, ShadowOptions(), handed_over=False))
     assert not sandbox.exists()
     assert not [e for e in events if e["event"] == "shadow_sandbox_not_removed"]
+
+
+def children_running(needle: str) -> list[int]:
+    """This process's children whose command line names `needle` (the rm of a sandbox)."""
+    pids = []
+    for task in os.listdir(f"/proc/{os.getpid()}/task"):
+        with open(f"/proc/{os.getpid()}/task/{task}/children") as children:
+            pids += [int(pid) for pid in children.read().split()]
+    found = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if needle.encode() in cmdline.read():
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def test_a_stuck_sandbox_removal_does_not_hold_another_conversations(tmp_path: Path) -> None:
+    # Each conversation removes its sandbox with an rm of its own: the first one's rm is
+    # stopped (as if hung on a dead mount) and the second sandbox still goes at once.
+    slow, quick = tmp_path / "dir_slow", tmp_path / "dir_quick"
+    for sandbox in (slow, quick):
+        sandbox.mkdir()
+    for i in range(20000):
+        (slow / f"f{i}").touch()
+    (quick / "f").touch()
+
+    async def both() -> None:
+        first = asyncio.create_task(remove_sandbox(slow, ShadowOptions(), handed_over=False))
+        while not (stuck := children_running(str(slow))):
+            await asyncio.sleep(0)  # not a wait for time: yields until its rm exists
+        [pid] = stuck
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.wait_for(
+                remove_sandbox(quick, ShadowOptions(), handed_over=False), 30)
+            assert not quick.exists() and slow.exists()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await first
+
+    asyncio.run(both())
+    assert not slow.exists()
+
+
+def test_rm_error_output_is_read_only_so_far(tmp_path: Path) -> None:
+    # A tree of thousands of entries rm cannot remove (an immutable directory): rm writes
+    # megabytes of errors; what is kept of them is bounded, for the starter's removal and
+    # the shadow's, and what they say is still the start of it.
+    for name in ("starter", "shadow"):
+        sandbox = tmp_path / name
+        stuck = sandbox / "stuck"
+        stuck.mkdir(parents=True)
+        for i in range(20000):
+            (stuck / f"{i:06d}{'f' * 200}").touch()
+        if not immutable(stuck, True):
+            pytest.skip("chattr +i needs root and a file system with the flag")
+        try:
+            tracemalloc.start()
+            with capture_logs() as events:
+                if name == "starter":
+                    error = remove_tree(sandbox)
+                else:
+                    asyncio.run(remove_sandbox(sandbox, ShadowOptions(), handed_over=False))
+                    [left] = [e for e in events if e["event"] == "shadow_sandbox_not_removed"]
+                    error = left["error"]
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+        finally:
+            immutable(stuck, False)
+        assert error is not None and "Operation not permitted" in error, name
+        assert peak < 1_000_000, (name, peak)  # rm wrote over 4 MB
+        remove_tree(sandbox)
