@@ -32,7 +32,7 @@ class Job:
     suspended: str | None = None  # by "policy" or by a "command" (SUSPEND_CLAIM)
     evicted: bool = False  # the daemon killed it (JOB_EXIT says evict; before start: never run)
     vacate_reason: tuple[str, int, int] | None = None  # why, for its shadow (VacateReason*)
-    preemption_badput: bool = False  # its slot's, as its starter exited (ended_job_ad)
+    preemption_badput: bool = False  # its claim's, from its eviction or end (stored)
     hooks: job_hook_runs.JobHooks | None = None  # its UPDATE_JOB_INFO/JOB_EXIT hooks
     exit_fifo: int | None = None  # read end of the starter's job-exit FIFO, while open
     evicting: str | None = None  # "vacating" or "killing" once a kill signal went out

@@ -281,7 +281,8 @@ class StarterLifecycle:
         if self.running.get(job.slot) is job:
             del self.running[job.slot]
         try:
-            self.store.finish_job(job.job_id, time.time(), job.report, job.hold_reason)
+            self.store.finish_job(job.job_id, time.time(), job.report, job.hold_reason,
+                                  job.preemption_badput)
         except StoreError as exc:  # the outcome is still served from memory
             logger.error("job_outcome_not_stored", job=job.job_id, error=str(exc))
         if not job.history_deferred:  # a pool job's conversation writes it at its end

@@ -347,8 +347,10 @@ class JobManager(StarterLifecycle):
                 or job.evicting in (how, "killing"):
             return
         job.evicting = how
+        job.preemption_badput = job.preemption_badput or (
+            slot.claim is not None and slot.claim.id == job.claim and slot.preemption_badput)
         try:
-            self.store.set_evicting(job.job_id, how, job.vacate_reason)
+            self.store.set_evicting(job.job_id, how, job.vacate_reason, job.preemption_badput)
         except StoreError as exc:
             logger.error("eviction_not_stored", job=job.job_id, error=str(exc))
 

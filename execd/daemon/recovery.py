@@ -62,7 +62,8 @@ def recover(jobs: JobManager) -> dict[str, int]:
                 job = Job(record.job_id, record.slot, parse_claim_id(claim.claim_id),
                           record.ad, started=record.started, starter_start=record.starter_start,
                           hold_reason=record.hold_reason, suspended=record.suspended,
-                          evicting=record.evicting, vacate_reason=record.vacate_reason)
+                          evicting=record.evicting, vacate_reason=record.vacate_reason,
+                          preemption_badput=record.preemption_badput)
                 job.handle = StarterHandle(StarterSpec.from_dict(record.spec), None,
                                            pid=record.starter_pid)
             except (ValueError, KeyError, TypeError) as exc:
@@ -160,10 +161,10 @@ def _restore_job(jobs: JobManager, job: Job, moment: Now) -> str:
         return "ended_meanwhile"
     logger.info("starter_adopted", slot=job.slot, job=job.job_id, starter_pid=pid)
     jobs.watch(job, pidfd)
-    if job.evicting is not None:  # it was being evicted: that goes on, the claim ends
-        try:
+    if job.evicting is not None:  # it was being evicted: that goes on, the claim ends;
+        try:  # its retirement and preemption's badput were decided before (job.preemption_badput)
             daemon.execute(daemon.engine.vacate(job.slot, moment,
-                                                fast=job.evicting == "killing"))
+                                                fast=job.evicting == "killing", resumed=True))
             logger.info("eviction_resumed", slot=job.slot, job=job.job_id, how=job.evicting)
         except ExecdError as exc:
             logger.error("eviction_not_resumed", slot=job.slot, error=str(exc))

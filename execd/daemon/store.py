@@ -28,10 +28,10 @@ from execd.errors import ExecdError
 from execd.slots.layout import Assigned
 from execd.slots.partitionable import DynamicSlot
 
-# 5: claims.preempting. 4: jobs.vacate_reason. 3: claims.renewed. 2: jobs.evicting. The
-# broken table came later without a new version: CREATE TABLE IF NOT EXISTS adds it to
-# an older file, and an older execd ignores it.
-SCHEMA_VERSION = 5
+# 6: jobs.preemption_badput. 5: claims.preempting. 4: jobs.vacate_reason. 3: claims.renewed.
+# 2: jobs.evicting. The broken table came later without a new version: CREATE TABLE IF NOT
+# EXISTS adds it to an older file, and an older execd ignores it.
+SCHEMA_VERSION = 6
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS claims (
@@ -62,7 +62,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     hold_reason TEXT,
     suspended TEXT,                   -- NULL, or who suspended it: 'policy' or 'command'
     evicting TEXT,                    -- NULL, or 'vacating' / 'killing': being evicted
-    vacate_reason TEXT                -- JSON [reason, code, subcode] for its shadow; NULL: none
+    vacate_reason TEXT,               -- JSON [reason, code, subcode] for its shadow; NULL: none
+    preemption_badput INTEGER NOT NULL DEFAULT 0  -- 1: its claim's BadputCausedByPreemption
 );
 CREATE TABLE IF NOT EXISTS broken (
     slot TEXT PRIMARY KEY,
@@ -86,9 +87,10 @@ CREATE TABLE IF NOT EXISTS drain (
 
 
 # From schema N to N+1 (the added columns read NULL or 0: not evicting, no ALIVE
-# recorded, no vacate reason, the slot's own claim). To 5: of two claims of one slot,
-# the one whose session has no job while the other's has is the waiting preempting claim
-# (a waiting claim has run nothing yet); with no job on either, the later grant is.
+# recorded, no vacate reason, the slot's own claim, no preemption's badput). To 5: of two
+# claims of one slot, the one whose session has no job while the other's has is the
+# waiting preempting claim (a waiting claim has run nothing yet); with no job on either,
+# the later grant is.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE jobs ADD COLUMN evicting TEXT",),
     2: ("ALTER TABLE claims ADD COLUMN renewed REAL",),
@@ -96,6 +98,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     4: ("ALTER TABLE claims ADD COLUMN preempting INTEGER NOT NULL DEFAULT 0",
         "UPDATE claims SET preempting=1 WHERE session_id NOT IN (SELECT session_id FROM jobs)"
         " AND slot IN (SELECT c.slot FROM claims c JOIN jobs j ON j.session_id=c.session_id)"),
+    5: ("ALTER TABLE jobs ADD COLUMN preemption_badput INTEGER NOT NULL DEFAULT 0",),
 }
 
 
@@ -151,6 +154,9 @@ class JobRecord:
     # why the startd evicts it (reason, code, subcode): its shadow's 004 says so, also
     # when a restarted daemon reports the exit
     vacate_reason: tuple[str, int, int] | None = None
+    # its claim's BadputCausedByPreemption as the policy decided it (eviction, end): a
+    # restarted daemon's resumed eviction does not decide it again
+    preemption_badput: bool = False
 
 
 @dataclass(frozen=True)
@@ -283,29 +289,33 @@ class Store:
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                 (sequence[0], str(sequence[1])))
             self.db.execute(
-                "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (job.job_id, job.slot, job.session_id, _json(job.ad), _json(job.spec),
                  job.starter_pid, job.starter_start, job.cgroup, job.sandbox, job.started,
                  job.finished, _json(job.report), job.hold_reason, job.suspended,
-                 job.evicting, _json(job.vacate_reason)))
+                 job.evicting, _json(job.vacate_reason), int(job.preemption_badput)))
 
     def set_suspended(self, job_id: str, by: str | None) -> None:
         with self._tx():
             self.db.execute("UPDATE jobs SET suspended=? WHERE job_id=?", (by, job_id))
 
     def set_evicting(self, job_id: str, how: str,
-                     vacate_reason: tuple[str, int, int] | None = None) -> None:
-        """The job is being evicted (`how`), and why, for its shadow (None: no reason)."""
+                     vacate_reason: tuple[str, int, int] | None = None,
+                     preemption_badput: bool = False) -> None:
+        """The job is being evicted (`how`), why, for its shadow (None: no reason), and
+        whether its claim's policy called it a preemption's badput."""
         with self._tx():
-            self.db.execute("UPDATE jobs SET evicting=?, vacate_reason=? WHERE job_id=?",
-                            (how, _json(vacate_reason), job_id))
+            self.db.execute("UPDATE jobs SET evicting=?, vacate_reason=?, preemption_badput=?"
+                            " WHERE job_id=?",
+                            (how, _json(vacate_reason), int(preemption_badput), job_id))
 
     def finish_job(self, job_id: str, finished: float, report: dict[str, Any],
-                   hold_reason: str | None) -> None:
+                   hold_reason: str | None, preemption_badput: bool = False) -> None:
         with self._tx():
             self.db.execute(
-                "UPDATE jobs SET finished=?, report=?, hold_reason=? WHERE job_id=?",
-                (finished, _json(report), hold_reason, job_id))
+                "UPDATE jobs SET finished=?, report=?, hold_reason=?, preemption_badput=?"
+                " WHERE job_id=?",
+                (finished, _json(report), hold_reason, int(preemption_badput), job_id))
 
     def remove_job(self, job_id: str) -> None:
         with self._tx():
@@ -322,7 +332,8 @@ class Store:
     def jobs(self) -> list[JobRecord]:
         rows = self.db.execute("SELECT * FROM jobs ORDER BY started").fetchall()
         return [JobRecord(r[0], r[1], r[2], _load(r[3]), _load(r[4]), r[5], r[6], r[7], r[8],
-                          r[9], r[10], _load(r[11]), r[12], r[13], r[14], _vacate_reason(r[15]))
+                          r[9], r[10], _load(r[11]), r[12], r[13], r[14], _vacate_reason(r[15]),
+                          bool(r[16]))
                 for r in rows]
 
     # -- broken slots -----------------------------------------------------------------

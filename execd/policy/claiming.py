@@ -279,17 +279,21 @@ def deactivate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool) -> Action
     return out
 
 
-def vacate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool) -> Actions:
+def vacate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool,
+           resumed: bool = False) -> Actions:
     """condor_vacate, as condor_startd's vacate_all: fast kills the claim (hard kill);
     graceful retires it for good (retire_claim: the job keeps its retirement time, no
-    unretiring), and the soft kill comes once retirement is over."""
+    unretiring), and the soft kill comes once retirement is over. `resumed`: an eviction
+    a restarted daemon goes on with; its retirement and its preemption's badput were
+    decided before the restart (the daemon keeps the flag), so it is evicted now and
+    retirement_ended does not decide the flag again."""
     out: Actions = []
     if slot.state == S.CLAIMED:
-        if not fast and slot.activity in (A.BUSY, A.SUSPENDED, A.RETIRING) \
+        if not fast and not resumed and slot.activity in (A.BUSY, A.SUSPENDED, A.RETIRING) \
                 and not retirement_over(engine, slot, now):
             engine._retire(slot, "vacate", now, out)
         else:
-            if not fast and slot.activity in RUNNING:  # retired, its retirement over
+            if not fast and not resumed and slot.activity in RUNNING:  # retirement over
                 retirement_ended(engine, slot)
             engine._evict(slot, now, out, "vacate", kill=fast, retire=not fast)
     elif slot.state == S.BACKFILL:

@@ -233,9 +233,10 @@ class PolicyEngine:
         """DEACTIVATE_CLAIM: stop the job (soft, or hard if ``fast``) but keep the claim."""
         return claiming.deactivate(self, self.slot(name), now, fast)
 
-    def vacate(self, name: str, now: Now, *, fast: bool = False) -> Actions:
-        """condor_vacate: gracefully (after retirement, soft kill) or fast (hard kill)."""
-        return claiming.vacate(self, self.slot(name), now, fast)
+    def vacate(self, name: str, now: Now, *, fast: bool = False, resumed: bool = False) -> Actions:
+        """condor_vacate: gracefully (after retirement, soft kill) or fast (hard kill);
+        `resumed`: a restarted daemon goes on with an eviction under way (claiming.vacate)."""
+        return claiming.vacate(self, self.slot(name), now, fast, resumed)
 
     # ---- moves shared by events and evaluation -------------------------------------
     def _retire(self, slot: Slot, reason: str, now: Now, out: Actions) -> None:

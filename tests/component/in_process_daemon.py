@@ -16,7 +16,10 @@ from execd.daemon.runtime import Daemon
 from execd.policy.engine import PolicyEngine
 
 
-def daemon_without_cgroups(tmp_path: Path, extra_config: str = "") -> Daemon:
+def daemon_without_cgroups(tmp_path: Path, extra_config: str = "", *,
+                           restarting: bool = False) -> Daemon:
+    """`restarting`: as `execd run` over an existing state, which recovers (recover())
+    before its first policy pass: no pass is made here (one would forget a stored drain)."""
     config = tmp_path / "execd_config"
     config.write_text(f"LOCAL_DIR = {tmp_path}/state\nEXECD_LOG = {tmp_path}/log\n"
                       "NUM_CPUS = 4\nMEMORY = 1024\nuse FEATURE : PartitionableSlot\n"
@@ -35,5 +38,6 @@ def daemon_without_cgroups(tmp_path: Path, extra_config: str = "") -> Daemon:
     for ad in daemon.node.ads():
         daemon.execute(daemon.engine.add_slot(str(ad["Name"]).split("@")[0], slot_facts(ad),
                                               moment))
-    daemon.evaluate()  # Owner -> Unclaimed
+    if not restarting:
+        daemon.evaluate()  # Owner -> Unclaimed
     return daemon

@@ -22,8 +22,13 @@ def claim(session: str = "<n>#1#1") -> ClaimRecord:
 
 def schema_before(version: int) -> str:
     """The tables as execd with schema `version` made them."""
+    older = re.sub(r"TEXT,(\s+-- JSON \[reason, code[^\n]*)\n\s+preemption_badput [^\n]*\n",
+                   r"TEXT\1\n", SCHEMA)
+    assert "preemption_badput" not in older
+    if version == 5:
+        return older
     older = re.sub(r"REAL,(\s+-- wall time of the last ALIVE[^\n]*)\n\s+preempting [^\n]*\n",
-                   r"REAL\1\n", SCHEMA)
+                   r"REAL\1\n", older)
     assert "preempting" not in older
     if version == 4:
         return older
@@ -110,7 +115,7 @@ def test_a_store_from_another_schema_is_refused_naming_both(tmp_path: Path) -> N
     db.execute("UPDATE meta SET value='99' WHERE key='schema'")
     db.commit()
     db.close()
-    with pytest.raises(StoreError, match="schema 99, execd knows 5"):
+    with pytest.raises(StoreError, match="schema 99, execd knows 6"):
         Store(tmp_path / "state.db")
 
 
@@ -174,6 +179,26 @@ def test_a_jobs_vacate_reason_is_read_back_and_a_schema_3_file_gains_the_column(
     again = Store(tmp_path / "state.db")
     assert [(j.job_id, j.vacate_reason) for j in again.jobs()] == [
         ("1.1", ("Preempted for a Priority user", 1019, 0)), ("1.2", None)]
+
+
+def test_a_jobs_preemption_badput_is_read_back_and_a_schema_5_file_gains_the_column(
+        tmp_path: Path) -> None:  # fmt: skip
+    """The claim's BadputCausedByPreemption, as the policy decided it at the eviction or
+    the job's end, outlives the daemon (a resumed eviction does not decide it again); a
+    job of an older file has none."""
+    write_old_store(tmp_path / "state.db", schema_before(5), 5,
+                    "INSERT INTO jobs VALUES ('1.1','slot1_1','s','{}','{}',1,2,'c','d',5.0,"
+                    "NULL,NULL,NULL,NULL,'killing',NULL)")
+    store = Store(tmp_path / "state.db")
+    assert [(j.job_id, j.preemption_badput) for j in store.jobs()] == [("1.1", False)]
+    store.set_evicting("1.1", "killing", None, preemption_badput=True)
+    store.add_job(job("1.2"))
+    store.add_job(job("1.3"))
+    store.finish_job("1.3", 9.0, {}, None, preemption_badput=True)
+    store.db.close()  # as after kill -9
+    again = Store(tmp_path / "state.db")
+    assert [(j.job_id, j.preemption_badput) for j in again.jobs()] == [
+        ("1.1", True), ("1.2", False), ("1.3", True)]
 
 
 def test_a_waiting_preempting_claim_is_flagged_until_it_takes_the_slot_and_from_schema_4(
