@@ -274,7 +274,8 @@ class StarterLifecycle:
         assert job.report is not None
         slot = self.daemon.engine.slots.get(job.slot)  # its claim's flag, before it goes
         job.preemption_badput = job.preemption_badput or (
-            slot is not None and slot.preemption_badput)
+            slot is not None and slot.claim is not None and slot.claim.id == job.claim
+            and slot.preemption_badput)  # not a later claim's
         logger.info("job_finished", slot=job.slot, job=job.job_id,
                     exit_code=job.report.get("ExitCode"), reason=job.report.get("ExitReason"),
                     hold=job.report.get("HoldReason"))

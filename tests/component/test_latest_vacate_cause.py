@@ -10,6 +10,7 @@ input (none runs here), and time is passed to the engine as to any policy evalua
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ from execd.daemon.runtime import Daemon
 from execd.policy import actions as act
 from execd.policy import commands
 from execd.policy.slot import Now
+from execd.starter.launcher import StarterHandle
+from execd.starter.spec import StarterSpec
 from tests.component.in_process_daemon import daemon_without_cgroups
 
 # one static slot; PREEMPT true for alice's jobs; 1000 s of retirement (its lease is 1200 s)
@@ -225,3 +228,29 @@ def test_only_a_preemption_is_recorded_as_badput_caused_by_preemption(
     ad = asyncio.run(scenario())
     assert ad["BadputCausedByPreemption"] == badput
     assert ad["BadputCausedByDraining"] == "false"
+
+
+def test_a_stale_jobs_end_does_not_take_the_slots_later_claims_badput(tmp_path: Path) -> None:
+    """A job that ends after its slot went on to another claim (a d-slot name carved
+    again) records its own claim's flag, not the flag the slot's new claim has: as
+    ended_job_ad, the job's end takes the slot's flag only while the slot holds its claim."""
+    async def scenario() -> dict[str, str]:
+        daemon = daemon_without_cgroups(tmp_path, CONFIG)
+        try:
+            moment = now()
+            running_job(daemon, ALICE, moment)
+            daemon.execute(daemon.engine.evaluate(after(moment, 1)))  # PREEMPT: it retires
+            assert daemon.engine.slots["slot1"].preemption_badput  # alice's claim's flag
+            report = tmp_path / "stale-report.json"
+            report.write_text(json.dumps({"ExitCode": 0, "ExitReason": "exited"}))
+            stale = Job("pool.1#0.0", "slot1", daemon.jobs.ids.new(), dict(BOB))
+            spec = StarterSpec(stale.job_id, "slot1", "/bin/sleep", [], {}, "bob",
+                               str(tmp_path), str(report), "", "")
+            stale.handle = StarterHandle(spec, None, pid=2**22 + 1)  # gone: no such pid
+            daemon.jobs.finish(stale)
+            return ended_job_ad(daemon.jobs, stale, after(moment, 2).wall)
+        finally:
+            daemon.jobs.store.close()
+
+    ad = asyncio.run(scenario())
+    assert ad["BadputCausedByPreemption"] == "false"
