@@ -117,6 +117,7 @@ def starter_update(status: dict[str, Any], started: int, suspended: bool,
         "MemoryUsage": classads.parse_expr(MEMORY_USAGE),
         "RemoteUserCpu": float(status.get("RemoteUserCpu", 0.0)),
         "RemoteSysCpu": float(status.get("RemoteSysCpu", 0.0)),
+        "ExecuteDirWasEncrypted": False,  # execd never encrypts a sandbox
     }
     # Block I/O where the job's cgroup has the io controller; unmeasured, left out
     update |= {k: int(status[k]) for k in BLOCK_IO if isinstance(status.get(k), int)}
@@ -257,11 +258,12 @@ class JobAttributes:
         status = read_status(self.jobs, job)
         if status:
             out["ImageSize"] = int(status.get("ImageSize", 0))
-            out["CPUsUsage"] = self._cpus_usage(job.job_id, status)
+            out["CPUsUsage"] = self.cpus_usage(job.job_id, status)
         return out
 
-    def _cpus_usage(self, job_id: str, status: dict[str, Any]) -> float:
-        """Cores the job kept busy between the starter's last two measurements."""
+    def cpus_usage(self, job_id: str, status: dict[str, Any]) -> float:
+        """Cores the job kept busy between the starter's last two measurements (the
+        slot ad's CPUsUsage; the job updates' CpusUsage)."""
         wall = float(status.get("RemoteWallClockTime", 0.0))
         cpu = float(status.get("RemoteUserCpu", 0.0)) + float(status.get("RemoteSysCpu", 0.0))
         last = self._cpu.get(job_id)

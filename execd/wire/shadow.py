@@ -241,13 +241,16 @@ async def report_hold(calls: ShadowSyscalls, job: dict[str, object], gjid: str,
 
 
 async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversation,
-                   done: JobExit,
-                   on_update: Callable[[WireAd], None] | None = None) -> None:  # fmt: skip
+                   done: JobExit, on_update: Callable[[WireAd], None] | None = None, *,
+                   usage: Mapping[str, str] | None = None) -> None:  # fmt: skip
     """The job ended: the exit, the output (unless it was killed on request: then an
-    ON_EXIT_OR_EVICT job's sandbox to be spooled, after a graceful kill), job_exit."""
+    ON_EXIT_OR_EVICT job's sandbox to be spooled, after a graceful kill), job_exit.
+    The exit update and job_exit carry the job's last `usage` with the exit, as
+    condor_starter's (publishUpdateAd): a job that ended before its first update still
+    leaves its memory, disk and stdio mtimes in the job ad."""
     job = job_values(state.job_wire)
     gjid, address, sandbox = state.global_job_id, transfers.starter_address, Path(state.sandbox)
-    exit_ad = done.exit_ad()
+    exit_ad = {**(usage or {}), **done.exit_ad()}
     await calls.event_notification({"EventType": '"ActivationExecutionExit"'})
     await send_update(calls, {**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"}, on_update)
     # Vacated or removed: requeued, its output not delivered. A graceful eviction of an
@@ -422,7 +425,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         except JobHeldError as exc:
             await report_hold(calls, job, gjid, exc)
             return
-        await conclude(calls, transfers, state, done, options.on_update)
+        await conclude(calls, transfers, state, done, options.on_update,
+                       usage=proc.usage())
     except asyncio.CancelledError:
         handed_over = hand_over(calls, link, options, proxy)
         raise
