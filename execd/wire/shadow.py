@@ -63,6 +63,7 @@ from execd.wire.output_files import (
     expand_outputs,
     output_items,
     sent_std_files,
+    spooled_output_files,
     std_files,
 )
 from execd.wire.sandbox_upload import upload_sandbox
@@ -257,6 +258,7 @@ async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversat
     # ON_EXIT_OR_EVICT job first sends the sandbox to be spooled (final_transfer 0).
     spool = done.requested and done.graceful and \
         str(job.get("WhenToTransferOutput", "")).upper() == "ON_EXIT_OR_EVICT"
+    final = {**exit_ad, "StarterIpAddr": f'"{address}"'}
     if state.transfer and (spool or not done.requested):
 
         def listed() -> list[OutputItem]:
@@ -269,14 +271,19 @@ async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversat
         if not sent.ok:
             await calls.ulog(_transfer_error(job, sent))
             return
+        # in job_exit and to the startd, as condor_starter's job ad has it after a
+        # transfer that succeeded (empty where only stdout and stderr went)
+        spooled = from_values({"SpooledOutputFiles": spooled_output_files(sent.files)})
+        final |= spooled
+        if on_update is not None:
+            on_update(spooled)
     transfers.tally.final()  # condor_starter's final update to its startd
     if done.requested:
-        await calls.job_exit(done.wait_status, JOB_SHOULD_REQUEUE,
-                             {**exit_ad, "StarterIpAddr": f'"{address}"'})  # fmt: skip
+        await calls.job_exit(done.wait_status, JOB_SHOULD_REQUEUE, final)
         log.info("shadow_job_evicted", job=gjid, status=done.wait_status, spooled=spool)
         return
     reason = JOB_COREDUMPED if done.core_dumped else JOB_EXITED
-    await calls.job_exit(done.wait_status, reason, {**exit_ad, "StarterIpAddr": f'"{address}"'})
+    await calls.job_exit(done.wait_status, reason, final)
     log.info("shadow_job_exited", job=gjid, status=done.wait_status)
 
 

@@ -38,7 +38,7 @@ ONLY_CONDOR = {
     # condor_starter's own statistics and abilities, which execd's starter lacks
     "BlockReadKbytes", "BlockReads", "BlockWriteKbytes", "BlockWrites", "RecentBlockReadKbytes",
     "RecentBlockReads", "RecentBlockWriteKbytes", "RecentBlockWrites", "RecentStatsLifetime",
-    "StatsLifetime", "ChirpDelayedAttrs", "SpooledOutputFiles",
+    "StatsLifetime", "ChirpDelayedAttrs",
     "StatsLifetimeStarter", "RecentStatsLifetimeStarter",
 }  # fmt: skip
 # ... and in the record of a job whose input transfer failed: the sandbox and its
