@@ -352,7 +352,8 @@ class Starter:
         # and block I/O, and as its resident set the peak, as condor_starter's (max_rss)
         self.last_usage, self.block_io = usage, self.cgroup.block_io()
         self.last_memory = max(self.last_memory, self.peak_rss)
-        self.publish_status()
+        if self.exit_reason != "spawn_failed":  # a job that never started has no status
+            self.publish_status()
         try:
             self.cgroup.kill()  # whatever the job left behind goes with it
         except CgroupError as exc:
