@@ -124,10 +124,15 @@ def starter_update(status: dict[str, Any], started: int, suspended: bool,
         for attr, name in zip(("StdoutMtime", "StderrMtime"), stdio, strict=True):
             if name == os.devnull:
                 continue  # a discarded stream (Out/Err unset): none, as condor_starter's
+            # Not followed: a job's symlink must not have root stat a path it cannot
+            # (a root-only file's mtime, a hung mount); condor_starter's stat follows it,
+            # execd leaves the attribute out for anything but a regular file
             try:
-                update[attr] = int((sandbox / name).stat().st_mtime)
+                info = os.stat(sandbox / name, follow_symlinks=False)
             except OSError:
                 continue
+            if stat.S_ISREG(info.st_mode):
+                update[attr] = int(info.st_mtime)
     return update
 
 
