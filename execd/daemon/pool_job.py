@@ -106,11 +106,10 @@ class PoolJob:
 
     def note_update(self, update: WireAd) -> None:
         """A job update the conversation sent the shadow: the startd's copy takes it. The
-        exit's comes with the last measurements, as condor_starter's final update."""
+        exit's carries the last measurements (conclude's usage), as condor_starter's final
+        update: not measured again here (a second walk of the sandbox on the loop)."""
         if self.job is None:
             return
-        if "ExitBySignal" in update:
-            self.job.updates.update(from_values(self._update_values(self._status())))
         if self.launch is not None:  # condor_starter tells its startd the sandbox
             self.job.updates.update(from_values({"CondorScratchDir": str(self.launch.sandbox)}))
         self.job.updates.update(update)
