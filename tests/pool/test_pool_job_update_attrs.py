@@ -53,6 +53,12 @@ EQUAL = ("ExitCode", "ExitBySignal", "JobStatus", "ExecuteDirWasEncrypted", "Byt
          "BytesRecvd", "SpooledOutputFiles")  # fmt: skip
 
 
+# Only the final update may carry the attributes: a periodic one (the pool's interval is
+# 2 s, a busy host's dd and sync can take longer) would supply them without the fix.
+NO_PERIODIC_UPDATE = "STARTER_UPDATE_INTERVAL = 3600\nSTARTER_INITIAL_UPDATE_INTERVAL = 3600\n"
+REFERENCE_CONFIG = "/etc/condor/config.d/99-execd-update-interval.conf"
+
+
 def run_jobs(pool: harness.Pool) -> list[int]:
     clusters = []
     for code in CASES:
@@ -119,7 +125,7 @@ def check_values(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> li
 def test_job_update_attributes_as_condor_starters(running_pool: harness.RunningPool) -> None:
     pool = running_pool.get(with_startd=False)
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
-        node = pool_node(pool, tmp)
+        node = pool_node(pool, tmp, NO_PERIODIC_UPDATE)
         try:
             ours_schedd = schedd_history(pool, run_jobs(pool))
             path = node.root / "state" / "log" / "startd_history"
@@ -133,7 +139,13 @@ def test_job_update_attributes_as_condor_starters(running_pool: harness.RunningP
     finally:
         kept.unlink()
     reference = running_pool.get(with_startd=True)
-    theirs_schedd = schedd_history(reference, run_jobs(reference))
+    # each condor_starter reads the config as it starts: no restart needed
+    config = reference.host_path(REFERENCE_CONFIG)
+    config.write_text(NO_PERIODIC_UPDATE)
+    try:
+        theirs_schedd = schedd_history(reference, run_jobs(reference))
+    finally:
+        config.unlink()
     theirs_path = reference.host_path(STARTD_HISTORY)
     wait_records(theirs_path, len(CASES))
     theirs_startd = records(reference, theirs_path)[0][-len(CASES):]
