@@ -19,6 +19,9 @@ from execd.errors import CgroupError
 
 # The controllers execd uses for limits, in the order the kernel wants them enabled.
 LIMIT_CONTROLLERS = ("cpu", "memory", "pids")
+# ... and those it enables for their accounting alone (io.stat: the job's block I/O).
+ACCOUNTING_CONTROLLERS = ("io",)
+EXECD_CONTROLLERS = (*LIMIT_CONTROLLERS, *ACCOUNTING_CONTROLLERS)
 DAEMON_LEAF = "daemon"
 JOB_LEAF = "job"
 
@@ -30,6 +33,27 @@ class Usage(NamedTuple):
     system_usec: int
     memory_bytes: int
     processes: int
+
+
+class BlockIO(NamedTuple):
+    """A job's block device I/O so far (io.stat summed over devices)."""
+
+    read_bytes: int
+    write_bytes: int
+    reads: int
+    writes: int
+
+
+def parse_io_stat(text: str) -> BlockIO:
+    """io.stat's `MAJ:MIN rbytes=N wbytes=N rios=N wios=N ...` lines, summed; a cgroup
+    that has done no I/O has an empty file (zeros)."""
+    totals = dict.fromkeys(("rbytes", "wbytes", "rios", "wios"), 0)
+    for line in text.splitlines():
+        for field in line.split()[1:]:
+            key, _, value = field.partition("=")
+            if key in totals and value.isdigit():
+                totals[key] += int(value)
+    return BlockIO(totals["rbytes"], totals["wbytes"], totals["rios"], totals["wios"])
 
 
 def parse_flat_keyed(text: str) -> dict[str, int]:
@@ -54,7 +78,7 @@ class CgroupTree:
 
     @property
     def controllers(self) -> frozenset[str]:
-        return self.hierarchy.controllers & frozenset(LIMIT_CONTROLLERS)
+        return self.hierarchy.controllers & frozenset(EXECD_CONTROLLERS)
 
     def setup(self, daemon_pid: int | None = None) -> None:
         """Create the base and the daemon leaf, move the daemon in, enable controllers."""
@@ -66,7 +90,7 @@ class CgroupTree:
         self.enable_controllers(self.base)
 
     def enable_controllers(self, cgroup: Path) -> None:
-        """Enable the limit controllers for `cgroup`'s children, top-down from the mount.
+        """Enable execd's controllers for `cgroup`'s children, top-down from the mount.
 
         The kernel refuses a controller in a child's subtree_control unless the parent
         enabled it too, so every level between the mount and `cgroup` gets it.
@@ -79,7 +103,7 @@ class CgroupTree:
         for part in ("", *rel.parts):
             level = level / part if part else level
             enabled = set(self.fs.read(level / "cgroup.subtree_control").split())
-            missing = [c for c in LIMIT_CONTROLLERS if c in wanted and c not in enabled]
+            missing = [c for c in EXECD_CONTROLLERS if c in wanted and c not in enabled]
             if missing:
                 self.fs.write(level / "cgroup.subtree_control", " ".join("+" + c for c in missing))
 
@@ -235,6 +259,14 @@ class JobCgroup:
     def cpu_usage_usec(self) -> int:
         """CPU time the job used so far (cpu.stat's usage_usec: there without controllers)."""
         return parse_flat_keyed(self.fs.read(self.slice / "cpu.stat")).get("usage_usec", 0)
+
+    def block_io(self) -> BlockIO | None:
+        """The job's block I/O from the slice's io.stat (it counts the job leaf and any
+        cgroup nested in it); None without the io controller: not measured, not zero."""
+        stat = self.slice / "io.stat"
+        if "io" not in self.controllers or not self.fs.exists(stat):
+            return None
+        return parse_io_stat(self.fs.read(stat))
 
     def memory_peak(self) -> int | None:
         peak = self.slice / "memory.peak"

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from execd.cgroups.discovery import Hierarchy, is_delegated, own_cgroup
 from execd.cgroups.fs import CgroupFS
-from execd.cgroups.tree import DAEMON_LEAF, LIMIT_CONTROLLERS, parse_flat_keyed
+from execd.cgroups.tree import DAEMON_LEAF, EXECD_CONTROLLERS, parse_flat_keyed
 
 CONTROL_SUBGROUP = ".control"  # where systemd runs a delegated unit's control processes
 
@@ -46,7 +46,7 @@ def jobs_left(fs: CgroupFS, unit: Path) -> int:
 def release_controllers(fs: CgroupFS, unit: Path, *, delegate_subgroup_honoured: bool) -> str:
     """Clear the controllers execd enabled in the unit's subtree_control; says what it did."""
     control = unit / "cgroup.subtree_control"
-    enabled = [c for c in fs.read(control).split() if c in LIMIT_CONTROLLERS]
+    enabled = [c for c in fs.read(control).split() if c in EXECD_CONTROLLERS]
     if not enabled:
         return f"{unit}: no controllers to release"
     left = jobs_left(fs, unit)

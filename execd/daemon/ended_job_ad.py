@@ -60,7 +60,9 @@ def ended_job_ad(jobs: JobManager, job: Job, now: float) -> dict[str, str]:
             "#", 1)[0]})["X"]}  # fmt: skip
     else:
         ad = from_values({k: v for k, v in job.ad.items() if v is not None})
-        status = read_status(jobs, job)
+        # a job that never ran has no measurements (a status would be made up)
+        ran = (job.report or {}).get("ExitReason") not in NEVER_RAN
+        status = read_status(jobs, job) if ran else {}
         if status:
             ad |= from_values(starter_update(status, int(job.started), False, None, ("", "")))
         ad.setdefault("GlobalJobId", from_values({"X": job.job_id})["X"])

@@ -106,11 +106,10 @@ class PoolJob:
 
     def note_update(self, update: WireAd) -> None:
         """A job update the conversation sent the shadow: the startd's copy takes it. The
-        exit's comes with the last measurements, as condor_starter's final update."""
+        exit's carries the last measurements (conclude's usage), as condor_starter's final
+        update: not measured again here (a second walk of the sandbox on the loop)."""
         if self.job is None:
             return
-        if "ExitBySignal" in update:
-            self.job.updates.update(from_values(self._update_values()))
         if self.launch is not None:  # condor_starter tells its startd the sandbox
             self.job.updates.update(from_values({"CondorScratchDir": str(self.launch.sandbox)}))
         self.job.updates.update(update)
@@ -202,20 +201,23 @@ class PoolJob:
         startd side (the slot's ad) gets the same update, as condor_starter sends it."""
         job = self._job()
         self.reported_suspended = job.suspended is not None
-        update = self._update_values()
+        status = self._status()
+        update = self._update_values(status)
         pool = self.jobs.daemon.pool
         if pool is not None:
+            # condor_starter copies its slot's CPUsUsage into each update (CpusUsage)
+            update["CpusUsage"] = pool.job_attrs.cpus_usage(job.job_id, status)
             pool.job_attrs.updated(self.claim_id, job.job_id, update)
         return from_values(update)
 
-    def _update_values(self) -> dict[str, Any]:
+    def _update_values(self, status: dict[str, Any]) -> dict[str, Any]:
         launch = self.launch
         # With file transfer (no Iwd of its own) the sandbox's size and stdio mtimes too.
         sandbox = self.sandbox if launch is None else launch.sandbox if launch.iwd is None \
             else None  # fmt: skip
         named = launch or JobLaunch  # an adopted job's: the sandbox's default names
         stdio = (named.stdout_name, named.stderr_name)
-        return starter_update(self._status(), self.started, self.reported_suspended,
+        return starter_update(status, self.started, self.reported_suspended,
                               sandbox, stdio)  # fmt: skip
 
     def kill(self) -> None:

@@ -58,6 +58,9 @@ SYSTEM_STARTD_JOB_ATTRS = (
     "ResidentSetSize", "ProportionalSetSizeKb", "MemoryUsage", "DiskUsage", "StdoutMtime",
     "StderrMtime", "ScratchDirFileCount",
 )  # fmt: skip
+# condor_starter's block I/O counters (KiB, whole, rounded down; operations), which
+# execd's starter measures from the job cgroup's io.stat (execd.cgroups.tree.BlockIO)
+BLOCK_IO = ("BlockReadKbytes", "BlockWriteKbytes", "BlockReads", "BlockWrites")
 # MEMORY_USAGE_METRIC's default: what condor_starter puts in its updates as MemoryUsage.
 MEMORY_USAGE = "((ResidentSetSize + 1023) / 1024)"
 
@@ -94,8 +97,8 @@ def sandbox_usage(sandbox: Path) -> tuple[int, int]:
 def starter_update(status: dict[str, Any], started: int, suspended: bool,
                    sandbox: Path | None, stdio: tuple[str, str]) -> dict[str, Any]:  # fmt: skip
     """The values of one job update, as condor_starter sends it to its shadow and its
-    startd: the starter's latest measurements, and with file transfer (`sandbox`) the
-    sandbox's size, entries and the stdout/stderr mtimes."""
+    startd: the starter's latest measurements (block I/O only where measured), and with
+    file transfer (`sandbox`) the sandbox's size, entries and the stdout/stderr mtimes."""
     update: dict[str, Any] = {
         "JobPid": int(status.get("JobPid", 0)),
         "NumPids": int(status.get("NumProcesses", 0)),
@@ -106,7 +109,10 @@ def starter_update(status: dict[str, Any], started: int, suspended: bool,
         "MemoryUsage": classads.parse_expr(MEMORY_USAGE),
         "RemoteUserCpu": float(status.get("RemoteUserCpu", 0.0)),
         "RemoteSysCpu": float(status.get("RemoteSysCpu", 0.0)),
+        "ExecuteDirWasEncrypted": False,  # execd never encrypts a sandbox
     }
+    # Block I/O where the job's cgroup has the io controller; unmeasured, left out
+    update |= {k: int(status[k]) for k in BLOCK_IO if isinstance(status.get(k), int)}
     if sandbox is not None:
         size, entries = sandbox_usage(sandbox)
         update["DiskUsage"] = (size + 1023) // 1024
@@ -114,10 +120,15 @@ def starter_update(status: dict[str, Any], started: int, suspended: bool,
         for attr, name in zip(("StdoutMtime", "StderrMtime"), stdio, strict=True):
             if name == os.devnull:
                 continue  # a discarded stream (Out/Err unset): none, as condor_starter's
+            # Not followed: a job's symlink must not have root stat a path it cannot
+            # (a root-only file's mtime, a hung mount); condor_starter's stat follows it,
+            # execd leaves the attribute out for anything but a regular file
             try:
-                update[attr] = int((sandbox / name).stat().st_mtime)
+                info = os.stat(sandbox / name, follow_symlinks=False)
             except OSError:
                 continue
+            if stat.S_ISREG(info.st_mode):
+                update[attr] = int(info.st_mtime)
     return update
 
 
@@ -244,11 +255,12 @@ class JobAttributes:
         status = read_status(self.jobs, job)
         if status:
             out["ImageSize"] = int(status.get("ImageSize", 0))
-            out["CPUsUsage"] = self._cpus_usage(job.job_id, status)
+            out["CPUsUsage"] = self.cpus_usage(job.job_id, status)
         return out
 
-    def _cpus_usage(self, job_id: str, status: dict[str, Any]) -> float:
-        """Cores the job kept busy between the starter's last two measurements."""
+    def cpus_usage(self, job_id: str, status: dict[str, Any]) -> float:
+        """Cores the job kept busy between the starter's last two measurements (the
+        slot ad's CPUsUsage; the job updates' CpusUsage)."""
         wall = float(status.get("RemoteWallClockTime", 0.0))
         cpu = float(status.get("RemoteUserCpu", 0.0)) + float(status.get("RemoteSysCpu", 0.0))
         last = self._cpu.get(job_id)

@@ -1,10 +1,13 @@
-"""The starter's exit report: HTCondor's attribute names, written durably."""
+"""The starter's exit report and status: HTCondor's attribute names, written durably."""
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from execd.cgroups.tree import BlockIO
 
 # HTCondor's hold code for "job exceeded a resource limit" (JobOutOfResources) and the
 # subcode it gives the cgroup memory limit.
@@ -12,6 +15,16 @@ HOLD_OUT_OF_RESOURCES = 34
 HOLD_SUBCODE_MEMORY = 102
 # HTCondor's hold code for "failed to create the job's process".
 HOLD_FAILED_TO_CREATE_PROCESS = 6
+
+
+def block_io_attrs(block_io: BlockIO | None) -> dict[str, int]:
+    """condor_starter's Block* attributes (VanillaProc::PublishUpdateAd): KiB rounded
+    down, and operations; none where the job's I/O is not measured."""
+    if block_io is None:
+        return {}
+    return {"BlockReadKbytes": block_io.read_bytes // 1024,
+            "BlockWriteKbytes": block_io.write_bytes // 1024,
+            "BlockReads": block_io.reads, "BlockWrites": block_io.writes}  # fmt: skip
 
 
 def memory_hold_reason(limit_mb: int, usage_mb: int) -> str:

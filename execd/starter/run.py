@@ -19,7 +19,7 @@ from typing import Any
 from execd.cgroups.discovery import Hierarchy
 from execd.cgroups.fs import CgroupFS
 from execd.cgroups.limits import LimitPlan, LimitSettings, plan_limits
-from execd.cgroups.tree import CgroupTree, JobCgroup, Usage
+from execd.cgroups.tree import BlockIO, CgroupTree, JobCgroup, Usage
 from execd.errors import CgroupError
 from execd.starter import report as rpt
 from execd.starter.child import become_job
@@ -73,6 +73,7 @@ class Starter:
         self.report: dict[str, Any] = {"StarterPid": os.getpid(), "JobId": spec.job_id}
         self.pid = 0
         self.last_usage: Usage | None = None
+        self.block_io: BlockIO | None = None  # None: no io controller (not measured)
         self.status: int | None = None
         self.frozen = False
         self.hard_kill_at: float | None = None
@@ -221,6 +222,7 @@ class Starter:
                 "RemoteWallClockTime": round(time.monotonic() - self.started, 3),
                 "NumProcesses": usage.processes if usage else 0,
                 "JobPid": self.pid,
+                **rpt.block_io_attrs(self.block_io),
             },
         )
 
@@ -255,6 +257,7 @@ class Starter:
     def measure(self) -> None:
         usage = self.cgroup.usage()
         self.last_usage = usage
+        self.block_io = self.cgroup.block_io()
         self.last_memory = usage.memory_bytes
         self.peak_rss = max(self.peak_rss, usage.memory_bytes)
         self.peak_procs = max(self.peak_procs, usage.processes)
@@ -345,6 +348,12 @@ class Starter:
         if peak is not None:
             self.peak_rss = max(self.peak_rss, peak)
         self.check_oom()
+        # The final update's measurements (read before the cgroup goes): its last CPU
+        # and block I/O, and as its resident set the peak, as condor_starter's (max_rss)
+        self.last_usage, self.block_io = usage, self.cgroup.block_io()
+        self.last_memory = max(self.last_memory, self.peak_rss)
+        if self.exit_reason != "spawn_failed":  # a job that never started has no status
+            self.publish_status()
         try:
             self.cgroup.kill()  # whatever the job left behind goes with it
         except CgroupError as exc:

@@ -56,6 +56,13 @@ MAX_NAME_BYTES = 64 << 20
 PATH_MAX = 4096  # Linux's: a longer path cannot be opened by name
 
 
+def spooled_output_files(sent: list[str]) -> str:
+    """SpooledOutputFiles, as condor_starter's transfer records what it sent (for a
+    spooled job's later retrieval): the names at the top of the sandbox (a directory,
+    not its contents), in the order sent, but stdout and stderr; comma-separated."""
+    return ",".join(name for name in sent if "/" not in name and name not in STD_FILES)
+
+
 @dataclass(frozen=True)
 class OutputItem:
     """One entry of the output transfer: `source` in the sandbox, sent as `name`."""

@@ -322,7 +322,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         except JobHeldError as exc:
             await report_hold(calls, job, gjid, exc)
             return
-        await conclude(calls, transfers, state, done, options.on_update)
+        await conclude(calls, transfers, state, done, options.on_update,
+                       usage=proc.usage())
     except asyncio.CancelledError:
         handed_over = hand_over(calls, link, options, proxy)
         raise

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +21,7 @@ from execd.wire.channel import Channel
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.filetransfer import FILETRANS_DOWNLOAD, HOLD_UPLOAD_FILE_ERROR, TransferResult
 from execd.wire.job_runner import JobExit, JobHeldError
-from execd.wire.output_files import OutputItem, output_items
+from execd.wire.output_files import OutputItem, output_items, spooled_output_files
 from execd.wire.sandbox_upload import upload_sandbox
 from execd.wire.shadow_syscalls import (
     JOB_COREDUMPED,
@@ -62,19 +62,23 @@ async def report_hold(calls: ShadowSyscalls, job: dict[str, object], gjid: str,
 
 
 async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversation,
-                   done: JobExit,
-                   on_update: Callable[[WireAd], None] | None = None) -> None:  # fmt: skip
+                   done: JobExit, on_update: Callable[[WireAd], None] | None = None, *,
+                   usage: Mapping[str, str] | None = None) -> None:  # fmt: skip
     """The job ended: the exit, the output (unless it was killed on request: then an
-    ON_EXIT_OR_EVICT job's sandbox to be spooled, after a graceful kill), job_exit."""
+    ON_EXIT_OR_EVICT job's sandbox to be spooled, after a graceful kill), job_exit.
+    The exit update and job_exit carry the job's last `usage` with the exit, as
+    condor_starter's (publishUpdateAd): a job that ended before its first update still
+    leaves its memory, disk and stdio mtimes in the job ad."""
     job = job_values(state.job_wire)
     gjid, address, sandbox = state.global_job_id, transfers.starter_address, Path(state.sandbox)
-    exit_ad = done.exit_ad()
+    exit_ad = {**(usage or {}), **done.exit_ad()}
     await calls.event_notification({"EventType": '"ActivationExecutionExit"'})
     await send_update(calls, {**exit_ad, "_condor_JOBINFO_MAXINTERVAL": "-1"}, on_update)
     # Vacated or removed: requeued, its output not delivered. A graceful eviction of an
     # ON_EXIT_OR_EVICT job first sends the sandbox to be spooled (final_transfer 0).
     spool = done.requested and done.graceful and \
         str(job.get("WhenToTransferOutput", "")).upper() == "ON_EXIT_OR_EVICT"
+    final = {**exit_ad, "StarterIpAddr": f'"{address}"'}
     if state.transfer and (spool or not done.requested):
 
         def listed() -> list[OutputItem]:
@@ -87,14 +91,19 @@ async def conclude(calls: ShadowSyscalls, transfers: Transfers, state: Conversat
         if not sent.ok:
             await calls.ulog(transfer_error(job, sent))
             return
+        # in job_exit and to the startd, as condor_starter's job ad has it after a
+        # transfer that succeeded (empty where only stdout and stderr went)
+        spooled = from_values({"SpooledOutputFiles": spooled_output_files(sent.files)})
+        final |= spooled
+        if on_update is not None:
+            on_update(spooled)
     transfers.tally.final()  # condor_starter's final update to its startd
     if done.requested:
-        await calls.job_exit(done.wait_status, JOB_SHOULD_REQUEUE,
-                             {**exit_ad, "StarterIpAddr": f'"{address}"'})  # fmt: skip
+        await calls.job_exit(done.wait_status, JOB_SHOULD_REQUEUE, final)
         log.info("shadow_job_evicted", job=gjid, status=done.wait_status, spooled=spool)
         return
     reason = JOB_COREDUMPED if done.core_dumped else JOB_EXITED
-    await calls.job_exit(done.wait_status, reason, {**exit_ad, "StarterIpAddr": f'"{address}"'})
+    await calls.job_exit(done.wait_status, reason, final)
     log.info("shadow_job_exited", job=gjid, status=done.wait_status)
 
 

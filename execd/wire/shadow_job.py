@@ -152,7 +152,8 @@ class JobProcess:
     def usage(self) -> dict[str, str]:
         """register_job_info's attributes: the process's peak resident set so far."""
         pid = self.proc.pid if self.proc is not None else 0
-        self.peak_kb = max(self.peak_kb, rss_kb(pid) or 0)
+        if self.proc is not None and self.proc.returncode is None:  # a reaped pid may be
+            self.peak_kb = max(self.peak_kb, rss_kb(pid) or 0)  # another process's now
         return {"JobPid": str(pid), "NumPids": "1", "JobState": '"Running"',
                 "JobStartDate": str(self.start_date), "ImageSize": str(self.peak_kb),
                 "ResidentSetSize": str(self.peak_kb),

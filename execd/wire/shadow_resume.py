@@ -110,7 +110,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         except JobHeldError as exc:
             await report_hold(calls, job_values(state.job_wire), state.global_job_id, exc)
             return
-        await conclude(calls, transfers, state, done, options.on_update)
+        await conclude(calls, transfers, state, done, options.on_update,
+                       usage=proc.usage())
     except asyncio.CancelledError:  # restarting again?
         handed_over = hand_over(calls, link, options, proxy)
         raise

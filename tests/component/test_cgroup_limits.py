@@ -9,7 +9,7 @@ from fake_cgroupfs import RecordingCgroupFS
 
 from execd.cgroups.discovery import Hierarchy, discover
 from execd.cgroups.limits import LimitSettings, plan_limits
-from execd.cgroups.tree import CgroupTree
+from execd.cgroups.tree import BlockIO, CgroupTree
 from execd.errors import CgroupError
 
 MOUNT = Path("/sys/fs/cgroup")
@@ -44,12 +44,28 @@ def test_no_cgroup2_mount_is_a_clear_error() -> None:
 
 def test_setup_moves_the_daemon_into_a_leaf_then_enables_controllers_top_down() -> None:
     fs, tree = full_tree()
+    # io for its accounting alone (io.stat: the job's block I/O)
     assert fs.writes == [
         (MOUNT / "htcondor/daemon/cgroup.procs", "4242"),
-        (MOUNT / "cgroup.subtree_control", "+cpu +memory +pids"),
-        (MOUNT / "htcondor/cgroup.subtree_control", "+cpu +memory +pids"),
+        (MOUNT / "cgroup.subtree_control", "+cpu +memory +pids +io"),
+        (MOUNT / "htcondor/cgroup.subtree_control", "+cpu +memory +pids +io"),
     ]
-    assert tree.controllers == {"cpu", "memory", "pids"}
+    assert tree.controllers == {"cpu", "memory", "pids", "io"}
+
+
+def test_block_io_sums_io_stat_over_devices_and_is_unmeasured_without_io() -> None:
+    fs, tree = full_tree()
+    job = tree.job("slot1_2")
+    job.create()
+    fs.files[job.slice / "io.stat"] = (
+        "8:0 rbytes=4096 wbytes=8388608 rios=1 wios=64 dbytes=0 dios=0\n"
+        "253:1 rbytes=1024 wbytes=0 rios=2 wios=0 dbytes=0 dios=0\n")  # fmt: skip
+    assert job.block_io() == BlockIO(read_bytes=5120, write_bytes=8388608, reads=3, writes=64)
+    fs.files[job.slice / "io.stat"] = ""  # no I/O yet: zeros, measured
+    assert job.block_io() == BlockIO(0, 0, 0, 0)
+    # the controller-less hierarchy (this host's): none, not zeros
+    bare = CgroupTree(fs, Hierarchy(MOUNT, frozenset()), "htcondor").job("slot1_2")
+    assert bare.block_io() is None
 
 
 def test_hard_policy_writes_every_kernel_limit_on_the_slice() -> None:

@@ -12,7 +12,10 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from execd import log
+from execd.daemon import pool_job_attrs
 from execd.daemon.job import Job
 from execd.daemon.pool_job import PoolJob
 from execd.daemon.runtime import Daemon
@@ -161,10 +164,44 @@ def test_a_job_that_could_not_be_execd_has_no_made_up_exit_in_its_record(
         tmp_path: Path) -> None:  # fmt: skip
     async def scenario(daemon: Daemon) -> None:
         job, _, _ = activated(daemon)
+        # a status left where the job never started (as the starter once wrote one)
         ends(daemon, job, {"ExitReason": "spawn_failed", "HoldReasonCode": 6,
-                           "HoldReasonSubCode": 2, "HoldReason": "Failed to execute"})
+                           "HoldReasonSubCode": 2, "HoldReason": "Failed to execute"},
+             JobPid=99, JobState="Running")  # fmt: skip
         (record,) = records(daemon)
         assert not {"ExitBySignal", "ExitSignal", "ExitCode", "ExitReason"} & set(record)
+        assert not {"JobPid", "JobState", "NumPids"} & set(record)  # it never ran
         assert record["JobStatus"] == "4" and record["StarterExitStatus"] == "0"
+
+    in_daemon(tmp_path, scenario)
+
+
+def test_a_pool_jobs_exit_walks_its_sandbox_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The exit update carries the last measurements (the conversation's usage()); the
+    startd's copy takes them from it, without walking the sandbox again on the loop."""
+    walks: list[Path] = []
+
+    def counted(path: Path) -> tuple[int, int]:
+        walks.append(path)
+        return real(path)
+
+    real = pool_job_attrs.sandbox_usage
+    monkeypatch.setattr(pool_job_attrs, "sandbox_usage", counted)
+
+    async def scenario(daemon: Daemon) -> None:
+        job, runner, _ = activated(daemon, pool=True)
+        assert runner is not None
+        runner.sandbox = tmp_path / "sandbox"  # file transfer: the sandbox is measured
+        runner.sandbox.mkdir()
+        (runner.sandbox / "_condor_stdout").write_text("out\n")
+        ends(daemon, job, EXITED, ResidentSetSize=4321, JobPid=99)
+        usage = runner.usage()  # what serve_shadow passes to conclude
+        runner.note_update({**usage, "ExitBySignal": "false", "ExitCode": "3",
+                            "JobState": '"Exited"'})  # fmt: skip
+        assert len(walks) == 1, walks
+        assert job.updates["ResidentSetSize"] == "4321"
+        assert job.updates["ScratchDirFileCount"] == "1"
+        assert job.updates["JobState"] == '"Exited"'
 
     in_daemon(tmp_path, scenario)

@@ -38,15 +38,14 @@ ONLY_CONDOR = {
     # condor_starter's own statistics and abilities, which execd's starter lacks
     "BlockReadKbytes", "BlockReads", "BlockWriteKbytes", "BlockWrites", "RecentBlockReadKbytes",
     "RecentBlockReads", "RecentBlockWriteKbytes", "RecentBlockWrites", "RecentStatsLifetime",
-    "StatsLifetime", "ExecuteDirWasEncrypted", "ChirpDelayedAttrs", "CpusUsage",
-    "SpooledOutputFiles",
+    "StatsLifetime", "ChirpDelayedAttrs",
     "StatsLifetimeStarter", "RecentStatsLifetimeStarter",
-    # the schedd's, after a first run's update: a run of a second sends one or none
-    "ResidentSetSize_RAW",
 }  # fmt: skip
 # ... and in the record of a job whose input transfer failed: the sandbox and its
 # entries, which condor_starter's last update names and execd's conversation does not send
-NOT_STARTED_ONLY_CONDOR = {"ScratchDirFileCount", "CondorScratchDir"}
+# (nor the rest of an update: CpusUsage, ExecuteDirWasEncrypted)
+NOT_STARTED_ONLY_CONDOR = {"ScratchDirFileCount", "CondorScratchDir", "CpusUsage",
+                           "ExecuteDirWasEncrypted"}  # fmt: skip
 ONLY_EXECD: set[str] = set()
 CASES = [("exit 0", ""), ("exit 3", ""), ("signal 9", ""), ("exit 0", "in.txt")]
 

@@ -87,12 +87,15 @@ def test_a_root_owner_never_runs_as_root(
 def test_missing_executable_holds_the_job(
     workdir: Path, make_spec: Callable[..., StarterSpec]
 ) -> None:
-    handle = start(make_spec("", cmd="/no/such/program"), workdir)
+    status_path = workdir / "status.json"
+    handle = start(make_spec("", cmd="/no/such/program", status_path=str(status_path)), workdir)
     report = finished(handle, workdir)
     assert report["ExitReason"] == "spawn_failed"
     assert report["HoldReasonCode"] == 6
     assert report["HoldReasonSubCode"] == 2  # ENOENT
     assert "/no/such/program" in str(report["HoldReason"])
+    # a job that never started has no status (the daemon would take it for started)
+    assert not status_path.exists()
 
 
 def test_an_iwd_the_job_cannot_enter_holds_it_naming_the_directory(

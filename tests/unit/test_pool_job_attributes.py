@@ -137,6 +137,28 @@ def test_a_starter_update_has_the_sandbox_only_with_file_transfer(tmp_path: Path
     assert not {"DiskUsage", "ScratchDirFileCount", "StdoutMtime"} & set(shared_fs)
 
 
+def test_stdio_mtimes_are_left_out_for_a_symlink_or_a_non_file(tmp_path: Path) -> None:
+    far = tmp_path / "far"
+    far.write_text("root's\n")
+    os.utime(far, (1600000000, 1600000000))
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    (sandbox / "_condor_stdout").symlink_to(far)  # the job's link to a path it cannot read
+    (sandbox / "_condor_stderr").mkdir()
+    update = starter_update({}, 1700000000, False, sandbox, ("_condor_stdout", "_condor_stderr"))
+    assert "StdoutMtime" not in update  # the target's mtime is not stat'ed as root
+    assert "StderrMtime" not in update
+
+
+def test_a_starter_update_has_block_io_only_where_measured(tmp_path: Path) -> None:
+    block = {"BlockReadKbytes": 4096, "BlockWriteKbytes": 8192, "BlockReads": 3,
+             "BlockWrites": 5}  # fmt: skip
+    measured = starter_update({"JobPid": 7, **block}, 1700000000, False, None, ("", ""))
+    assert {k: measured[k] for k in block} == block
+    unmeasured = starter_update({"JobPid": 7}, 1700000000, False, None, ("", ""))
+    assert not set(block) & set(unmeasured)  # not 0: left out
+
+
 def test_attributes_through_a_claims_life(tmp_path: Path) -> None:
     d, jobs = Driver(), Jobs(tmp_path)
     attrs = JobAttributes(jobs, lambda: settings("STARTD_JOB_ATTRS = Cmd"))  # type: ignore[arg-type]

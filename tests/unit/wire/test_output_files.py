@@ -18,7 +18,12 @@ from wire_pairs import ScriptedPeer
 
 from execd.wire.classad_codec import decode_ad, encode_ad, to_classad
 from execd.wire.encoding import Decoder
-from execd.wire.output_files import OutputItem, expand_outputs, output_items
+from execd.wire.output_files import (
+    OutputItem,
+    expand_outputs,
+    output_items,
+    spooled_output_files,
+)
 from execd.wire.sandbox_upload import upload_sandbox
 
 
@@ -149,3 +154,11 @@ def test_upload_makes_directories_first_and_holds_for_a_missing_file(tmp_path: P
     # condor_starter's DoUpload counts every item sent, mkdirs and dummies included
     assert ack["TransferStats"]["CedarFilesCount"] == 6
     assert ack["HoldReason"].startswith("STARTER at ")
+
+
+def test_spooled_output_files_names_the_top_level_items_sent_but_stdout_and_stderr() -> None:
+    # as condor_starter's transfer lists them in SpooledOutputFiles (a directory once,
+    # not its contents), in the order sent
+    sent = ["_condor_stdout", "results", "results/top.txt", "out.bin", "_condor_stderr"]
+    assert spooled_output_files(sent) == "results,out.bin"
+    assert spooled_output_files(["_condor_stdout"]) == ""  # sent empty, as condor_starter's

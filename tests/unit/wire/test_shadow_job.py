@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from wire_pairs import channel_pair
 
+from execd.wire import shadow_job
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import decode_ad
 from execd.wire.shadow import ShadowOptions, _run_job
@@ -138,3 +139,16 @@ def test_a_job_that_cannot_start_names_the_reason(tmp_path: Path) -> None:
     assert info.value.errno == 2
     assert "invalid interpreter (/nonexistent/sh) specified on first line of script" in str(
         info.value)
+
+
+def test_a_reaped_jobs_usage_reads_no_proc_of_its_old_pid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box, ids = sandbox(tmp_path)
+    proc = job(box, ids, "exit 0")
+    done, _ = asyncio.run(run(proc, 30))
+    assert done.exit_ad()["ExitCode"] == "0"
+    peak = proc.usage()["ResidentSetSize"]
+    # the old pid now another process's (pid reuse): its resident set is not the job's
+    monkeypatch.setattr(shadow_job, "rss_kb", lambda pid: 10**9)
+    assert proc.usage()["ResidentSetSize"] == peak
