@@ -10,9 +10,9 @@ cookie, and ends the connection (condor_starter keeps it). The cookie is never l
 one text line per request (Chirp's protocol, condor_chirp/PROTOCOL), answered with a
 number line: >= 0 success, < 0 a Chirp error.
 
-Served, when the job ad says `WantRemoteUpdates` or else `WantIOProxy` is true (the
-updates condor_starter enables with them), by the shadow's remote system calls on the
-conversation's connection (shadow_syscalls.py): `set_job_attr NAME EXPR`,
+Served, when updates are granted (chirp_config.py: the job ad's `WantRemoteUpdates`,
+else `WantIOProxy`, and the ENABLE_CHIRP* knobs), by the shadow's remote system calls
+on the conversation's connection (shadow_syscalls.py): `set_job_attr NAME EXPR`,
 `get_job_attr NAME` (the length, then the expression's text), `ulog TEXT` (a generic
 event, 008, in the user log; the text cut to 1023 bytes as GenericEvent cuts it) and
 `version` (2). The shadow decides what may be set (PROTECTED_JOB_ATTRS, IMMUTABLE ...:
@@ -20,7 +20,8 @@ EACCES, answered -2). Every other request, and these without the job ad's say-so
 answered -8 (invalid request), as condor_starter answers a request it does not serve;
 the file I/O calls (open, read, getfile, putfile, ...) and `constrain` are not served
 by execd. The delayed updates (set_job_attr_delayed, get_job_attr_delayed) are served
-to every job unless its ad says `WantDelayedUpdates = false` (chirp_delayed.py).
+to every job unless its ad says `WantDelayedUpdates = false` or ENABLE_CHIRP_DELAYED
+is false (chirp_delayed.py).
 
 Requests are read as condor_starter reads them (chirp_protocol.py: its order, its
 prefix matching, words with backslash escapes, extra words ignored). A line longer than
@@ -51,7 +52,8 @@ from typing import Any, Protocol
 
 from execd.errors import ProtocolError
 from execd.log import get_logger
-from execd.wire.chirp_delayed import DelayedUpdates, wants_delayed
+from execd.wire.chirp_config import CHIRP_DEFAULTS, ChirpConfig, ChirpGrants, job_grants
+from execd.wire.chirp_delayed import DelayedUpdates
 from execd.wire.chirp_protocol import (
     ATTR_NAME,
     CHIRP_VERSION,
@@ -81,7 +83,7 @@ COOKIE_WAIT_S = 10.0  # from the connection to its cookie
 WARN_INTERVAL_S = 60.0  # strangers' refusals are logged at most this often
 CALL_TIMEOUT_S = 20.0
 ULOG_GENERIC = 8
-JAVA_UNIVERSE = 10
+NO_GRANTS = ChirpGrants(io=False, updates=False, delayed=False)
 
 
 class ChirpShadow(Protocol):
@@ -92,22 +94,6 @@ class ChirpShadow(Protocol):
     async def get_job_attr(self, name: str) -> str: ...
     async def set_job_attr(self, name: str, expr: str) -> None: ...
     async def ulog(self, ad: Mapping[str, str]) -> None: ...
-
-
-def wants_updates(job: Mapping[str, object]) -> bool:
-    """condor_starter's want_updates: WantRemoteUpdates where the job ad has it as a
-    boolean, else WantIOProxy."""
-    remote = job.get("WantRemoteUpdates")
-    if isinstance(remote, bool):
-        return remote
-    return job.get("WantIOProxy") is True
-
-
-def wants_proxy(job: Mapping[str, object]) -> bool:
-    """Does condor_starter start a proxy (and write .chirp.config) for this job? For I/O
-    (WantIOProxy), updates, delayed updates, or a java job (jic_shadow initIOProxy)."""
-    return job.get("WantIOProxy") is True or wants_updates(job) or wants_delayed(job) \
-        or job.get("JobUniverse") == JAVA_UNIVERSE  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -145,10 +131,14 @@ class ChirpProxy:
     def __init__(self, shadow: ChirpShadow, job: Mapping[str, object], *,
                  global_job_id: str, cookie: str | None = None,
                  connected: Callable[[], bool] = lambda: True,
-                 job_wire: Mapping[str, str] | None = None) -> None:  # fmt: skip
+                 job_wire: Mapping[str, str] | None = None,
+                 config: ChirpConfig = CHIRP_DEFAULTS) -> None:  # fmt: skip
         self.shadow = shadow
+        self.config = config  # as the job started: kept through a restart in place
+        grants = job_grants(job, config) or NO_GRANTS
         # Delayed updates ride on the conversation's updates to the shadow.
-        self.delayed = DelayedUpdates(job_wire or {}) if wants_delayed(job) else None
+        self.delayed = DelayedUpdates(job_wire or {}, prefixes=config.prefixes,
+                                      max_attrs=config.max_attrs) if grants.delayed else None
         if self.delayed is not None:
             shadow.update_extra = self.delayed.take
         # False while the shadow is away: calls are answered "offline" at once, as
@@ -157,7 +147,7 @@ class ChirpProxy:
         self._calls: set[asyncio.Task[bytes]] = set()
         self.job = job
         self.global_job_id = global_job_id
-        self.updates = wants_updates(job)
+        self.updates = grants.updates
         self._cookie = cookie or new_cookie()
         self._server: asyncio.Server | None = None
         self._closed = False
@@ -221,7 +211,7 @@ class ChirpProxy:
         fd = os.dup(self._server.sockets[0].fileno())
         os.set_inheritable(fd, True)
         return {"pid": os.getpid(), "fd": fd, "inode": os.fstat(fd).st_ino,
-                "cookie": self._cookie}  # fmt: skip
+                "cookie": self._cookie, "config": self.config.record()}  # fmt: skip
 
     def _warn(self, event: str, reason: str) -> None:
         """A warning about strangers' connections, at most one per WARN_INTERVAL_S and
