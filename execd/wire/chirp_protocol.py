@@ -41,14 +41,18 @@ _ERRNO_TO_CHIRP = {
     errnos.ENOTEMPTY: -15, errnos.EXDEV: -16, errnos.ETIMEDOUT: OFFLINE,
 }  # fmt: skip
 
-UPDATES, DELAYED = "updates", "delayed"
+UPDATES, DELAYED, FILES = "updates", "delayed", "files"
 # The requests execd serves, in condor_starter's order: (prefix, words, enabled by).
 REQUESTS = (
+    ("unlink", 1, FILES),
+    ("rmdir", 1, FILES),
     ("set_job_attr_delayed", 2, DELAYED),
     ("set_job_attr", 2, UPDATES),
     ("get_job_attr", 1, UPDATES),
     ("get_job_attr_delayed", 1, DELAYED),
     ("ulog", 1, UPDATES),
+    ("getfile", 1, FILES),
+    ("putfile", 3, FILES),
 )
 
 
@@ -89,7 +93,7 @@ class Request:
 
 
 def read_request(text: str, enabled: frozenset[str]) -> Request | None:
-    """The request `text` is taken for, with `enabled` (UPDATES, DELAYED); None: none
+    """The request `text` is taken for, with `enabled` (UPDATES, DELAYED, FILES); None: none
     (condor_starter answers INVALID_REQUEST)."""
     for prefix, count, needs in REQUESTS:
         if needs in enabled and text.startswith(prefix):

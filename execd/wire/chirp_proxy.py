@@ -18,8 +18,10 @@ event, 008, in the user log; the text cut to 1023 bytes as GenericEvent cuts it)
 `version` (2). The shadow decides what may be set (PROTECTED_JOB_ATTRS, IMMUTABLE ...:
 EACCES, answered -2). Every other request, and these without the job ad's say-so, is
 answered -8 (invalid request), as condor_starter answers a request it does not serve;
-the file I/O calls (open, read, getfile, putfile, ...) and `constrain` are not served
-by execd. The delayed updates (set_job_attr_delayed, get_job_attr_delayed) are served
+the file calls getfile, putfile, unlink and rmdir are served when file I/O is granted
+(WantIOProxy and ENABLE_CHIRP_IO; chirp_files.py); the others (open, read, write,
+getdir, stat, ...) and `constrain` are not served by execd. The delayed updates
+(set_job_attr_delayed, get_job_attr_delayed) are served
 to every job unless its ad says `WantDelayedUpdates = false` or ENABLE_CHIRP_DELAYED
 is false (chirp_delayed.py).
 
@@ -52,13 +54,16 @@ from typing import Any, Protocol
 
 from execd.errors import ProtocolError
 from execd.log import get_logger
+from execd.wire import chirp_files
 from execd.wire.chirp_config import CHIRP_DEFAULTS, ChirpConfig, ChirpGrants, job_grants
 from execd.wire.chirp_delayed import DelayedUpdates
+from execd.wire.chirp_files import FileShadow
 from execd.wire.chirp_protocol import (
     ATTR_NAME,
     CHIRP_VERSION,
     DELAYED,
     DOESNT_EXIST,
+    FILES,
     INVALID_REQUEST,
     LINE_MAX,
     NOT_AUTHENTICATED,
@@ -84,9 +89,11 @@ WARN_INTERVAL_S = 60.0  # strangers' refusals are logged at most this often
 CALL_TIMEOUT_S = 20.0
 ULOG_GENERIC = 8
 NO_GRANTS = ChirpGrants(io=False, updates=False, delayed=False)
+FILE_CALLS = {"getfile": chirp_files.fetch, "unlink": chirp_files.remove,
+              "rmdir": chirp_files.remove_dir}  # fmt: skip
 
 
-class ChirpShadow(Protocol):
+class ChirpShadow(FileShadow, Protocol):
     """What the proxy asks of the shadow (ShadowSyscalls has it)."""
 
     update_extra: Callable[[], WireAd] | None
@@ -148,6 +155,7 @@ class ChirpProxy:
         self.job = job
         self.global_job_id = global_job_id
         self.updates = grants.updates
+        self.files = grants.io  # the shadow's files (chirp_files.py)
         self._cookie = cookie or new_cookie()
         self._server: asyncio.Server | None = None
         self._closed = False
@@ -306,10 +314,11 @@ class ChirpProxy:
                 writer.write(f"{TOO_BIG}\n".encode())
                 await writer.drain()
                 return
-            writer.write(await self._request(raw.rstrip(b"\r\n")))
+            writer.write(await self._request(raw.rstrip(b"\r\n"), reader, writer))
             await writer.drain()
 
-    async def _request(self, line: bytes) -> bytes:
+    async def _request(self, line: bytes, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> bytes:  # fmt: skip
         try:
             text = line.decode()
         except UnicodeDecodeError:
@@ -317,7 +326,8 @@ class ChirpProxy:
         if "\0" in text:
             return self._invalid("a NUL byte")
         enabled = frozenset([UPDATES] if self.updates else []) | \
-            frozenset([DELAYED] if self.delayed is not None else [])  # fmt: skip
+            frozenset([DELAYED] if self.delayed is not None else []) | \
+            frozenset([FILES] if self.files else [])  # fmt: skip
         if (request := read_request(text, enabled)) is None:
             word = text.split(None, 1)[0][:40] if text.strip() else ""
             return self._invalid(f"{word!r} not served for this job")
@@ -330,6 +340,12 @@ class ChirpProxy:
             return await self._call(args[0], self._get(args[0]))
         if command == "ulog":
             return await self._call(None, self._ulog(args[0]))
+        if command == "putfile":  # its first answer written on the way, not timed out:
+            return await chirp_files.put(self.shadow, args, reader, writer,  # the client's
+                                         job=self.global_job_id,  # bytes follow that answer
+                                         connected=self.connected)  # fmt: skip
+        if (files := FILE_CALLS.get(command)) is not None:
+            return await self._call(None, files(self.shadow, args[0]), what=command)
         assert self.delayed is not None
         if command == "set_job_attr_delayed":
             return f"{self.delayed.record(args[0], args[1])}\n".encode()
@@ -356,7 +372,8 @@ class ChirpProxy:
         await self.shadow.ulog(generic_event(self.job, text))
         return b"0\n"
 
-    async def _call(self, name: str | None, call: Coroutine[Any, Any, bytes]) -> bytes:
+    async def _call(self, name: str | None, call: Coroutine[Any, Any, bytes],
+                    what: str = "ulog") -> bytes:  # fmt: skip
         """One call to the shadow, its failure as Chirp's error (the daemon goes on).
         A call that outlasts CALL_TIMEOUT_S is answered "offline" but left to finish:
         cancelling it would cut a message to the shadow in half."""
@@ -372,10 +389,10 @@ class ChirpProxy:
         try:
             return await asyncio.wait_for(asyncio.shield(task), CALL_TIMEOUT_S)
         except SyscallError as exc:
-            log.debug("chirp_call_refused", job=self.global_job_id, attr=name or "ulog",
+            log.debug("chirp_call_refused", job=self.global_job_id, attr=name or what,
                      errno=exc.errno)  # fmt: skip
             return f"{chirp_error(exc.errno)}\n".encode()
         except (TimeoutError, ProtocolError) as exc:
-            log.warning("chirp_call_failed", job=self.global_job_id, attr=name or "ulog",
+            log.warning("chirp_call_failed", job=self.global_job_id, attr=name or what,
                         error=str(exc) or type(exc).__name__)  # fmt: skip
             return f"{OFFLINE}\n".encode()

@@ -1,0 +1,134 @@
+"""Chirp's file calls: `condor_chirp fetch`, `put`, `remove` and `rmdir`, on the
+shadow's files.
+
+As condor_starter serves them (io_proxy_handler.cpp, NTsenders.cpp) to a job whose ad
+says `WantIOProxy = true` where ENABLE_CHIRP_IO allows it (chirp_config.py): each is
+the shadow's remote system call, on the submit side, where the shadow decides what the
+job may touch. execd never opens a path the job names: the job's own condor_chirp
+reads and writes its local files; the proxy passes bytes between it and the shadow.
+
+- `getfile PATH` (fetch): CONDOR_getfile; the answer is the length, then the bytes.
+- `putfile PATH MODE LENGTH` (put): CONDOR_putfile opens the file; its answer goes to
+  the client, which then sends LENGTH bytes, passed on to the shadow in a second
+  message; the shadow's count of bytes written is the second answer line.
+- `unlink PATH` (remove), `rmdir PATH`: CONDOR_unlink, CONDOR_rmdir.
+
+Sizes are bounded (FILE_MAX, under the wire's 64 MiB message): a put of more, or of a
+negative length, is answered -5 (too big) without reaching the shadow; before a
+getfile execd asks the shadow the file's size (CONDOR_stat) and answers -5 for a
+larger one, as a reply over the wire's limit would cost the shadow's connection. The
+client's bytes of a put must arrive within DATA_WAIT_S: what is missing is sent as
+zeros (the shadow waits for that many; condor_starter sends its buffer as it is) and
+the proxy closes the client's connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from execd.errors import ProtocolError
+from execd.log import get_logger
+from execd.wire.chirp_protocol import INVALID_REQUEST, OFFLINE, TOO_BIG, chirp_error
+from execd.wire.shadow_syscalls import SyscallError
+
+log = get_logger("wire")
+
+FILE_MAX = 32 * 1024 * 1024
+DATA_WAIT_S = 20.0
+_INT = re.compile(r"[+-]?[0-9]{1,10}")  # %d as strtol reads a whole word
+
+
+class FileShadow(Protocol):
+    """The shadow's file calls the proxy passes requests to (ShadowSyscalls has them)."""
+
+    async def getfile(self, path: str) -> bytes: ...
+    async def stat_size(self, path: str) -> int | None: ...
+    async def unlink(self, path: str) -> int: ...
+    async def rmdir(self, path: str) -> int: ...
+    async def putfile(self, path: str, mode: int, length: int,
+                      opened: Callable[[int], Awaitable[bytes]]) -> int | None: ...
+
+
+def line(value: int) -> bytes:
+    return f"{value}\n".encode()
+
+
+async def fetch(shadow: FileShadow, path: str) -> bytes:
+    """`getfile`: the length and the bytes, or -5 for a file over FILE_MAX."""
+    size: int | None = None
+    with contextlib.suppress(SyscallError):  # the getfile itself says what is wrong
+        size = await shadow.stat_size(path)
+    if size is not None and size > FILE_MAX:
+        return line(TOO_BIG)
+    data = await shadow.getfile(path)
+    return line(len(data)) + data
+
+
+async def remove(shadow: FileShadow, path: str) -> bytes:
+    return line(await shadow.unlink(path))
+
+
+async def remove_dir(shadow: FileShadow, path: str) -> bytes:
+    return line(await shadow.rmdir(path))
+
+
+def put_numbers(mode: str, length: str) -> tuple[int, int] | None:
+    """MODE and LENGTH as sscanf_chirp's %d reads them; None where they are not numbers."""
+    if not _INT.fullmatch(mode) or not _INT.fullmatch(length):
+        return None
+    return int(mode), int(length)
+
+
+async def put(shadow: FileShadow, args: list[str], reader: asyncio.StreamReader,
+              writer: asyncio.StreamWriter, *, job: str,
+              connected: Callable[[], bool]) -> bytes:  # fmt: skip
+    """`putfile PATH MODE LENGTH`: the shadow's first answer is written here, before
+    the client sends its bytes; what is returned is the second (nothing for a length
+    of 0), or the failure's Chirp error. Not under the proxy's call timeout: the
+    client's bytes follow the first answer."""
+    numbers = put_numbers(args[1], args[2])
+    if numbers is None:
+        log.debug("chirp_request_refused", job=job, reason="putfile's mode or length")
+        return line(INVALID_REQUEST)
+    mode, length = numbers
+    if not 0 <= length <= FILE_MAX or not -(2**31) <= mode < 2**31:
+        return line(TOO_BIG)
+    if not connected():
+        return line(OFFLINE)
+    incomplete = False
+
+    async def opened(fd: int) -> bytes:
+        nonlocal incomplete
+        try:
+            writer.write(line(fd))
+            await writer.drain()
+            if length <= 0:
+                return b""
+            async with asyncio.timeout(DATA_WAIT_S):
+                return await reader.readexactly(length)
+        except asyncio.IncompleteReadError as exc:
+            data = exc.partial
+        except (TimeoutError, ConnectionError):
+            data = b""
+        if length <= 0:
+            return b""
+        incomplete = True  # the shadow waits for `length` bytes all the same
+        log.warning("chirp_put_incomplete", job=job, expected=length, got=len(data))
+        return data + bytes(length - len(data))
+
+    try:
+        written = await shadow.putfile(args[0], mode, length, opened)
+    except SyscallError as exc:
+        log.debug("chirp_call_refused", job=job, attr="putfile", errno=exc.errno)
+        return line(chirp_error(exc.errno))
+    except ProtocolError as exc:
+        log.warning("chirp_call_failed", job=job, attr="putfile",
+                    error=str(exc) or type(exc).__name__)  # fmt: skip
+        return line(OFFLINE)
+    if incomplete:
+        raise ConnectionError("the client's bytes did not all arrive")
+    return b"" if written is None else line(written)

@@ -1,0 +1,99 @@
+"""condor_chirp's file calls (fetch, put, remove, rmdir) on `execd run` and on the
+pool's own condor_startd: the same job, with `+WantIOProxy = true`, fetches files from
+its submit directory (through the shadow), puts files there, removes some; its
+condor_chirp output and exit codes, the files that land on the submit side (content
+and mode) and the files it fetched into its sandbox must be the same on both.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pool_harness as harness
+import pytest
+from test_pool_chirp import CHIRP_SETUP
+from test_pool_chirp_knobs import pool_knobs
+from test_pool_daemon import WAIT_S
+from test_pool_jobs import PLAIN_SUBMIT, on_both, submit_files
+
+SCRIPT = "#!/bin/sh\n" + CHIRP_SETUP + """\
+printf 'from the job\\n' > put-me.txt
+head -c 100000 /dev/zero | tr '\\0' 'z' > big-put.txt
+step fetch remote.txt fetched.txt
+cat fetched.txt; echo
+step fetch empty.txt fetched-empty.txt
+[ -e fetched-empty.txt ] && echo "fetched-empty exists"
+step fetch no-such-file.txt fetched-missing.txt
+step fetch sub fetched-dir.txt
+step fetch remote.txt -
+echo
+step put put-me.txt landed.txt
+step put -perm 600 put-me.txt landed-600.txt
+step put big-put.txt landed-big.txt
+step put no-such-local.txt landed-never.txt
+step remove doomed.txt
+step remove doomed.txt
+step remove sub
+step rmdir emptydir
+step rmdir sub
+exit 3
+"""
+SUBMIT_FILES = {"remote.txt": "fetch me\n", "empty.txt": "", "doomed.txt": "bye\n",
+                "sub/keep.txt": "stays\n", "emptydir/.placeholder": ""}  # fmt: skip
+LANDED = ("landed.txt", "landed-600.txt", "landed-big.txt",
+          "landed-never.txt", "doomed.txt", "sub/keep.txt", "emptydir")  # fmt: skip
+NO_CONFIG = re.compile(r"(Can't open )/\S+/\.chirp\.config")
+
+
+def submit_side(job_dir: Path) -> dict[str, Any]:
+    """What is on the submit side afterwards: (mode, size, first bytes) or None."""
+    seen: dict[str, Any] = {}
+    for name in LANDED:
+        path = job_dir / name
+        if path.is_dir():
+            seen[name] = ("dir", sorted(p.name for p in path.iterdir()))
+        elif path.exists():
+            data = path.read_bytes()
+            seen[name] = (oct(path.stat().st_mode & 0o777), len(data), data[:20])
+        else:
+            seen[name] = None
+    return seen
+
+
+def file_job(pool: harness.Pool, extra: str, knobs: str) -> tuple[str, int, dict[str, Any]]:
+    """(the job's stdout, its exit code, the submit side's files)."""
+    files = {"job.sh": SCRIPT.format(root=pool.root), **SUBMIT_FILES}
+    with pool_knobs(pool, knobs):
+        job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=extra), files)
+        (job.host_dir / "emptydir" / ".placeholder").unlink()
+        job.wait_for_event("005", WAIT_S)
+    record = harness.wait_for("the job's history record", lambda: job.pool.history(job.cluster),
+                              WAIT_S)[0]  # fmt: skip
+    out = NO_CONFIG.sub(r"\1<sandbox>/.chirp.config", job.output("out.txt"))
+    return out, record.get("ExitCode"), submit_side(job.host_dir)
+
+
+CASES = {  # name: (the job's submit lines, the knobs)
+    "io": ("+WantIOProxy = true", ""),
+    "no-io-proxy": ("", ""),
+    "io-off": ("+WantIOProxy = true", "ENABLE_CHIRP_IO = false\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_chirp_file_calls_as_on_condor_startd(running_pool: harness.RunningPool,
+                                              case: str) -> None:  # fmt: skip
+    extra, knobs = CASES[case]
+    ours, condor = on_both(running_pool, lambda pool: file_job(pool, extra, knobs), knobs)
+    assert ours == condor
+    out, code, landed = ours
+    assert code == 3
+    if case == "io":
+        assert "== fetch remote.txt fetched.txt\nrc=0\nfetch me\n" in out
+        assert landed["landed.txt"] == ("0o755", 13, b"from the job\n")
+        assert landed["landed-big.txt"][1] == 100000
+        assert landed["doomed.txt"] is None
+    else:
+        assert landed["landed.txt"] is None and landed["doomed.txt"] is not None

@@ -1,0 +1,159 @@
+"""Chirp's file calls (condor_chirp fetch, put, remove, rmdir) over real loopback
+connections to execd's proxy, with execd's real syscalls to a scripted shadow: what
+the job's client gets, what the shadow is sent, and the bounds on what the job asks.
+The pool tier compares the same calls with condor_startd
+(tests/pool/test_pool_chirp_files.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from structlog.testing import capture_logs
+from test_wire_chirp_proxy import Client, ScriptedShadow, answer
+
+from execd.wire.chirp_config import ChirpConfig
+from execd.wire.chirp_files import FILE_MAX
+from execd.wire.chirp_proxy import ChirpAddress, ChirpProxy
+from execd.wire.encoding import Decoder, Encoder
+from execd.wire.shadow_syscalls import ShadowSyscalls
+
+WANTS_IO = {"WantIOProxy": True}
+
+
+def with_bytes(rval: int, data: bytes) -> bytes:
+    return Encoder(encrypted=True).put_int(rval).put_bytes(data).payload()
+
+
+def stat_line(size: int) -> bytes:
+    fields = f"2049 7 33188 1 1000 1000 0 {size} 4096 8 1700000000 1700000000 1700000000\n"
+    return with_bytes(0, fields.encode().ljust(1024, b"\0"))
+
+
+def serve(shadow: ScriptedShadow, body: Callable[[Client], Awaitable[None]],
+          job: dict[str, object] = WANTS_IO, config: ChirpConfig | None = None) -> None:
+    async def main() -> None:
+        proxy = ChirpProxy(ShadowSyscalls(shadow), job, global_job_id="j",
+                           config=config or ChirpConfig())  # fmt: skip
+        address: ChirpAddress = await proxy.listen()
+        try:
+            client = await Client.to(address, address.cookie)
+            await body(client)
+            client.close()
+        finally:
+            await proxy.close()
+
+    asyncio.run(main())
+
+
+def sent(shadow: ScriptedShadow) -> list[Decoder]:
+    return [Decoder(m, encrypted=True) for m in shadow.sent]
+
+
+def test_fetch_is_the_shadows_getfile_after_its_size() -> None:
+    shadow = ScriptedShadow([stat_line(5), with_bytes(5, b"hello")])
+
+    async def body(client: Client) -> None:
+        assert await client.ask("getfile data/in\\ put.txt") == b"5"
+        assert await client.reader.readexactly(5) == b"hello"
+
+    serve(shadow, body)
+    stat, getfile = sent(shadow)
+    assert (stat.get_int(), stat.get_string()) == (108, "data/in put.txt")
+    assert (getfile.get_int(), getfile.get_string()) == (293, "data/in put.txt")
+
+
+def test_a_fetch_over_the_bound_is_too_big_and_no_getfile_is_sent() -> None:
+    shadow = ScriptedShadow([stat_line(FILE_MAX + 1)])
+
+    async def body(client: Client) -> None:
+        assert await client.ask("getfile huge") == b"-5"
+        assert await client.ask("version") == b"2"
+
+    serve(shadow, body)
+    assert [d.get_int() for d in sent(shadow)] == [108]
+
+
+def test_the_shadows_errno_is_read_in_htcondors_numbering() -> None:
+    """CEDAR's errno numbers differ from Linux's above 34: the shadow's 41 is
+    ENOTEMPTY (Chirp's -15), its 2 ENOENT (-3), for a stat that fails the getfile says."""
+    shadow = ScriptedShadow([answer(-1, 41), answer(0), answer(-1, 2), answer(-1, 2)])
+
+    async def body(client: Client) -> None:
+        assert await client.ask("rmdir full") == b"-15"
+        assert await client.ask("unlink gone") == b"0"
+        assert await client.ask("getfile missing") == b"-3"
+
+    serve(shadow, body)
+    assert [(d.get_int(), d.get_string()) for d in sent(shadow)] == \
+        [(79, "full"), (115, "gone"), (108, "missing"), (293, "missing")]  # fmt: skip
+
+
+def test_put_sends_the_clients_bytes_after_the_shadow_opened_the_file() -> None:
+    shadow = ScriptedShadow([answer(7), answer(3)])
+
+    async def body(client: Client) -> None:
+        assert await client.ask("putfile out.txt 420 3") == b"7"
+        client.writer.write(b"abc")
+        assert (await client.reader.readline()).rstrip() == b"3"
+        assert await client.ask("version") == b"2"
+
+    serve(shadow, body)
+    request, buffer = shadow.sent
+    first = Decoder(request, encrypted=True)
+    assert (first.get_int(), first.get_string(), first.get_int(), first.get_int()) == \
+        (294, "out.txt", 420, 3)  # fmt: skip
+    assert Decoder(buffer, encrypted=True).get_bytes(3) == b"abc"
+
+
+def test_a_put_the_shadow_refuses_reads_its_second_answer_too() -> None:
+    """25.14.1's shadow answers a failed open twice for a length over 0: both are read,
+    so the next call gets its own answer."""
+    shadow = ScriptedShadow([answer(-1, 13), answer(-1, 13), answer(0)])
+
+    async def body(client: Client) -> None:
+        assert await client.ask("putfile nope/out.txt 420 3") == b"-2"
+        assert await client.ask("unlink x") == b"0"
+
+    serve(shadow, body)
+    assert shadow.answers == [] and len(shadow.sent) == 2
+
+
+def test_put_lengths_out_of_bounds_never_reach_the_shadow() -> None:
+    shadow = ScriptedShadow()
+
+    async def body(client: Client) -> None:
+        assert await client.ask(f"putfile big 420 {FILE_MAX + 1}") == b"-5"
+        assert await client.ask("putfile neg 420 -1") == b"-5"
+        assert await client.ask("putfile words 420 many") == b"-8"
+        assert await client.ask("version") == b"2"
+
+    serve(shadow, body)
+    assert shadow.sent == []
+
+
+def test_a_put_whose_bytes_stop_short_sends_zeros_and_ends_the_connection() -> None:
+    shadow = ScriptedShadow([answer(7), answer(5)])
+
+    async def body(client: Client) -> None:
+        assert await client.ask("putfile out.txt 420 5") == b"7"
+        client.writer.write(b"ab")
+        client.writer.write_eof()
+        assert await client.reader.read() == b""  # closed without a second answer
+
+    with capture_logs() as events:
+        serve(shadow, body)
+    assert Decoder(shadow.sent[1], encrypted=True).get_bytes(5) == b"ab\0\0\0"
+    assert [e["got"] for e in events if e["event"] == "chirp_put_incomplete"] == [2]
+
+
+def test_file_calls_need_want_io_proxy_and_enable_chirp_io() -> None:
+    for job, config in (({}, ChirpConfig()), (WANTS_IO, ChirpConfig(io=False))):
+        shadow = ScriptedShadow()
+
+        async def body(client: Client) -> None:
+            for line in ("getfile x", "putfile x 420 1", "unlink x", "rmdir x"):
+                assert await client.ask(line) == b"-8"
+
+        serve(shadow, body, {**job, "WantRemoteUpdates": True}, config)
+        assert shadow.sent == []
