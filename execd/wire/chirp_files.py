@@ -1,5 +1,5 @@
-"""Chirp's file calls: `condor_chirp fetch`, `put`, `remove` and `rmdir`, on the
-shadow's files.
+"""Chirp's file calls (`condor_chirp fetch`, `put`, `remove`, `rmdir`, `getdir`,
+`stat`, `chmod`, ...) on the shadow's files.
 
 As condor_starter serves them (io_proxy_handler.cpp, NTsenders.cpp) to a job whose ad
 says `WantIOProxy = true` where ENABLE_CHIRP_IO allows it (chirp_config.py): each is
@@ -11,7 +11,11 @@ reads and writes its local files; the proxy passes bytes between it and the shad
 - `putfile PATH MODE LENGTH` (put): CONDOR_putfile opens the file; its answer goes to
   the client, which then sends LENGTH bytes, passed on to the shadow in a second
   message; the shadow's count of bytes written is the second answer line.
-- `unlink PATH` (remove), `rmdir PATH`: CONDOR_unlink, CONDOR_rmdir.
+- `unlink`, `rename`, `mkdir`, `rmdir`, `rmall`, `link`, `symlink`, `access`,
+  `chmod`, `chown`, `lchown`, `truncate`, `utime` (RVAL_CALLS): the call's rval.
+- `stat`, `lstat`, `statfs`: 0, then the shadow's line of numbers.
+- `getdir`, `getlongdir`: the length, then the shadow's listing.
+- `readlink PATH LENGTH`: the length, then where the link points.
 
 Sizes are bounded (FILE_MAX, under the wire's 64 MiB message): a put of more, or of a
 negative length, is answered -5 (too big) without reaching the shadow; before a
@@ -42,19 +46,68 @@ DATA_WAIT_S = 20.0
 _INT = re.compile(r"[+-]?[0-9]{1,10}")  # %d as strtol reads a whole word
 
 
+# Requests that are one call on the shadow answering an rval: (its number, what follows
+# the path: "s" another path, "d" an integer, as sscanf_chirp reads %s and %d).
+RVAL_CALLS = {
+    "unlink": (115, ""), "rename": (78, "s"), "mkdir": (58, "d"), "rmdir": (79, ""),
+    "rmall": (292, ""), "link": (52, "s"), "symlink": (111, "s"), "access": (1, "d"),
+    "chmod": (7, "d"), "chown": (8, "dd"), "lchown": (251, "dd"), "truncate": (113, "d"),
+    "utime": (242, "dd"),
+}  # fmt: skip
+INFO_CALLS = {"statfs": 109, "stat": 108, "lstat": 55}  # a line of numbers back
+LISTING_CALLS = {"getlongdir": 295, "getdir": 296}  # a line per entry back
+CALLS = frozenset([*RVAL_CALLS, *INFO_CALLS, *LISTING_CALLS, "getfile", "readlink"])
+
+
 class FileShadow(Protocol):
     """The shadow's file calls the proxy passes requests to (ShadowSyscalls has them)."""
 
     async def getfile(self, path: str) -> bytes: ...
+    async def readlink(self, path: str, length: int) -> bytes: ...
     async def stat_size(self, path: str) -> int | None: ...
-    async def unlink(self, path: str) -> int: ...
-    async def rmdir(self, path: str) -> int: ...
+    async def file_call(self, number: int, name: str, *args: str | int) -> int: ...
+    async def file_info(self, number: int, name: str, path: str) -> bytes: ...
+    async def dir_listing(self, number: int, name: str, path: str) -> bytes: ...
     async def putfile(self, path: str, mode: int, length: int,
                       opened: Callable[[int], Awaitable[bytes]]) -> int | None: ...
 
 
 def line(value: int) -> bytes:
     return f"{value}\n".encode()
+
+
+def integer(word: str) -> int | None:
+    """A word as sscanf_chirp's %d reads it (a C int); None where it is none."""
+    if not _INT.fullmatch(word) or not -(2**31) <= (value := int(word)) < 2**31:
+        return None
+    return value
+
+
+async def call(shadow: FileShadow, command: str, args: list[str]) -> bytes:
+    """Any of CALLS but putfile: the answer line, and the bytes some have after it."""
+    path = args[0]
+    if command == "getfile":
+        return await fetch(shadow, path)
+    if command in INFO_CALLS:
+        text = await shadow.file_info(INFO_CALLS[command], command, path)
+        return line(0) + text
+    if command in LISTING_CALLS:
+        text = await shadow.dir_listing(LISTING_CALLS[command], command, path)
+        return line(len(text)) + text
+    if command == "readlink":
+        if (length := integer(args[1])) is None:
+            return line(INVALID_REQUEST)
+        target = await shadow.readlink(path, length)
+        return line(len(target)) + target
+    number, kinds = RVAL_CALLS[command]
+    more: list[str | int] = []
+    for kind, word in zip(kinds, args[1:], strict=True):
+        value = word if kind == "s" else integer(word)
+        if value is None:
+            log.debug("chirp_request_refused", reason=f"{command}: {word[:20]!r} is no number")
+            return line(INVALID_REQUEST)
+        more.append(value)
+    return line(await shadow.file_call(number, command, path, *more))
 
 
 async def fetch(shadow: FileShadow, path: str) -> bytes:
@@ -68,19 +121,10 @@ async def fetch(shadow: FileShadow, path: str) -> bytes:
     return line(len(data)) + data
 
 
-async def remove(shadow: FileShadow, path: str) -> bytes:
-    return line(await shadow.unlink(path))
-
-
-async def remove_dir(shadow: FileShadow, path: str) -> bytes:
-    return line(await shadow.rmdir(path))
-
-
 def put_numbers(mode: str, length: str) -> tuple[int, int] | None:
     """MODE and LENGTH as sscanf_chirp's %d reads them; None where they are not numbers."""
-    if not _INT.fullmatch(mode) or not _INT.fullmatch(length):
-        return None
-    return int(mode), int(length)
+    numbers = integer(mode), integer(length)
+    return None if numbers[0] is None or numbers[1] is None else (numbers[0], numbers[1])
 
 
 async def put(shadow: FileShadow, args: list[str], reader: asyncio.StreamReader,
@@ -95,7 +139,7 @@ async def put(shadow: FileShadow, args: list[str], reader: asyncio.StreamReader,
         log.debug("chirp_request_refused", job=job, reason="putfile's mode or length")
         return line(INVALID_REQUEST)
     mode, length = numbers
-    if not 0 <= length <= FILE_MAX or not -(2**31) <= mode < 2**31:
+    if not 0 <= length <= FILE_MAX:
         return line(TOO_BIG)
     if not connected():
         return line(OFFLINE)

@@ -45,14 +45,31 @@ UPDATES, DELAYED, FILES = "updates", "delayed", "files"
 # The requests execd serves, in condor_starter's order: (prefix, words, enabled by).
 REQUESTS = (
     ("unlink", 1, FILES),
+    ("rename", 2, FILES),
+    ("mkdir", 2, FILES),
     ("rmdir", 1, FILES),
     ("set_job_attr_delayed", 2, DELAYED),
     ("set_job_attr", 2, UPDATES),
     ("get_job_attr", 1, UPDATES),
     ("get_job_attr_delayed", 1, DELAYED),
     ("ulog", 1, UPDATES),
+    ("rmall", 1, FILES),
     ("getfile", 1, FILES),
     ("putfile", 3, FILES),
+    ("getlongdir", 1, FILES),
+    ("getdir", 1, FILES),
+    ("link", 2, FILES),
+    ("symlink", 2, FILES),
+    ("readlink", 2, FILES),
+    ("statfs", 1, FILES),
+    ("stat", 1, FILES),
+    ("lstat", 1, FILES),
+    ("access", 2, FILES),
+    ("chmod", 2, FILES),
+    ("chown", 3, FILES),
+    ("lchown", 3, FILES),
+    ("truncate", 2, FILES),
+    ("utime", 3, FILES),
 )
 
 

@@ -18,9 +18,10 @@ event, 008, in the user log; the text cut to 1023 bytes as GenericEvent cuts it)
 `version` (2). The shadow decides what may be set (PROTECTED_JOB_ATTRS, IMMUTABLE ...:
 EACCES, answered -2). Every other request, and these without the job ad's say-so, is
 answered -8 (invalid request), as condor_starter answers a request it does not serve;
-the file calls getfile, putfile, unlink and rmdir are served when file I/O is granted
-(WantIOProxy and ENABLE_CHIRP_IO; chirp_files.py); the others (open, read, write,
-getdir, stat, ...) and `constrain` are not served by execd. The delayed updates
+the shadow's file calls on paths (getfile, putfile, unlink, getdir, stat, chmod, ...)
+are served when file I/O is granted (WantIOProxy and ENABLE_CHIRP_IO; chirp_files.py);
+those on descriptors (open, read, write, close, ...), whoami, whoareyou and
+`constrain` are not served by execd. The delayed updates
 (set_job_attr_delayed, get_job_attr_delayed) are served
 to every job unless its ad says `WantDelayedUpdates = false` or ENABLE_CHIRP_DELAYED
 is false (chirp_delayed.py).
@@ -89,8 +90,6 @@ WARN_INTERVAL_S = 60.0  # strangers' refusals are logged at most this often
 CALL_TIMEOUT_S = 20.0
 ULOG_GENERIC = 8
 NO_GRANTS = ChirpGrants(io=False, updates=False, delayed=False)
-FILE_CALLS = {"getfile": chirp_files.fetch, "unlink": chirp_files.remove,
-              "rmdir": chirp_files.remove_dir}  # fmt: skip
 
 
 class ChirpShadow(FileShadow, Protocol):
@@ -344,8 +343,9 @@ class ChirpProxy:
             return await chirp_files.put(self.shadow, args, reader, writer,  # the client's
                                          job=self.global_job_id,  # bytes follow that answer
                                          connected=self.connected)  # fmt: skip
-        if (files := FILE_CALLS.get(command)) is not None:
-            return await self._call(None, files(self.shadow, args[0]), what=command)
+        if command in chirp_files.CALLS:
+            return await self._call(None, chirp_files.call(self.shadow, command, args),
+                                    what=command)  # fmt: skip
         assert self.delayed is not None
         if command == "set_job_attr_delayed":
             return f"{self.delayed.record(args[0], args[1])}\n".encode()

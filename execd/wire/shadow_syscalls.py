@@ -42,9 +42,8 @@ from execd.wire.encoding import Decoder, Encoder
 if TYPE_CHECKING:
     from execd.wire.shadow_link import ShadowLink
 
-RMDIR = 79
+READLINK = 72
 STAT = 108
-UNLINK = 115
 GETFILE = 293
 PUTFILE = 294
 GET_JOB_INFO = -63
@@ -259,35 +258,59 @@ class ShadowSyscalls:
 
     # The shadow's files (Chirp's file I/O); the paths are the shadow's, on the submit
     # side, and it decides what the job may touch (its own access checks).
-    async def _path_call(self, number: int, path: str, name: str) -> int:
+    async def file_call(self, number: int, name: str, *args: str | int) -> int:
+        """A call on a path that answers an rval only (unlink, rmdir, chmod, ...): its
+        arguments, strings and integers, in the order NTsenders sends them."""
+        def build(enc: Encoder) -> Encoder:
+            enc.put_int(number)
+            for arg in args:
+                enc.put_string(arg) if isinstance(arg, str) else enc.put_int(arg)
+            return enc
+
+        dec = await self._exchange(build)
+        assert dec is not None
+        return _answer(dec, name)
+
+    async def file_info(self, number: int, name: str, path: str) -> bytes:
+        """stat, lstat or statfs: the shadow's line of numbers (its 1024-byte buffer up
+        to the first NUL)."""
         dec = await self._call(lambda enc: enc.put_int(number).put_string(path), name)
+        line = dec.get_bytes(STAT_LINE_BYTES, f"{name} line")
         dec.finish(f"{name} answer")
-        return 0
-
-    async def unlink(self, path: str) -> int:
-        return await self._path_call(UNLINK, path, "unlink")
-
-    async def rmdir(self, path: str) -> int:
-        return await self._path_call(RMDIR, path, "rmdir")
+        return line.split(b"\0", 1)[0]
 
     async def stat_size(self, path: str) -> int | None:
         """CONDOR_stat's st_size for `path`; None where its line does not say."""
-        dec = await self._call(lambda enc: enc.put_int(STAT).put_string(path), "stat")
-        line = dec.get_bytes(STAT_LINE_BYTES, "stat line")
-        dec.finish("stat answer")
-        fields = line.split(b"\0", 1)[0].split()
+        fields = (await self.file_info(STAT, "stat", path)).split()
         return int(fields[7]) if len(fields) == 13 and fields[7].isdigit() else None
+
+    async def dir_listing(self, number: int, name: str, path: str) -> bytes:
+        """getdir or getlongdir: the shadow's text (a line per entry, then an empty one)."""
+        dec = await self._call(lambda enc: enc.put_int(number).put_string(path), name)
+        text = dec.get_raw_string(f"{name} text")
+        dec.finish(f"{name} answer")
+        return text
 
     async def getfile(self, path: str) -> bytes:
         """The whole file at `path` (CONDOR_getfile)."""
-        dec = await self._exchange(lambda enc: enc.put_int(GETFILE).put_string(path))
+        return await self._bytes_call(lambda enc: enc.put_int(GETFILE).put_string(path),
+                                      "getfile")  # fmt: skip
+
+    async def readlink(self, path: str, length: int) -> bytes:
+        """Where the symbolic link at `path` points, at most `length` bytes."""
+        return await self._bytes_call(
+            lambda enc: enc.put_int(READLINK).put_string(path).put_int(length), "readlink")
+
+    async def _bytes_call(self, build: Callable[[Encoder], Encoder], name: str) -> bytes:
+        """A call answered by a length (an rval) and that many bytes."""
+        dec = await self._exchange(build)
         assert dec is not None
-        length = dec.get_int32("getfile rval")
+        length = dec.get_int32(f"{name} rval")
         if length < 0:
-            errno = wire_errno(dec.get_int32("getfile errno"))
-            raise SyscallError(f"the shadow failed getfile: rval {length}, errno {errno}", errno)
-        data = dec.get_bytes(length, "getfile bytes")
-        dec.finish("getfile answer")
+            errno = wire_errno(dec.get_int32(f"{name} errno"))
+            raise SyscallError(f"the shadow failed {name}: rval {length}, errno {errno}", errno)
+        data = dec.get_bytes(length, f"{name} bytes")
+        dec.finish(f"{name} answer")
         return data
 
     async def putfile(self, path: str, mode: int, length: int,

@@ -1,6 +1,7 @@
-"""condor_chirp's file calls (fetch, put, remove, rmdir) on `execd run` and on the
-pool's own condor_startd: the same job, with `+WantIOProxy = true`, fetches files from
-its submit directory (through the shadow), puts files there, removes some; its
+"""condor_chirp's file calls (fetch, put, remove, rmdir, getdir, stat, access, chmod,
+truncate, utime, link, chown, ...) on `execd run` and on the pool's own condor_startd:
+the same job, with `+WantIOProxy = true`, fetches files from its submit directory
+(through the shadow), puts files there, removes some, changes some; its
 condor_chirp output and exit codes, the files that land on the submit side (content
 and mode) and the files it fetched into its sandbox must be the same on both.
 """
@@ -38,12 +39,37 @@ step remove doomed.txt
 step remove sub
 step rmdir emptydir
 step rmdir sub
+step getdir sub
+step getdir no-such-dir
+quiet() {{ echo "== $*"; out=$(chirp "$@" 2>&1); echo "rc=$?"; }}
+quiet getdir -l sub
+echo "$out" | grep -c .
+quiet stat remote.txt
+echo "$out" | grep -E "mode|size|nlink"
+step stat no-such-file.txt
+quiet statfs .
+step access remote.txt r
+step access no-such-file.txt f
+step chmod modes.txt 600
+step truncate trunc.txt 3
+step utime touched.txt 1000000000 1000000000
+step link -s remote.txt sym.txt
+quiet lstat sym.txt
+echo "$out" | grep -E "mode|size"
+step link remote.txt hard.txt
+step chown remote.txt 0 0
+step rmdir -r tree
+step readlink sym.txt 100
+step whoami
 exit 3
 """
 SUBMIT_FILES = {"remote.txt": "fetch me\n", "empty.txt": "", "doomed.txt": "bye\n",
-                "sub/keep.txt": "stays\n", "emptydir/.placeholder": ""}  # fmt: skip
+                "sub/keep.txt": "stays\n", "emptydir/.placeholder": "", "modes.txt": "m\n",
+                "trunc.txt": "truncate me\n", "touched.txt": "t\n",
+                "tree/b.txt": "deep\n"}  # fmt: skip
 LANDED = ("landed.txt", "landed-600.txt", "landed-big.txt",
-          "landed-never.txt", "doomed.txt", "sub/keep.txt", "emptydir")  # fmt: skip
+          "landed-never.txt", "doomed.txt", "sub/keep.txt", "emptydir", "modes.txt",
+          "trunc.txt", "touched.txt", "sym.txt", "hard.txt", "tree")  # fmt: skip
 NO_CONFIG = re.compile(r"(Can't open )/\S+/\.chirp\.config")
 
 
@@ -52,11 +78,15 @@ def submit_side(job_dir: Path) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for name in LANDED:
         path = job_dir / name
-        if path.is_dir():
+        if path.is_symlink():
+            seen[name] = ("link", str(path.readlink()))
+        elif path.is_dir():
             seen[name] = ("dir", sorted(p.name for p in path.iterdir()))
         elif path.exists():
             data = path.read_bytes()
-            seen[name] = (oct(path.stat().st_mode & 0o777), len(data), data[:20])
+            info = path.stat()
+            seen[name] = (oct(info.st_mode & 0o777), len(data), data[:20], info.st_nlink,
+                          int(info.st_mtime) == 1000000000)  # fmt: skip
         else:
             seen[name] = None
     return seen
@@ -92,7 +122,10 @@ def test_chirp_file_calls_as_on_condor_startd(running_pool: harness.RunningPool,
     assert code == 3
     if case == "io":
         assert "== fetch remote.txt fetched.txt\nrc=0\nfetch me\n" in out
-        assert landed["landed.txt"] == ("0o755", 13, b"from the job\n")
+        assert landed["landed.txt"] == ("0o755", 13, b"from the job\n", 1, False)
+        assert landed["modes.txt"][0] == "0o600" and landed["trunc.txt"][1] == 3
+        assert landed["touched.txt"][4] is True and landed["tree"] is None
+        assert landed["sym.txt"] == ("link", "remote.txt") and landed["hard.txt"][3] == 2
         assert landed["landed-big.txt"][1] == 100000
         assert landed["doomed.txt"] is None
     else:

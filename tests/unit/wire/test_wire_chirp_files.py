@@ -157,3 +157,40 @@ def test_file_calls_need_want_io_proxy_and_enable_chirp_io() -> None:
 
         serve(shadow, body, {**job, "WantRemoteUpdates": True}, config)
         assert shadow.sent == []
+
+
+def test_path_calls_send_their_arguments_in_ntsenders_order() -> None:
+    shadow = ScriptedShadow([answer(0)] * 5)
+
+    async def body(client: Client) -> None:
+        for request in ("chmod m.txt 384", "chown o.txt 10 20", "utime t.txt 5 6",
+                        "link -s a b", "rename a\\ b c"):  # fmt: skip
+            assert await client.ask(request) == b"0"
+        assert await client.ask("chmod m.txt six") == b"-8"  # no shadow call
+        assert await client.ask("truncate t.txt 99999999999") == b"-8"  # no C int
+
+    serve(shadow, body)
+    chmod, chown, utime, link, rename = sent(shadow)
+    assert (chmod.get_int(), chmod.get_string(), chmod.get_int()) == (7, "m.txt", 384)
+    assert (chown.get_int(), chown.get_string(), chown.get_int(), chown.get_int()) == \
+        (8, "o.txt", 10, 20)  # fmt: skip
+    assert (utime.get_int(), utime.get_string(), utime.get_int(), utime.get_int()) == \
+        (242, "t.txt", 5, 6)  # fmt: skip
+    assert (link.get_int(), link.get_string(), link.get_string()) == (52, "-s", "a")
+    assert (rename.get_int(), rename.get_string(), rename.get_string()) == (78, "a b", "c")
+
+
+def test_stat_getdir_and_readlink_answer_their_text_after_the_line() -> None:
+    listing = Encoder(encrypted=True).put_int(10).put_string("keep.txt\n\n").payload()
+    shadow = ScriptedShadow([stat_line(9), listing, with_bytes(10, b"remote.txt")])
+
+    async def body(client: Client) -> None:
+        assert await client.ask("stat remote.txt") == b"0"
+        assert (await client.reader.readline()).split()[7] == b"9"
+        assert await client.ask("getdir sub") == b"10"
+        assert await client.reader.readexactly(10) == b"keep.txt\n\n"
+        assert await client.ask("readlink sym.txt 100") == b"10"
+        assert await client.reader.readexactly(10) == b"remote.txt"
+
+    serve(shadow, body)
+    assert [d.get_int() for d in sent(shadow)] == [108, 296, 72]
