@@ -53,6 +53,7 @@ RVAL_CALLS = {
     "rmall": (292, ""), "link": (52, "s"), "symlink": (111, "s"), "access": (1, "d"),
     "chmod": (7, "d"), "chown": (8, "dd"), "lchown": (251, "dd"), "truncate": (113, "d"),
     "utime": (242, "dd"),
+    "constrain": (287, ""),  # no file: the job's Requirements (an update, UPDATES)
 }  # fmt: skip
 INFO_CALLS = {"statfs": 109, "stat": 108, "lstat": 55}  # a line of numbers back
 LISTING_CALLS = {"getlongdir": 295, "getdir": 296}  # a line per entry back

@@ -52,6 +52,7 @@ REQUESTS = (
     ("set_job_attr", 2, UPDATES),
     ("get_job_attr", 1, UPDATES),
     ("get_job_attr_delayed", 1, DELAYED),
+    ("constrain", 1, UPDATES),
     ("ulog", 1, UPDATES),
     ("rmall", 1, FILES),
     ("getfile", 1, FILES),

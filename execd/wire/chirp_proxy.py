@@ -20,8 +20,8 @@ EACCES, answered -2). Every other request, and these without the job ad's say-so
 answered -8 (invalid request), as condor_starter answers a request it does not serve;
 the shadow's file calls on paths (getfile, putfile, unlink, getdir, stat, chmod, ...)
 are served when file I/O is granted (WantIOProxy and ENABLE_CHIRP_IO; chirp_files.py);
-those on descriptors (open, read, write, close, ...), whoami, whoareyou and
-`constrain` are not served by execd. The delayed updates
+those on descriptors (open, read, write, close, ...), whoami and whoareyou are not
+served by execd; `constrain` (an update) is passed on as condor_starter does. The delayed updates
 (set_job_attr_delayed, get_job_attr_delayed) are served
 to every job unless its ad says `WantDelayedUpdates = false` or ENABLE_CHIRP_DELAYED
 is false (chirp_delayed.py).

@@ -194,3 +194,24 @@ def test_stat_getdir_and_readlink_answer_their_text_after_the_line() -> None:
 
     serve(shadow, body)
     assert [d.get_int() for d in sent(shadow)] == [108, 296, 72]
+
+
+def test_constrain_is_an_update_passed_on_to_the_shadow() -> None:
+    """CONDOR_constrain (287), served with the updates (WantIOProxy or
+    WantRemoteUpdates), not with the file calls."""
+    shadow = ScriptedShadow([answer(0), answer(-1, 13)])
+
+    async def body(client: Client) -> None:
+        assert await client.ask("constrain Memory\\ >\\ 10") == b"0"
+        assert await client.ask("constrain false") == b"-2"
+
+    serve(shadow, body, {"WantRemoteUpdates": True})
+    first = sent(shadow)[0]
+    assert (first.get_int(), first.get_string()) == (287, "Memory > 10")
+    off = ScriptedShadow()
+
+    async def refused(client: Client) -> None:
+        assert await client.ask("constrain true") == b"-8"
+
+    serve(off, refused, WANTS_IO, ChirpConfig(updates=False))
+    assert off.sent == []

@@ -189,7 +189,7 @@ def test_garbage_and_requests_execd_does_not_serve_get_invalid_request() -> None
         client = await Client.to(address, address.cookie)
         for line in (b"\xff\xfe\x00garbage", b"", b"   ", b"open /etc/passwd r 0",
                      b"whoami 10", b"read 3 10",
-                     b"constrain true", b"set_job_attr OnlyAName", b"get_job_attr",
+                     b"constrain", b"set_job_attr OnlyAName", b"get_job_attr",
                      b"set_job_attr Bad-Name 1", b"get_job_attr ../../x",
                      b"get_job_attr a\x00b", b"x" * LINE_MAX):  # fmt: skip
             assert await client.ask(line) == b"-8", line[:40]
