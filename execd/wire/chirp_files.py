@@ -31,8 +31,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
 from execd.errors import ProtocolError
 from execd.log import get_logger
@@ -57,7 +57,15 @@ RVAL_CALLS = {
 }  # fmt: skip
 INFO_CALLS = {"statfs": 109, "stat": 108, "lstat": 55}  # a line of numbers back
 LISTING_CALLS = {"getlongdir": 295, "getdir": 296}  # a line per entry back
-CALLS = frozenset([*RVAL_CALLS, *INFO_CALLS, *LISTING_CALLS, "getfile", "readlink"])
+# Calls on the shadow's descriptors (condor_chirp read, write, put -mode): open gives one.
+OPEN, CLOSE, LSEEK, READ, PREAD, FSTAT, WRITE, PWRITE = 66, 10, 54, 71, 289, 24, 120, 290
+READLINK = 72
+DESCRIPTOR_CALLS = ("open", "close", "lseek", "read", "pread")
+WITH_DATA = ("write", "pwrite")  # the client's bytes follow the request line
+# open's letters as HTCondor's open flags on the wire (condor_io/open_flags.cpp)
+O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_EXCL, O_APPEND = 0x1, 0x2, 0x100, 0x200, 0x400, 0x1000
+CALLS = frozenset([*RVAL_CALLS, *INFO_CALLS, *LISTING_CALLS, *DESCRIPTOR_CALLS, "getfile",
+                   "readlink"])  # fmt: skip
 
 
 class FileShadow(Protocol):
@@ -66,8 +74,10 @@ class FileShadow(Protocol):
     async def getfile(self, path: str) -> bytes: ...
     async def readlink(self, path: str, length: int) -> bytes: ...
     async def stat_size(self, path: str) -> int | None: ...
-    async def file_call(self, number: int, name: str, *args: str | int) -> int: ...
-    async def file_info(self, number: int, name: str, path: str) -> bytes: ...
+    async def file_call(self, number: int, name: str, *args: str | int | bytes) -> int: ...
+    async def file_info(self, number: int, name: str, what: str | int) -> bytes: ...
+    async def file_url(self, path: str) -> str: ...
+    async def bytes_call(self, number: int, name: str, *args: str | int) -> bytes: ...
     async def dir_listing(self, number: int, name: str, path: str) -> bytes: ...
     async def putfile(self, path: str, mode: int, length: int,
                       opened: Callable[[int], Awaitable[bytes]]) -> int | None: ...
@@ -95,11 +105,10 @@ async def call(shadow: FileShadow, command: str, args: list[str]) -> bytes:
     if command in LISTING_CALLS:
         text = await shadow.dir_listing(LISTING_CALLS[command], command, path)
         return line(len(text)) + text
-    if command == "readlink":
-        if (length := integer(args[1])) is None:
-            return line(INVALID_REQUEST)
-        target = await shadow.readlink(path, length)
-        return line(len(target)) + target
+    if command == "open":
+        return await open_file(shadow, path, args[1], args[2])
+    if command in DESCRIPTOR_CALLS or command == "readlink":
+        return await descriptor_call(shadow, command, args)
     number, kinds = RVAL_CALLS[command]
     more: list[str | int] = []
     for kind, word in zip(kinds, args[1:], strict=True):
@@ -111,6 +120,53 @@ async def call(shadow: FileShadow, command: str, args: list[str]) -> bytes:
     return line(await shadow.file_call(number, command, path, *more))
 
 
+def open_flags(letters: str) -> int:
+    """condor_starter's reading of open's letters: w (and r) write, c t x a."""
+    flags = (O_RDWR if "r" in letters else O_WRONLY) if "w" in letters else 0
+    for letter, flag in (("c", O_CREAT), ("t", O_TRUNC), ("x", O_EXCL), ("a", O_APPEND)):
+        flags |= flag if letter in letters else 0
+    return flags
+
+
+async def open_file(shadow: FileShadow, path: str, letters: str, mode_word: str) -> bytes:
+    """`open PATH FLAGS MODE`: the path as the shadow maps it (get_file_info_new, its
+    `remote:` prefix dropped), opened there; the descriptor, then its fstat line."""
+    if (mode := integer(mode_word)) is None:
+        return line(INVALID_REQUEST)
+    url = await shadow.file_url(path)
+    for prefix in ("remote:", "buffer:remote:"):
+        if url.startswith(prefix):
+            url = url[len(prefix):]
+            break
+    fd = await shadow.file_call(OPEN, "open", open_flags(letters), mode, url)
+    info = b""
+    with contextlib.suppress(SyscallError):
+        info = await shadow.file_info(FSTAT, "fstat", fd)
+    return line(fd) + (info or b"\n")
+
+
+async def descriptor_call(shadow: FileShadow, command: str, args: list[str]) -> bytes:
+    """close, lseek, read, pread (numbers only) and readlink (a path and a length)."""
+    numbers = [integer(word) for word in args[1:]] if command == "readlink" \
+        else [integer(word) for word in args]  # fmt: skip
+    values = [n for n in numbers if n is not None]
+    if len(values) != len(numbers):
+        return line(INVALID_REQUEST)
+    if command == "close":
+        return line(await shadow.file_call(CLOSE, "close", values[0]))
+    if command == "lseek":
+        if values[2] not in (0, 1, 2):  # SEEK_SET, SEEK_CUR, SEEK_END
+            return line(INVALID_REQUEST)
+        return line(await shadow.file_call(LSEEK, "lseek", *values))
+    if not 0 <= values[-1 if command != "pread" else 1] <= FILE_MAX:
+        return line(TOO_BIG)  # the most bytes asked for
+    if command == "readlink":
+        data = await shadow.bytes_call(READLINK, "readlink", args[0], values[0])
+    else:
+        data = await shadow.bytes_call(READ if command == "read" else PREAD, command, *values)
+    return line(len(data)) + data
+
+
 async def fetch(shadow: FileShadow, path: str) -> bytes:
     """`getfile`: the length and the bytes, or -5 for a file over FILE_MAX."""
     size: int | None = None
@@ -120,6 +176,49 @@ async def fetch(shadow: FileShadow, path: str) -> bytes:
         return line(TOO_BIG)
     data = await shadow.getfile(path)
     return line(len(data)) + data
+
+
+async def write(shadow: FileShadow, command: str, args: list[str],
+                reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, job: str,
+                connected: Callable[[], bool]) -> bytes:  # fmt: skip
+    """`write FD LENGTH` / `pwrite FD LENGTH OFFSET`, the client's LENGTH bytes right
+    after the line: read first (as condor_starter does), then sent to the shadow. Bytes
+    that do not all arrive within DATA_WAIT_S, or a length over FILE_MAX, are answered
+    (-8, -5) and end the connection (what follows could not be read as requests)."""
+    numbers = [integer(word) for word in args]
+    values = [n for n in numbers if n is not None]
+    if len(values) != len(numbers):
+        return line(INVALID_REQUEST)
+    length = values[1]
+    if not 0 <= length <= FILE_MAX:
+        writer.write(line(TOO_BIG))
+        raise ConnectionError(f"{command} of {length} bytes")
+    try:
+        async with asyncio.timeout(DATA_WAIT_S):
+            data = await reader.readexactly(length)
+    except (asyncio.IncompleteReadError, TimeoutError):
+        writer.write(line(INVALID_REQUEST))
+        raise ConnectionError(f"{command}: the client's bytes did not all arrive") from None
+    number = WRITE if command == "write" else PWRITE
+    return await answered(shadow.file_call(number, command, *values, data), job=job,
+                          what=command, connected=connected)  # fmt: skip
+
+
+async def answered(call: Coroutine[Any, Any, int], *, job: str, what: str,
+                   connected: Callable[[], bool]) -> bytes:  # fmt: skip
+    """An rval call's answer line, its failure as Chirp's error."""
+    if not connected():
+        call.close()
+        return line(OFFLINE)
+    try:
+        return line(await call)
+    except SyscallError as exc:
+        log.debug("chirp_call_refused", job=job, attr=what, errno=exc.errno)
+        return line(chirp_error(exc.errno))
+    except ProtocolError as exc:
+        log.warning("chirp_call_failed", job=job, attr=what,
+                    error=str(exc) or type(exc).__name__)  # fmt: skip
+        return line(OFFLINE)
 
 
 def put_numbers(mode: str, length: str) -> tuple[int, int] | None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 LINE_MAX = 5120  # CHIRP_LINE_MAX
 ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a job attribute's name: fullmatch
+NUMBER = re.compile(r"[+-]?[0-9]+")  # a word %d reads whole
 CHIRP_VERSION = 2
 
 NOT_AUTHENTICATED = -1
@@ -42,35 +43,43 @@ _ERRNO_TO_CHIRP = {
 }  # fmt: skip
 
 UPDATES, DELAYED, FILES = "updates", "delayed", "files"
-# The requests execd serves, in condor_starter's order: (prefix, words, enabled by).
+# The requests execd serves, in condor_starter's order: (prefix, its words, enabled by);
+# a word is "s" (%s: any) or "d" (%d: a number, else the next request is tried).
 REQUESTS = (
-    ("unlink", 1, FILES),
-    ("rename", 2, FILES),
-    ("mkdir", 2, FILES),
-    ("rmdir", 1, FILES),
-    ("set_job_attr_delayed", 2, DELAYED),
-    ("set_job_attr", 2, UPDATES),
-    ("get_job_attr", 1, UPDATES),
-    ("get_job_attr_delayed", 1, DELAYED),
-    ("constrain", 1, UPDATES),
-    ("ulog", 1, UPDATES),
-    ("rmall", 1, FILES),
-    ("getfile", 1, FILES),
-    ("putfile", 3, FILES),
-    ("getlongdir", 1, FILES),
-    ("getdir", 1, FILES),
-    ("link", 2, FILES),
-    ("symlink", 2, FILES),
-    ("readlink", 2, FILES),
-    ("statfs", 1, FILES),
-    ("stat", 1, FILES),
-    ("lstat", 1, FILES),
-    ("access", 2, FILES),
-    ("chmod", 2, FILES),
-    ("chown", 3, FILES),
-    ("lchown", 3, FILES),
-    ("truncate", 2, FILES),
-    ("utime", 3, FILES),
+    ("open", "ssd", FILES),
+    ("close", "d", FILES),
+    ("lseek", "ddd", FILES),
+    ("unlink", "s", FILES),
+    ("rename", "ss", FILES),
+    ("mkdir", "sd", FILES),
+    ("rmdir", "s", FILES),
+    ("set_job_attr_delayed", "ss", DELAYED),
+    ("set_job_attr", "ss", UPDATES),
+    ("get_job_attr", "s", UPDATES),
+    ("get_job_attr_delayed", "s", DELAYED),
+    ("constrain", "s", UPDATES),
+    ("read", "dd", FILES),
+    ("write", "dd", FILES),
+    ("ulog", "s", UPDATES),
+    ("pread", "ddd", FILES),
+    ("pwrite", "ddd", FILES),
+    ("rmall", "s", FILES),
+    ("getfile", "s", FILES),
+    ("putfile", "sdd", FILES),
+    ("getlongdir", "s", FILES),
+    ("getdir", "s", FILES),
+    ("link", "ss", FILES),
+    ("symlink", "ss", FILES),
+    ("readlink", "sd", FILES),
+    ("statfs", "s", FILES),
+    ("stat", "s", FILES),
+    ("lstat", "s", FILES),
+    ("access", "sd", FILES),
+    ("chmod", "sd", FILES),
+    ("chown", "sdd", FILES),
+    ("lchown", "sdd", FILES),
+    ("truncate", "sd", FILES),
+    ("utime", "sdd", FILES),
 )
 
 
@@ -113,10 +122,11 @@ class Request:
 def read_request(text: str, enabled: frozenset[str]) -> Request | None:
     """The request `text` is taken for, with `enabled` (UPDATES, DELAYED, FILES); None: none
     (condor_starter answers INVALID_REQUEST)."""
-    for prefix, count, needs in REQUESTS:
+    for prefix, kinds, needs in REQUESTS:
         if needs in enabled and text.startswith(prefix):
-            args = words(text[len(prefix):], count)
-            if args is not None:
+            args = words(text[len(prefix):], len(kinds))
+            if args is not None and all(kind == "s" or NUMBER.fullmatch(word)
+                                        for kind, word in zip(kinds, args, strict=True)):
                 return Request(prefix, args)
     if UPDATES in enabled and text.startswith("version"):  # strncmp(line, "version", 7)
         return Request("version", [])

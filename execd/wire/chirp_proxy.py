@@ -20,11 +20,11 @@ EACCES, answered -2). Every other request, and these without the job ad's say-so
 answered -8 (invalid request), as condor_starter answers a request it does not serve;
 the shadow's file calls on paths (getfile, putfile, unlink, getdir, stat, chmod, ...)
 are served when file I/O is granted (WantIOProxy and ENABLE_CHIRP_IO; chirp_files.py);
-those on descriptors (open, read, write, close, ...), whoami and whoareyou are not
-served by execd; `constrain` (an update) is passed on as condor_starter does. The delayed updates
-(set_job_attr_delayed, get_job_attr_delayed) are served
-to every job unless its ad says `WantDelayedUpdates = false` or ENABLE_CHIRP_DELAYED
-is false (chirp_delayed.py).
+open, close, lseek, read, write, pread and pwrite on its descriptors too; sread,
+swrite, fstat, fstatfs, fchown, fchmod, ftruncate, fsync, lookup, whoami, whoareyou
+are not served; `constrain` (an update) is passed on. The delayed updates
+(set_job_attr_delayed, get_job_attr_delayed) are served to every job unless its ad
+says `WantDelayedUpdates = false` or ENABLE_CHIRP_DELAYED is false (chirp_delayed.py).
 
 Requests are read as condor_starter reads them (chirp_protocol.py: its order, its
 prefix matching, words with backslash escapes, extra words ignored). A line longer than
@@ -343,9 +343,11 @@ class ChirpProxy:
             return await chirp_files.put(self.shadow, args, reader, writer,  # the client's
                                          job=self.global_job_id,  # bytes follow that answer
                                          connected=self.connected)  # fmt: skip
+        if command in chirp_files.WITH_DATA:
+            return await chirp_files.write(self.shadow, command, args, reader, writer,
+                                           job=self.global_job_id, connected=self.connected)
         if command in chirp_files.CALLS:
-            return await self._call(None, chirp_files.call(self.shadow, command, args),
-                                    what=command)  # fmt: skip
+            return await self._call(None, chirp_files.call(self.shadow, command, args), command)
         assert self.delayed is not None
         if command == "set_job_attr_delayed":
             return f"{self.delayed.record(args[0], args[1])}\n".encode()
@@ -373,7 +375,7 @@ class ChirpProxy:
         return b"0\n"
 
     async def _call(self, name: str | None, call: Coroutine[Any, Any, bytes],
-                    what: str = "ulog") -> bytes:  # fmt: skip
+                    what: str = "ulog") -> bytes:
         """One call to the shadow, its failure as Chirp's error (the daemon goes on).
         A call that outlasts CALL_TIMEOUT_S is answered "offline" but left to finish:
         cancelling it would cut a message to the shadow in half."""

@@ -42,6 +42,7 @@ from execd.wire.encoding import Decoder, Encoder
 if TYPE_CHECKING:
     from execd.wire.shadow_link import ShadowLink
 
+GET_FILE_INFO_NEW = -74
 READLINK = 72
 STAT = 108
 GETFILE = 293
@@ -258,26 +259,27 @@ class ShadowSyscalls:
 
     # The shadow's files (Chirp's file I/O); the paths are the shadow's, on the submit
     # side, and it decides what the job may touch (its own access checks).
-    async def file_call(self, number: int, name: str, *args: str | int) -> int:
-        """A call on a path that answers an rval only (unlink, rmdir, chmod, ...): its
-        arguments, strings and integers, in the order NTsenders sends them."""
-        def build(enc: Encoder) -> Encoder:
-            enc.put_int(number)
-            for arg in args:
-                enc.put_string(arg) if isinstance(arg, str) else enc.put_int(arg)
-            return enc
-
-        dec = await self._exchange(build)
+    async def file_call(self, number: int, name: str, *args: str | int | bytes) -> int:
+        """A file call that answers an rval only (unlink, chmod, open, write, ...): its
+        arguments (strings, integers, raw bytes) in the order NTsenders sends them."""
+        dec = await self._exchange(_arguments(number, args))
         assert dec is not None
         return _answer(dec, name)
 
-    async def file_info(self, number: int, name: str, path: str) -> bytes:
-        """stat, lstat or statfs: the shadow's line of numbers (its 1024-byte buffer up
-        to the first NUL)."""
-        dec = await self._call(lambda enc: enc.put_int(number).put_string(path), name)
+    async def file_info(self, number: int, name: str, what: str | int) -> bytes:
+        """stat, lstat, statfs (of a path) or fstat (of a descriptor): the shadow's line
+        of numbers (its 1024-byte buffer up to the first NUL)."""
+        dec = await self._call(_arguments(number, (what,)), name)
         line = dec.get_bytes(STAT_LINE_BYTES, f"{name} line")
         dec.finish(f"{name} answer")
         return line.split(b"\0", 1)[0]
+
+    async def file_url(self, path: str) -> str:
+        """CONDOR_get_file_info_new: where the shadow says the job's `path` is."""
+        dec = await self._call(_arguments(GET_FILE_INFO_NEW, (path,)), "get_file_info_new")
+        url = dec.get_string("get_file_info_new url")
+        dec.finish("get_file_info_new answer")
+        return url
 
     async def stat_size(self, path: str) -> int | None:
         """CONDOR_stat's st_size for `path`; None where its line does not say."""
@@ -293,17 +295,15 @@ class ShadowSyscalls:
 
     async def getfile(self, path: str) -> bytes:
         """The whole file at `path` (CONDOR_getfile)."""
-        return await self._bytes_call(lambda enc: enc.put_int(GETFILE).put_string(path),
-                                      "getfile")  # fmt: skip
+        return await self.bytes_call(GETFILE, "getfile", path)
 
     async def readlink(self, path: str, length: int) -> bytes:
         """Where the symbolic link at `path` points, at most `length` bytes."""
-        return await self._bytes_call(
-            lambda enc: enc.put_int(READLINK).put_string(path).put_int(length), "readlink")
+        return await self.bytes_call(READLINK, "readlink", path, length)
 
-    async def _bytes_call(self, build: Callable[[Encoder], Encoder], name: str) -> bytes:
-        """A call answered by a length (an rval) and that many bytes."""
-        dec = await self._exchange(build)
+    async def bytes_call(self, number: int, name: str, *args: str | int) -> bytes:
+        """A call answered by a length (an rval) and that many bytes (getfile, read)."""
+        dec = await self._exchange(_arguments(number, args))
         assert dec is not None
         length = dec.get_int32(f"{name} rval")
         if length < 0:
@@ -344,6 +344,21 @@ class ShadowSyscalls:
             assert dec is not None
             self.in_call = False
             return _answer(dec, "putfile buffer")
+
+
+def _arguments(number: int, args: tuple[str | int | bytes, ...]) -> Callable[[Encoder], Encoder]:
+    def build(enc: Encoder) -> Encoder:
+        enc.put_int(number)
+        for arg in args:
+            if isinstance(arg, str):
+                enc.put_string(arg)
+            elif isinstance(arg, bytes):
+                enc.put_bytes(arg)
+            else:
+                enc.put_int(arg)
+        return enc
+
+    return build
 
 
 def _answer(dec: Decoder, name: str) -> int:

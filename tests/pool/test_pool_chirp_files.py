@@ -1,9 +1,9 @@
 """condor_chirp's file calls (fetch, put, remove, rmdir, getdir, stat, access, chmod,
-truncate, utime, link, chown, ...) on `execd run` and on the pool's own condor_startd:
-the same job, with `+WantIOProxy = true`, fetches files from its submit directory
-(through the shadow), puts files there, removes some, changes some; its
-condor_chirp output and exit codes, the files that land on the submit side (content
-and mode) and the files it fetched into its sandbox must be the same on both.
+truncate, utime, link, chown, read, write, put -mode, ...) on `execd run` and on the
+pool's own condor_startd: the same job, with `+WantIOProxy = true`, fetches files
+from its submit directory (through the shadow) and prints them, puts files there,
+removes some, changes some; its condor_chirp output and exit codes and the files on
+the submit side (content, size, mode, links, mtime) must be the same on both.
 """
 
 from __future__ import annotations
@@ -61,15 +61,27 @@ step chown remote.txt 0 0
 step rmdir -r tree
 step readlink sym.txt 100
 step whoami
+step read remote.txt 100
+step read -offset 2 remote.txt 3
+step read no-such-file.txt 10
+printf 'new text' > new.txt
+step write writeme.txt new.txt
+step write -offset 4 writeme2.txt new.txt
+step write no-such-dir/x.txt new.txt
+step put -mode cwa put-me.txt appended.txt
+step put -mode cwa put-me.txt appended.txt
+step put -mode w put-me.txt never-created.txt
 exit 3
 """
 SUBMIT_FILES = {"remote.txt": "fetch me\n", "empty.txt": "", "doomed.txt": "bye\n",
                 "sub/keep.txt": "stays\n", "emptydir/.placeholder": "", "modes.txt": "m\n",
                 "trunc.txt": "truncate me\n", "touched.txt": "t\n",
-                "tree/b.txt": "deep\n"}  # fmt: skip
+                "tree/b.txt": "deep\n", "writeme.txt": "0123456789abc\n",
+                "writeme2.txt": "0123456789abc\n"}  # fmt: skip
 LANDED = ("landed.txt", "landed-600.txt", "landed-big.txt",
           "landed-never.txt", "doomed.txt", "sub/keep.txt", "emptydir", "modes.txt",
-          "trunc.txt", "touched.txt", "sym.txt", "hard.txt", "tree")  # fmt: skip
+          "trunc.txt", "touched.txt", "sym.txt", "hard.txt", "tree", "writeme.txt",
+          "writeme2.txt", "appended.txt", "never-created.txt")  # fmt: skip
 NO_CONFIG = re.compile(r"(Can't open )/\S+/\.chirp\.config")
 
 
@@ -126,6 +138,9 @@ def test_chirp_file_calls_as_on_condor_startd(running_pool: harness.RunningPool,
         assert landed["modes.txt"][0] == "0o600" and landed["trunc.txt"][1] == 3
         assert landed["touched.txt"][4] is True and landed["tree"] is None
         assert landed["sym.txt"] == ("link", "remote.txt") and landed["hard.txt"][3] == 2
+        assert "== read -offset 2 remote.txt 3\ntch\nrc=3\n" in out
+        assert landed["writeme2.txt"][2] == b"0123new textc\n"
+        assert landed["appended.txt"][1] == 26 and landed["never-created.txt"] is None
         assert landed["landed-big.txt"][1] == 100000
         assert landed["doomed.txt"] is None
     else:

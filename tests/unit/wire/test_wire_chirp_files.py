@@ -215,3 +215,54 @@ def test_constrain_is_an_update_passed_on_to_the_shadow() -> None:
 
     serve(off, refused, WANTS_IO, ChirpConfig(updates=False))
     assert off.sent == []
+
+
+def test_open_maps_the_path_then_opens_it_with_htcondors_flags() -> None:
+    url = Encoder(encrypted=True).put_int(0).put_string("remote:/home/u/job/f.txt").payload()
+    fstat = with_bytes(0, b"1 2 33188 1 0 0 0 5 4096 8 1 2 3\n".ljust(1024, b"\0"))
+    shadow = ScriptedShadow([url, answer(4), fstat])
+
+    async def body(client: Client) -> None:
+        assert await client.ask("open f.txt cwa 420") == b"4"
+        assert (await client.reader.readline()).startswith(b"1 2 33188")
+
+    serve(shadow, body)
+    info, opened, stat = sent(shadow)
+    assert (info.get_int(), info.get_string()) == (-74, "f.txt")
+    # w without r: O_WRONLY (1); c: O_CREAT (0x100); a: O_APPEND (0x1000)
+    assert (opened.get_int(), opened.get_int(), opened.get_int(), opened.get_string()) == \
+        (66, 0x1101, 420, "/home/u/job/f.txt")  # fmt: skip
+    assert (stat.get_int(), stat.get_int()) == (24, 4)
+
+
+def test_write_reads_the_bytes_after_the_line_and_read_is_bounded() -> None:
+    shadow = ScriptedShadow([answer(3), with_bytes(2, b"hi"), with_bytes(1, b"y")])
+
+    async def body(client: Client) -> None:
+        client.writer.write(b"pwrite 4 3 10\nabc")
+        assert (await client.reader.readline()).rstrip() == b"3"
+        assert await client.ask("read 4 2") == b"2"
+        assert await client.reader.readexactly(2) == b"hi"
+        assert await client.ask(f"read 4 {FILE_MAX + 1}") == b"-5"
+        assert await client.ask("readlink x 10") == b"1"  # not taken for read's "link x"
+        assert await client.reader.readexactly(1) == b"y"
+        assert await client.ask("lseek 4 0 7") == b"-8"  # no such whence
+
+    serve(shadow, body)
+    pwrite, read, readlink = sent(shadow)
+    assert (pwrite.get_int(), pwrite.get_int(), pwrite.get_int(), pwrite.get_int(),
+            pwrite.get_bytes(3)) == (290, 4, 3, 10, b"abc")  # fmt: skip
+    assert (read.get_int(), read.get_int(), read.get_int()) == (71, 4, 2)
+    assert (readlink.get_int(), readlink.get_string()) == (72, "x")
+
+
+def test_a_write_whose_bytes_stop_short_ends_the_connection_unsent() -> None:
+    shadow = ScriptedShadow()
+
+    async def body(client: Client) -> None:
+        client.writer.write(b"write 4 10\nabc")
+        client.writer.write_eof()
+        assert await client.reader.read() == b"-8\n"
+
+    serve(shadow, body)
+    assert shadow.sent == []
