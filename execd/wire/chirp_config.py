@@ -20,9 +20,15 @@ The job's environment gets `_CHIRP_DELAYED_UPDATE_PREFIX`, the prefix knob's tex
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from execd.errors import ConfigError
+from execd.log import get_logger
+
+log = get_logger("wire")
+T = TypeVar("T")
 
 DEFAULT_PREFIX = "Chirp*"  # CHIRP_DELAYED_UPDATE_PREFIX's default
 DEFAULT_MAX_ATTRS = 100  # CHIRP_DELAYED_UPDATE_MAX_ATTRS's default
@@ -50,14 +56,28 @@ class ChirpConfig:
 
     @classmethod
     def from_settings(cls, settings: ChirpSettings) -> ChirpConfig:
-        """The knobs as condor_starter's param() reads them (STARTER.<knob> first)."""
+        """The knobs as condor_starter's param() reads them (STARTER.<knob> first). A
+        value that is not of its type is refused when the config is loaded; should one
+        reach a job's start all the same, it counts as the default, logged, and the job
+        starts (condor_starter's param_boolean EXCEPTs, and the job does not run)."""
         ctx: dict[str, Any] = {"subsystem": "STARTER"}
-        max_attrs = settings.get_int("CHIRP_DELAYED_UPDATE_MAX_ATTRS", **ctx)
+
+        def read(name: str, get: Callable[[], T], default: T) -> T:
+            try:
+                return get()
+            except ConfigError as exc:
+                log.warning("chirp_knob_invalid", knob=name, error=str(exc))
+                return default
+
+        def flag(name: str) -> bool:
+            return read(name, lambda: settings.get_bool(name, True, **ctx), True)
+
+        max_attrs = read("CHIRP_DELAYED_UPDATE_MAX_ATTRS",
+                         lambda: settings.get_int("CHIRP_DELAYED_UPDATE_MAX_ATTRS", **ctx),
+                         None)  # fmt: skip
         return cls(
-            enabled=settings.get_bool("ENABLE_CHIRP", True, **ctx),
-            io=settings.get_bool("ENABLE_CHIRP_IO", True, **ctx),
-            updates=settings.get_bool("ENABLE_CHIRP_UPDATES", True, **ctx),
-            delayed=settings.get_bool("ENABLE_CHIRP_DELAYED", True, **ctx),
+            enabled=flag("ENABLE_CHIRP"), io=flag("ENABLE_CHIRP_IO"),
+            updates=flag("ENABLE_CHIRP_UPDATES"), delayed=flag("ENABLE_CHIRP_DELAYED"),
             prefix=settings.get_str("CHIRP_DELAYED_UPDATE_PREFIX", **ctx) or "",
             max_attrs=max(0, DEFAULT_MAX_ATTRS if max_attrs is None else max_attrs),
         )  # fmt: skip

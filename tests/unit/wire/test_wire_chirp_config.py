@@ -9,6 +9,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 from test_wire_chirp_proxy import Client, ScriptedShadow, answer
 
 from execd.config.loader import load_config
@@ -157,3 +158,16 @@ def test_a_restart_keeps_the_knobs_the_job_started_with(
             await again.close()
 
     assert asyncio.run(main()) == [b"0", b"1"]
+
+
+def test_a_value_of_the_wrong_type_counts_as_the_default_and_is_logged(
+        tmp_path: Path) -> None:  # fmt: skip
+    """The load check refuses such a config (Settings.problems names file and line);
+    should one reach a job's start anyway, the job starts with the default and a
+    warning (condor_starter exits on it: docs/pool.md "Differences")."""
+    text = "STARTER.ENABLE_CHIRP_IO = maybe\nSTARTER.CHIRP_DELAYED_UPDATE_MAX_ATTRS = many\n"
+    with capture_logs() as events:
+        read = ChirpConfig.from_settings(settings(tmp_path, text))
+    assert (read.io, read.max_attrs) == (True, 100)
+    assert sorted(e["knob"] for e in events if e["event"] == "chirp_knob_invalid") == \
+        ["CHIRP_DELAYED_UPDATE_MAX_ATTRS", "ENABLE_CHIRP_IO"]  # fmt: skip
