@@ -1,5 +1,5 @@
 """Chirp's file calls (`condor_chirp fetch`, `put`, `remove`, `rmdir`, `getdir`,
-`stat`, `chmod`, ...) on the shadow's files.
+`stat`, `chmod`, `read`, `write`, ...) on the shadow's files.
 
 As condor_starter serves them (io_proxy_handler.cpp, NTsenders.cpp) to a job whose ad
 says `WantIOProxy = true` where ENABLE_CHIRP_IO allows it (chirp_config.py): each is
@@ -16,6 +16,11 @@ reads and writes its local files; the proxy passes bytes between it and the shad
 - `stat`, `lstat`, `statfs`: 0, then the shadow's line of numbers.
 - `getdir`, `getlongdir`: the length, then the shadow's listing.
 - `readlink PATH LENGTH`: the length, then where the link points.
+- `open PATH LETTERS MODE`: the path as the shadow maps it (get_file_info_new), opened
+  with HTCondor's wire flags; the descriptor (the shadow's), then its fstat line.
+  `close`, `lseek`, `read`/`pread` (the length, then the bytes) on it, and
+  `write`/`pwrite`, whose bytes follow the request line (read before the call).
+- `constrain EXPR` (an update, not a file call, but an rval call like these).
 
 Sizes are bounded (FILE_MAX, under the wire's 64 MiB message): a put of more, or of a
 negative length, is answered -5 (too big) without reaching the shadow; before a
@@ -23,7 +28,8 @@ getfile execd asks the shadow the file's size (CONDOR_stat) and answers -5 for a
 larger one, as a reply over the wire's limit would cost the shadow's connection. The
 client's bytes of a put must arrive within DATA_WAIT_S: what is missing is sent as
 zeros (the shadow waits for that many; condor_starter sends its buffer as it is) and
-the proxy closes the client's connection.
+the proxy closes the client's connection. A read asks for at most FILE_MAX bytes; a
+write of more, or whose bytes do not arrive in time, ends its connection.
 """
 
 from __future__ import annotations
