@@ -22,7 +22,8 @@ reads and writes its local files; the proxy passes bytes between it and the shad
   `write`/`pwrite`, whose bytes follow the request line (read before the call).
 - `constrain EXPR` (an update, not a file call, but an rval call like these).
 
-Sizes are bounded (FILE_MAX, under the wire's 64 MiB message): a put of more, or of a
+Sizes are bounded (FILE_MAX, under the wire's 64 MiB message; and the bytes held at
+once by the job's and the daemon's budgets, chirp_budget.py): a put of more, or of a
 negative length, is answered -5 (too big) without reaching the shadow; before a
 getfile execd asks the shadow the file's size (CONDOR_stat) and answers -5 for a
 larger one, as a reply over the wire's limit would cost the shadow's connection. The
@@ -42,6 +43,7 @@ from typing import Any, Protocol
 
 from execd.errors import ProtocolError
 from execd.log import get_logger
+from execd.wire.chirp_budget import BufferHold
 from execd.wire.chirp_protocol import INVALID_REQUEST, OFFLINE, TOO_BIG, chirp_error
 from execd.wire.shadow_syscalls import SyscallError
 
@@ -100,11 +102,12 @@ def integer(word: str) -> int | None:
     return value
 
 
-async def call(shadow: FileShadow, command: str, args: list[str]) -> bytes:
-    """Any of CALLS but putfile: the answer line, and the bytes some have after it."""
+async def call(shadow: FileShadow, command: str, args: list[str], hold: BufferHold) -> bytes:
+    """Any of CALLS but putfile: the answer line, and the bytes some have after it
+    (those of read, pread, readlink and getfile taken from `hold` first)."""
     path = args[0]
     if command == "getfile":
-        return await fetch(shadow, path)
+        return await fetch(shadow, path, hold)
     if command in INFO_CALLS:
         text = await shadow.file_info(INFO_CALLS[command], command, path)
         return line(0) + text
@@ -114,7 +117,7 @@ async def call(shadow: FileShadow, command: str, args: list[str]) -> bytes:
     if command == "open":
         return await open_file(shadow, path, args[1], args[2])
     if command in DESCRIPTOR_CALLS or command == "readlink":
-        return await descriptor_call(shadow, command, args)
+        return await descriptor_call(shadow, command, args, hold)
     number, kinds = RVAL_CALLS[command]
     more: list[str | int] = []
     for kind, word in zip(kinds, args[1:], strict=True):
@@ -151,7 +154,8 @@ async def open_file(shadow: FileShadow, path: str, letters: str, mode_word: str)
     return line(fd) + (info or b"\n")
 
 
-async def descriptor_call(shadow: FileShadow, command: str, args: list[str]) -> bytes:
+async def descriptor_call(shadow: FileShadow, command: str, args: list[str],
+                          hold: BufferHold) -> bytes:  # fmt: skip
     """close, lseek, read, pread (numbers only) and readlink (a path and a length)."""
     numbers = [integer(word) for word in args[1:]] if command == "readlink" \
         else [integer(word) for word in args]  # fmt: skip
@@ -164,8 +168,9 @@ async def descriptor_call(shadow: FileShadow, command: str, args: list[str]) -> 
         if values[2] not in (0, 1, 2):  # SEEK_SET, SEEK_CUR, SEEK_END
             return line(INVALID_REQUEST)
         return line(await shadow.file_call(LSEEK, "lseek", *values))
-    if not 0 <= values[-1 if command != "pread" else 1] <= FILE_MAX:
-        return line(TOO_BIG)  # the most bytes asked for
+    asked = values[-1 if command != "pread" else 1]  # the most bytes asked for
+    if not 0 <= asked <= FILE_MAX or not hold.take(asked):
+        return line(TOO_BIG)
     if command == "readlink":
         data = await shadow.bytes_call(READLINK, "readlink", args[0], values[0])
     else:
@@ -173,12 +178,13 @@ async def descriptor_call(shadow: FileShadow, command: str, args: list[str]) -> 
     return line(len(data)) + data
 
 
-async def fetch(shadow: FileShadow, path: str) -> bytes:
-    """`getfile`: the length and the bytes, or -5 for a file over FILE_MAX."""
+async def fetch(shadow: FileShadow, path: str, hold: BufferHold) -> bytes:
+    """`getfile`: the length and the bytes, or -5 for a file over FILE_MAX (or one
+    whose size the budgets cannot hold now)."""
     size: int | None = None
     with contextlib.suppress(SyscallError):  # the getfile itself says what is wrong
         size = await shadow.stat_size(path)
-    if size is not None and size > FILE_MAX:
+    if (size is not None and size > FILE_MAX) or not hold.take(FILE_MAX if size is None else size):
         return line(TOO_BIG)
     data = await shadow.getfile(path)
     return line(len(data)) + data
@@ -186,7 +192,7 @@ async def fetch(shadow: FileShadow, path: str) -> bytes:
 
 async def write(shadow: FileShadow, command: str, args: list[str],
                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, job: str,
-                connected: Callable[[], bool]) -> bytes:  # fmt: skip
+                connected: Callable[[], bool], hold: BufferHold) -> bytes:  # fmt: skip
     """`write FD LENGTH` / `pwrite FD LENGTH OFFSET`, the client's LENGTH bytes right
     after the line: read first (as condor_starter does), then sent to the shadow. Bytes
     that do not all arrive within DATA_WAIT_S, or a length over FILE_MAX, are answered
@@ -196,8 +202,8 @@ async def write(shadow: FileShadow, command: str, args: list[str],
     if len(values) != len(numbers):
         return line(INVALID_REQUEST)
     length = values[1]
-    if not 0 <= length <= FILE_MAX:
-        writer.write(line(TOO_BIG))
+    if not 0 <= length <= FILE_MAX or not hold.take(length):
+        writer.write(line(TOO_BIG))  # the bytes that follow are not read
         raise ConnectionError(f"{command} of {length} bytes")
     try:
         async with asyncio.timeout(DATA_WAIT_S):
@@ -235,7 +241,7 @@ def put_numbers(mode: str, length: str) -> tuple[int, int] | None:
 
 async def put(shadow: FileShadow, args: list[str], reader: asyncio.StreamReader,
               writer: asyncio.StreamWriter, *, job: str,
-              connected: Callable[[], bool]) -> bytes:  # fmt: skip
+              connected: Callable[[], bool], hold: BufferHold) -> bytes:  # fmt: skip
     """`putfile PATH MODE LENGTH`: the shadow's first answer is written here, before
     the client sends its bytes; what is returned is the second (nothing for a length
     of 0), or the failure's Chirp error. Not under the proxy's call timeout: the
@@ -245,7 +251,7 @@ async def put(shadow: FileShadow, args: list[str], reader: asyncio.StreamReader,
         log.debug("chirp_request_refused", job=job, reason="putfile's mode or length")
         return line(INVALID_REQUEST)
     mode, length = numbers
-    if not 0 <= length <= FILE_MAX:
+    if not 0 <= length <= FILE_MAX or not hold.take(length):
         return line(TOO_BIG)
     if not connected():
         return line(OFFLINE)

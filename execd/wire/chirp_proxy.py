@@ -56,6 +56,7 @@ from typing import Any, Protocol
 from execd.errors import ProtocolError
 from execd.log import get_logger
 from execd.wire import chirp_files
+from execd.wire.chirp_budget import BufferHold, ByteBudget
 from execd.wire.chirp_config import CHIRP_DEFAULTS, ChirpConfig, ChirpGrants, job_grants
 from execd.wire.chirp_delayed import DelayedUpdates
 from execd.wire.chirp_files import FileShadow
@@ -151,6 +152,7 @@ class ChirpProxy:
         # condor_starter answers them (ETIMEDOUT) when its syscall socket is down.
         self.connected = connected
         self._calls: set[asyncio.Task[bytes]] = set()
+        self._buffers = ByteBudget(chirp_files.FILE_MAX)  # the job's bytes in flight
         self.job = job
         self.global_job_id = global_job_id
         self.updates = grants.updates
@@ -313,11 +315,19 @@ class ChirpProxy:
                 writer.write(f"{TOO_BIG}\n".encode())
                 await writer.drain()
                 return
-            writer.write(await self._request(raw.rstrip(b"\r\n"), reader, writer))
-            await writer.drain()
+            hold = BufferHold(self._buffers)
+            try:
+                writer.write(await self._request(raw.rstrip(b"\r\n"), reader, writer, hold))
+                async with asyncio.timeout(chirp_files.DATA_WAIT_S):
+                    await writer.drain()
+            except TimeoutError:  # a client that does not read its answer: dropped,
+                writer.transport.abort()  # and what waits to be sent with it
+                raise ConnectionError("the client did not read its answer") from None
+            finally:
+                hold.release()
 
     async def _request(self, line: bytes, reader: asyncio.StreamReader,
-                       writer: asyncio.StreamWriter) -> bytes:  # fmt: skip
+                       writer: asyncio.StreamWriter, hold: BufferHold) -> bytes:  # fmt: skip
         try:
             text = line.decode()
         except UnicodeDecodeError:
@@ -342,12 +352,14 @@ class ChirpProxy:
         if command == "putfile":  # its first answer written on the way, not timed out:
             return await chirp_files.put(self.shadow, args, reader, writer,  # the client's
                                          job=self.global_job_id,  # bytes follow that answer
-                                         connected=self.connected)  # fmt: skip
+                                         connected=self.connected, hold=hold)  # fmt: skip
         if command in chirp_files.WITH_DATA:
             return await chirp_files.write(self.shadow, command, args, reader, writer,
-                                           job=self.global_job_id, connected=self.connected)
+                                           job=self.global_job_id, connected=self.connected,
+                                           hold=hold)  # fmt: skip
         if command in chirp_files.CALLS:
-            return await self._call(None, chirp_files.call(self.shadow, command, args), command)
+            return await self._call(None, chirp_files.call(self.shadow, command, args, hold),
+                                    command)  # fmt: skip
         assert self.delayed is not None
         if command == "set_job_attr_delayed":
             return f"{self.delayed.record(args[0], args[1])}\n".encode()

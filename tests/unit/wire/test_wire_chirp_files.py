@@ -7,11 +7,14 @@ The pool tier compares the same calls with condor_startd
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
+import pytest
 from structlog.testing import capture_logs
 from test_wire_chirp_proxy import Client, ScriptedShadow, answer
 
+from execd.wire import chirp_budget, chirp_files
 from execd.wire.chirp_config import ChirpConfig
 from execd.wire.chirp_files import FILE_MAX
 from execd.wire.chirp_proxy import ChirpAddress, ChirpProxy
@@ -266,3 +269,44 @@ def test_a_write_whose_bytes_stop_short_ends_the_connection_unsent() -> None:
 
     serve(shadow, body)
     assert shadow.sent == []
+
+
+def test_answers_held_unread_are_bounded_across_the_daemon_and_their_client_dropped(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A client that asks for FILE_MAX bytes and does not read them holds its job's
+    budget and, with the daemon's budget set to one FILE_MAX, every job's: another
+    job's read is answered -5 without reaching its shadow. A client that has not read
+    its answer within DATA_WAIT_S is dropped and the bytes given back."""
+    monkeypatch.setattr(chirp_files, "DATA_WAIT_S", 0.5)
+    monkeypatch.setattr(chirp_budget.DAEMON, "limit", FILE_MAX)
+    greedy = ScriptedShadow([with_bytes(FILE_MAX, bytes(FILE_MAX))])
+    other = ScriptedShadow([with_bytes(1, b"x")])
+
+    async def main() -> None:
+        proxies = [ChirpProxy(ShadowSyscalls(s), WANTS_IO, global_job_id=name)
+                   for s, name in ((greedy, "a"), (other, "b"))]  # fmt: skip
+        try:
+            addresses = [await p.listen() for p in proxies]
+            stuck = await Client.to(addresses[0], addresses[0].cookie)
+            assert await stuck.ask(f"read 4 {FILE_MAX}") == str(FILE_MAX).encode()
+            same_job = await Client.to(addresses[0], addresses[0].cookie)
+            assert await same_job.ask("read 4 1") == b"-5"
+            client = await Client.to(addresses[1], addresses[1].cookie)
+            assert await client.ask("read 4 1") == b"-5"
+            async with asyncio.timeout(5):  # the stuck client is dropped
+                while chirp_budget.DAEMON.used:
+                    await asyncio.sleep(0.05)
+            assert await client.ask("read 4 1") == b"1"
+            assert await client.reader.readexactly(1) == b"x"
+            with contextlib.suppress(ConnectionError):
+                while await stuck.reader.read(1 << 20):  # ends short of FILE_MAX bytes
+                    pass
+            for c in (stuck, same_job, client):
+                c.close()
+        finally:
+            for p in proxies:
+                await p.close()
+
+    asyncio.run(asyncio.wait_for(main(), 10))  # without the bounds: a shadow never answers
+    assert len(greedy.sent) == 1 and len(other.sent) == 1
+    assert chirp_budget.DAEMON.used == 0
