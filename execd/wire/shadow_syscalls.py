@@ -154,8 +154,12 @@ class ShadowSyscalls:
             self.link.rpc_done()
         return None if payload is None else channel.decoder(payload)
 
-    async def _exchange(self, build: Callable[[Encoder], Encoder], *,
-                        answer: bool = True) -> Decoder | None:  # fmt: skip
+    async def _exchange(self, build: Callable[[Encoder], Encoder], *, answer: bool = True,
+                        replay: bool = True) -> Decoder | None:  # fmt: skip
+        """One call; after a lost connection it is sent again on the reconnect's, unless
+        `replay` is False (a call that changes or consumes something on the shadow:
+        it may have run there), which fails at once as condor_starter's REMOTE_CONDOR_*
+        do on a dead socket; the next call waits for the reconnect."""
         async with self._lock:
             while True:
                 try:
@@ -166,6 +170,9 @@ class ShadowSyscalls:
                     return answered
                 except ShadowConnectionLostError as exc:
                     if self.link is None:
+                        raise
+                    if not replay:
+                        self.link.lost(exc)
                         raise
                     await self.link.wait_for_reconnect(exc)
 
@@ -262,7 +269,7 @@ class ShadowSyscalls:
     async def file_call(self, number: int, name: str, *args: str | int | bytes) -> int:
         """A file call that answers an rval only (unlink, chmod, open, write, ...): its
         arguments (strings, integers, raw bytes) in the order NTsenders sends them."""
-        dec = await self._exchange(_arguments(number, args))
+        dec = await self._exchange(_arguments(number, args), replay=False)
         assert dec is not None
         return _answer(dec, name)
 
@@ -302,8 +309,10 @@ class ShadowSyscalls:
         return await self.bytes_call(READLINK, "readlink", path, length)
 
     async def bytes_call(self, number: int, name: str, *args: str | int) -> bytes:
-        """A call answered by a length (an rval) and that many bytes (getfile, read)."""
-        dec = await self._exchange(_arguments(number, args))
+        """A call answered by a length (an rval) and that many bytes (getfile, read);
+        read and pread (which move the descriptor's offset) are not sent again."""
+        dec = await self._exchange(_arguments(number, args),
+                                   replay=number in (GETFILE, READLINK))  # fmt: skip
         assert dec is not None
         length = dec.get_int32(f"{name} rval")
         if length < 0:
@@ -324,26 +333,36 @@ class ShadowSyscalls:
         hold of the connection (nothing may come between them) and are not sent again
         after a reconnect (half would be)."""
         async with self._lock:
-            self.in_call = True
-            await self._take_offered()
-            dec = await self._once(lambda enc: enc.put_int(PUTFILE).put_string(path)
-                                   .put_int(mode).put_int(length), True)  # fmt: skip
-            assert dec is not None
             try:
-                fd = _answer(dec, "putfile")
-            except SyscallError:
-                if length > 0:  # the shadow then also sends its count of bytes written
-                    await self.channel.recv(self.timeout_s)  # (-1), read for nothing
-                self.in_call = False
+                return await self._putfile_once(path, mode, length, opened)
+            except ShadowConnectionLostError as exc:
+                if self.link is not None:
+                    self.link.lost(exc)
                 raise
-            data = await opened(fd)
-            if length <= 0:
-                self.in_call = False
-                return None
-            dec = await self._once(lambda enc: enc.put_bytes(data), True)
-            assert dec is not None
+
+    async def _putfile_once(self, path: str, mode: int, length: int,
+                            opened: Callable[[int], Awaitable[bytes]]) -> int | None:  # fmt: skip
+        """putfile's messages (under the lock)."""
+        self.in_call = True
+        await self._take_offered()
+        dec = await self._once(lambda enc: enc.put_int(PUTFILE).put_string(path)
+                               .put_int(mode).put_int(length), True)  # fmt: skip
+        assert dec is not None
+        try:
+            fd = _answer(dec, "putfile")
+        except SyscallError:
+            if length > 0:  # the shadow then also sends its count of bytes written
+                await self.channel.recv(self.timeout_s)  # (-1), read for nothing
             self.in_call = False
-            return _answer(dec, "putfile buffer")
+            raise
+        data = await opened(fd)
+        if length <= 0:
+            self.in_call = False
+            return None
+        dec = await self._once(lambda enc: enc.put_bytes(data), True)
+        assert dec is not None
+        self.in_call = False
+        return _answer(dec, "putfile buffer")
 
 
 def _arguments(number: int, args: tuple[str | int | bytes, ...]) -> Callable[[Encoder], Encoder]:

@@ -14,11 +14,14 @@ import pytest
 from structlog.testing import capture_logs
 from test_wire_chirp_proxy import Client, ScriptedShadow, answer
 
+from execd.errors import RemoteProtocolError
 from execd.wire import chirp_budget, chirp_files
 from execd.wire.chirp_config import ChirpConfig
 from execd.wire.chirp_files import FILE_MAX
+from execd.wire.chirp_protocol import OFFLINE
 from execd.wire.chirp_proxy import ChirpAddress, ChirpProxy
 from execd.wire.encoding import Decoder, Encoder
+from execd.wire.shadow_link import ShadowLink
 from execd.wire.shadow_syscalls import ShadowSyscalls
 
 WANTS_IO = {"WantIOProxy": True}
@@ -310,3 +313,39 @@ def test_answers_held_unread_are_bounded_across_the_daemon_and_their_client_drop
     asyncio.run(asyncio.wait_for(main(), 10))  # without the bounds: a shadow never answers
     assert len(greedy.sent) == 1 and len(other.sent) == 1
     assert chirp_budget.DAEMON.used == 0
+
+
+class DroppingShadow(ScriptedShadow):
+    """A shadow whose connection breaks once a call has reached it."""
+
+    async def recv(self, timeout_s: float | None = None) -> bytes:
+        raise RemoteProtocolError("connection reset by peer")
+
+
+def test_a_write_whose_connection_drops_is_answered_offline_and_never_sent_again() -> None:
+    """The write may have run on the shadow: it is not kept to be sent again on a
+    reconnect's connection (its bytes would be written twice); the client is answered
+    at once, and so are the calls after it while the shadow is away."""
+    old = DroppingShadow()
+    calls = ShadowSyscalls(old)
+    link = ShadowLink(old, claim_id="<c>#1#1", global_job_id="j", lease_s=60, starter_ad={},
+                      starter_address="<x>")  # fmt: skip
+    calls.attach(link)
+
+    async def main() -> None:
+        proxy = ChirpProxy(calls, WANTS_IO, global_job_id="j",
+                           connected=lambda: not link.disconnected.is_set())  # fmt: skip
+        address = await proxy.listen()
+        try:
+            client = await Client.to(address, address.cookie)
+            client.writer.write(b"write 4 3\nabc")
+            assert (await client.reader.readline()).rstrip() == str(OFFLINE).encode()
+            assert link.disconnected.is_set()
+            assert await client.ask("unlink f") == str(OFFLINE).encode()
+            client.close()
+        finally:
+            link.close()
+            await proxy.close()
+
+    asyncio.run(asyncio.wait_for(main(), 10))  # before: waits the lease for a reconnect
+    assert [d.get_int() for d in sent(old)] == [120]
