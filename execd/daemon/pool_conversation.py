@@ -27,6 +27,7 @@ from execd.classads import evaluate, new_ad
 from execd.daemon.pool_job import PoolJob
 from execd.errors import ExecdError, ProtocolError
 from execd.wire.channel import Channel
+from execd.wire.chirp_config import ChirpConfig
 from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.classad_codec import WireAd
 from execd.wire.handover import adopt_connection, export_connection, release_connection
@@ -102,6 +103,7 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         peek_enabled=lambda job_values: peek_enabled(daemon.settings, ad, job_values),
         claim_held=lambda: claim.full() in member.claims  # (restore tracks it first)
         and claim.full() not in member.closed_by_schedd,
+        chirp=ChirpConfig.from_settings(daemon.settings),
     )  # fmt: skip
 
 

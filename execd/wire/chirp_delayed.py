@@ -2,8 +2,9 @@
 
 As condor_starter (io_proxy_handler.cpp, jic_shadow.cpp recordDelayedUpdate,
 getDelayedUpdate, publishUpdateAd), served to every job unless its ad says
-`WantDelayedUpdates = false`: an attribute whose name matches
-CHIRP_DELAYED_UPDATE_PREFIX (`Chirp*`, any case) is kept by the starter and sent with
+`WantDelayedUpdates = false` or ENABLE_CHIRP_DELAYED is false (chirp_config.py): an
+attribute whose name matches CHIRP_DELAYED_UPDATE_PREFIX (`Chirp*` by default, any
+case) is kept by the starter and sent with
 its next update to the shadow, nested as `ChirpDelayedAttrs = [ name = expr; ... ]`
 (25.3 and later); the shadow checks each name again (the prefix, protected
 attributes) and puts it into the job ad, and from there into the schedd's. At most
@@ -13,7 +14,6 @@ Answers, condor_starter's: 0 when recorded, and 0 too when the value does not pa
 (nothing is recorded); 1 when the name is refused (prefix, too many names); -127 for a
 value over 993 bytes (ENAMETOOLONG, which Chirp has no code for). get_job_attr_delayed
 reads the pending value, else the job ad the starter got (get_job_info), else -3.
-The knobs are not read: execd uses their defaults.
 """
 
 from __future__ import annotations
@@ -23,19 +23,15 @@ from typing import Any
 
 from execd._htcondor import classad2
 from execd.classads import ClassAdError, parse_expr
+from execd.wire.chirp_config import DEFAULT_MAX_ATTRS, DEFAULT_PREFIX
 from execd.wire.chirp_protocol import ATTR_NAME
 from execd.wire.classad_codec import WireAd, unparse_old
 
-PREFIXES = ("Chirp*",)  # CHIRP_DELAYED_UPDATE_PREFIX's default
-MAX_ATTRS = 100  # CHIRP_DELAYED_UPDATE_MAX_ATTRS's default
+PREFIXES = (DEFAULT_PREFIX,)
+MAX_ATTRS = DEFAULT_MAX_ATTRS
 MAX_VALUE = 993
 NESTED = "ChirpDelayedAttrs"
 RECORDED, REFUSED, VALUE_TOO_LONG = 0, 1, -127
-
-
-def wants_delayed(job: Mapping[str, object]) -> bool:
-    """condor_starter's want_delayed: true unless the job ad says otherwise."""
-    return job.get("WantDelayedUpdates") is not False
 
 
 def name_allowed(name: str, prefixes: tuple[str, ...] = PREFIXES) -> bool:
@@ -54,7 +50,9 @@ def name_allowed(name: str, prefixes: tuple[str, ...] = PREFIXES) -> bool:
 class DelayedUpdates:
     """One job's pending delayed updates (name -> expression text)."""
 
-    def __init__(self, job_wire: Mapping[str, str]) -> None:
+    def __init__(self, job_wire: Mapping[str, str], *, prefixes: tuple[str, ...] = PREFIXES,
+                 max_attrs: int = MAX_ATTRS) -> None:  # fmt: skip
+        self.prefixes, self.max_attrs = prefixes, max_attrs
         self.job_wire = {k.lower(): v for k, v in job_wire.items()}
         self.pending: dict[str, tuple[str, Any]] = {}  # lower name -> (name, ExprTree)
         self.names: set[str] = set()  # every name recorded, for MAX_ATTRS
@@ -68,11 +66,11 @@ class DelayedUpdates:
             return RECORDED  # condor_starter answers success and records nothing
         # A name that is no ClassAd name, or a value old syntax cannot carry, would make
         # an update the shadow cannot read (it asserts, and the job is requeued).
-        if not ATTR_NAME.fullmatch(name) or not name_allowed(name) \
+        if not ATTR_NAME.fullmatch(name) or not name_allowed(name, self.prefixes) \
                 or not _carried(name, value):  # fmt: skip
             return REFUSED
         if name not in self.names:
-            if len(self.names) >= MAX_ATTRS:
+            if len(self.names) >= self.max_attrs:
                 return REFUSED
             self.names.add(name)
         self.pending[name.lower()] = (name, value)

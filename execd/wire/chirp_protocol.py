@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 LINE_MAX = 5120  # CHIRP_LINE_MAX
 ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a job attribute's name: fullmatch
+NUMBER = re.compile(r"[+-]?[0-9]+")  # a word %d reads whole
 CHIRP_VERSION = 2
 
 NOT_AUTHENTICATED = -1
@@ -41,14 +42,44 @@ _ERRNO_TO_CHIRP = {
     errnos.ENOTEMPTY: -15, errnos.EXDEV: -16, errnos.ETIMEDOUT: OFFLINE,
 }  # fmt: skip
 
-UPDATES, DELAYED = "updates", "delayed"
-# The requests execd serves, in condor_starter's order: (prefix, words, enabled by).
+UPDATES, DELAYED, FILES = "updates", "delayed", "files"
+# The requests execd serves, in condor_starter's order: (prefix, its words, enabled by);
+# a word is "s" (%s: any) or "d" (%d: a number, else the next request is tried).
 REQUESTS = (
-    ("set_job_attr_delayed", 2, DELAYED),
-    ("set_job_attr", 2, UPDATES),
-    ("get_job_attr", 1, UPDATES),
-    ("get_job_attr_delayed", 1, DELAYED),
-    ("ulog", 1, UPDATES),
+    ("open", "ssd", FILES),
+    ("close", "d", FILES),
+    ("lseek", "ddd", FILES),
+    ("unlink", "s", FILES),
+    ("rename", "ss", FILES),
+    ("mkdir", "sd", FILES),
+    ("rmdir", "s", FILES),
+    ("set_job_attr_delayed", "ss", DELAYED),
+    ("set_job_attr", "ss", UPDATES),
+    ("get_job_attr", "s", UPDATES),
+    ("get_job_attr_delayed", "s", DELAYED),
+    ("constrain", "s", UPDATES),
+    ("read", "dd", FILES),
+    ("write", "dd", FILES),
+    ("ulog", "s", UPDATES),
+    ("pread", "ddd", FILES),
+    ("pwrite", "ddd", FILES),
+    ("rmall", "s", FILES),
+    ("getfile", "s", FILES),
+    ("putfile", "sdd", FILES),
+    ("getlongdir", "s", FILES),
+    ("getdir", "s", FILES),
+    ("link", "ss", FILES),
+    ("symlink", "ss", FILES),
+    ("readlink", "sd", FILES),
+    ("statfs", "s", FILES),
+    ("stat", "s", FILES),
+    ("lstat", "s", FILES),
+    ("access", "sd", FILES),
+    ("chmod", "sd", FILES),
+    ("chown", "sdd", FILES),
+    ("lchown", "sdd", FILES),
+    ("truncate", "sd", FILES),
+    ("utime", "sdd", FILES),
 )
 
 
@@ -89,12 +120,13 @@ class Request:
 
 
 def read_request(text: str, enabled: frozenset[str]) -> Request | None:
-    """The request `text` is taken for, with `enabled` (UPDATES, DELAYED); None: none
+    """The request `text` is taken for, with `enabled` (UPDATES, DELAYED, FILES); None: none
     (condor_starter answers INVALID_REQUEST)."""
-    for prefix, count, needs in REQUESTS:
+    for prefix, kinds, needs in REQUESTS:
         if needs in enabled and text.startswith(prefix):
-            args = words(text[len(prefix):], count)
-            if args is not None:
+            args = words(text[len(prefix):], len(kinds))
+            if args is not None and all(kind == "s" or NUMBER.fullmatch(word)
+                                        for kind, word in zip(kinds, args, strict=True)):
                 return Request(prefix, args)
     if UPDATES in enabled and text.startswith("version"):  # strncmp(line, "version", 7)
         return Request("version", [])

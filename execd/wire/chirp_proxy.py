@@ -10,17 +10,21 @@ cookie, and ends the connection (condor_starter keeps it). The cookie is never l
 one text line per request (Chirp's protocol, condor_chirp/PROTOCOL), answered with a
 number line: >= 0 success, < 0 a Chirp error.
 
-Served, when the job ad says `WantRemoteUpdates` or else `WantIOProxy` is true (the
-updates condor_starter enables with them), by the shadow's remote system calls on the
-conversation's connection (shadow_syscalls.py): `set_job_attr NAME EXPR`,
+Served, when updates are granted (chirp_config.py: the job ad's `WantRemoteUpdates`,
+else `WantIOProxy`, and the ENABLE_CHIRP* knobs), by the shadow's remote system calls
+on the conversation's connection (shadow_syscalls.py): `set_job_attr NAME EXPR`,
 `get_job_attr NAME` (the length, then the expression's text), `ulog TEXT` (a generic
 event, 008, in the user log; the text cut to 1023 bytes as GenericEvent cuts it) and
 `version` (2). The shadow decides what may be set (PROTECTED_JOB_ATTRS, IMMUTABLE ...:
 EACCES, answered -2). Every other request, and these without the job ad's say-so, is
 answered -8 (invalid request), as condor_starter answers a request it does not serve;
-the file I/O calls (open, read, getfile, putfile, ...) and `constrain` are not served
-by execd. The delayed updates (set_job_attr_delayed, get_job_attr_delayed) are served
-to every job unless its ad says `WantDelayedUpdates = false` (chirp_delayed.py).
+the shadow's file calls on paths (getfile, putfile, unlink, getdir, stat, chmod, ...)
+are served when file I/O is granted (WantIOProxy and ENABLE_CHIRP_IO; chirp_files.py);
+open, close, lseek, read, write, pread and pwrite on its descriptors too; sread,
+swrite, fstat, fstatfs, fchown, fchmod, ftruncate, fsync, lookup, whoami, whoareyou
+are not served; `constrain` (an update) is passed on. The delayed updates
+(set_job_attr_delayed, get_job_attr_delayed) are served to every job unless its ad
+says `WantDelayedUpdates = false` or ENABLE_CHIRP_DELAYED is false (chirp_delayed.py).
 
 Requests are read as condor_starter reads them (chirp_protocol.py: its order, its
 prefix matching, words with backslash escapes, extra words ignored). A line longer than
@@ -51,12 +55,17 @@ from typing import Any, Protocol
 
 from execd.errors import ProtocolError
 from execd.log import get_logger
-from execd.wire.chirp_delayed import DelayedUpdates, wants_delayed
+from execd.wire import chirp_files
+from execd.wire.chirp_budget import BufferHold, ByteBudget
+from execd.wire.chirp_config import CHIRP_DEFAULTS, ChirpConfig, ChirpGrants, job_grants
+from execd.wire.chirp_delayed import DelayedUpdates
+from execd.wire.chirp_files import FileShadow
 from execd.wire.chirp_protocol import (
     ATTR_NAME,
     CHIRP_VERSION,
     DELAYED,
     DOESNT_EXIST,
+    FILES,
     INVALID_REQUEST,
     LINE_MAX,
     NOT_AUTHENTICATED,
@@ -81,10 +90,10 @@ COOKIE_WAIT_S = 10.0  # from the connection to its cookie
 WARN_INTERVAL_S = 60.0  # strangers' refusals are logged at most this often
 CALL_TIMEOUT_S = 20.0
 ULOG_GENERIC = 8
-JAVA_UNIVERSE = 10
+NO_GRANTS = ChirpGrants(io=False, updates=False, delayed=False)
 
 
-class ChirpShadow(Protocol):
+class ChirpShadow(FileShadow, Protocol):
     """What the proxy asks of the shadow (ShadowSyscalls has it)."""
 
     update_extra: Callable[[], WireAd] | None
@@ -92,22 +101,6 @@ class ChirpShadow(Protocol):
     async def get_job_attr(self, name: str) -> str: ...
     async def set_job_attr(self, name: str, expr: str) -> None: ...
     async def ulog(self, ad: Mapping[str, str]) -> None: ...
-
-
-def wants_updates(job: Mapping[str, object]) -> bool:
-    """condor_starter's want_updates: WantRemoteUpdates where the job ad has it as a
-    boolean, else WantIOProxy."""
-    remote = job.get("WantRemoteUpdates")
-    if isinstance(remote, bool):
-        return remote
-    return job.get("WantIOProxy") is True
-
-
-def wants_proxy(job: Mapping[str, object]) -> bool:
-    """Does condor_starter start a proxy (and write .chirp.config) for this job? For I/O
-    (WantIOProxy), updates, delayed updates, or a java job (jic_shadow initIOProxy)."""
-    return job.get("WantIOProxy") is True or wants_updates(job) or wants_delayed(job) \
-        or job.get("JobUniverse") == JAVA_UNIVERSE  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -145,19 +138,25 @@ class ChirpProxy:
     def __init__(self, shadow: ChirpShadow, job: Mapping[str, object], *,
                  global_job_id: str, cookie: str | None = None,
                  connected: Callable[[], bool] = lambda: True,
-                 job_wire: Mapping[str, str] | None = None) -> None:  # fmt: skip
+                 job_wire: Mapping[str, str] | None = None,
+                 config: ChirpConfig = CHIRP_DEFAULTS) -> None:  # fmt: skip
         self.shadow = shadow
+        self.config = config  # as the job started: kept through a restart in place
+        grants = job_grants(job, config) or NO_GRANTS
         # Delayed updates ride on the conversation's updates to the shadow.
-        self.delayed = DelayedUpdates(job_wire or {}) if wants_delayed(job) else None
+        self.delayed = DelayedUpdates(job_wire or {}, prefixes=config.prefixes,
+                                      max_attrs=config.max_attrs) if grants.delayed else None
         if self.delayed is not None:
             shadow.update_extra = self.delayed.take
         # False while the shadow is away: calls are answered "offline" at once, as
         # condor_starter answers them (ETIMEDOUT) when its syscall socket is down.
         self.connected = connected
         self._calls: set[asyncio.Task[bytes]] = set()
+        self._buffers = ByteBudget(chirp_files.FILE_MAX)  # the job's bytes in flight
         self.job = job
         self.global_job_id = global_job_id
-        self.updates = wants_updates(job)
+        self.updates = grants.updates
+        self.files = grants.io  # the shadow's files (chirp_files.py)
         self._cookie = cookie or new_cookie()
         self._server: asyncio.Server | None = None
         self._closed = False
@@ -221,7 +220,7 @@ class ChirpProxy:
         fd = os.dup(self._server.sockets[0].fileno())
         os.set_inheritable(fd, True)
         return {"pid": os.getpid(), "fd": fd, "inode": os.fstat(fd).st_ino,
-                "cookie": self._cookie}  # fmt: skip
+                "cookie": self._cookie, "config": self.config.record()}  # fmt: skip
 
     def _warn(self, event: str, reason: str) -> None:
         """A warning about strangers' connections, at most one per WARN_INTERVAL_S and
@@ -316,10 +315,19 @@ class ChirpProxy:
                 writer.write(f"{TOO_BIG}\n".encode())
                 await writer.drain()
                 return
-            writer.write(await self._request(raw.rstrip(b"\r\n")))
-            await writer.drain()
+            hold = BufferHold(self._buffers)
+            try:
+                writer.write(await self._request(raw.rstrip(b"\r\n"), reader, writer, hold))
+                async with asyncio.timeout(chirp_files.DATA_WAIT_S):
+                    await writer.drain()
+            except TimeoutError:  # a client that does not read its answer: dropped,
+                writer.transport.abort()  # and what waits to be sent with it
+                raise ConnectionError("the client did not read its answer") from None
+            finally:
+                hold.release()
 
-    async def _request(self, line: bytes) -> bytes:
+    async def _request(self, line: bytes, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter, hold: BufferHold) -> bytes:  # fmt: skip
         try:
             text = line.decode()
         except UnicodeDecodeError:
@@ -327,7 +335,8 @@ class ChirpProxy:
         if "\0" in text:
             return self._invalid("a NUL byte")
         enabled = frozenset([UPDATES] if self.updates else []) | \
-            frozenset([DELAYED] if self.delayed is not None else [])  # fmt: skip
+            frozenset([DELAYED] if self.delayed is not None else []) | \
+            frozenset([FILES] if self.files else [])  # fmt: skip
         if (request := read_request(text, enabled)) is None:
             word = text.split(None, 1)[0][:40] if text.strip() else ""
             return self._invalid(f"{word!r} not served for this job")
@@ -340,6 +349,17 @@ class ChirpProxy:
             return await self._call(args[0], self._get(args[0]))
         if command == "ulog":
             return await self._call(None, self._ulog(args[0]))
+        if command == "putfile":  # its first answer written on the way, not timed out:
+            return await chirp_files.put(self.shadow, args, reader, writer,  # the client's
+                                         job=self.global_job_id,  # bytes follow that answer
+                                         connected=self.connected, hold=hold)  # fmt: skip
+        if command in chirp_files.WITH_DATA:
+            return await chirp_files.write(self.shadow, command, args, reader, writer,
+                                           job=self.global_job_id, connected=self.connected,
+                                           hold=hold)  # fmt: skip
+        if command in chirp_files.CALLS:
+            return await self._call(None, chirp_files.call(self.shadow, command, args, hold),
+                                    command)  # fmt: skip
         assert self.delayed is not None
         if command == "set_job_attr_delayed":
             return f"{self.delayed.record(args[0], args[1])}\n".encode()
@@ -366,7 +386,8 @@ class ChirpProxy:
         await self.shadow.ulog(generic_event(self.job, text))
         return b"0\n"
 
-    async def _call(self, name: str | None, call: Coroutine[Any, Any, bytes]) -> bytes:
+    async def _call(self, name: str | None, call: Coroutine[Any, Any, bytes],
+                    what: str = "ulog") -> bytes:
         """One call to the shadow, its failure as Chirp's error (the daemon goes on).
         A call that outlasts CALL_TIMEOUT_S is answered "offline" but left to finish:
         cancelling it would cut a message to the shadow in half."""
@@ -382,10 +403,10 @@ class ChirpProxy:
         try:
             return await asyncio.wait_for(asyncio.shield(task), CALL_TIMEOUT_S)
         except SyscallError as exc:
-            log.debug("chirp_call_refused", job=self.global_job_id, attr=name or "ulog",
+            log.debug("chirp_call_refused", job=self.global_job_id, attr=name or what,
                      errno=exc.errno)  # fmt: skip
             return f"{chirp_error(exc.errno)}\n".encode()
         except (TimeoutError, ProtocolError) as exc:
-            log.warning("chirp_call_failed", job=self.global_job_id, attr=name or "ulog",
+            log.warning("chirp_call_failed", job=self.global_job_id, attr=name or what,
                         error=str(exc) or type(exc).__name__)  # fmt: skip
             return f"{OFFLINE}\n".encode()

@@ -45,6 +45,7 @@ from execd.claims.ids import ClaimId
 from execd.log import get_logger
 from execd.starter.sandbox import walk_tree
 from execd.wire.channel import Channel
+from execd.wire.chirp_config import ChirpConfig
 from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.chirp_start import open_chirp_proxy
 from execd.wire.classad_codec import WireAd, from_values
@@ -139,6 +140,8 @@ class ShadowOptions:
     # Asked as a restarted daemon resumes the conversation: does the schedd still hold
     # the claim? False: it released it meanwhile (no shadow comes back). None: always.
     claim_held: Callable[[], bool] | None = None
+    # The ENABLE_CHIRP* knobs as this job's starter reads them (at its start).
+    chirp: ChirpConfig = field(default_factory=ChirpConfig)
 
 
 def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
@@ -293,7 +296,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             os.lchown(name, uid, gid)
         proxy = await open_chirp_proxy(calls, job, gjid, sandbox, owner=(uid, gid),
                                        connected=lambda: not link.disconnected.is_set(),
-                                       job_wire=job_wire)  # fmt: skip
+                                       job_wire=job_wire, config=options.chirp)  # fmt: skip
         inputs = [n.split("/", 1)[0] for n in got.files]
         before = {e.name: e.stat().st_mtime for e in sandbox.iterdir() if e.is_file()}
         stdin = job.get("In")
@@ -312,7 +315,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         try:
             stdout, stderr = std_files(job)
             env = job_env(job, sandbox) | ({"_CONDOR_CHIRP_CONFIG": str(proxy.config_path)}
-                                           if proxy is not None else {})  # fmt: skip
+                                           if proxy is not None else {}) \
+                | {"_CHIRP_DELAYED_UPDATE_PREFIX": options.chirp.prefix}  # fmt: skip
             launch = JobLaunch(job, job_argv(job, sandbox, got.files), sandbox,
                                env, (uid, gid), stdin_name,
                                stdout or os.devnull, stderr or os.devnull)  # fmt: skip

@@ -113,6 +113,13 @@ class ShadowLink:
         log.info("shadow_reconnected", job=self.global_job_id)
         return fresh
 
+    def lost(self, reason: Exception) -> None:
+        """The connection failed under a call that is not sent again: the calls that
+        come after it wait for a reconnect (wait_for_reconnect)."""
+        if not self.disconnected.is_set():
+            log.warning("shadow_disconnected", job=self.global_job_id, reason=str(reason))
+        self.disconnected.set()
+
     async def wait_for_reconnect(self, lost: Exception) -> None:
         """The connection failed: wait for a reconnect for what is left of the lease;
         ProtocolError when it runs out (or there is no lease)."""

@@ -99,7 +99,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         if chirp_listener is not None:
             proxy = await adopt_chirp_proxy(
                 chirp_listener, calls, job, state.global_job_id,
-                connected=lambda: not link.disconnected.is_set(), job_wire=state.job_wire)
+                connected=lambda: not link.disconnected.is_set(), job_wire=state.job_wire,
+                config=options.chirp)
         tally = TransferTally(state.input_bytes, report=options.on_transferred)
         transfers = Transfers(calls, link, state.job_wire, address, tally)
         if not isinstance(channel, LostConnection):  # the kept connection: the file

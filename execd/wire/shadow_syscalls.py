@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+import errno as errnos
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -41,6 +42,11 @@ from execd.wire.encoding import Decoder, Encoder
 if TYPE_CHECKING:
     from execd.wire.shadow_link import ShadowLink
 
+GET_FILE_INFO_NEW = -74
+READLINK = 72
+STAT = 108
+GETFILE = 293
+PUTFILE = 294
 GET_JOB_INFO = -63
 JOB_EXIT = -65
 REGISTER_STARTER_INFO = -77
@@ -51,6 +57,7 @@ GET_JOB_ATTR = 285
 SET_JOB_ATTR = 286
 GET_SEC_SESSION_INFO = 288
 EVENT_NOTIFICATION = 304
+STAT_LINE_BYTES = 1024  # CONDOR_stat's answer: the stat line in a 1024-byte buffer
 
 # Reasons for job_exit (condor_includes/exit.h).
 JOB_EXITED = 100
@@ -66,6 +73,18 @@ class MessageChannel(Protocol):
     async def recv(self, timeout_s: float | None = None) -> bytes: ...
     def encoder(self) -> Encoder: ...
     def decoder(self, payload: bytes) -> Decoder: ...
+
+
+# CEDAR sends an errno in HTCondor's own numbering (condor_io/errno_num.cpp), the same
+# as Linux's up to 34 but for these: (the wire's number, Linux's).
+_WIRE_ERRNO = {36: errnos.EDEADLK, 38: errnos.ENAMETOOLONG, 39: errnos.ENOLCK,
+               40: errnos.ENOSYS, 41: errnos.ENOTEMPTY, 42: errnos.EILSEQ,
+               43: errnos.ETXTBSY}  # fmt: skip
+
+
+def wire_errno(number: int) -> int:
+    """The local errno of an errno the shadow sent (errno_num_decode)."""
+    return _WIRE_ERRNO.get(number, number)
 
 
 class SyscallError(RemoteProtocolError):
@@ -135,8 +154,12 @@ class ShadowSyscalls:
             self.link.rpc_done()
         return None if payload is None else channel.decoder(payload)
 
-    async def _exchange(self, build: Callable[[Encoder], Encoder], *,
-                        answer: bool = True) -> Decoder | None:  # fmt: skip
+    async def _exchange(self, build: Callable[[Encoder], Encoder], *, answer: bool = True,
+                        replay: bool = True) -> Decoder | None:  # fmt: skip
+        """One call; after a lost connection it is sent again on the reconnect's, unless
+        `replay` is False (a call that changes or consumes something on the shadow:
+        it may have run there), which fails at once as condor_starter's REMOTE_CONDOR_*
+        do on a dead socket; the next call waits for the reconnect."""
         async with self._lock:
             while True:
                 try:
@@ -147,6 +170,9 @@ class ShadowSyscalls:
                     return answered
                 except ShadowConnectionLostError as exc:
                     if self.link is None:
+                        raise
+                    if not replay:
+                        self.link.lost(exc)
                         raise
                     await self.link.wait_for_reconnect(exc)
 
@@ -238,11 +264,136 @@ class ShadowSyscalls:
         """A user-log event for the shadow to write; the shadow sends no answer."""
         await self._exchange(self._with_ad(ULOG, ad), answer=False)
 
+    # The shadow's files (Chirp's file I/O); the paths are the shadow's, on the submit
+    # side, and it decides what the job may touch (its own access checks).
+    async def file_call(self, number: int, name: str, *args: str | int | bytes) -> int:
+        """A file call that answers an rval only (unlink, chmod, open, write, ...): its
+        arguments (strings, integers, raw bytes) in the order NTsenders sends them."""
+        dec = await self._exchange(_arguments(number, args), replay=False)
+        assert dec is not None
+        return _answer(dec, name)
+
+    async def file_info(self, number: int, name: str, what: str | int) -> bytes:
+        """stat, lstat, statfs (of a path) or fstat (of a descriptor): the shadow's line
+        of numbers (its 1024-byte buffer up to the first NUL)."""
+        dec = await self._call(_arguments(number, (what,)), name)
+        line = dec.get_bytes(STAT_LINE_BYTES, f"{name} line")
+        dec.finish(f"{name} answer")
+        return line.split(b"\0", 1)[0]
+
+    async def file_url(self, path: str) -> str:
+        """CONDOR_get_file_info_new: where the shadow says the job's `path` is."""
+        dec = await self._call(_arguments(GET_FILE_INFO_NEW, (path,)), "get_file_info_new")
+        url = dec.get_string("get_file_info_new url")
+        dec.finish("get_file_info_new answer")
+        return url
+
+    async def stat_size(self, path: str) -> int | None:
+        """CONDOR_stat's st_size for `path`; None where its line does not say."""
+        fields = (await self.file_info(STAT, "stat", path)).split()
+        return int(fields[7]) if len(fields) == 13 and fields[7].isdigit() else None
+
+    async def dir_listing(self, number: int, name: str, path: str) -> bytes:
+        """getdir or getlongdir: the shadow's text (a line per entry, then an empty one)."""
+        dec = await self._call(lambda enc: enc.put_int(number).put_string(path), name)
+        text = dec.get_raw_string(f"{name} text")
+        dec.finish(f"{name} answer")
+        return text
+
+    async def getfile(self, path: str) -> bytes:
+        """The whole file at `path` (CONDOR_getfile)."""
+        return await self.bytes_call(GETFILE, "getfile", path)
+
+    async def readlink(self, path: str, length: int) -> bytes:
+        """Where the symbolic link at `path` points, at most `length` bytes."""
+        return await self.bytes_call(READLINK, "readlink", path, length)
+
+    async def bytes_call(self, number: int, name: str, *args: str | int) -> bytes:
+        """A call answered by a length (an rval) and that many bytes (getfile, read);
+        read and pread (which move the descriptor's offset) are not sent again."""
+        dec = await self._exchange(_arguments(number, args),
+                                   replay=number in (GETFILE, READLINK))  # fmt: skip
+        assert dec is not None
+        length = dec.get_int32(f"{name} rval")
+        if length < 0:
+            errno = wire_errno(dec.get_int32(f"{name} errno"))
+            raise SyscallError(f"the shadow failed {name}: rval {length}, errno {errno}", errno)
+        data = dec.get_bytes(length, f"{name} bytes")
+        dec.finish(f"{name} answer")
+        return data
+
+    async def putfile(self, path: str, mode: int, length: int,
+                      opened: Callable[[int], Awaitable[bytes]]) -> int | None:  # fmt: skip
+        """CONDOR_putfile: the shadow opens `path` (created, truncated, `mode`) and
+        answers (SyscallError where it cannot); `opened(its answer)` then gives the
+        `length` bytes to send it (the job's), and the shadow's count of bytes written
+        is returned (None for a length of 0: nothing is sent). Where the shadow cannot
+        open the file it still answers a second time for a length over 0 (its -1
+        count; 25.14.1's NTreceivers), which is read here. The messages go under one
+        hold of the connection (nothing may come between them) and are not sent again
+        after a reconnect (half would be)."""
+        async with self._lock:
+            try:
+                return await self._putfile_once(path, mode, length, opened)
+            except ShadowConnectionLostError as exc:
+                if self.link is not None:
+                    self.link.lost(exc)
+                raise
+
+    async def _putfile_once(self, path: str, mode: int, length: int,
+                            opened: Callable[[int], Awaitable[bytes]]) -> int | None:  # fmt: skip
+        """putfile's messages (under the lock)."""
+        self.in_call = True
+        await self._take_offered()
+        dec = await self._once(lambda enc: enc.put_int(PUTFILE).put_string(path)
+                               .put_int(mode).put_int(length), True)  # fmt: skip
+        assert dec is not None
+        try:
+            fd = _answer(dec, "putfile")
+        except SyscallError:
+            if length > 0:  # the shadow then also sends its count of bytes written
+                await self.channel.recv(self.timeout_s)  # (-1), read for nothing
+            self.in_call = False
+            raise
+        data = await opened(fd)
+        if length <= 0:
+            self.in_call = False
+            return None
+        dec = await self._once(lambda enc: enc.put_bytes(data), True)
+        assert dec is not None
+        self.in_call = False
+        return _answer(dec, "putfile buffer")
+
+
+def _arguments(number: int, args: tuple[str | int | bytes, ...]) -> Callable[[Encoder], Encoder]:
+    def build(enc: Encoder) -> Encoder:
+        enc.put_int(number)
+        for arg in args:
+            if isinstance(arg, str):
+                enc.put_string(arg)
+            elif isinstance(arg, bytes):
+                enc.put_bytes(arg)
+            else:
+                enc.put_int(arg)
+        return enc
+
+    return build
+
+
+def _answer(dec: Decoder, name: str) -> int:
+    """A whole answer that is an rval (and its errno when negative: SyscallError)."""
+    rval = dec.get_int32(f"{name} rval")
+    errno = wire_errno(dec.get_int32(f"{name} errno")) if rval < 0 else 0
+    dec.finish(f"{name} answer")
+    if rval < 0:
+        raise SyscallError(f"the shadow failed {name}: rval {rval}, errno {errno}", errno)
+    return rval
+
 
 def _checked(dec: Decoder, name: str) -> Decoder:
     rval = dec.get_int32(f"{name} rval")
     if rval < 0:
-        errno = dec.get_int32(f"{name} errno")
+        errno = wire_errno(dec.get_int32(f"{name} errno"))
         raise SyscallError(f"the shadow failed {name}: rval {rval}, errno {errno}", errno)
     return dec
 
