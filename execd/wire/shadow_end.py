@@ -137,7 +137,10 @@ async def remove_sandbox(sandbox: Path, options: ShadowOptions, handed_over: boo
         error: str | None = f"rm could not run ({exc})"
     else:
         assert rm.stderr is not None
-        kept = await rm.stderr.read(RM_ERROR_KEPT)
+        try:  # the start of it, whatever size of pieces rm writes it in
+            kept = await rm.stderr.readexactly(RM_ERROR_KEPT)
+        except asyncio.IncompleteReadError as short:  # all of it, shorter
+            kept = short.partial
         while await rm.stderr.read(65536):  # a huge tree's errors: drained, never kept
             pass
         error = rm_error(kept, await rm.wait())
