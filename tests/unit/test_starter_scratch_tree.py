@@ -7,11 +7,13 @@ The one removal (remove_tree) says what it left; the shadow conversation logs it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import stat
 import subprocess
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,19 @@ def immutable(path: Path, on: bool) -> bool:
     return done.returncode == 0
 
 
+@contextlib.contextmanager
+def stuck(path: Path) -> Iterator[None]:
+    """A file at `path` that no rm can remove while the block runs (skips where chattr +i
+    is unavailable); removable again after it."""
+    path.write_bytes(b"x")
+    if not immutable(path, True):
+        pytest.skip("chattr +i needs root and a file system with the flag")
+    try:
+        yield
+    finally:
+        immutable(path, False)
+
+
 def test_remove_tree_says_what_rm_left_and_none_when_all_went(tmp_path: Path) -> None:
     # One removal for the starter (which ignores the answer) and the daemon's shadow
     # conversation (which logs it: shadow_end.remove_sandbox)
@@ -67,30 +82,19 @@ def test_remove_tree_says_what_rm_left_and_none_when_all_went(tmp_path: Path) ->
 
     kept = tmp_path / "kept"
     kept.mkdir()
-    (kept / "stuck").write_bytes(b"x")
-    if not immutable(kept / "stuck", True):
-        pytest.skip("chattr +i needs root and a file system with the flag")
-    try:
+    with stuck(kept / "stuck"):
         error = remove_tree(kept)
         assert error is not None
         assert "stuck" in error and "Operation not permitted" in error
         assert (kept / "stuck").exists()
-    finally:
-        immutable(kept / "stuck", False)
     assert remove_tree(kept) is None
 
 
 def test_the_shadow_logs_what_rm_left_of_a_sandbox(tmp_path: Path) -> None:
     sandbox = tmp_path / "dir_1"
     sandbox.mkdir()
-    (sandbox / "stuck").write_bytes(b"x")
-    if not immutable(sandbox / "stuck", True):
-        pytest.skip("chattr +i needs root and a file system with the flag")
-    try:
-        with capture_logs() as events:
-            asyncio.run(remove_sandbox(sandbox, ShadowOptions(), handed_over=False))
-    finally:
-        immutable(sandbox / "stuck", False)
+    with stuck(sandbox / "stuck"), capture_logs() as events:
+        asyncio.run(remove_sandbox(sandbox, ShadowOptions(), handed_over=False))
     [left] = [e for e in events if e["event"] == "shadow_sandbox_not_removed"]
     assert left["sandbox"] == str(sandbox)
     assert "stuck" in left["error"] and "Operation not permitted" in left["error"]
@@ -129,9 +133,10 @@ def test_a_stuck_sandbox_removal_does_not_hold_another_conversations(tmp_path: P
 
     async def both() -> None:
         first = asyncio.create_task(remove_sandbox(slow, ShadowOptions(), handed_over=False))
-        while not (stuck := children_running(str(slow))):
+        while not (rms := children_running(str(slow))):
+            assert not first.done(), "the first rm ended before it could be stopped"
             await asyncio.sleep(0)  # not a wait for time: yields until its rm exists
-        [pid] = stuck
+        [pid] = rms
         os.kill(pid, signal.SIGSTOP)
         try:
             await asyncio.wait_for(
