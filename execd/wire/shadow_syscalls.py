@@ -314,10 +314,7 @@ class ShadowSyscalls:
         dec = await self._exchange(_arguments(number, args),
                                    replay=number in (GETFILE, READLINK))  # fmt: skip
         assert dec is not None
-        length = dec.get_int32(f"{name} rval")
-        if length < 0:
-            errno = wire_errno(dec.get_int32(f"{name} errno"))
-            raise SyscallError(f"the shadow failed {name}: rval {length}, errno {errno}", errno)
+        length = _rval(dec, name)
         data = dec.get_bytes(length, f"{name} bytes")
         dec.finish(f"{name} answer")
         return data
@@ -380,21 +377,25 @@ def _arguments(number: int, args: tuple[str | int | bytes, ...]) -> Callable[[En
     return build
 
 
-def _answer(dec: Decoder, name: str) -> int:
-    """A whole answer that is an rval (and its errno when negative: SyscallError)."""
-    rval = dec.get_int32(f"{name} rval")
-    errno = wire_errno(dec.get_int32(f"{name} errno")) if rval < 0 else 0
-    dec.finish(f"{name} answer")
-    if rval < 0:
-        raise SyscallError(f"the shadow failed {name}: rval {rval}, errno {errno}", errno)
-    return rval
-
-
-def _checked(dec: Decoder, name: str) -> Decoder:
+def _rval(dec: Decoder, name: str) -> int:
+    """An answer's rval; a negative one and its errno raise SyscallError."""
     rval = dec.get_int32(f"{name} rval")
     if rval < 0:
         errno = wire_errno(dec.get_int32(f"{name} errno"))
         raise SyscallError(f"the shadow failed {name}: rval {rval}, errno {errno}", errno)
+    return rval
+
+
+def _answer(dec: Decoder, name: str) -> int:
+    """A whole answer that is an rval (and its errno when negative: SyscallError)."""
+    try:
+        return _rval(dec, name)
+    finally:
+        dec.finish(f"{name} answer")
+
+
+def _checked(dec: Decoder, name: str) -> Decoder:
+    _rval(dec, name)
     return dec
 
 
