@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from execd import classads
 from execd.machine.hostname import client_machine
+from execd.starter.report import BLOCK_IO_ATTRS
 from execd.starter.sandbox import walk_tree
 
 if TYPE_CHECKING:
@@ -58,9 +59,6 @@ SYSTEM_STARTD_JOB_ATTRS = (
     "ResidentSetSize", "ProportionalSetSizeKb", "MemoryUsage", "DiskUsage", "StdoutMtime",
     "StderrMtime", "ScratchDirFileCount",
 )  # fmt: skip
-# condor_starter's block I/O counters (KiB, whole, rounded down; operations), which
-# execd's starter measures from the job cgroup's io.stat (execd.cgroups.tree.BlockIO)
-BLOCK_IO = ("BlockReadKbytes", "BlockWriteKbytes", "BlockReads", "BlockWrites")
 # MEMORY_USAGE_METRIC's default: what condor_starter puts in its updates as MemoryUsage.
 MEMORY_USAGE = "((ResidentSetSize + 1023) / 1024)"
 
@@ -111,8 +109,9 @@ def starter_update(status: dict[str, Any], started: int, suspended: bool,
         "RemoteSysCpu": float(status.get("RemoteSysCpu", 0.0)),
         "ExecuteDirWasEncrypted": False,  # execd never encrypts a sandbox
     }
-    # Block I/O where the job's cgroup has the io controller; unmeasured, left out
-    update |= {k: int(status[k]) for k in BLOCK_IO if isinstance(status.get(k), int)}
+    # Block I/O as the starter measured it from the job cgroup's io.stat, where the
+    # cgroup has the io controller; unmeasured, left out
+    update |= {k: int(status[k]) for k in BLOCK_IO_ATTRS if isinstance(status.get(k), int)}
     if sandbox is not None:
         size, entries = sandbox_usage(sandbox)
         update["DiskUsage"] = (size + 1023) // 1024

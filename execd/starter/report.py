@@ -17,14 +17,18 @@ HOLD_SUBCODE_MEMORY = 102
 HOLD_FAILED_TO_CREATE_PROCESS = 6
 
 
+# condor_starter's block I/O counters (VanillaProc::PublishUpdateAd)
+BLOCK_IO_ATTRS = ("BlockReadKbytes", "BlockWriteKbytes", "BlockReads", "BlockWrites")
+
+
 def block_io_attrs(block_io: BlockIO | None) -> dict[str, int]:
-    """condor_starter's Block* attributes (VanillaProc::PublishUpdateAd): KiB rounded
-    down, and operations; none where the job's I/O is not measured."""
+    """condor_starter's Block* attributes (BLOCK_IO_ATTRS): KiB rounded down, and
+    operations; none where the job's I/O is not measured."""
     if block_io is None:
         return {}
-    return {"BlockReadKbytes": block_io.read_bytes // 1024,
-            "BlockWriteKbytes": block_io.write_bytes // 1024,
-            "BlockReads": block_io.reads, "BlockWrites": block_io.writes}  # fmt: skip
+    values = (block_io.read_bytes // 1024, block_io.write_bytes // 1024,
+              block_io.reads, block_io.writes)  # fmt: skip
+    return dict(zip(BLOCK_IO_ATTRS, values, strict=True))
 
 
 def memory_hold_reason(limit_mb: int, usage_mb: int) -> str:
