@@ -102,6 +102,12 @@ def integer(word: str) -> int | None:
     return value
 
 
+def integers(words: list[str]) -> list[int] | None:
+    """Each word as integer() reads it; None where one is no number."""
+    values = [integer(word) for word in words]
+    return None if None in values else [v for v in values if v is not None]
+
+
 async def call(shadow: FileShadow, command: str, args: list[str], hold: BufferHold) -> bytes:
     """Any of CALLS but putfile: the answer line, and the bytes some have after it
     (those of read, pread, readlink and getfile taken from `hold` first)."""
@@ -157,10 +163,8 @@ async def open_file(shadow: FileShadow, path: str, letters: str, mode_word: str)
 async def descriptor_call(shadow: FileShadow, command: str, args: list[str],
                           hold: BufferHold) -> bytes:  # fmt: skip
     """close, lseek, read, pread (numbers only) and readlink (a path and a length)."""
-    numbers = [integer(word) for word in args[1:]] if command == "readlink" \
-        else [integer(word) for word in args]  # fmt: skip
-    values = [n for n in numbers if n is not None]
-    if len(values) != len(numbers):
+    values = integers(args[1:] if command == "readlink" else args)
+    if values is None:
         return line(INVALID_REQUEST)
     if command == "close":
         return line(await shadow.file_call(CLOSE, "close", values[0]))
@@ -197,9 +201,8 @@ async def write(shadow: FileShadow, command: str, args: list[str],
     after the line: read first (as condor_starter does), then sent to the shadow. Bytes
     that do not all arrive within DATA_WAIT_S, or a length over FILE_MAX, are answered
     (-8, -5) and end the connection (what follows could not be read as requests)."""
-    numbers = [integer(word) for word in args]
-    values = [n for n in numbers if n is not None]
-    if len(values) != len(numbers):
+    values = integers(args)
+    if values is None:
         return line(INVALID_REQUEST)
     length = values[1]
     if not 0 <= length <= FILE_MAX or not hold.take(length):
@@ -233,12 +236,6 @@ async def answered(call: Coroutine[Any, Any, int], *, job: str, what: str,
         return line(OFFLINE)
 
 
-def put_numbers(mode: str, length: str) -> tuple[int, int] | None:
-    """MODE and LENGTH as sscanf_chirp's %d reads them; None where they are not numbers."""
-    numbers = integer(mode), integer(length)
-    return None if numbers[0] is None or numbers[1] is None else (numbers[0], numbers[1])
-
-
 async def put(shadow: FileShadow, args: list[str], reader: asyncio.StreamReader,
               writer: asyncio.StreamWriter, *, job: str,
               connected: Callable[[], bool], hold: BufferHold) -> bytes:  # fmt: skip
@@ -246,7 +243,7 @@ async def put(shadow: FileShadow, args: list[str], reader: asyncio.StreamReader,
     the client sends its bytes; what is returned is the second (nothing for a length
     of 0), or the failure's Chirp error. Not under the proxy's call timeout: the
     client's bytes follow the first answer."""
-    numbers = put_numbers(args[1], args[2])
+    numbers = integers(args[1:3])  # MODE and LENGTH
     if numbers is None:
         log.debug("chirp_request_refused", job=job, reason="putfile's mode or length")
         return line(INVALID_REQUEST)
