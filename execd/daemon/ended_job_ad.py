@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from execd.daemon.job import preemption_badput
 from execd.daemon.pool_job import wait_status
 from execd.daemon.pool_job_attrs import read_status, starter_update
 from execd.wire.classad_codec import from_values
@@ -77,15 +78,12 @@ def ended_job_ad(jobs: JobManager, job: Job, now: float) -> dict[str, str]:
         ad |= {"BytesRecvd": str(received), "BytesSent": str(sent)}
     starter_status = STARTER_KILLED if report.get("ExitReason") == "no_report" else 0
     draining = job.evicted and jobs.drain_recorded
-    slot = jobs.daemon.engine.slots.get(job.slot)
     ad |= from_values({
         "CompletionDate": int(now),
         "RemoteWallClockTime": int(now) - int(job.started),
         "StarterExitStatus": starter_status,
         "JobStatus": REMOVED if starter_status else COMPLETED,
         "BadputCausedByDraining": draining,
-        "BadputCausedByPreemption": job.preemption_badput or (
-            slot is not None and slot.claim is not None and slot.claim.id == job.claim
-            and slot.preemption_badput),  # its claim's, while the slot holds it
+        "BadputCausedByPreemption": preemption_badput(job, jobs.daemon.engine.slots.get(job.slot)),
     })  # fmt: skip
     return ad

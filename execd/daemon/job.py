@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from execd.claims.ids import ClaimId
 from execd.hooks import job_hook_runs
 from execd.starter.launcher import StarterHandle
+
+if TYPE_CHECKING:
+    from execd.policy.slot import Slot
 
 
 @dataclass
@@ -51,3 +54,11 @@ class Job:
     transferred: tuple[int, int] | None = None
     history_deferred: bool = False
     history_written: bool = False
+
+
+def preemption_badput(job: Job, slot: Slot | None) -> bool:
+    """`job`'s BadputCausedByPreemption: what was decided for it, or its claim's flag on
+    `slot` while the slot still holds that claim (not a later claim's)."""
+    return job.preemption_badput or (
+        slot is not None and slot.claim is not None and slot.claim.id == job.claim
+        and slot.preemption_badput)

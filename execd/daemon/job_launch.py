@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from execd import log
 from execd.daemon import job_exit, procwatch
 from execd.daemon.ended_job_ad import ended_job_ad
+from execd.daemon.job import preemption_badput
 from execd.daemon.policy_glue import now, slot_facts
 from execd.daemon.starter_spec import starter_spec
 from execd.daemon.store import JobRecord, Store, StoreError
@@ -272,10 +273,8 @@ class StarterLifecycle:
     def _finished(self, job: Job) -> None:
         """Record the outcome (memory and store) and tell the engine the starter is gone."""
         assert job.report is not None
-        slot = self.daemon.engine.slots.get(job.slot)  # its claim's flag, before it goes
-        job.preemption_badput = job.preemption_badput or (
-            slot is not None and slot.claim is not None and slot.claim.id == job.claim
-            and slot.preemption_badput)  # not a later claim's
+        # its claim's flag, before the claim goes
+        job.preemption_badput = preemption_badput(job, self.daemon.engine.slots.get(job.slot))
         logger.info("job_finished", slot=job.slot, job=job.job_id,
                     exit_code=job.report.get("ExitCode"), reason=job.report.get("ExitReason"),
                     hold=job.report.get("HoldReason"))

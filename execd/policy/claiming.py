@@ -289,7 +289,7 @@ def vacate(engine: PolicyEngine, slot: Slot, now: Now, fast: bool,
     retirement_ended does not decide the flag again."""
     out: Actions = []
     if slot.state == S.CLAIMED:
-        if not fast and not resumed and slot.activity in (A.BUSY, A.SUSPENDED, A.RETIRING) \
+        if not fast and not resumed and slot.activity in RUNNING \
                 and not retirement_over(engine, slot, now):
             engine._retire(slot, "vacate", now, out)
         else:
