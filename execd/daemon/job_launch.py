@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
 
 logger = log.get_logger("jobs")
+# How long a shutdown waits, once its last job ended, for pool jobs' conversations to
+# finish telling their shadows how the jobs ended (StarterLifecycle.left).
+CONCLUDE_TIMEOUT_S = 120.0
 
 
 class StarterLifecycle:
@@ -51,6 +54,8 @@ class StarterLifecycle:
     store: Store
     sequence: int
     tasks: set[asyncio.Task[None]]
+    last_ended: float | None  # a shutdown's: when its last running job ended (monotonic)
+    conversations: set[object]  # the pool jobs' runners (PoolJob) until their conversation ends
 
     def workdir(self, job_id: str) -> Path:
         return self.daemon.paths.spool / "jobs" / job_id.replace("/", "_")
@@ -66,6 +71,27 @@ class StarterLifecycle:
         self.store.remove_job(job.job_id)
         self.jobs.pop(job.job_id, None)
         remove_tree(self.workdir(job.job_id))
+
+    def left(self) -> bool:
+        """What a shutdown waits for: a job that runs, or a pool job's conversation that
+        still tells its shadow how the job ended (output transfer, job_exit), as
+        condor_startd waits for its starters; those at most CONCLUDE_TIMEOUT_S after the
+        last job ended (a shadow gone away is not waited for until its lease ends)."""
+        if self.running:
+            self.last_ended = None
+            return True
+        if not self.conversations:
+            return False
+        mono = time.monotonic()
+        if self.last_ended is None:
+            self.last_ended = mono
+            logger.info("shutdown_waits_for_shadows", conversations=len(self.conversations),
+                        at_most_s=CONCLUDE_TIMEOUT_S)  # fmt: skip
+        if mono - self.last_ended < CONCLUDE_TIMEOUT_S:
+            return True
+        logger.warning("shutdown_conversations_cut", conversations=len(self.conversations),
+                       after_s=CONCLUDE_TIMEOUT_S)  # fmt: skip
+        return False
 
     def forget_when_done(self, job: Job) -> None:
         """The holder has (or will have) the outcome another way (a pool job's shadow)."""

@@ -51,6 +51,8 @@ class JobManager(StarterLifecycle):
         self.claims: dict[str, tuple[str, ClaimId]] = {}  # full claim id -> (slot, claim)
         self.jobs: dict[str, Job] = {}
         self.running: dict[str, Job] = {}  # slot -> job
+        self.last_ended: float | None = None
+        self.conversations: set[object] = set()
         self.birthday = int(time.time())
         self.ids = self.claim_ids(self.birthday)
         try:

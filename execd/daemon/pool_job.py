@@ -93,6 +93,7 @@ class PoolJob:
         `wire`: the ACTIVATE_CLAIM ad as sent, the startd's copy of the job ad."""
         result = self.jobs.activate(self.claim_id, job_ad, gate=self.gate)
         self.job = self.jobs.jobs[result["job_id"]]
+        self.jobs.conversations.add(self)  # until close(): a shutdown waits for it
         self._keep_history(self.job, wire)
 
     @staticmethod
@@ -131,6 +132,7 @@ class PoolJob:
         runner.gate.set_result(None)  # the starter was launched by the old daemon
         runner.job = job
         runner.started = started
+        jobs.conversations.add(runner)
         return runner
 
     def runner(self, launch: JobLaunch) -> PoolJob:
@@ -241,6 +243,8 @@ class PoolJob:
     def close(self) -> None:
         """After the conversation: kill what still runs; once the job has ended, its
         outcome is forgotten (the shadow had it), so the claim can run it again."""
+        self.jobs.conversations.discard(self)
+        self.jobs.daemon.wake.set()  # a shutdown may wait for this conversation's end
         self.kill()
         job = self.job
         if job is not None:

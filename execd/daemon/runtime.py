@@ -28,6 +28,7 @@ from execd.daemon.broken import record_broken
 from execd.daemon.control import Authorizer, ControlServer, Verb
 from execd.daemon.fetch_work import FetchWorker
 from execd.daemon.footprint import limit_malloc_arenas, small_default_executor
+from execd.daemon.job_launch import CONCLUDE_TIMEOUT_S
 from execd.daemon.jobs import JobManager
 from execd.daemon.node import Node, Paths
 from execd.daemon.policy_glue import log_action, now, policy_config, slot_facts
@@ -325,9 +326,10 @@ class Daemon:
         """Evaluate policy every UPDATE_INTERVAL, or POLLING_INTERVAL while claimed.
 
         After a shutdown request it goes on until no job is left (the engine retires,
-        vacates or kills them as the shutdown mode says), unless restarting in place."""
+        vacates or kills them as the shutdown mode says, and the shadows are told how
+        they ended), unless restarting in place."""
         sample_due = 0.0
-        while self.stopping is None or (self.jobs.running and self.stopping != "restart"):
+        while self.stopping is None or (self.stopping != "restart" and self.jobs.left()):
             if time.monotonic() >= sample_due:  # load and idle times: sampled once a poll,
                 self.node.refresh_load(time.time(), self.job_cpu_usage())  # not on every event
                 sample_due = time.monotonic() + self.engine.config.number("POLLING_INTERVAL")
@@ -338,6 +340,8 @@ class Daemon:
             self.publish_status()
             mono = time.monotonic()
             due = min(self.engine.next_evaluation_due(mono), self.jobs.matches.next_timeout())
+            if self.stopping is not None and self.jobs.last_ended is not None:
+                due = min(due, self.jobs.last_ended + CONCLUDE_TIMEOUT_S)  # shadows' bound
             self.wake.clear()
             await wait_event(self.wake, due - mono)  # not wait_for: it can lose a cancel
 
