@@ -198,13 +198,15 @@ class PoolJob:
     def _status(self) -> dict[str, Any]:
         return read_status(self.jobs, self._job())
 
-    def usage(self) -> dict[str, str]:
+    async def usage(self) -> dict[str, str]:
         """register_job_info's attributes from the starter's latest measurements; the
         startd side (the slot's ad) gets the same update, as condor_starter sends it."""
         job = self._job()
         self.reported_suspended = job.suspended is not None
         status = self._status()
-        update = self._update_values(status)
+        # The sandbox's walk off the event loop: the job decides how many entries it
+        # has, and every other job's conversation, claim and command waits on the loop.
+        update = await asyncio.to_thread(self._update_values, status)
         pool = self.jobs.daemon.pool
         if pool is not None:
             # condor_starter copies its slot's CPUsUsage into each update (CpusUsage)

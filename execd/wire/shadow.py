@@ -193,10 +193,10 @@ async def watch(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOptions,
     interval = {"_condor_JOBINFO_MAXINTERVAL": str(int(options.update_interval_s))}
     try:
         if wait_s <= 0:  # an update at once, then every interval
-            await send_update(calls, {**proc.usage(), **interval}, options.on_update)
+            await send_update(calls, {**(await proc.usage()), **interval}, options.on_update)
             wait_s = options.update_interval_s
         while (done := await proc.wait(wait_s)) is None:
-            await send_update(calls, {**proc.usage(), **interval}, options.on_update)
+            await send_update(calls, {**(await proc.usage()), **interval}, options.on_update)
             wait_s = options.update_interval_s
     finally:
         proc.kill()
@@ -327,7 +327,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             await report_hold(calls, job, gjid, exc)
             return
         await conclude(calls, transfers, state, done, options.on_update,
-                       usage=proc.usage())
+                       usage=await proc.usage())
     except asyncio.CancelledError:
         handed_over = hand_over(calls, link, options, proxy)
         raise

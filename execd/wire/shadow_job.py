@@ -149,7 +149,7 @@ class JobProcess:
         self.start_date = int(time.time())
         return self.proc.pid
 
-    def usage(self) -> dict[str, str]:
+    async def usage(self) -> dict[str, str]:
         """register_job_info's attributes: the process's peak resident set so far."""
         pid = self.proc.pid if self.proc is not None else 0
         if self.proc is not None and self.proc.returncode is None:  # a reaped pid may be

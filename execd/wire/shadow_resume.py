@@ -112,7 +112,7 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
             await report_hold(calls, job_values(state.job_wire), state.global_job_id, exc)
             return
         await conclude(calls, transfers, state, done, options.on_update,
-                       usage=proc.usage())
+                       usage=await proc.usage())
     except asyncio.CancelledError:  # restarting again?
         handed_over = hand_over(calls, link, options, proxy)
         raise

@@ -196,7 +196,7 @@ def test_a_pool_jobs_exit_walks_its_sandbox_once(
         runner.sandbox.mkdir()
         (runner.sandbox / "_condor_stdout").write_text("out\n")
         ends(daemon, job, EXITED, ResidentSetSize=4321, JobPid=99)
-        usage = runner.usage()  # what serve_shadow passes to conclude
+        usage = await runner.usage()  # what serve_shadow passes to conclude
         runner.note_update({**usage, "ExitBySignal": "false", "ExitCode": "3",
                             "JobState": '"Exited"'})  # fmt: skip
         assert len(walks) == 1, walks

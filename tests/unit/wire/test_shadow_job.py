@@ -148,7 +148,7 @@ def test_a_reaped_jobs_usage_reads_no_proc_of_its_old_pid(
     proc = job(box, ids, "exit 0")
     done, _ = asyncio.run(run(proc, 30))
     assert done.exit_ad()["ExitCode"] == "0"
-    peak = proc.usage()["ResidentSetSize"]
+    peak = asyncio.run(proc.usage())["ResidentSetSize"]
     # the old pid now another process's (pid reuse): its resident set is not the job's
     monkeypatch.setattr(shadow_job, "rss_kb", lambda pid: 10**9)
-    assert proc.usage()["ResidentSetSize"] == peak
+    assert asyncio.run(proc.usage())["ResidentSetSize"] == peak
