@@ -81,9 +81,10 @@ def sandbox_usage(sandbox: Path) -> tuple[int, int]:
     """(bytes of its files, entries) of a sandbox, as condor_starter's GetDiskUsage
     (Directory::GetDirectorySize) counts them: every file, directory and symlink is an
     entry; the sizes of files only. An entry whose lstat fails is no entry. Symlinks are
-    never followed, not even stat'd: this runs as root on the daemon's event loop, where
-    a link to a hung mount would freeze it and a link to a root-only path would let the
-    job probe it (condor_starter stats link targets as the job's user; docs/pool.md)."""
+    never followed, not even stat'd: this runs as root in one of the daemon's few worker
+    threads (PoolJob.usage), which a link to a hung mount would hold, and a link to a
+    root-only path would let the job probe it (condor_starter stats link targets as the
+    job's user; docs/pool.md)."""
     size = entries = 0
     for _, info in walk_tree(str(sandbox)):  # skips an entry whose lstat fails
         if not stat.S_ISDIR(info.st_mode) and not stat.S_ISLNK(info.st_mode):
