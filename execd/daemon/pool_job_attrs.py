@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import stat
 from collections.abc import Callable
@@ -93,6 +94,14 @@ def sandbox_usage(sandbox: Path) -> tuple[int, int]:
     return size, entries
 
 
+def whole_seconds(cpu_s: float) -> float:
+    """CPU time as condor_starter reports it: its ProcFamilyUsage counts whole seconds
+    (cgroup v2's usage_usec / 1000000, ProcAPI's rusage seconds), truncated, and its
+    update assigns them as a real (2.0); the starter's status keeps the fraction (for
+    CPUsUsage)."""
+    return float(math.floor(float(cpu_s)))
+
+
 def starter_update(status: dict[str, Any], started: int, suspended: bool,
                    sandbox: Path | None, stdio: tuple[str, str]) -> dict[str, Any]:  # fmt: skip
     """The values of one job update, as condor_starter sends it to its shadow and its
@@ -106,8 +115,8 @@ def starter_update(status: dict[str, Any], started: int, suspended: bool,
         "ImageSize": int(status.get("ImageSize", 0)),
         "ResidentSetSize": int(status.get("ResidentSetSize", 0)),
         "MemoryUsage": classads.parse_expr(MEMORY_USAGE),
-        "RemoteUserCpu": float(status.get("RemoteUserCpu", 0.0)),
-        "RemoteSysCpu": float(status.get("RemoteSysCpu", 0.0)),
+        "RemoteUserCpu": whole_seconds(status.get("RemoteUserCpu", 0.0)),
+        "RemoteSysCpu": whole_seconds(status.get("RemoteSysCpu", 0.0)),
         "ExecuteDirWasEncrypted": False,  # execd never encrypts a sandbox
     }
     # Block I/O as the starter measured it from the job cgroup's io.stat, where the

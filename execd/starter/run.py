@@ -79,7 +79,9 @@ class Starter:
         self.hard_kill_at: float | None = None
         self.peak_rss = 0
         self.peak_procs = 0
-        self.last_memory = 0
+        # the largest resident set measured so far: condor_starter's VanillaProc keeps
+        # it (max_rss) and reports it as ResidentSetSize in every update, not the current
+        self.max_rss = 0
         self.exit_reason = "exited"
         self.job_state = "Running"
         self.entered_state = int(time.time())
@@ -216,7 +218,7 @@ class Starter:
                 "JobState": self.job_state,
                 "EnteredCurrentState": self.entered_state,
                 "ImageSize": math.ceil(self.peak_rss / 1024),
-                "ResidentSetSize": math.ceil(self.last_memory / 1024),
+                "ResidentSetSize": math.ceil(self.max_rss / 1024),
                 "RemoteUserCpu": usage.user_usec / 1e6 if usage else 0.0,
                 "RemoteSysCpu": usage.system_usec / 1e6 if usage else 0.0,
                 "RemoteWallClockTime": round(time.monotonic() - self.started, 3),
@@ -258,7 +260,7 @@ class Starter:
         usage = self.cgroup.usage()
         self.last_usage = usage
         self.block_io = self.cgroup.block_io()
-        self.last_memory = usage.memory_bytes
+        self.max_rss = max(self.max_rss, usage.memory_bytes)
         self.peak_rss = max(self.peak_rss, usage.memory_bytes)
         self.peak_procs = max(self.peak_procs, usage.processes)
         peak = self.cgroup.memory_peak()
@@ -351,7 +353,7 @@ class Starter:
         # The final update's measurements (read before the cgroup goes): its last CPU
         # and block I/O, and as its resident set the peak, as condor_starter's (max_rss)
         self.last_usage, self.block_io = usage, self.cgroup.block_io()
-        self.last_memory = max(self.last_memory, self.peak_rss)
+        self.max_rss = max(self.max_rss, self.peak_rss)
         if self.exit_reason != "spawn_failed":  # a job that never started has no status
             self.publish_status()
         try:
@@ -392,7 +394,7 @@ class Starter:
     def check_oom(self) -> None:
         limit = self.plan.writes.get("memory.max")
         limit_mb = int(limit) // (1024 * 1024) if limit else self.spec.memory_mb
-        used_mb = math.ceil(max(self.last_memory, self.peak_rss) / (1024 * 1024))
+        used_mb = math.ceil(max(self.max_rss, self.peak_rss) / (1024 * 1024))
         outcome = rpt.oom_outcome(
             self.cgroup.oom_events(), limit_mb, used_mb, self.spec.always_hold_on_oom
         )

@@ -137,6 +137,16 @@ def test_a_starter_update_has_the_sandbox_only_with_file_transfer(tmp_path: Path
     assert not {"DiskUsage", "ScratchDirFileCount", "StdoutMtime"} & set(shared_fs)
 
 
+def test_a_starter_update_reports_cpu_in_whole_seconds_truncated() -> None:
+    # condor_starter's ProcFamilyUsage counts whole seconds (usage_usec / 1000000)
+    measured = {"RemoteUserCpu": 2.999999, "RemoteSysCpu": 0.5}
+    update = starter_update(measured, 1700000000, False, None, ("", ""))
+    assert (update["RemoteUserCpu"], update["RemoteSysCpu"]) == (2.0, 0.0)
+    assert isinstance(update["RemoteUserCpu"], float)  # a real in the ad, as condor's
+    assert starter_update({"RemoteUserCpu": 7.0}, 0, False, None, ("", ""))[
+        "RemoteUserCpu"] == 7.0
+
+
 def test_stdio_mtimes_are_left_out_for_a_symlink_or_a_non_file(tmp_path: Path) -> None:
     far = tmp_path / "far"
     far.write_text("root's\n")
