@@ -314,8 +314,9 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
 
         try:
             stdout, stderr = std_files(job)
-            env = job_env(job, sandbox) | ({"_CONDOR_CHIRP_CONFIG": str(proxy.config_path)}
-                                           if proxy is not None else {}) \
+            chirp_env = {"_CONDOR_CHIRP_CONFIG": str(proxy.config_path)} \
+                if proxy is not None else {}  # fmt: skip
+            env = job_env(job, sandbox, transfer) | chirp_env \
                 | {"_CHIRP_DELAYED_UPDATE_PREFIX": options.chirp.prefix}  # fmt: skip
             launch = JobLaunch(job, job_argv(job, sandbox, got.files), sandbox,
                                env, (uid, gid), stdin_name,

@@ -52,7 +52,20 @@ def job_argv(job: dict[str, object], sandbox: Path, transferred: list[str]) -> l
     return [exe, *args]
 
 
-def job_env(job: dict[str, object], sandbox: Path) -> dict[str, str]:
+def proxy_path(job: dict[str, object], sandbox: Path, transfer: bool) -> str | None:
+    """X509_USER_PROXY as condor_starter sets it (build_job_env): with file transfer the
+    proxy's basename in the sandbox (delegated or copied there), else its path, under the
+    job's Iwd when relative. The job ad spells the attribute x509userproxy."""
+    path = next((v for k, v in job.items() if k.lower() == "x509userproxy"), None)
+    if not isinstance(path, str) or not path:
+        return None
+    if transfer:
+        return str(sandbox / os.path.basename(path))
+    iwd = job.get("Iwd")
+    return os.path.join(iwd, path) if isinstance(iwd, str) and iwd else path
+
+
+def job_env(job: dict[str, object], sandbox: Path, transfer: bool = True) -> dict[str, str]:
     env = {"PATH": DEFAULT_PATH, "_CONDOR_SCRATCH_DIR": str(sandbox), "TMPDIR": str(sandbox),
            "HOME": str(sandbox)}  # fmt: skip
     text = job.get("Environment")
@@ -65,6 +78,9 @@ def job_env(job: dict[str, object], sandbox: Path) -> dict[str, str]:
             name, sep, value = pair.partition("=")
             if sep and name:
                 env[name] = value
+    proxy = proxy_path(job, sandbox, transfer)
+    if proxy is not None:  # condor_starter's wins over the job's own Environment
+        env["X509_USER_PROXY"] = proxy
     return env
 
 
