@@ -24,6 +24,7 @@ from cryptography.x509.oid import NameOID
 from execd.wire.classad_codec import decode_ad, encode_ad, to_classad
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.filetransfer import HOLD_DOWNLOAD_FILE_ERROR, TransferResult, download_sandbox
+from execd.wire.proxy_refresh import replace_proxy
 from execd.wire.shadow_job import job_env
 
 PROXY_CERT_INFO = x509.ObjectIdentifier("1.3.6.1.5.5.7.1.14")  # RFC 3820
@@ -199,3 +200,14 @@ def test_the_job_sees_its_proxy_as_condor_starter_sets_it() -> None:
     relative: dict[str, object] = {"X509UserProxy": "p.pem", "Iwd": "/iwd"}
     assert job_env(relative, Path("/s"), transfer=False)["X509_USER_PROXY"] == "/iwd/p.pem"
     assert "X509_USER_PROXY" not in job_env({"Iwd": "/iwd"}, Path("/s"))
+
+
+def test_a_refreshed_proxy_replaces_the_old_one_through_no_link(tmp_path: Path) -> None:
+    # DELEGATE_GSI_CRED_STARTER: written to <name>.tmp, then renamed over the proxy; a
+    # link the job left at the .tmp name is replaced, not followed
+    (tmp_path / "proxy.pem").write_bytes(b"old")
+    (tmp_path / "proxy.pem.tmp").symlink_to(tmp_path / "elsewhere")
+    replace_proxy(str(tmp_path), "proxy.pem", b"new", os.getuid())
+    assert (tmp_path / "proxy.pem").read_bytes() == b"new"
+    assert stat.S_IMODE((tmp_path / "proxy.pem").stat().st_mode) == 0o600
+    assert sorted(os.listdir(tmp_path)) == ["proxy.pem"]
