@@ -6,7 +6,9 @@ Delegated (HTCondor's default, DELEGATE_JOB_GSI_CREDENTIALS = true): the shadow 
 file transfer command 4 and signs a new proxy for a key the execute side made; the job
 sees X509_USER_PROXY naming the proxy in its sandbox, 0600 and its own, and copies it
 back: a proxy certificate issued by the submitted one, the key that goes with it, then
-the submitted certificate (openssl verify -allow_proxy_certs accepts it).
+the submitted certificate (openssl verify -allow_proxy_certs accepts it). When the
+submitted proxy changes while the job runs, the shadow delegates it again
+(DELEGATE_GSI_CRED_STARTER): the job sees its proxy replaced.
 
 Copied (DELEGATE_JOB_GSI_CREDENTIALS = false): without transfer_output_files the job's
 changed files come back, but not the proxy (condor_starter's FindChangedFiles skips the
@@ -21,6 +23,7 @@ import contextlib
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +40,19 @@ DELEGATED_SCRIPT = """#!/bin/sh
 echo "X509_USER_PROXY=${X509_USER_PROXY#$_CONDOR_SCRATCH_DIR/}"
 stat -c 'mode %a' "$X509_USER_PROXY"
 [ -O "$X509_USER_PROXY" ] && echo 'owned by the job'
+cp "$X509_USER_PROXY" made.txt
+"""
+REFRESH_SCRIPT = """#!/bin/sh
+before=$(cksum < "$X509_USER_PROXY")
+echo ready
+i=0
+while [ "$(cksum < "$X509_USER_PROXY")" = "$before" ] && [ $i -lt 600 ]; do
+    sleep 0.1; i=$((i + 1))
+done
+[ "$(cksum < "$X509_USER_PROXY")" = "$before" ] && echo 'proxy unchanged' || echo 'proxy renewed'
+stat -c 'mode %a' "$X509_USER_PROXY"
+[ -O "$X509_USER_PROXY" ] && echo 'owned by the job'
+[ -e "$X509_USER_PROXY.tmp" ] && echo 'its .tmp left behind'
 cp "$X509_USER_PROXY" made.txt
 """
 SCRIPT = """#!/bin/sh
@@ -72,10 +88,12 @@ def proxy() -> str:
 
 
 @contextlib.contextmanager
-def proxy_copied(pool: harness.Pool) -> Iterator[None]:
-    """The shadow copies the proxy as a plain file (read by each new shadow)."""
+def proxy_copied(pool: harness.Pool,
+                 text: str = "DELEGATE_JOB_GSI_CREDENTIALS = false\n") -> Iterator[None]:
+    """The shadow copies the proxy as a plain file (read by each new shadow); or
+    another `text` for the shadow."""
     path = pool.host_path(COPY_CONFIG)
-    path.write_text("DELEGATE_JOB_GSI_CREDENTIALS = false\n")
+    path.write_text(text)
     try:
         yield
     finally:
@@ -146,4 +164,37 @@ def test_a_delegated_x509_proxy_as_on_condor_startd(running_pool: harness.Runnin
     # what condor_startd does: the job sees its proxy, a valid proxy of the submitted one
     assert theirs[2] == "X509_USER_PROXY=proxy.pem\nmode 600\nowned by the job\n", theirs
     assert theirs[3] == (True, True, True, True, True, 0, ""), theirs
+    assert ours == theirs
+
+
+def refreshed_job(pool: harness.Pool, proxy: str) -> tuple[object, ...]:
+    """A job waits for its proxy to change; once it says so (condor_tail), the submitted
+    proxy is touched: the shadow (checking every second) delegates it again."""
+    with proxy_copied(pool, "SHADOW_CHECKPROXY_INTERVAL = 1\n"):
+        job = submit_files(pool, SUBMIT, {"job.sh": REFRESH_SCRIPT, "proxy.pem": proxy})
+        (job.host_dir / "proxy.pem").chmod(0o600)
+
+        def ready() -> bool:
+            tail = pool.tool("condor_tail", str(job.cluster), user=harness.SUBMITTER)
+            return "ready" in tail.stdout or bool({"005", "012"} & set(job.events()))
+
+        harness.wait_for("the job's ready", ready, WAIT_S)
+        later = time.time() + 60  # the shadow compares the file's mtime with the last one
+        os.utime(job.host_dir / "proxy.pem", (later, later))
+        harness.wait_for("005 or 012", lambda: {"005", "012"} & set(job.events()), WAIT_S)
+    end = next((line.strip() for line in job.user_log().splitlines()
+                if "termination" in line), "not ended: " + ", ".join(job.events()))  # fmt: skip
+    out, made = job.host_dir / "out.txt", job.host_dir / "made.txt"
+    text = out.read_text() if out.exists() else "(none)"
+    if not made.exists():
+        return end, text
+    return end, text, delegated_proxy(made.read_text(), proxy)
+
+
+def test_a_renewed_proxy_is_delegated_to_the_running_job(running_pool: harness.RunningPool,
+                                                         proxy: str) -> None:  # fmt: skip
+    ours, theirs = on_both(running_pool, lambda pool: refreshed_job(pool, proxy))
+    assert theirs[0].startswith("(1) Normal termination (return value 0)"), (ours, theirs)
+    assert theirs[1] == "ready\nproxy renewed\nmode 600\nowned by the job\n", theirs
+    assert theirs[2] == (True, True, True, True, True, 0, ""), theirs
     assert ours == theirs
