@@ -29,6 +29,7 @@ class Command(IntEnum):
     VACATE_CLAIM_FAST = 475
     DRAIN_JOBS = 512
     CANCEL_DRAIN_JOBS = 513
+    DELEGATE_GSI_CRED_STARTER = 500  # SCHED_VERS + 100: a renewed X509 proxy for a job
     CA_CMD = 1200
     # the starter's commands (STARTER_COMMANDS_BASE 1500); execd's starter is the daemon
     CREATE_JOB_OWNER_SEC_SESSION = 1501
@@ -96,7 +97,7 @@ COMMAND_PERMISSION: dict[int, str] = {
     Command.QUERY_STARTD_ADS: "READ", Command.GET_HISTORY: "READ", Command.CA_CMD: "WRITE",
     # condor_starter's levels (starter.cpp): the job owner's commands are READ
     Command.CREATE_JOB_OWNER_SEC_SESSION: "DAEMON", Command.START_SSHD: "READ",
-    Command.STARTER_PEEK: "READ",
+    Command.STARTER_PEEK: "READ", Command.DELEGATE_GSI_CRED_STARTER: "WRITE",
     # daemon-core's own (daemon_core_main.cpp)
     Command.DC_RECONFIG: "ADMINISTRATOR", Command.DC_RECONFIG_FULL: "ADMINISTRATOR",
     Command.DC_OFF_GRACEFUL: "ADMINISTRATOR", Command.DC_OFF_FAST: "ADMINISTRATOR",

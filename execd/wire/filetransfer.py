@@ -7,7 +7,8 @@ the output), then the job's secret TransferKey. On that AES-GCM connection:
 
 - the uploader sends int final_transfer (1 for the output, 0 for the input and for an
   evicted ON_EXIT_OR_EVICT job's sandbox, which the shadow spools) + ad {SandboxSize};
-- per file: int command (1 file, 6 mkdir, 0 finished), the name; before the first file
+- per file: int command (1 file, 6 mkdir, 4 the job's X509 proxy, delegated:
+  execd/wire/x509_delegation.py; 0 finished), the name; before the first file
   the GoAhead exchange: the downloader reads the uploader's alive interval and sends
   {Result = 2 (go ahead always), MaxTransferBytes}, sends its own alive interval and
   reads the uploader's {Result = 2} (the uploader does the two halves in the other
@@ -35,6 +36,7 @@ from pathlib import Path
 from execd.errors import RemoteProtocolError
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
 from execd.wire.shadow_syscalls import MessageChannel
+from execd.wire.x509_delegation import CMD_X509, DelegationError, receive_proxy, write_proxy
 
 FILETRANS_UPLOAD = 61000
 FILETRANS_DOWNLOAD = 61001
@@ -215,6 +217,26 @@ async def _receive_file_bytes(ch: MessageChannel, target: Path | None) -> tuple[
     return got, error
 
 
+async def _receive_delegated_proxy(ch: MessageChannel, name: str, target: Path | None,
+                                   result: TransferResult) -> None:  # fmt: skip
+    """Command 4: the job's proxy, delegated (no mode, no size; not counted as a CEDAR
+    file or its bytes, as HTCondor's stats do not)."""
+    try:
+        text = await receive_proxy(ch)
+    except DelegationError as exc:
+        result.fail(HOLD_DOWNLOAD_FILE_ERROR, 0, f"receiving file {name}: X509 proxy "
+                    f"delegation failed: {exc}")  # fmt: skip
+        return
+    if target is None:
+        return
+    try:
+        write_proxy(target, text)
+    except OSError as exc:
+        error = exc.errno or errnos.EIO
+        result.fail(HOLD_DOWNLOAD_FILE_ERROR, error,
+                    f"writing to file {name}: (errno {error}) {os.strerror(error)}")
+
+
 async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
                            executable: str | None = None) -> TransferResult:  # fmt: skip
     """Receive the input sandbox the shadow uploads (after FILETRANS_UPLOAD + key)."""
@@ -225,9 +247,9 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
     dec.finish("transfer header")
     first = True
     while (command := await _recv_int(ch, "file command")) != CMD_FINISHED:
-        if command not in (CMD_FILE, CMD_MKDIR):
+        if command not in (CMD_FILE, CMD_MKDIR, CMD_X509):
             raise FileTransferError(f"file transfer command {command} is not supported by execd "
-                                    "(only CEDAR files and directories)")  # fmt: skip
+                                    "(only CEDAR files, directories and X509 proxies)")  # fmt: skip
         dec = ch.decoder(await ch.recv())
         name = dec.get_string("file name")
         dec.finish("file name message")
@@ -238,6 +260,9 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
         if target is None:
             result.fail(HOLD_DOWNLOAD_FILE_ERROR, errnos.EPERM,
                         f"Attempt to write to illegal sandbox path: {name}")  # fmt: skip
+        if command == CMD_X509:
+            await _receive_delegated_proxy(ch, name, target, result)
+            continue
         mode = await _recv_int(ch, "file mode")
         if command == CMD_MKDIR:
             if target is not None:

@@ -77,6 +77,7 @@ from execd.wire.shadow_job import (
     JobProcess,
     job_argv,
     job_env,
+    proxy_name,
     run_as_ids,
     shared_fs_launch,
     wants_transfer,
@@ -307,6 +308,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                              dict(starter_ad), link.lease_s, int(time.time()),
                              transfers.tally.received)  # fmt: skip
         link.files = job_files(job, sandbox, transfer, uid)  # condor_tail may read them now
+        link.proxy_name = proxy_name(job) if transfer else None
 
         def started() -> None:
             if options.on_running is not None:
@@ -314,8 +316,9 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
 
         try:
             stdout, stderr = std_files(job)
-            env = job_env(job, sandbox) | ({"_CONDOR_CHIRP_CONFIG": str(proxy.config_path)}
-                                           if proxy is not None else {}) \
+            chirp_env = {"_CONDOR_CHIRP_CONFIG": str(proxy.config_path)} \
+                if proxy is not None else {}  # fmt: skip
+            env = job_env(job, sandbox, transfer) | chirp_env \
                 | {"_CHIRP_DELAYED_UPDATE_PREFIX": options.chirp.prefix}  # fmt: skip
             launch = JobLaunch(job, job_argv(job, sandbox, got.files), sandbox,
                                env, (uid, gid), stdin_name,

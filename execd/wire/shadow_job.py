@@ -19,7 +19,7 @@ from pathlib import Path
 from execd.wire.job_runner import JobExit, JobLaunch, JobSetupError, exec_failure
 
 __all__ = ["DEFAULT_PATH", "JobExit", "JobProcess", "JobSetupError", "job_argv", "job_env",
-           "rss_kb", "run_as_ids", "shared_fs_launch", "wants_transfer"]
+           "proxy_name", "rss_kb", "run_as_ids", "shared_fs_launch", "wants_transfer"]
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -52,7 +52,32 @@ def job_argv(job: dict[str, object], sandbox: Path, transferred: list[str]) -> l
     return [exe, *args]
 
 
-def job_env(job: dict[str, object], sandbox: Path) -> dict[str, str]:
+def _proxy_attr(job: dict[str, object]) -> str | None:
+    """The job's X509UserProxy (the job ad spells it x509userproxy) if it has one."""
+    path = next((v for k, v in job.items() if k.lower() == "x509userproxy"), None)
+    return path if isinstance(path, str) and path else None
+
+
+def proxy_name(job: dict[str, object]) -> str | None:
+    """The job's X509 proxy's name in its sandbox (with file transfer)."""
+    path = _proxy_attr(job)
+    return os.path.basename(path) if path is not None else None
+
+
+def proxy_path(job: dict[str, object], sandbox: Path, transfer: bool) -> str | None:
+    """X509_USER_PROXY as condor_starter sets it (build_job_env): with file transfer the
+    proxy's basename in the sandbox (delegated or copied there), else its path, under the
+    job's Iwd when relative."""
+    path = _proxy_attr(job)
+    if path is None:
+        return None
+    if transfer:
+        return str(sandbox / os.path.basename(path))
+    iwd = job.get("Iwd")
+    return os.path.join(iwd, path) if isinstance(iwd, str) and iwd else path
+
+
+def job_env(job: dict[str, object], sandbox: Path, transfer: bool = True) -> dict[str, str]:
     env = {"PATH": DEFAULT_PATH, "_CONDOR_SCRATCH_DIR": str(sandbox), "TMPDIR": str(sandbox),
            "HOME": str(sandbox)}  # fmt: skip
     text = job.get("Environment")
@@ -65,6 +90,9 @@ def job_env(job: dict[str, object], sandbox: Path) -> dict[str, str]:
             name, sep, value = pair.partition("=")
             if sep and name:
                 env[name] = value
+    proxy = proxy_path(job, sandbox, transfer)
+    if proxy is not None:  # condor_starter's wins over the job's own Environment
+        env["X509_USER_PROXY"] = proxy
     return env
 
 

@@ -71,6 +71,7 @@ class ShadowLink:
         self._held: dict[int, asyncio.Event] = {}  # reconnect connections still in use
         self.owner = ""  # the job ad's User: whom a job owner's session is made for
         self.files: JobFiles | None = None  # what condor_tail may read, once the job runs
+        self.proxy_name: str | None = None  # its X509 proxy in the sandbox, to refresh
         self.job_done = False  # the job has exited (its output may still be on its way)
         self.peek_enabled: Callable[[], bool] = lambda: True  # ENABLE_PEEK_JOB for this job
         self.on_close: list[Callable[[], None]] = []  # e.g. forget its owner sessions
