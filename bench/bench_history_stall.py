@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from loop_gaps import LoopGaps
+
 from execd.config.loader import parse_config_text
 from execd.config.settings import load_settings
 from execd.daemon.pool_history import HistoryQueue
@@ -51,16 +53,6 @@ async def measure(history: Path, queries: int) -> None:
     text = f"STARTD_HISTORY = {history}\n"
     settings = load_settings(parse_config_text(text, filename="bench.conf", env={}))
     queue = HistoryQueue(lambda: settings)
-    gaps: list[float] = []
-
-    async def ticker() -> None:
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(0.001)
-            now = time.monotonic()
-            gaps.append(now - last - 0.001)
-            last = now
-
     async def query() -> int:
         client, server = await pair()
         await client.send(encode_ad(client.encoder(), QUERY).payload())
@@ -73,15 +65,13 @@ async def measure(history: Path, queries: int) -> None:
         await server.close()
         return ads
 
-    ticking = asyncio.create_task(ticker())
-    start = time.monotonic()
-    counts = await asyncio.gather(*(query() for _ in range(queries)))
-    took = time.monotonic() - start
-    ticking.cancel()
-    gaps.sort()
+    async with LoopGaps() as gaps:
+        start = time.monotonic()
+        counts = await asyncio.gather(*(query() for _ in range(queries)))
+        took = time.monotonic() - start
     print(f"{queries} queries x {counts[0] - 1} ads: {took:.1f} s; loop gap max "
-          f"{gaps[-1] * 1000:.1f} ms, p99 {gaps[len(gaps) * 99 // 100] * 1000:.1f} ms, "
-          f"{len(gaps)} turns")
+          f"{gaps.longest() * 1000:.1f} ms, p99 {gaps.p99() * 1000:.1f} ms, "
+          f"{len(gaps.gaps)} turns")
 
 
 def main() -> None:

@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from loop_gaps import LoopGaps
+
 from execd.daemon.pool_job_attrs import starter_update
 
 STATUS = {"JobPid": 1, "NumProcesses": 1, "ImageSize": 1024, "ResidentSetSize": 1024}
@@ -42,25 +44,12 @@ def update(sandbox: Path) -> dict[str, Any]:
 
 
 async def stall(run: Callable[[], Awaitable[dict[str, Any]]]) -> tuple[float, float, int]:
-    """(longest gap between the ticker's turns, the update's time, entries counted)."""
-    gaps: list[float] = []
-
-    async def ticker() -> None:
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(0.001)
-            now = time.monotonic()
-            gaps.append(now - last)
-            last = now
-
-    tick = asyncio.create_task(ticker())
-    await asyncio.sleep(0.05)
-    began = time.monotonic()
-    values = await run()
-    took = time.monotonic() - began
-    await asyncio.sleep(0.05)
-    tick.cancel()
-    return max(gaps), took, int(values["ScratchDirFileCount"])
+    """(longest gap between the loop's turns, the update's time, entries counted)."""
+    async with LoopGaps() as gaps:
+        began = time.monotonic()
+        values = await run()
+        took = time.monotonic() - began
+    return gaps.longest(), took, int(values["ScratchDirFileCount"])
 
 
 async def inline(sandbox: Path) -> dict[str, Any]:

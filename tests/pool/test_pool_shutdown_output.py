@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pool_harness as harness
 from test_pool_daemon import WAIT_S
-from test_pool_jobs import PLAIN_SUBMIT, pool_node, submit_files, timeless
+from test_pool_jobs import pool_node, timeless
 from test_pool_preemption import evicted_lines, slot_ad
+from test_pool_spool_on_evict import submit_marked
 
 SIZE = 64 * 1024 * 1024
 SCRIPT = f"""#!/bin/sh
@@ -56,10 +57,7 @@ def shut_down_under_a_job(pool: harness.Pool, stop: Callable[[], None],
                           ) -> tuple[list[str], list[str], int]:  # fmt: skip
     """(the job's events, its 004's lines, its spooled big.bin's size) after `stop`
     shut the pool's only execute point down while the job ran."""
-    token = f"{os.getpid()}-{pool._jobs}"
-    mark = Path(f"/tmp/execd-shutdown-output-{token}")
-    job = submit_files(pool, PLAIN_SUBMIT.format(args=token, extra="").replace(
-        "ON_EXIT", "ON_EXIT_OR_EVICT"), {"job.sh": SCRIPT})  # fmt: skip
+    job, mark = submit_marked(pool, SCRIPT, "/tmp/execd-shutdown-output-{token}")
     try:
         job.wait_for_event("001", WAIT_S)
         harness.wait_for("the job's file written", mark.exists, WAIT_S, 0.1)

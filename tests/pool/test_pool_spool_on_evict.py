@@ -39,13 +39,21 @@ def vacate(pool: harness.Pool, job: harness.SubmittedJob, fast: bool) -> None:
         pool.tool("condor_vacate_job", str(job.cluster), user=harness.SUBMITTER).check()
 
 
+def submit_marked(pool: harness.Pool, script: str, mark: str,
+                  ) -> tuple[harness.SubmittedJob, Path]:  # fmt: skip
+    """An ON_EXIT_OR_EVICT job of `script`, whose argument is a token of this pool's
+    submission, and the host path `mark` names with it (`{token}`), in /tmp (the
+    chroot's too): the job touches it to say where it is."""
+    token = f"{os.getpid()}-{pool._jobs}"
+    job = submit_files(pool, PLAIN_SUBMIT.format(args=token, extra="").replace(
+        "ON_EXIT", "ON_EXIT_OR_EVICT"), {"job.sh": script})  # fmt: skip
+    return job, Path(mark.format(token=token))
+
+
 def vacated_with_spool(pool: harness.Pool, fast: bool) -> tuple[list[str], str, str]:
     """A running ON_EXIT_OR_EVICT job vacated: its user-log events, its stdout and the
     progress file after the run that finished it."""
-    token = f"{os.getpid()}-{pool._jobs}"
-    mark = Path(f"/tmp/execd-spool-{token}")
-    job = submit_files(pool, PLAIN_SUBMIT.format(args=token, extra="").replace(
-        "ON_EXIT", "ON_EXIT_OR_EVICT"), {"job.sh": SPOOL_SCRIPT})  # fmt: skip
+    job, mark = submit_marked(pool, SPOOL_SCRIPT, "/tmp/execd-spool-{token}")
     try:
         job.wait_for_event("001", WAIT_S)
         harness.wait_for("the first run's mark", mark.exists, WAIT_S, 0.1)
