@@ -97,7 +97,9 @@ COMMAND_PERMISSION: dict[int, str] = {
     Command.QUERY_STARTD_ADS: "READ", Command.GET_HISTORY: "READ", Command.CA_CMD: "WRITE",
     # condor_starter's levels (starter.cpp): the job owner's commands are READ
     Command.CREATE_JOB_OWNER_SEC_SESSION: "DAEMON", Command.START_SSHD: "READ",
-    Command.STARTER_PEEK: "READ", Command.DELEGATE_GSI_CRED_STARTER: "WRITE",
+    Command.STARTER_PEEK: "READ",
+    # condor_starter: WRITE; execd judges it as a claim command (pool_commands.judge)
+    Command.DELEGATE_GSI_CRED_STARTER: "DAEMON",
     # daemon-core's own (daemon_core_main.cpp)
     Command.DC_RECONFIG: "ADMINISTRATOR", Command.DC_RECONFIG_FULL: "ADMINISTRATOR",
     Command.DC_OFF_GRACEFUL: "ADMINISTRATOR", Command.DC_OFF_FAST: "ADMINISTRATOR",
