@@ -15,9 +15,12 @@ another directory gets no file written there. A temporary file left by a failed 
 is removed (it holds a private key). Only a job with file transfer has its proxy in its
 sandbox; a peer whose session is no such job's claim gets no exchange at all (no key is
 made for it) and the connection is closed; a job that ends during the exchange gets no
-file and the reply 0. UPDATE_GSI_CRED (487, the proxy copied as a file, which the
-shadow tries after a failed delegation) is not served: the shadow logs that failure
-and the job goes on with the proxy it has.
+file and the reply 0. UPDATE_GSI_CRED (487) is the shadow's
+fallback when the delegation did not succeed, and its only way with
+DELEGATE_JOB_GSI_CREDENTIALS = false (RemoteResource::updateX509Proxy): the proxy
+itself as one file (ReliSock::put_file), then the same int reply, and the same
+writing; a job of the claim without its proxy in its sandbox is answered 2 (declined:
+the shadow stops checking its proxy), as condor_starter's JICShadow::updateX509Proxy.
 """
 
 from __future__ import annotations
@@ -26,16 +29,20 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from execd.log import get_logger
 from execd.wire.channel import Channel
+from execd.wire.filetransfer import receive_small_file
 from execd.wire.server import Peer
 from execd.wire.shadow_link import LIVE_LINKS, ShadowLink, ShadowLinks
 from execd.wire.x509_delegation import DelegationError, receive_proxy
 
 log = get_logger("shadow")
-REFRESHED, NOT_REFRESHED = 1, 0
+REFRESHED, NOT_REFRESHED, DECLINED = 1, 0, 2  # DCStarter::X509UpdateStatus
+MAX_PROXY_BYTES = 1 << 20  # a proxy file is a few KiB
 
 
 @dataclass(frozen=True)
@@ -103,14 +110,46 @@ async def serve_proxy_refresh(channel: Channel, peer: Peer,
                               links: ShadowLinks = LIVE_LINKS) -> None:  # fmt: skip
     """One DELEGATE_GSI_CRED_STARTER from the shadow (already authorized)."""
     link = links.by_session(peer.sid)
-    job = link.global_job_id if link is not None else None
     if _live_target(link) is None:  # no key is made for a peer with no job to give it
-        log.warning("x509_proxy_refresh_refused", peer=peer.address, job=job,
-                    why="no running job with a proxy in its sandbox under this session")
+        _refused(peer, link)
         return
+    await _refresh(channel, peer, link, receive_proxy(channel))
+
+
+async def serve_proxy_update(channel: Channel, peer: Peer,
+                             links: ShadowLinks = LIVE_LINKS) -> None:  # fmt: skip
+    """One UPDATE_GSI_CRED from the shadow (already authorized): the proxy as a file
+    (ReliSock::put_file). A job of this claim without its proxy in its sandbox (no file
+    transfer) is answered 2 at once, as condor_starter does: the shadow stops trying."""
+    link = links.by_session(peer.sid)
+    if _live_target(link) is None:
+        _refused(peer, link)
+        if link is not None and not link.closed:
+            await channel.send(channel.encoder().put_int(DECLINED).payload())
+        return
+    await _refresh(channel, peer, link, _proxy_file(channel))
+
+
+async def _proxy_file(channel: Channel) -> bytes:
+    text = await receive_small_file(channel, MAX_PROXY_BYTES)
+    if text is None:
+        raise DelegationError(f"the proxy file is larger than {MAX_PROXY_BYTES} bytes")
+    return text
+
+
+def _refused(peer: Peer, link: ShadowLink | None) -> None:
+    log.warning("x509_proxy_refresh_refused", peer=peer.address,
+                job=link.global_job_id if link is not None else None,
+                why="no running job with a proxy in its sandbox under this session")  # fmt: skip
+
+
+async def _refresh(channel: Channel, peer: Peer, link: ShadowLink | None,
+                   receiving: Coroutine[Any, Any, bytes]) -> None:  # fmt: skip
+    """Receive the proxy, write it if the job is still there, reply 1 or 0."""
+    job = link.global_job_id if link is not None else None
     reply = NOT_REFRESHED
     try:
-        text = await receive_proxy(channel)
+        text = await receiving
     except DelegationError as exc:
         log.warning("x509_proxy_refresh_failed", peer=peer.address, job=job, why=str(exc))
     else:

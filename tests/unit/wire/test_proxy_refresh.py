@@ -1,4 +1,5 @@
 """DELEGATE_GSI_CRED_STARTER (500): the shadow's renewed X509 proxy for a running job.
+UPDATE_GSI_CRED (487): the same, the proxy sent as a file (ReliSock::put_file).
 The sender is tests/unit/wire/x509_sender.py (HTCondor's x509_send_delegation); the job
 is a ShadowLink found by the claim's session; the reply is one int, 1 replaced, 0 not.
 Sandboxes are owned by a job user (not root: a root-owned sandbox is refused)."""
@@ -29,6 +30,7 @@ from execd.wire.proxy_refresh import (
     proxy_target,
     replace_proxy,
     serve_proxy_refresh,
+    serve_proxy_update,
 )
 from execd.wire.server import Peer
 from execd.wire.shadow_link import ShadowLink, ShadowLinks
@@ -185,7 +187,7 @@ def test_no_job_to_refresh_means_no_key_and_no_exchange(tmp_path: Path, case: st
     assert [e["event"] for e in events] == ["x509_proxy_refresh_refused"]
 
 
-def test_command_500_comes_from_the_claims_session_or_a_daemon() -> None:
+def test_commands_500_and_487_come_from_the_claims_session_or_a_daemon() -> None:
     """execd judges it as a claim command (condor_starter registers it at WRITE, on a
     starter only the shadow knows the address of): a WRITE-only peer and a job owner's
     session are refused."""
@@ -196,12 +198,60 @@ def test_command_500_comes_from_the_claims_session_or_a_daemon() -> None:
                              holder=lambda peer: object())  # fmt: skip
     commands = cast(Any, SimpleNamespace(member=SimpleNamespace(config=config), owners=owners))
 
-    def may(user: str, method: str, sid: str = SID) -> bool:
+    def may(command: int, user: str, method: str, sid: str = SID) -> bool:
         peer = Peer(user=user, method=method, sid=sid, address="127.0.0.1:5")
-        return bool(PoolCommands.judge(commands, Command.DELEGATE_GSI_CRED_STARTER, peer))
+        return bool(PoolCommands.judge(commands, command, peer))
 
     with capture_logs():
-        assert may(MATCH_SESSION_USER, "MATCH")
-        assert may("condor@pool", "FS")
-        assert not may("alice@pool", "FS")  # WRITE only
-        assert not may("alice@pool", "TOKEN", sid="owner")  # condor_tail's session
+        for command in (Command.DELEGATE_GSI_CRED_STARTER, Command.UPDATE_GSI_CRED):
+            assert may(command, MATCH_SESSION_USER, "MATCH")
+            assert may(command, "condor@pool", "FS")
+            assert not may(command, "alice@pool", "FS")  # WRITE only
+            assert not may(command, "alice@pool", "TOKEN", sid="owner")  # condor_tail's
+
+
+def update(messages: list[bytes], links: ShadowLinks) -> Shadow:
+    """UPDATE_GSI_CRED's messages after the command, then our int reply."""
+    shadow = Shadow([*(("recv", m) for m in messages), ("send", b"")])
+    peer = Peer(user=MATCH_SESSION_USER, method="MATCH", sid=SID, address="127.0.0.1:5")
+    asyncio.run(serve_proxy_update(cast(Channel, shadow), peer, links))
+    return shadow
+
+
+def put_file(text: bytes, chunk: int = 4) -> list[bytes]:
+    """ReliSock::put_file: the size message, then the bytes in chunks."""
+    return [enc().put_int(len(text)).put_int(chunk).payload(),
+            *(text[i:i + chunk] for i in range(0, len(text), chunk))]  # fmt: skip
+
+
+def test_a_proxy_sent_as_a_file_replaces_the_jobs(tmp_path: Path) -> None:
+    box, links = sandbox(tmp_path), ShadowLinks()
+    job_link(box, links)
+    shadow = update(put_file(b"renewed proxy"), links)
+    assert not shadow.script and reply(shadow) == 1
+    assert (box / "proxy.pem").read_bytes() == b"renewed proxy"
+    st = (box / "proxy.pem").stat()
+    assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o600, JOB_UID)
+    assert os.listdir(box) == ["proxy.pem"]
+
+
+def test_a_proxy_file_too_large_is_read_and_replied_0(tmp_path: Path) -> None:
+    box, links = sandbox(tmp_path), ShadowLinks()
+    job_link(box, links)
+    shadow = update(put_file(b"x" * ((1 << 20) + 1), 65536), links)
+    assert not shadow.script and reply(shadow) == 0  # the whole file was read
+    assert (box / "proxy.pem").read_bytes() == b"old"
+
+
+def test_a_job_without_its_proxy_in_a_sandbox_declines_the_file(tmp_path: Path) -> None:
+    # condor_starter answers 2 at once for a job without file transfer: the shadow
+    # stops checking the proxy; no claim at all: the connection is closed
+    links = ShadowLinks()
+    job_link(None, links)
+    with capture_logs():
+        shadow = update([], links)
+        assert reply(shadow) == 2
+        nobody = Shadow([])
+        peer = Peer(user="condor@pool", method="FS", sid="other", address="127.0.0.1:5")
+        asyncio.run(serve_proxy_update(cast(Channel, nobody), peer, links))
+    assert nobody.sent == []
