@@ -68,6 +68,23 @@ class Paths:
                 raise ConfigError(f"{name} directory {directory} is not writable by execd")
 
 
+    def execute_problem(self) -> str | None:
+        """What is wrong with EXECUTE's owner or mode, as condor_startd checks it at
+        startup (check_execute_dir_perms: its own user's, 0755), or None. Logged, not
+        refused, as condor_startd does where it makes the sandboxes itself."""
+        import os  # noqa: PLC0415  (kept local: this module is otherwise pure data flow)
+
+        st = os.stat(self.execute)
+        if st.st_uid != os.geteuid():
+            return f"owned by uid {st.st_uid}, not execd's ({os.geteuid()})"
+        mode = st.st_mode & 0o7777
+        if mode != 0o755:
+            return (f"mode {mode:04o}, not 0755"
+                    + (": jobs could put another directory or a link in place of a sandbox"
+                       if mode & 0o022 else ""))  # fmt: skip
+        return None
+
+
 def _writable(directory: Path) -> bool:
     import os  # noqa: PLC0415  (kept local: this module is otherwise pure data flow)
 

@@ -49,7 +49,7 @@ from execd.wire.job_owner_session import (
     serve_owner_peek,
 )
 from execd.wire.peer_names import PeerNames
-from execd.wire.proxy_refresh import serve_proxy_refresh
+from execd.wire.proxy_refresh import serve_proxy_refresh, serve_proxy_update
 from execd.wire.server import Handler, Peer
 from execd.wire.shadow_link import LIVE_LINKS, serve_ca_command
 
@@ -63,6 +63,7 @@ CLAIM_COMMANDS = frozenset({
     Command.DEACTIVATE_CLAIM_FORCIBLY, Command.DEACTIVATE_CLAIM_JOB_DONE,
     Command.RELEASE_CLAIM, Command.SUSPEND_CLAIM, Command.CONTINUE_CLAIM, Command.CA_CMD,
     Command.CREATE_JOB_OWNER_SEC_SESSION, Command.DELEGATE_GSI_CRED_STARTER,
+    Command.UPDATE_GSI_CRED,
 })  # fmt: skip
 # condor_tail and condor_ssh_to_job: only on a job owner's session (job_owner_session.py)
 OWNER_COMMANDS = frozenset({Command.STARTER_PEEK, Command.START_SSHD})
@@ -97,6 +98,7 @@ class PoolCommands:
             **AdminVerbs(self.daemon).handlers(),  # condor_vacate, condor_drain
             Command.CA_CMD: self.ca_command,
             Command.DELEGATE_GSI_CRED_STARTER: self.proxy_refresh,
+            Command.UPDATE_GSI_CRED: self.proxy_update,
             Command.CREATE_JOB_OWNER_SEC_SESSION: self.owner_command,
             Command.STARTER_PEEK: self.owner_command,
             Command.START_SSHD: self.owner_command,
@@ -312,6 +314,10 @@ class PoolCommands:
     async def proxy_refresh(self, channel: Channel, command: int, peer: Peer) -> None:
         """The shadow's renewed X509 proxy for a running job (execd/wire/proxy_refresh.py)."""
         await serve_proxy_refresh(channel, peer)
+
+    async def proxy_update(self, channel: Channel, command: int, peer: Peer) -> None:
+        """The shadow's renewed X509 proxy as a file (execd/wire/proxy_refresh.py)."""
+        await serve_proxy_update(channel, peer)
 
     async def owner_command(self, channel: Channel, command: int, peer: Peer) -> None:
         """condor_tail / condor_ssh_to_job: the job owner's session, then its use."""

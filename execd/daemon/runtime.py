@@ -104,6 +104,8 @@ class Daemon:
         configure_logging(self.settings, force_stderr=self.log_to_stderr)
         self.paths = Paths.from_settings(self.settings)
         self.paths.create()
+        if (problem := self.paths.execute_problem()) is not None:
+            logger.error("execute_dir_permissions", path=str(self.paths.execute), why=problem)
         self.node = Node.build(self.config, self.settings)
         self.node.refresh_load(time.time())
         self.engine = PolicyEngine(policy_config(self.settings))

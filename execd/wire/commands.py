@@ -27,6 +27,7 @@ class Command(IntEnum):
     VACATE_CLAIM = 465
     VACATE_ALL_FAST = 474
     VACATE_CLAIM_FAST = 475
+    UPDATE_GSI_CRED = 487  # SCHED_VERS + 87: a renewed X509 proxy for a job, as a file
     DRAIN_JOBS = 512
     CANCEL_DRAIN_JOBS = 513
     DELEGATE_GSI_CRED_STARTER = 500  # SCHED_VERS + 100: a renewed X509 proxy for a job
@@ -97,7 +98,9 @@ COMMAND_PERMISSION: dict[int, str] = {
     Command.QUERY_STARTD_ADS: "READ", Command.GET_HISTORY: "READ", Command.CA_CMD: "WRITE",
     # condor_starter's levels (starter.cpp): the job owner's commands are READ
     Command.CREATE_JOB_OWNER_SEC_SESSION: "DAEMON", Command.START_SSHD: "READ",
-    Command.STARTER_PEEK: "READ", Command.DELEGATE_GSI_CRED_STARTER: "WRITE",
+    Command.STARTER_PEEK: "READ",
+    # condor_starter: WRITE; execd judges it as a claim command (pool_commands.judge)
+    Command.DELEGATE_GSI_CRED_STARTER: "DAEMON", Command.UPDATE_GSI_CRED: "DAEMON",
     # daemon-core's own (daemon_core_main.cpp)
     Command.DC_RECONFIG: "ADMINISTRATOR", Command.DC_RECONFIG_FULL: "ADMINISTRATOR",
     Command.DC_OFF_GRACEFUL: "ADMINISTRATOR", Command.DC_OFF_FAST: "ADMINISTRATOR",

@@ -180,14 +180,38 @@ def _sandbox_path(sandbox: Path, name: str) -> Path | None:
     return sandbox.joinpath(*parts)
 
 
-async def _receive_file_bytes(ch: MessageChannel, target: Path | None) -> tuple[int, int]:
-    """(bytes, errno) of one file's size/chunks/marker; target None: consume only."""
+async def _file_size(ch: MessageChannel) -> int:
+    """The size message before a file's chunks (ReliSock::put_file)."""
     dec = ch.decoder(await ch.recv())
     size = dec.get_int("file size")
     dec.get_int("chunk size")
     dec.finish("file size message")
     if size < 0:
         raise RemoteProtocolError(f"file size {size} is negative")
+    return size
+
+
+async def receive_small_file(ch: MessageChannel, limit: int) -> bytes | None:
+    """One file sent by ReliSock::put_file, kept in memory; None (all of it read, none
+    kept) when it is larger than `limit` bytes."""
+    size = await _file_size(ch)
+    chunks: list[bytes] = []
+    got = 0
+    while got < size:
+        chunk = await ch.recv()
+        if not chunk or got + len(chunk) > size:
+            raise RemoteProtocolError(f"file chunk of {len(chunk)} bytes at {got} of {size}")
+        got += len(chunk)
+        if size <= limit:
+            chunks.append(chunk)
+    if size == 0 and await _recv_int(ch, "zero-length file marker") != ZERO_FILE_MARKER:
+        raise RemoteProtocolError("zero-length file without its 666 marker")
+    return b"".join(chunks) if size <= limit else None
+
+
+async def _receive_file_bytes(ch: MessageChannel, target: Path | None) -> tuple[int, int]:
+    """(bytes, errno) of one file's size/chunks/marker; target None: consume only."""
+    size = await _file_size(ch)
     error = 0
     fd = -1
     if target is not None:

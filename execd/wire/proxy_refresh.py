@@ -8,75 +8,162 @@ updateX509Proxy). The new proxy goes to `<name>.tmp` in the job's sandbox and is
 renamed over the job's proxy, as condor_starter does; the daemon is root and the job
 owns that directory, so both are done relative to the sandbox opened without following
 a link, the temporary file is created exclusively and never through a link, and it is
-given to the job's user before it is renamed into place. Only a job with file transfer
-has its proxy in its sandbox; any other job's refresh is answered 0, as is one for a
-claim with no running job. UPDATE_GSI_CRED (487, the proxy copied as a file, which the
-shadow tries after a failed delegation) is not served: the shadow logs that failure
-and the job goes on with the proxy it has.
+given to the job's user before it is renamed into place. The sandbox opened must be
+the directory recorded when the job started (or was resumed): same device and inode,
+owned by the job's user, never root's, so a job that swapped its sandbox for a link or
+another directory gets no file written there. A temporary file left by a failed write
+is removed (it holds a private key). Only a job with file transfer has its proxy in its
+sandbox; a peer whose session is no such job's claim gets no exchange at all (no key is
+made for it) and the connection is closed; a job that ends during the exchange gets no
+file and the reply 0. UPDATE_GSI_CRED (487) is the shadow's
+fallback when the delegation did not succeed, and its only way with
+DELEGATE_JOB_GSI_CREDENTIALS = false (RemoteResource::updateX509Proxy): the proxy
+itself as one file (ReliSock::put_file), then the same int reply, and the same
+writing; a job of the claim without its proxy in its sandbox is answered 2 (declined:
+the shadow stops checking its proxy), as condor_starter's JICShadow::updateX509Proxy.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
 
 from execd.log import get_logger
 from execd.wire.channel import Channel
+from execd.wire.filetransfer import receive_small_file
 from execd.wire.server import Peer
-from execd.wire.shadow_link import LIVE_LINKS, ShadowLinks
+from execd.wire.shadow_link import LIVE_LINKS, ShadowLink, ShadowLinks
 from execd.wire.x509_delegation import DelegationError, receive_proxy
 
 log = get_logger("shadow")
-REFRESHED, NOT_REFRESHED = 1, 0
+REFRESHED, NOT_REFRESHED, DECLINED = 1, 0, 2  # DCStarter::X509UpdateStatus
+MAX_PROXY_BYTES = 1 << 20  # a proxy file is a few KiB
 
 
-def replace_proxy(sandbox: str, name: str, text: bytes, uid: int) -> None:
-    """Write `text` to sandbox/name.tmp (the sandbox's owner and group, 0600) and rename
-    it over sandbox/name; OSError if the job's directory does not allow it."""
-    tmp = f"{name}.tmp"
-    dir_fd = os.open(sandbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+@dataclass(frozen=True)
+class ProxyTarget:
+    """Where a job's refreshed proxy goes: its sandbox (the path, unresolved, and the
+    directory's identity when recorded), the proxy's name there, the job's user."""
+
+    sandbox: str
+    name: str
+    uid: int
+    dev: int
+    ino: int
+
+
+def proxy_target(sandbox: str, name: str | None) -> ProxyTarget | None:
+    """The target for the sandbox as it is now (lstat: a link is no sandbox), or None."""
+    if name is None:
+        return None
     try:
-        gid = os.fstat(dir_fd).st_gid
+        st = os.lstat(sandbox)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    return ProxyTarget(sandbox, name, st.st_uid, st.st_dev, st.st_ino)
+
+
+def replace_proxy(target: ProxyTarget, text: bytes) -> None:
+    """Write `text` to <name>.tmp in the sandbox (the job's user and the sandbox's
+    group, 0600) and rename it over <name>; OSError if the sandbox is not the recorded
+    directory or the job's directory does not allow it. No .tmp is left behind."""
+    name, tmp = target.name, f"{target.name}.tmp"
+    dir_fd = os.open(target.sandbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(dir_fd)
+        if (st.st_dev, st.st_ino) != (target.dev, target.ino) or st.st_uid != target.uid \
+                or st.st_uid == 0:  # fmt: skip
+            raise PermissionError(errno.EPERM, "the sandbox is not the job's own directory")
         with contextlib.suppress(FileNotFoundError):  # a stale one (unlink follows nothing)
             os.unlink(tmp, dir_fd=dir_fd)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
                      dir_fd=dir_fd)  # fmt: skip
         try:
-            view = memoryview(text)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fchown(fd, uid, gid)
-        finally:
-            os.close(fd)
-        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            try:
+                view = memoryview(text)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fchown(fd, target.uid, st.st_gid)
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):  # it holds (part of) a private key
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
     finally:
         os.close(dir_fd)
+
+
+def _live_target(link: ShadowLink | None) -> ProxyTarget | None:
+    return None if link is None or link.closed else link.proxy
 
 
 async def serve_proxy_refresh(channel: Channel, peer: Peer,
                               links: ShadowLinks = LIVE_LINKS) -> None:  # fmt: skip
     """One DELEGATE_GSI_CRED_STARTER from the shadow (already authorized)."""
     link = links.by_session(peer.sid)
-    place = None if link is None or link.closed or link.files is None \
-        or link.proxy_name is None else (link.files, link.proxy_name)  # fmt: skip
+    if _live_target(link) is None:  # no key is made for a peer with no job to give it
+        _refused(peer, link)
+        return
+    await _refresh(channel, peer, link, receive_proxy(channel))
+
+
+async def serve_proxy_update(channel: Channel, peer: Peer,
+                             links: ShadowLinks = LIVE_LINKS) -> None:  # fmt: skip
+    """One UPDATE_GSI_CRED from the shadow (already authorized): the proxy as a file
+    (ReliSock::put_file). A job of this claim without its proxy in its sandbox (no file
+    transfer) is answered 2 at once, as condor_starter does: the shadow stops trying."""
+    link = links.by_session(peer.sid)
+    if _live_target(link) is None:
+        _refused(peer, link)
+        if link is not None and not link.closed:
+            await channel.send(channel.encoder().put_int(DECLINED).payload())
+        return
+    await _refresh(channel, peer, link, _proxy_file(channel))
+
+
+async def _proxy_file(channel: Channel) -> bytes:
+    text = await receive_small_file(channel, MAX_PROXY_BYTES)
+    if text is None:
+        raise DelegationError(f"the proxy file is larger than {MAX_PROXY_BYTES} bytes")
+    return text
+
+
+def _refused(peer: Peer, link: ShadowLink | None) -> None:
+    log.warning("x509_proxy_refresh_refused", peer=peer.address,
+                job=link.global_job_id if link is not None else None,
+                why="no running job with a proxy in its sandbox under this session")  # fmt: skip
+
+
+async def _refresh(channel: Channel, peer: Peer, link: ShadowLink | None,
+                   receiving: Coroutine[Any, Any, bytes]) -> None:  # fmt: skip
+    """Receive the proxy, write it if the job is still there, reply 1 or 0."""
     job = link.global_job_id if link is not None else None
     reply = NOT_REFRESHED
     try:
-        text = await receive_proxy(channel)  # the exchange runs whatever we do with it
+        text = await receiving
     except DelegationError as exc:
         log.warning("x509_proxy_refresh_failed", peer=peer.address, job=job, why=str(exc))
     else:
-        if place is None:
+        target = _live_target(link)  # again: the job may have ended during the exchange
+        if target is None:
             log.warning("x509_proxy_refresh_failed", peer=peer.address, job=job,
-                        why="no running job with a proxy in its sandbox under this claim")
+                        why="the job ended during the exchange")
         else:
-            files, name = place
             try:
-                replace_proxy(str(files.sandbox), name, text, files.uid)
+                replace_proxy(target, text)
             except OSError as exc:
                 log.warning("x509_proxy_refresh_failed", peer=peer.address, job=job,
-                            why=f"{name}: {exc.strerror}")  # fmt: skip
+                            why=f"{target.name}: {exc.strerror}")  # fmt: skip
             else:
                 reply = REFRESHED
-                log.info("x509_proxy_refreshed", job=job, file=name)
+                log.info("x509_proxy_refreshed", job=job, file=target.name)
     await channel.send(channel.encoder().put_int(reply).payload())

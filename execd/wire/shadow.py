@@ -62,6 +62,7 @@ from execd.wire.output_files import (
     sent_std_files,
     std_files,
 )
+from execd.wire.proxy_refresh import proxy_target
 from execd.wire.sandbox_upload import upload_sandbox
 from execd.wire.security import (
     CONDOR_VERSION,
@@ -308,7 +309,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                              dict(starter_ad), link.lease_s, int(time.time()),
                              transfers.tally.received)  # fmt: skip
         link.files = job_files(job, sandbox, transfer, uid)  # condor_tail may read them now
-        link.proxy_name = proxy_name(job) if transfer else None
+        link.proxy = proxy_target(str(sandbox), proxy_name(job)) if transfer else None
 
         def started() -> None:
             if options.on_running is not None:

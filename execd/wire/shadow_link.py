@@ -19,6 +19,7 @@ import asyncio
 import hmac
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from execd.errors import ProtocolError, RemoteProtocolError
 from execd.log import get_logger
@@ -36,6 +37,9 @@ from execd.wire.reconnect import (
 )
 from execd.wire.server import Peer
 from execd.wire.shadow_syscalls import MessageChannel
+
+if TYPE_CHECKING:
+    from execd.wire.proxy_refresh import ProxyTarget
 
 log = get_logger("wire")
 
@@ -71,7 +75,7 @@ class ShadowLink:
         self._held: dict[int, asyncio.Event] = {}  # reconnect connections still in use
         self.owner = ""  # the job ad's User: whom a job owner's session is made for
         self.files: JobFiles | None = None  # what condor_tail may read, once the job runs
-        self.proxy_name: str | None = None  # its X509 proxy in the sandbox, to refresh
+        self.proxy: ProxyTarget | None = None  # its X509 proxy in the sandbox, to refresh
         self.job_done = False  # the job has exited (its output may still be on its way)
         self.peek_enabled: Callable[[], bool] = lambda: True  # ENABLE_PEEK_JOB for this job
         self.on_close: list[Callable[[], None]] = []  # e.g. forget its owner sessions

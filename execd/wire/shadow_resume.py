@@ -39,6 +39,7 @@ from execd.wire.encoding import Decoder, Encoder
 from execd.wire.filetransfer import TransferTally
 from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobHeldError, JobRunner
+from execd.wire.proxy_refresh import proxy_target
 from execd.wire.shadow import Conversation, ShadowOptions, hand_over, watch
 from execd.wire.shadow_end import conclude, remove_sandbox, report_hold
 from execd.wire.shadow_job import proxy_name
@@ -86,7 +87,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
     with contextlib.suppress(OSError):  # the job runs as its sandbox's owner
         link.files = job_files(job, Path(state.sandbox), state.transfer,
                                os.stat(state.sandbox).st_uid)  # fmt: skip
-    link.proxy_name = proxy_name(job) if state.transfer else None
+    # the sandbox as it is now, unresolved: a link in its place is no sandbox
+    link.proxy = proxy_target(state.sandbox, proxy_name(job)) if state.transfer else None
     if options.peek_enabled is not None:
         link.peek_enabled = functools.partial(options.peek_enabled, job)
     calls.attach(link)

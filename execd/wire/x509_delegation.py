@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -82,7 +83,11 @@ def proxy_file_text(key: rsa.RSAPrivateKey, answer: bytes) -> bytes:
     if not certs:
         raise DelegationError("the answer holds no certificate")
     ours = key.public_key().public_numbers()
-    theirs = certs[0].public_key()
+    try:
+        theirs = certs[0].public_key()
+    except (ValueError, UnsupportedAlgorithm) as exc:  # e.g. an unknown key algorithm
+        raise DelegationError(f"the delegated certificate's key is unreadable: {exc}") \
+            from None  # fmt: skip
     if not isinstance(theirs, rsa.RSAPublicKey) or theirs.public_numbers() != ours:
         raise DelegationError("the delegated certificate is not for the key we sent")
     pem = serialization.Encoding.PEM

@@ -8,7 +8,8 @@ sees X509_USER_PROXY naming the proxy in its sandbox, 0600 and its own, and copi
 back: a proxy certificate issued by the submitted one, the key that goes with it, then
 the submitted certificate (openssl verify -allow_proxy_certs accepts it). When the
 submitted proxy changes while the job runs, the shadow delegates it again
-(DELEGATE_GSI_CRED_STARTER): the job sees its proxy replaced.
+(DELEGATE_GSI_CRED_STARTER): the job sees its proxy replaced. Copied, the shadow sends
+the changed file as it is (UPDATE_GSI_CRED): the job sees it and copies back the new one.
 
 Copied (DELEGATE_JOB_GSI_CREDENTIALS = false): without transfer_output_files the job's
 changed files come back, but not the proxy (condor_starter's FindChangedFiles skips the
@@ -167,10 +168,14 @@ def test_a_delegated_x509_proxy_as_on_condor_startd(running_pool: harness.Runnin
     assert ours == theirs
 
 
-def refreshed_job(pool: harness.Pool, proxy: str) -> tuple[object, ...]:
+def refreshed_job(pool: harness.Pool, proxy: str, copied: bool = False) -> tuple[object, ...]:
     """A job waits for its proxy to change; once it says so (condor_tail), the submitted
-    proxy is touched: the shadow (checking every second) delegates it again."""
-    with proxy_copied(pool, "SHADOW_CHECKPROXY_INTERVAL = 1\n"):
+    proxy is changed (copied: a line appended, so the copy differs; else only touched):
+    the shadow (checking every second) delegates it again, or sends it as a file."""
+    knobs = "SHADOW_CHECKPROXY_INTERVAL = 1\n" \
+        + ("DELEGATE_JOB_GSI_CREDENTIALS = false\n" if copied else "")  # fmt: skip
+    renewed = proxy + "# renewed\n"
+    with proxy_copied(pool, knobs):
         job = submit_files(pool, SUBMIT, {"job.sh": REFRESH_SCRIPT, "proxy.pem": proxy})
         (job.host_dir / "proxy.pem").chmod(0o600)
 
@@ -180,6 +185,8 @@ def refreshed_job(pool: harness.Pool, proxy: str) -> tuple[object, ...]:
 
         harness.wait_for("the job's ready", ready, WAIT_S)
         later = time.time() + 60  # the shadow compares the file's mtime with the last one
+        if copied:
+            (job.host_dir / "proxy.pem").write_text(renewed)
         os.utime(job.host_dir / "proxy.pem", (later, later))
         harness.wait_for("005 or 012", lambda: {"005", "012"} & set(job.events()), WAIT_S)
     end = next((line.strip() for line in job.user_log().splitlines()
@@ -188,6 +195,8 @@ def refreshed_job(pool: harness.Pool, proxy: str) -> tuple[object, ...]:
     text = out.read_text() if out.exists() else "(none)"
     if not made.exists():
         return end, text
+    if copied:
+        return end, text, made.read_text() == renewed
     return end, text, delegated_proxy(made.read_text(), proxy)
 
 
@@ -197,4 +206,15 @@ def test_a_renewed_proxy_is_delegated_to_the_running_job(running_pool: harness.R
     assert theirs[0].startswith("(1) Normal termination (return value 0)"), (ours, theirs)
     assert theirs[1] == "ready\nproxy renewed\nmode 600\nowned by the job\n", theirs
     assert theirs[2] == (True, True, True, True, True, 0, ""), theirs
+    assert ours == theirs
+
+
+def test_a_renewed_copied_proxy_reaches_the_running_job(running_pool: harness.RunningPool,
+                                                        proxy: str) -> None:  # fmt: skip
+    # DELEGATE_JOB_GSI_CREDENTIALS = false: the shadow sends the renewed file as it is
+    # (UPDATE_GSI_CRED, 487); the job sees its proxy change and copies back the new one
+    ours, theirs = on_both(running_pool, lambda pool: refreshed_job(pool, proxy, copied=True))
+    assert theirs[0].startswith("(1) Normal termination (return value 0)"), (ours, theirs)
+    assert theirs[1] == "ready\nproxy renewed\nmode 600\nowned by the job\n", theirs
+    assert theirs[2] is True, theirs
     assert ours == theirs

@@ -9,108 +9,37 @@ proxy file: the proxy, its new key (PKCS#8), the chain; 0600. A bad answer holds
 from __future__ import annotations
 
 import asyncio
-import datetime
 import os
 import stat
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
+from x509_sender import Answer, Credential, Shadow, enc
 
 from execd.wire.classad_codec import decode_ad, encode_ad, to_classad
-from execd.wire.encoding import Decoder, Encoder
+from execd.wire.encoding import Decoder
 from execd.wire.filetransfer import HOLD_DOWNLOAD_FILE_ERROR, TransferResult, download_sandbox
-from execd.wire.proxy_refresh import replace_proxy
 from execd.wire.shadow_job import job_env
-
-PROXY_CERT_INFO = x509.ObjectIdentifier("1.3.6.1.5.5.7.1.14")  # RFC 3820
-INHERIT_ALL = bytes.fromhex("300c300a06082b06010505071501")  # proxyPolicy: id-ppl-inheritAll
-Answer = Callable[[bytes], bytes]
-
-
-def _enc() -> Encoder:
-    return Encoder(encrypted=True)
-
-
-class Credential:
-    """The submitted credential: a self-signed certificate and its key."""
-
-    def __init__(self) -> None:
-        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "execd unit test")])
-        now = datetime.datetime.now(datetime.UTC)
-        self.cert = x509.CertificateBuilder().subject_name(name).issuer_name(name) \
-            .public_key(self.key.public_key()).serial_number(1).not_valid_before(now) \
-            .not_valid_after(now + datetime.timedelta(days=2)) \
-            .sign(self.key, hashes.SHA256())  # fmt: skip
-
-    def proxy_for(self, public_key: rsa.RSAPublicKey) -> x509.Certificate:
-        now = datetime.datetime.now(datetime.UTC)
-        subject = x509.Name([*self.cert.subject,
-                             x509.NameAttribute(NameOID.COMMON_NAME, "12345")])  # fmt: skip
-        return x509.CertificateBuilder().subject_name(subject) \
-            .issuer_name(self.cert.subject).public_key(public_key).serial_number(12345) \
-            .not_valid_before(now).not_valid_after(now + datetime.timedelta(hours=24)) \
-            .add_extension(x509.UnrecognizedExtension(PROXY_CERT_INFO, INHERIT_ALL), True) \
-            .sign(self.key, hashes.SHA256())  # fmt: skip
-
-    def answer(self, request_message: bytes) -> bytes:
-        """x509_send_delegation's answer to the receiver's request message."""
-        dec = Decoder(request_message, encrypted=True)
-        der = dec.get_bytes(dec.get_int())
-        dec.finish()
-        request = x509.load_der_x509_csr(der)
-        assert request.is_signature_valid and request.subject == x509.Name([])
-        public_key = request.public_key()
-        assert isinstance(public_key, rsa.RSAPublicKey) and public_key.key_size == 2048
-        blob = b"".join(c.public_bytes(serialization.Encoding.DER)
-                        for c in (self.proxy_for(public_key), self.cert))  # fmt: skip
-        return _enc().put_int(len(blob)).put_bytes(blob).payload()
-
-
-class Shadow:
-    """The uploading shadow, scripted; a "recv" step may answer our last message."""
-
-    def __init__(self, script: list[tuple[str, bytes | Answer]]) -> None:
-        self.script = list(script)
-        self.sent: list[bytes] = []
-
-    async def send(self, payload: bytes) -> None:
-        kind, _ = self.script.pop(0)
-        assert kind == "send", f"sent {payload[:40]!r} where the shadow sends"
-        self.sent.append(payload)
-
-    async def recv(self, timeout_s: float | None = None) -> bytes:
-        kind, payload = self.script.pop(0)
-        assert kind == "recv", "waited where the shadow waits"
-        return payload(self.sent[-1]) if callable(payload) else payload
-
-    def encoder(self) -> Encoder:
-        return _enc()
-
-    def decoder(self, payload: bytes) -> Decoder:
-        return Decoder(payload, encrypted=True)
 
 
 def upload(answer: bytes | Answer, name: str = "proxy.pem") -> Shadow:
     """Header, command 4 and the name, GoAhead both ways, the request and the answer,
     then a plain file (after.txt: the transfer went on), finished, both acks."""
-    header = encode_ad(_enc().put_int(0), {"SandboxSize": "1"}).payload()
-    go = encode_ad(_enc(), {"Result": "2"}).payload()
-    ack = encode_ad(_enc(), {"Result": "0"}).payload()
+    header = encode_ad(enc().put_int(0), {"SandboxSize": "1"}).payload()
+    go = encode_ad(enc(), {"Result": "2"}).payload()
+    ack = encode_ad(enc(), {"Result": "0"}).payload()
 
     def recv_int(value: int) -> tuple[str, bytes]:
-        return ("recv", _enc().put_int(value).payload())
+        return ("recv", enc().put_int(value).payload())
 
-    return Shadow([("recv", header), recv_int(4), ("recv", _enc().put_string(name).payload()),
+    return Shadow([("recv", header), recv_int(4), ("recv", enc().put_string(name).payload()),
                    recv_int(300), ("send", b""), ("send", b""), ("recv", go),
                    ("send", b""), ("recv", answer),
-                   recv_int(1), ("recv", _enc().put_string("after.txt").payload()),
-                   recv_int(0o644), ("recv", _enc().put_int(1).put_int(262144).payload()),
+                   recv_int(1), ("recv", enc().put_string("after.txt").payload()),
+                   recv_int(0o644), ("recv", enc().put_int(1).put_int(262144).payload()),
                    ("recv", b"A"), recv_int(0), ("recv", ack), ("send", b"")])  # fmt: skip
 
 
@@ -142,7 +71,7 @@ def test_a_delegated_proxy_is_written_for_a_key_made_here(tmp_path: Path) -> Non
 
 
 def _message(blob: bytes) -> bytes:
-    return _enc().put_int(len(blob)).put_bytes(blob).payload()
+    return enc().put_int(len(blob)).put_bytes(blob).payload()
 
 
 def _for_another_key(request_message: bytes) -> bytes:
@@ -152,12 +81,24 @@ def _for_another_key(request_message: bytes) -> bytes:
     return _message(submitted.proxy_for(other).public_bytes(serialization.Encoding.DER))
 
 
+RSA_ENCRYPTION = bytes.fromhex("06092a864886f70d010101")  # OID 1.2.840.113549.1.1.1
+
+
+def _unknown_key_algorithm(request_message: bytes) -> bytes:
+    """Our proxy, its key's algorithm renamed 1.2.840.113549.1.1.99 (no such thing)."""
+    blob = Decoder(Credential().answer(request_message), encrypted=True)
+    der = blob.get_bytes(blob.get_int())
+    assert der.count(RSA_ENCRYPTION) == 2  # the proxy's key and the submitted one's
+    return _message(der.replace(RSA_ENCRYPTION, RSA_ENCRYPTION[:-1] + b"\x63", 1))
+
+
 @pytest.mark.parametrize(("answer", "why"), [
     (_message(b""), "the sender failed to delegate the proxy (empty answer)"),
     (_message(b"\x30\x82\x01"), "bad DER length at byte 0 of the answer"),
     (_message(b"\x30\x03abc"), "the answer is not DER certificates"),
-    (_enc().put_int(10).put_bytes(b"short").payload(), "message ends inside delegated proxy"),
+    (enc().put_int(10).put_bytes(b"short").payload(), "message ends inside delegated proxy"),
     (_for_another_key, "the delegated certificate is not for the key we sent"),
+    (_unknown_key_algorithm, "the delegated certificate's key is unreadable"),
 ])  # fmt: skip
 def test_a_bad_delegation_holds_the_job_and_the_transfer_ends(tmp_path: Path,
                                                               answer: bytes | Answer,
@@ -200,14 +141,3 @@ def test_the_job_sees_its_proxy_as_condor_starter_sets_it() -> None:
     relative: dict[str, object] = {"X509UserProxy": "p.pem", "Iwd": "/iwd"}
     assert job_env(relative, Path("/s"), transfer=False)["X509_USER_PROXY"] == "/iwd/p.pem"
     assert "X509_USER_PROXY" not in job_env({"Iwd": "/iwd"}, Path("/s"))
-
-
-def test_a_refreshed_proxy_replaces_the_old_one_through_no_link(tmp_path: Path) -> None:
-    # DELEGATE_GSI_CRED_STARTER: written to <name>.tmp, then renamed over the proxy; a
-    # link the job left at the .tmp name is replaced, not followed
-    (tmp_path / "proxy.pem").write_bytes(b"old")
-    (tmp_path / "proxy.pem.tmp").symlink_to(tmp_path / "elsewhere")
-    replace_proxy(str(tmp_path), "proxy.pem", b"new", os.getuid())
-    assert (tmp_path / "proxy.pem").read_bytes() == b"new"
-    assert stat.S_IMODE((tmp_path / "proxy.pem").stat().st_mode) == 0o600
-    assert sorted(os.listdir(tmp_path)) == ["proxy.pem"]
