@@ -21,7 +21,7 @@ from execd.daemon import job_exit, procwatch
 from execd.daemon.ended_job_ad import ended_job_ad
 from execd.daemon.job import preemption_badput
 from execd.daemon.policy_glue import now, slot_facts
-from execd.daemon.starter_spec import starter_spec
+from execd.daemon.starter_spec import ad_file_texts, starter_spec
 from execd.daemon.store import JobRecord, Store, StoreError
 from execd.errors import ExecdError
 from execd.hooks import job_hook_runs
@@ -238,6 +238,11 @@ class StarterLifecycle:
                             tree=self.tree, workdir=workdir,
                             slot_ad=slots.resource_ad(job.slot, int(time.time())),
                             node_gpus=slots.facts.gpus)
+        if job.gate is None:  # a pool job's conversation wrote them into its sandbox
+            slot_ad = next((ad for ad in self.daemon.ads()
+                            if str(ad["Name"]).split("@")[0] == job.slot), None)  # fmt: skip
+            job_ad, machine_ad = ad_file_texts(job.ad, slot_ad)
+            spec = spec._replace(job_ad=job_ad, machine_ad=machine_ad)
         return spec._replace(**job.overrides) if job.overrides else spec
 
     async def _watch(self, job: Job, pidfd: int) -> None:

@@ -4,7 +4,8 @@ The contract between the daemon and a starter (execd/starter/spec.py): the job's
 user, files and environment from its ad; its resources from its slot (the d-slot's own
 GPUs, and only those) with the variables condor_starter sets for them (from the slot's
 ad: execd/daemon/assigned_env.py); limits and policies from the config; where the
-starter writes its report, status and job-exit notice (the job's directory in SPOOL).
+starter writes its report, status and job-exit notice (the job's directory in SPOOL);
+the texts of the job's `.job.ad` and `.machine.ad` (ad_file_texts).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from execd.cgroups.tree import CgroupTree
+from execd.classads import new_ad
 from execd.config.settings import Settings
 from execd.daemon.assigned_env import assigned_resource_env
 from execd.machine.facts import GpuInfo
 from execd.machine.gpu_hiding import GpuHiding, gpus_to_hide
 from execd.starter.spec import StarterSpec, parse_signal
+from execd.wire.classad_codec import from_classad, long_form
 
 
 def starter_spec(job_id: str, slot: str, ad: dict[str, Any], facts: dict[str, Any], *,
@@ -78,3 +81,11 @@ def starter_spec(job_id: str, slot: str, ad: dict[str, Any], facts: dict[str, An
         hide_devices=[list(device) for device in hiding.devices],
         gpu_hiding_problem=hiding.problem,
     )
+
+
+def ad_file_texts(job_ad: dict[str, Any], slot_ad: Any) -> tuple[str, str]:
+    """The spec's job_ad and machine_ad: a local job's ad as it was activated and its
+    slot's ad as execd publishes it (a classad2 ClassAd), in condor_starter's long form,
+    private attributes left out (execd/starter/ad_files.py)."""
+    machine = long_form(from_classad(slot_ad)) if slot_ad is not None else ""
+    return long_form(from_classad(new_ad(job_ad))), machine

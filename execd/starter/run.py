@@ -22,6 +22,7 @@ from execd.cgroups.limits import LimitPlan, LimitSettings, plan_limits
 from execd.cgroups.tree import BlockIO, CgroupTree, JobCgroup, Usage
 from execd.errors import CgroupError
 from execd.starter import report as rpt
+from execd.starter.ad_files import ad_file_env, write_ad_files
 from execd.starter.child import become_job
 from execd.starter.clone import fork_into_cgroup
 from execd.starter.hiding import hide_gpu_devices
@@ -116,6 +117,12 @@ class Starter:
         iwd = spec.iwd or self.scratch
         cmd = spec.cmd if os.path.isabs(spec.cmd) else os.path.join(iwd, spec.cmd)
         env = job_environment(spec, self.scratch)
+        if spec.job_ad is not None and spec.machine_ad is not None:
+            try:
+                write_ad_files(self.scratch, spec.job_ad, spec.machine_ad, user.uid, user.gid)
+            except OSError as exc:  # the job runs without them, as condor_starter's
+                event("job_ad_files_not_written", job=spec.job_id, error=repr(str(exc)))
+            env |= ad_file_env(self.scratch)
         self.report["JobUser"] = user.name
         self.report["CgroupEnforcement"] = self.plan.describe()
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)

@@ -116,6 +116,11 @@ class StarterSpec(NamedTuple):
     # and why a GPU not the job's stays visible (logged and reported by the starter).
     hide_devices: list[list[int]] = []  # noqa: RUF012 - NamedTuple default, never mutated
     gpu_hiding_problem: str | None = None
+    # `.job.ad` and `.machine.ad`, as the starter writes them into the scratch directory
+    # (execd/starter/ad_files.py); None: not written by the starter (a pool job's
+    # conversation wrote them into its sandbox already).
+    job_ad: str | None = None
+    machine_ad: str | None = None
 
     @property
     def slot_number(self) -> str:
@@ -172,4 +177,6 @@ class StarterSpec(NamedTuple):
             sandbox=_opt(d, "sandbox", str, None),
             hide_devices=hide_devices,
             gpu_hiding_problem=_opt(d, "gpu_hiding_problem", str, None),
+            job_ad=_opt(d, "job_ad", str, None),
+            machine_ad=_opt(d, "machine_ad", str, None),
         )

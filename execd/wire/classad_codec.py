@@ -165,3 +165,12 @@ def to_classad(ad: Mapping[str, str]) -> Any:
             raise RemoteProtocolError(f"attribute {name} does not parse: {expr[:80]!r}")
         out[name] = one.lookup(name)
     return out
+
+
+def long_form(ad: Mapping[str, str]) -> str:
+    """The ad as HTCondor's fPrintAd writes it to a file (a job's `.job.ad`): one
+    `Name = expression` per line, names in byte order, private attributes left out; a
+    line break inside an expression's text is written escaped, so one line stays one."""
+    names = sorted(n for n in ad if not is_private(n) and _valid_name(n))
+    breaks = str.maketrans({"\n": "\\n", "\r": "\\r"})
+    return "".join(f"{n} = {ad[n].translate(breaks)}\n" for n in names)

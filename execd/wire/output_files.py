@@ -12,6 +12,8 @@ ExpandFileTransferList, ExpandParentDirectories, FindChangedFiles).
   ExecFile), and the job's X509 proxy (the basename of X509UserProxy, which the job ad
   spells x509userproxy: FindChangedFiles skips it, changed or not); subdirectories, and
   links to them, are not sent (it skips a directory the list does not name).
+- Never sent, named or not: `.chirp.config`, `.job.ad`, `.machine.ad` and `.update.ad`
+  (condor_starter's ALWAYS_EXCLUDED_FILES; execd/starter/ad_files.py).
 - A name the job did not create stays in the list: sending it fails (ENOENT), which holds
   the job. FIFOs and sockets are left out (reading one could block the transfer). A
   device (a link to /dev/zero, to a tty) is sent as an empty file with its mode, as
@@ -41,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from execd.starter.ad_files import NEVER_SENT_BACK
 from execd.wire.owner_thread import file_access_ids
 
 STD_FILES = ("_condor_stdout", "_condor_stderr")  # the shadow renames them to Out and Err
@@ -305,7 +308,8 @@ def output_items(sandbox: Path, job: Mapping[str, object], inputs: Sequence[str]
     listed = job.get("TransferOutput")
     if isinstance(listed, str) and listed.strip():
         chosen = [n.strip() for n in listed.split(",") if n.strip()]
-        named = [n for n in chosen if n not in STD_FILES and n != CHIRP_CONFIG]
+        named = [n for n in chosen
+                 if n not in STD_FILES and n != CHIRP_CONFIG and n not in NEVER_SENT_BACK]
         return expand_outputs(sandbox, named + std, preserve=preserve)
     try:
         names = _listing(str(sandbox), MAX_OUTPUT_ITEMS)
@@ -320,7 +324,8 @@ def output_items(sandbox: Path, job: Mapping[str, object], inputs: Sequence[str]
     changed = []
     for name in names:
         entry = sandbox / name
-        if name in STD_FILES or name in (CHIRP_CONFIG, proxy_name) or not entry.is_file():
+        if name in STD_FILES or name in (CHIRP_CONFIG, proxy_name) or name in NEVER_SENT_BACK \
+                or not entry.is_file():
             continue  # (links followed)
         if name == executable and name in inputs:
             continue

@@ -81,7 +81,9 @@ from execd.wire.shadow_job import (
     proxy_name,
     run_as_ids,
     shared_fs_launch,
+    starter_job_ad,
     wants_transfer,
+    write_job_ads,
 )
 from execd.wire.shadow_link import LIVE_LINKS, ShadowLink, ShadowLinks
 from execd.wire.shadow_syscalls import (
@@ -293,6 +295,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             else {}  # fmt: skip
         await send_update(calls, provisioned | from_values({"_condor_JOBINFO_MAXINTERVAL": -1}),
                           options.on_update)  # fmt: skip
+        write_job_ads(sandbox, starter_job_ad(job_wire, job, sandbox, transfer, uid),
+                      options.published_slot_ad or starter_ad, gjid)  # fmt: skip
         os.lchown(sandbox, uid, gid)
         for name, _ in walk_tree(str(sandbox)):  # any depth (os.walk recursed per level)
             os.lchown(name, uid, gid)

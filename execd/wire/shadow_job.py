@@ -16,11 +16,17 @@ import signal
 import time
 from pathlib import Path
 
+from execd.log import get_logger
+from execd.starter.ad_files import ad_file_env, write_ad_files
+from execd.wire.classad_codec import WireAd, from_values, long_form
 from execd.wire.job_runner import JobExit, JobLaunch, JobSetupError, exec_failure
+from execd.wire.output_files import std_files
 
 __all__ = ["DEFAULT_PATH", "JobExit", "JobProcess", "JobSetupError", "job_argv", "job_env",
-           "proxy_name", "rss_kb", "run_as_ids", "shared_fs_launch", "wants_transfer"]
+           "proxy_name", "rss_kb", "run_as_ids", "shared_fs_launch", "starter_job_ad",
+           "wants_transfer", "write_job_ads"]
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+log = get_logger("wire")
 
 
 def run_as_ids(owner: str, fallback: str = "nobody") -> tuple[int, int]:
@@ -79,7 +85,7 @@ def proxy_path(job: dict[str, object], sandbox: Path, transfer: bool) -> str | N
 
 def job_env(job: dict[str, object], sandbox: Path, transfer: bool = True) -> dict[str, str]:
     env = {"PATH": DEFAULT_PATH, "_CONDOR_SCRATCH_DIR": str(sandbox), "TMPDIR": str(sandbox),
-           "HOME": str(sandbox)}  # fmt: skip
+           "HOME": str(sandbox)} | ad_file_env(str(sandbox))  # fmt: skip
     text = job.get("Environment")
     if isinstance(text, str) and text.strip():
         try:
@@ -94,6 +100,42 @@ def job_env(job: dict[str, object], sandbox: Path, transfer: bool = True) -> dic
     if proxy is not None:  # condor_starter's wins over the job's own Environment
         env["X509_USER_PROXY"] = proxy
     return env
+
+
+def starter_job_ad(job_wire: WireAd, job: dict[str, object], sandbox: Path, transfer: bool,
+                   uid: int) -> WireAd:  # fmt: skip
+    """The job ad as condor_starter holds it when it writes `.job.ad` (jic_shadow.cpp
+    initJobInfo, initWithFileTransfer): `OrigCmd` and `OrigIwd` (the ad's Cmd and Iwd),
+    `OSHomeDir` (the job user's home directory); with file transfer `Iwd` is the sandbox
+    and `Out`/`Err` the sandbox names the job's stdout/stderr are written to
+    (`_condor_stdout`, `_condor_stderr`; output_files.std_files), the ad's own in
+    `OriginalOut`/`OriginalErr`, where they are not streamed and not /dev/null."""
+    edits: dict[str, object] = {}
+    for attr in ("Cmd", "Iwd"):
+        if isinstance(job.get(attr), str):
+            edits[f"Orig{attr}"] = job[attr]
+    with contextlib.suppress(KeyError):
+        edits["OSHomeDir"] = pwd.getpwuid(uid).pw_dir
+    if transfer:
+        for attr, name, streamed in zip(("Out", "Err"), std_files(job),
+                                        ("StreamOut", "StreamErr"), strict=True):  # fmt: skip
+            if name is not None and job.get(streamed) is False:
+                edits[attr], edits[f"Original{attr}"] = name, job[attr]
+        edits["Iwd"] = str(sandbox)
+    return dict(job_wire) | from_values(edits)
+
+
+def write_job_ads(sandbox: Path, job: WireAd, machine: WireAd, gjid: str) -> None:
+    """`.job.ad` (the shadow's job ad) and `.machine.ad` (the slot's public ad, as the
+    startd hands it to its starter) in the sandbox, private attributes left out
+    (execd/starter/ad_files.py). Written as root while the sandbox is still root's
+    (before it is given to the job's user, who gets the files with it). A failure is
+    logged and the job runs without them, as condor_starter's."""
+    try:
+        write_ad_files(str(sandbox), long_form(job), long_form(machine), os.getuid(),
+                       os.getgid())  # fmt: skip
+    except OSError as exc:
+        log.warning("job_ad_files_not_written", job=gjid, error=str(exc))
 
 
 def wants_transfer(job: dict[str, object], filesystem_domain: str) -> bool:

@@ -1,0 +1,67 @@
+"""The job's `.job.ad` and `.machine.ad` (execd/starter/ad_files.py): the long form
+condor_starter writes (names in byte order, private attributes left out), written
+without following a link the job's input put there, never sent back with the output;
+the job ad as condor_starter holds it then (Orig*, the remapped stdio and Iwd).
+Against the pool's condor_startd: tests/pool/test_pool_job_ad_files.py."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from execd.starter.ad_files import ad_file_env, write_ad_files
+from execd.wire.classad_codec import from_values, long_form
+from execd.wire.output_files import output_items
+from execd.wire.shadow_job import job_env, starter_job_ad
+
+SECRET = "<127.0.0.1:9618>#1#2#[Encryption=\"YES\";]0123456789abcdef"
+
+
+def test_long_form_is_one_line_each_in_byte_order_without_private_attributes() -> None:
+    ad = from_values({"b": 1, "Zeta": "z", "ClaimId": SECRET, "capability": SECRET,
+                      "TransferKey": "k", "_condor_privSecret": "s", "Args": "a\nb",
+                      "Alpha": True})  # fmt: skip
+    assert long_form(ad) == 'Alpha = true\nArgs = "a\\nb"\nZeta = "z"\nb = 1\n'
+
+
+def test_the_files_replace_an_inputs_link_without_following_it(tmp_path: Path) -> None:
+    box, target = tmp_path / "dir_1", tmp_path / "precious"
+    box.mkdir()
+    target.write_text("keep\n")
+    (box / ".job.ad").symlink_to(target)  # brought by the job's input
+    write_ad_files(str(box), "A = 1\n", "Memory = 128\n", os.getuid(), os.getgid())
+    assert target.read_text() == "keep\n"
+    job_ad, machine_ad = box / ".job.ad", box / ".machine.ad"
+    assert job_ad.read_text() == "A = 1\n" and machine_ad.read_text() == "Memory = 128\n"
+    for path in (job_ad, machine_ad):
+        st = path.lstat()
+        assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o644
+    assert ad_file_env(str(box)) == {"_CONDOR_JOB_AD": str(job_ad),
+                                     "_CONDOR_MACHINE_AD": str(machine_ad)}  # fmt: skip
+    assert job_env({}, box).items() >= ad_file_env(str(box)).items()
+
+
+def test_the_ads_never_go_back(tmp_path: Path) -> None:
+    box = tmp_path / "dir_1"
+    box.mkdir()
+    for name in (".job.ad", ".machine.ad", ".update.ad", ".update.ad.tmp", "result.txt"):
+        (box / name).write_text("x\n")
+    changed = output_items(box, {}, [], {})
+    assert [item.name for item in changed] == ["result.txt"]
+    named = output_items(box, {"TransferOutput": ".job.ad,.machine.ad,result.txt"}, [], {})
+    assert [item.name for item in named] == ["result.txt"]
+
+
+def test_the_job_ad_as_condor_starter_holds_it(tmp_path: Path) -> None:
+    job = {"Cmd": "/home/u/job.sh", "Iwd": "/home/u", "Out": "out.txt", "Err": "out.txt",
+           "StreamOut": False, "StreamErr": False, "ClusterId": 7}  # fmt: skip
+    ad = starter_job_ad(from_values(job), job, tmp_path, True, os.getuid())
+    assert {k: ad[k] for k in ("OrigCmd", "OrigIwd", "Iwd", "Out", "Err", "OriginalOut",
+                               "OriginalErr", "ClusterId")} == from_values({
+        "OrigCmd": "/home/u/job.sh", "OrigIwd": "/home/u", "Iwd": str(tmp_path),
+        "Out": "_condor_stdout", "Err": "_condor_stdout", "OriginalOut": "out.txt",
+        "OriginalErr": "out.txt", "ClusterId": 7})  # fmt: skip
+    assert "OSHomeDir" in ad
+    shared = starter_job_ad(from_values(job), job, tmp_path, False, os.getuid())
+    assert (shared["Iwd"], shared["Out"]) == ('"/home/u"', '"out.txt"')  # no transfer
