@@ -395,8 +395,12 @@ class Starter:
     def check_oom(self) -> None:
         limit = self.plan.writes.get("memory.max")
         limit_mb = int(limit) // (1024 * 1024) if limit else self.spec.memory_mb
-        # condor_starter's OOM message says its ImageSize (the peak)
+        # condor_starter's OOM message says its ImageSize (the peak measured), or the
+        # limit where it measured none or STARTER_ALWAYS_HOLD_ON_OOM (the default): a
+        # job killed between two measurements was at its limit, not at the last one
         used_mb = self.peak_rss // (1024 * 1024)
+        if used_mb == 0 or self.spec.always_hold_on_oom:
+            used_mb = limit_mb
         outcome = rpt.oom_outcome(
             self.cgroup.oom_events(), limit_mb, used_mb, self.spec.always_hold_on_oom
         )
