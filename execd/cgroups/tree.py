@@ -31,8 +31,11 @@ class Usage(NamedTuple):
 
     user_usec: int
     system_usec: int
-    memory_bytes: int
+    memory_bytes: int  # memory.current (page cache and kernel memory too): for policy
     processes: int
+    # the resident set as condor_starter measures it on cgroup v2: memory.stat's anon +
+    # shmem (no page cache); the processes' resident sets from /proc without the controller
+    resident_bytes: int = 0
 
 
 class BlockIO(NamedTuple):
@@ -241,20 +244,38 @@ class JobCgroup:
             delay = min(delay * 2, 0.005)
 
     def usage(self) -> Usage:
-        """CPU from cpu.stat; memory from memory.current, else summed from /proc (hybrid)."""
+        """CPU from cpu.stat; memory from memory.current and memory.stat, else summed
+        from /proc (hybrid: no memory controller)."""
         cpu = parse_flat_keyed(self.fs.read(self.slice / "cpu.stat"))
         pids = self.pids()
         current = self.slice / "memory.current"
         if "memory" in self.controllers and self.fs.exists(current):
             memory = int(self.fs.read(current))
+            resident = self._anon_and_shmem()
         else:
-            memory = self._rss_of(pids)
+            memory = resident = self._rss_of(pids)
         return Usage(
             user_usec=cpu.get("user_usec", 0),
             system_usec=cpu.get("system_usec", 0),
             memory_bytes=memory,
             processes=len(pids),
+            resident_bytes=resident,
         )
+
+    def _anon_and_shmem(self) -> int:
+        # What condor_starter calls the job's resident set on cgroup v2
+        # (ProcFamilyDirectCgroupV2::get_usage): memory.current counts the page cache of
+        # every file the job read or wrote, which a job that copies a few hundred MiB
+        # would report as its memory for the rest of its run.
+        stat = self.memory_stat()
+        return stat.get("anon", 0) + stat.get("shmem", 0)
+
+    def memory_stat(self) -> dict[str, int]:
+        """memory.stat's counters (bytes); empty without the memory controller."""
+        stat = self.slice / "memory.stat"
+        if "memory" not in self.controllers or not self.fs.exists(stat):
+            return {}
+        return parse_flat_keyed(self.fs.read(stat))
 
     def cpu_usage_usec(self) -> int:
         """CPU time the job used so far (cpu.stat's usage_usec: there without controllers)."""

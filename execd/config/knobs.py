@@ -227,6 +227,8 @@ _group(
     ("CGROUP_MEMORY_LIMIT_POLICY", S, "hard", "hard, soft, none or custom: how memory.max is set."),
     ("CGROUP_HARD_MEMORY_LIMIT_EXPR", E, None, "memory.max in MB with CGROUP_MEMORY_LIMIT_POLICY = custom."),
     ("CGROUP_LOW_MEMORY_LIMIT", E, None, "memory.low in MB."),
+    ("CGROUP_USE_PEAK_MEMORY", B, "false", "Measure a job's memory (ResidentSetSize, ImageSize) from its cgroup's memory.peak rather than memory.stat's anon + shmem, as condor_starter does. Read as each job starts."),
+    ("CGROUP_IGNORE_CACHE_MEMORY", B, "true", "With CGROUP_USE_PEAK_MEMORY, subtract memory.stat's file and inactive_anon from memory.peak (page cache is not the job's memory). Read as each job starts."),
     ("DISABLE_SWAP_FOR_JOB", B, "true", "Set memory.swap.max = 0 for jobs."),
     ("STARTER_ALWAYS_HOLD_ON_OOM", B, "true", "Hold an OOM-killed job even when it was under 90% of its limit."),
     ("STARTER_HIDE_GPU_DEVICES", B, "true", "Deny each job the NVIDIA GPUs of the node that are not its slot's: a BPF device program on the job's cgroup makes opening their /dev/nvidia<N> fail with EPERM whatever the file permissions (nvidia-smi does not list them). Needs root and cgroup BPF; where it cannot be applied the job runs anyway and the starter log and the daemon's log say so."),

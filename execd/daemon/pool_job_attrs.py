@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import stat
 from collections.abc import Callable
@@ -44,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from execd import classads
 from execd.machine.hostname import client_machine
-from execd.starter.report import BLOCK_IO_ATTRS
+from execd.starter.report import BLOCK_IO_ATTRS, whole_seconds
 from execd.starter.sandbox import walk_tree
 
 if TYPE_CHECKING:
@@ -92,14 +91,6 @@ def sandbox_usage(sandbox: Path) -> tuple[int, int]:
             size += info.st_size
         entries += 1
     return size, entries
-
-
-def whole_seconds(cpu_s: float) -> float:
-    """CPU time as condor_starter reports it: its ProcFamilyUsage counts whole seconds
-    (cgroup v2's usage_usec / 1000000, ProcAPI's rusage seconds), truncated, and its
-    update assigns them as a real (2.0); the starter's status keeps the fraction (for
-    CPUsUsage)."""
-    return float(math.floor(float(cpu_s)))
 
 
 def starter_update(status: dict[str, Any], started: int, suspended: bool,

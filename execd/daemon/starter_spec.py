@@ -68,6 +68,8 @@ def starter_spec(job_id: str, slot: str, ad: dict[str, Any], facts: dict[str, An
         kill_sig=parse_signal(ad.get("KillSig", "SIGTERM")),
         vacate_seconds=float(settings.get_int("MachineMaxVacateTime") or 600),
         polling_interval=float(settings.get_int("CGROUP_POLLING_INTERVAL") or 5),
+        use_peak_memory=settings.get_bool("CGROUP_USE_PEAK_MEMORY", False),
+        ignore_cache_memory=settings.get_bool("CGROUP_IGNORE_CACHE_MEMORY", True),
         allow_runas_owner=settings.get_bool("STARTER_ALLOW_RUNAS_OWNER", True),
         slot_user=settings.get_str("SLOT_USER", slot=int(slot[4:].partition("_")[0])),
         memory_policy=settings.get_str("CGROUP_MEMORY_LIMIT_POLICY") or "hard",

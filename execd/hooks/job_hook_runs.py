@@ -32,6 +32,7 @@ from execd.config.settings import Settings
 from execd.errors import ExecdError
 from execd.hooks import job_hooks
 from execd.hooks.runner import run_hook
+from execd.starter.report import whole_seconds
 from execd.starter.sandbox import resolve_user
 from execd.starter.spec import StarterSpec
 
@@ -216,7 +217,9 @@ class JobHooks:
 
 
 def status_attributes(status_path: str | None, started_wall: float) -> dict[str, Any]:
-    """What UPDATE_JOB_INFO adds to the ad: the starter's latest measurements."""
+    """What UPDATE_JOB_INFO adds to the ad: the starter's latest measurements, CPU in
+    whole seconds and the largest resident set, as in condor_starter's job updates (its
+    hooks read the same ad)."""
     attrs: dict[str, Any] = {"JobStartDate": int(started_wall)}
     if status_path:
         try:
@@ -225,9 +228,12 @@ def status_attributes(status_path: str | None, started_wall: float) -> dict[str,
         except (OSError, ValueError):
             status = {}
         if isinstance(status, dict):
-            for key in ("JobState", "JobPid", "RemoteSysCpu", "RemoteUserCpu", "ImageSize"):
+            for key in ("JobState", "JobPid", "ImageSize", "ResidentSetSize"):
                 if isinstance(status.get(key), int | float | str):
                     attrs[key] = status[key]
+            for key in ("RemoteSysCpu", "RemoteUserCpu"):
+                if isinstance(status.get(key), int | float):
+                    attrs[key] = whole_seconds(status[key])
             if isinstance(status.get("NumProcesses"), int):
                 attrs["NumPids"] = status["NumProcesses"]
     attrs.setdefault("JobState", "Running")

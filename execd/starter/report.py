@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -87,3 +88,11 @@ def read_report(path: str) -> dict[str, Any]:
     with open(path) as f:
         data: dict[str, Any] = json.load(f)
     return data
+
+
+def whole_seconds(cpu_s: float) -> float:
+    """CPU time as condor_starter reports it: its ProcFamilyUsage counts whole seconds
+    (cgroup v2's usage_usec / 1000000, ProcAPI's rusage seconds), truncated, and its
+    update assigns them as a real (2.0), for its shadow, its startd and its job hooks
+    alike; the starter's status keeps the fraction (for CPUsUsage)."""
+    return float(math.floor(float(cpu_s)))

@@ -26,6 +26,7 @@ from execd.starter.ad_files import ad_file_env, write_ad_files
 from execd.starter.child import become_job
 from execd.starter.clone import fork_into_cgroup
 from execd.starter.hiding import hide_gpu_devices
+from execd.starter.resident_set import measure_memory
 from execd.starter.sandbox import (
     adopt_scratch,
     disk_usage_kb,
@@ -81,7 +82,8 @@ class Starter:
         self.peak_rss = 0
         self.peak_procs = 0
         # the largest resident set measured so far: condor_starter's VanillaProc keeps
-        # it (max_rss) and reports it as ResidentSetSize in every update, not the current
+        # it (max_rss) and reports it as ResidentSetSize in every update, not the current;
+        # peak_rss is the largest image size (ImageSize). See resident_set.py.
         self.max_rss = 0
         self.exit_reason = "exited"
         self.job_state = "Running"
@@ -224,8 +226,8 @@ class Starter:
             {
                 "JobState": self.job_state,
                 "EnteredCurrentState": self.entered_state,
-                "ImageSize": math.ceil(self.peak_rss / 1024),
-                "ResidentSetSize": math.ceil(self.max_rss / 1024),
+                "ImageSize": self.peak_rss // 1024,
+                "ResidentSetSize": self.max_rss // 1024,
                 "RemoteUserCpu": usage.user_usec / 1e6 if usage else 0.0,
                 "RemoteSysCpu": usage.system_usec / 1e6 if usage else 0.0,
                 "RemoteWallClockTime": round(time.monotonic() - self.started, 3),
@@ -267,12 +269,8 @@ class Starter:
         usage = self.cgroup.usage()
         self.last_usage = usage
         self.block_io = self.cgroup.block_io()
-        self.max_rss = max(self.max_rss, usage.memory_bytes)
-        self.peak_rss = max(self.peak_rss, usage.memory_bytes)
+        self.note_memory(usage)
         self.peak_procs = max(self.peak_procs, usage.processes)
-        peak = self.cgroup.memory_peak()
-        if peak is not None:
-            self.peak_rss = max(self.peak_rss, peak)
         limit = self.plan.policy_memory_mb
         if (
             limit
@@ -287,6 +285,15 @@ class Starter:
             )
             event("job_over_memory_limit", job=self.spec.job_id, limit_mb=limit, usage_mb=used_mb)
             self.hard_kill("held")
+
+    def note_memory(self, usage: Usage) -> None:
+        """Keep the largest resident set and image size measured, as condor_starter's
+        VanillaProc (max_rss) and ProcFamily (max_image_size) keep them; memory.current
+        (page cache included) stays the measure of the memory policy above."""
+        m = measure_memory(self.cgroup, usage, self.spec.use_peak_memory,
+                           self.spec.ignore_cache_memory)  # fmt: skip
+        self.max_rss = max(self.max_rss, m.resident_bytes)
+        self.peak_rss = max(self.peak_rss, m.image_bytes)
 
     def reap(self) -> None:
         if self.status is not None:
@@ -351,16 +358,10 @@ class Starter:
         wall = time.monotonic() - self.started
         usage = self.cgroup.usage()
         self.peak_procs = max(self.peak_procs, usage.processes)
-        # A job shorter than one polling interval was never measured: the kernel's
-        # memory.peak still has its high-water mark (read before the cgroup goes).
-        peak = self.cgroup.memory_peak()
-        if peak is not None:
-            self.peak_rss = max(self.peak_rss, peak)
+        self.note_memory(usage)  # (read before the cgroup goes)
         self.check_oom()
-        # The final update's measurements (read before the cgroup goes): its last CPU
-        # and block I/O, and as its resident set the peak, as condor_starter's (max_rss)
+        # The final update's measurements: its last CPU and block I/O
         self.last_usage, self.block_io = usage, self.cgroup.block_io()
-        self.max_rss = max(self.max_rss, self.peak_rss)
         if self.exit_reason != "spawn_failed":  # a job that never started has no status
             self.publish_status()
         try:
@@ -378,7 +379,7 @@ class Starter:
             self.report.update(ExitBySignal=False, ExitCode=os.WEXITSTATUS(status))
         if "HoldReasonCode" in self.report and self.exit_reason != "spawn_failed":
             self.exit_reason = "held"
-        rss_kb = math.ceil(self.peak_rss / 1024)
+        rss_kb = self.max_rss // 1024
         self.report.update(
             ExitReason=self.exit_reason,
             JobPid=self.pid,
@@ -386,8 +387,8 @@ class Starter:
             RemoteUserCpu=usage.user_usec / 1e6,
             RemoteSysCpu=usage.system_usec / 1e6,
             ResidentSetSize=rss_kb,
-            ImageSize=rss_kb,
-            MemoryUsage=math.ceil(rss_kb / 1024),
+            ImageSize=self.peak_rss // 1024,
+            MemoryUsage=(rss_kb + 1023) // 1024,  # condor's MEMORY_USAGE_METRIC
             NumProcesses=self.peak_procs,
             DiskUsage=disk_usage_kb(self.scratch),
         )
@@ -401,7 +402,12 @@ class Starter:
     def check_oom(self) -> None:
         limit = self.plan.writes.get("memory.max")
         limit_mb = int(limit) // (1024 * 1024) if limit else self.spec.memory_mb
-        used_mb = math.ceil(max(self.max_rss, self.peak_rss) / (1024 * 1024))
+        # condor_starter's OOM message says its ImageSize (the peak measured), or the
+        # limit where it measured none or STARTER_ALWAYS_HOLD_ON_OOM (the default): a
+        # job killed between two measurements was at its limit, not at the last one
+        used_mb = self.peak_rss // (1024 * 1024)
+        if used_mb == 0 or self.spec.always_hold_on_oom:
+            used_mb = limit_mb
         outcome = rpt.oom_outcome(
             self.cgroup.oom_events(), limit_mb, used_mb, self.spec.always_hold_on_oom
         )

@@ -90,6 +90,8 @@ class StarterSpec(NamedTuple):
     kill_sig: int = signal.SIGTERM
     vacate_seconds: float = 10.0
     polling_interval: float = 5.0
+    use_peak_memory: bool = False  # CGROUP_USE_PEAK_MEMORY (resident_set.py)
+    ignore_cache_memory: bool = True  # CGROUP_IGNORE_CACHE_MEMORY
     allow_runas_owner: bool = True
     slot_user: str | None = None
     memory_policy: str = "hard"
@@ -160,6 +162,8 @@ class StarterSpec(NamedTuple):
             kill_sig=parse_signal(d.get("kill_sig") or "SIGTERM"),
             vacate_seconds=_opt(d, "vacate_seconds", float, 10.0),
             polling_interval=_opt(d, "polling_interval", float, 5.0),
+            use_peak_memory=_opt(d, "use_peak_memory", bool, False),
+            ignore_cache_memory=_opt(d, "ignore_cache_memory", bool, True),
             allow_runas_owner=_opt(d, "allow_runas_owner", bool, True),
             slot_user=_opt(d, "slot_user", str, None),
             memory_policy=_opt(d, "memory_policy", str, "hard"),

@@ -60,10 +60,20 @@ def test_oom_kill_holds_with_code_34_subcode_102_and_htcondor_message() -> None:
     assert s.report["HoldReasonSubCode"] == 102
     # HTCondor's starter's words to the letter (vanilla_proc.cpp): two spaces before
     # "Consider", as in the reference half of tests/vm/guest/test_pool_oom.py
+    # the usage is the limit, whatever was measured last, with STARTER_ALWAYS_HOLD_ON_OOM
+    # (vanilla_proc.cpp's outOfMemoryEvent)
     assert s.report["HoldReason"] == (
         "Job has gone over cgroup memory limit of 100 megabytes. Last measured usage: "
-        "99 megabytes.  Consider resubmitting with a higher request_memory."
+        "100 megabytes.  Consider resubmitting with a higher request_memory."
     )
+
+
+def test_oom_hold_says_the_measured_peak_when_not_always_holding() -> None:
+    fs, s = starter(always_hold=False)
+    fs.files[s.cgroup.slice / "memory.events"] = "oom_kill 1\n"
+    s.peak_rss = 95 * MB
+    s.check_oom()
+    assert "Last measured usage: 95 megabytes." in s.report["HoldReason"]
 
 
 def test_oom_well_under_the_limit_evicts_when_not_always_holding() -> None:

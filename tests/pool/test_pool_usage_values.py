@@ -1,8 +1,12 @@
 """The usage values a job's starter reports, on execd and on the pool's condor_startd,
-for the same job: one that holds a 64 MiB buffer (dd's) for 17 s, burning CPU, then
-frees it, writes 1 MiB into its sandbox and waits for the test to let it end. (17 s:
-condor_startd here runs without cgroups, and its procd sees the job's processes only
-at its PID_SNAPSHOT_INTERVAL, 15 s; a shorter dd goes unseen, memory and CPU.)
+for the same job: one that holds a 64 MiB buffer (dd's) for 8 s, burning CPU, then
+frees it, writes 1 MiB into its sandbox and waits for the test to let it end.
+condor_startd here runs without cgroups: its procd sees the job's processes only at
+its snapshots, every PID_SNAPSHOT_INTERVAL (15 s by default; the smallest interval of
+the families it tracks, which each condor_starter reads as it registers its job's). The
+reference run sets it to 1 s (a config.d file), so that several snapshots see the
+buffer and dd's CPU however late a loaded host schedules them; execd's starter
+measures every CGROUP_POLLING_INTERVAL, 1 s here too.
 
 - `ResidentSetSize` in a periodic update after the memory was freed is the peak seen so
   far (condor_starter's VanillaProc keeps the largest resident set it measured), not
@@ -10,17 +14,19 @@ at its PID_SNAPSHOT_INTERVAL, 15 s; a shorter dd goes unseen, memory and CPU.)
   written after the free (its `DiskUsage`).
 - `RemoteUserCpu` / `RemoteSysCpu` in the schedd's history are whole seconds on both
   (condor_starter's ProcFamilyUsage counts CPU in whole seconds, truncated).
-- `ScratchDirFileCount` for the same job: condor_starter's is 6 more, the entries of
+- `ScratchDirFileCount` for the same job: condor_starter's is 4 more, the entries of
   its own layout of the job's directory (STARTER_NESTED_SCRATCH: `scratch/`,
-  `htcondor/`, `user/`) and the ads it writes there (`scratch/.job.ad`,
-  `scratch/.machine.ad`, `htcondor/.update.ad`), which execd's sandbox does not have;
-  the job's own files and `.chirp.config` are counted alike (docs/pool.md "Differences").
+  `htcondor/`, `user/`) and the `htcondor/.update.ad` condor_startd writes there, which
+  execd's sandbox does not have; the job's own files, `.chirp.config`, `.job.ad` and
+  `.machine.ad` are counted alike (docs/pool.md "Differences").
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +36,30 @@ from test_pool_jobs import PLAIN_SUBMIT, on_both, submit_files
 
 WAIT_S = 90
 SCRIPT = """#!/bin/sh
-timeout 17 dd if=/dev/zero of=/dev/null bs=64M 2>/dev/null
+timeout 8 dd if=/dev/zero of=/dev/null bs=64M 2>/dev/null
 dd if=/dev/zero of=freed.bin bs=1024 count=1024 conv=fsync 2>/dev/null
 find .. -mindepth 1 2>/dev/null | sort
 while [ ! -e "$1" ]; do sleep 0.2; done
 """
 MIB_KB = 1024
 # What condor_starter's count has and execd's does not (by name, in its dir_<pid>)
-CONDOR_LAYOUT = Counter({"scratch": 1, "htcondor": 1, "user": 1, ".job.ad": 1,
-                         ".machine.ad": 1, ".update.ad": 1})  # fmt: skip
-# execd's starter measures every CGROUP_POLLING_INTERVAL (5 s by default, as
-# condor_starter's): 1 s so that the 6 s of the buffer are measured for certain
+CONDOR_LAYOUT = Counter({"scratch": 1, "htcondor": 1, "user": 1, ".update.ad": 1})
+# execd's starter measures every CGROUP_POLLING_INTERVAL (5 s by default): 1 s so that
+# the 8 s of the buffer are measured several times
 EXTRA = "CGROUP_POLLING_INTERVAL = 1\n"
+# condor_startd's procd snapshots (15 s by default): 1 s, for the same reason
+REFERENCE_CONFIG = "/etc/condor/config.d/99-execd-snapshot-interval.conf"
+
+
+@contextlib.contextmanager
+def snapshot_every_second(pool: harness.Pool) -> Iterator[None]:
+    # each condor_starter reads it as it registers its job's family: no restart needed
+    config = pool.host_path(REFERENCE_CONFIG)
+    config.write_text("PID_SNAPSHOT_INTERVAL = 1\n")
+    try:
+        yield
+    finally:
+        config.unlink()
 
 
 def job_slot(pool: harness.Pool, cluster: int, probe: Any) -> dict[str, Any] | None:
@@ -67,7 +85,7 @@ def run_job(pool: harness.Pool) -> dict[str, Any]:
 
 
 def test_usage_values_as_condor_starters(running_pool: harness.RunningPool) -> None:
-    ours, theirs = on_both(running_pool, run_job, EXTRA)
+    ours, theirs = on_both(running_pool, run_job, EXTRA, snapshot_every_second)
     problems: list[Any] = []
     for who, seen in (("execd", ours), ("condor_startd", theirs)):
         running, record = seen["running"], seen["record"]
@@ -76,8 +94,8 @@ def test_usage_values_as_condor_starters(running_pool: harness.RunningPool) -> N
         if running["ResidentSetSize"] < 60 * MIB_KB:
             problems.append((who, "ResidentSetSize", running["ResidentSetSize"]))
         cpu = [record[a] for a in ("RemoteUserCpu", "RemoteSysCpu")]
-        # 17 s of dd: whole seconds of CPU, truncated
-        if not all(float(c).is_integer() for c in cpu) or not 1 <= sum(cpu) <= 18:
+        # 8 s of dd: whole seconds of CPU, truncated
+        if not all(float(c).is_integer() for c in cpu) or not 1 <= sum(cpu) <= 9:
             problems.append((who, "cpu", cpu))
     # the job lists its directory's parent: condor_starter's dir_<pid>, execd's EXECUTE
     listed = [Counter(name for name in (Path(line).name for line in s["listing"].split())

@@ -25,6 +25,8 @@ from tests.unit.config.htcondor_reader import typed_reference_values
 
 # Knob -> the default in HTCondor 25.x's code (src/ of htcondor/htcondor, V25_X).
 CODE_DEFAULTS: dict[str, Any] = {
+    # condor_utils/proc_family_direct_cgroup_v2.cpp: param_boolean(..., false)
+    "CGROUP_USE_PEAK_MEMORY": False,
     "UPDATE_OFFSET": 0,  # condor_startd.V6/ResMgr.cpp: param_integer("UPDATE_OFFSET", 0, 0)
     # condor_startd.V6/ResMgr.cpp: configInsert(..., ATTR_MAX_JOB_RETIREMENT_TIME, false);
     # undefined is no retirement

@@ -65,10 +65,13 @@ def test_edits_go_into_the_ad_as_values() -> None:
 def test_the_ads_the_hooks_read(tmp_path: Path) -> None:
     status = tmp_path / "status.json"
     status.write_text(json.dumps({"JobState": "Suspended", "JobPid": 42, "NumProcesses": 3,
-                                  "RemoteUserCpu": 1.5, "RemoteSysCpu": 0.5, "ImageSize": 9}))
+                                  "RemoteUserCpu": 2.7, "RemoteSysCpu": 0.5, "ImageSize": 9,
+                                  "ResidentSetSize": 8}))
     attrs = status_attributes(str(status), 1_700_000_000.9)
+    # CPU in whole seconds, truncated, as condor_starter's update ad (its hooks read it)
     assert attrs == {"JobStartDate": 1_700_000_000, "JobState": "Suspended", "JobPid": 42,
-                     "NumPids": 3, "RemoteUserCpu": 1.5, "RemoteSysCpu": 0.5, "ImageSize": 9}
+                     "NumPids": 3, "RemoteUserCpu": 2.0, "RemoteSysCpu": 0.0, "ImageSize": 9,
+                     "ResidentSetSize": 8}
     assert status_attributes(str(tmp_path / "none"), 5)["JobState"] == "Running"
     signalled = exit_attributes({"ExitBySignal": True, "ExitSignal": 9}, 2.5)
     assert signalled == {"ExitReason": "exited", "ExitBySignal": True, "JobDuration": 2.5,
