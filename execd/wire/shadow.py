@@ -309,7 +309,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                              dict(starter_ad), link.lease_s, int(time.time()),
                              transfers.tally.received)  # fmt: skip
         link.files = job_files(job, sandbox, transfer, uid)  # condor_tail may read them now
-        link.proxy = proxy_target(str(sandbox), proxy_name(job)) if transfer else None
+        link.file_transfer, link.proxy_name = transfer, proxy_name(job) if transfer else None
+        link.proxy = proxy_target(str(sandbox), link.proxy_name)
 
         def started() -> None:
             if options.on_running is not None:

@@ -88,7 +88,9 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         link.files = job_files(job, Path(state.sandbox), state.transfer,
                                os.stat(state.sandbox).st_uid)  # fmt: skip
     # the sandbox as it is now, unresolved: a link in its place is no sandbox
-    link.proxy = proxy_target(state.sandbox, proxy_name(job)) if state.transfer else None
+    link.file_transfer = state.transfer
+    link.proxy_name = proxy_name(job) if state.transfer else None
+    link.proxy = proxy_target(state.sandbox, link.proxy_name)
     if options.peek_enabled is not None:
         link.peek_enabled = functools.partial(options.peek_enabled, job)
     calls.attach(link)
