@@ -161,9 +161,10 @@ async def _refresh(channel: Channel, peer: Peer, link: ShadowLink | None,
     else:
         target = _live_target(link)  # again: the job may have ended during the exchange
         if target is None:
+            ended = link is None or link.closed
             log.warning("x509_proxy_refresh_failed", peer=peer.address, job=job,
-                        why="the job ended during the exchange" if link is None or link.closed
-                        else "the job's sandbox was not a directory when it started")  # fmt: skip
+                        why="the job ended during the exchange" if ended else
+                        "the job's sandbox was not its directory when it started or resumed")
         else:
             try:
                 replace_proxy(target, text)

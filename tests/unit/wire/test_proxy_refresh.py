@@ -331,7 +331,7 @@ def test_a_job_whose_sandbox_was_unusable_gets_0_not_declined(tmp_path: Path) ->
     with capture_logs() as events:
         shadow = update(put_file(b"renewed proxy"), links)
     assert not shadow.script and reply(shadow) == 0
-    assert events[0]["why"] == "the job's sandbox was not a directory when it started"
+    assert events[0]["why"] == "the job's sandbox was not its directory when it started or resumed"
 
 
 def test_a_job_with_no_proxy_gets_no_answer(tmp_path: Path) -> None:
