@@ -68,20 +68,43 @@ class Paths:
                 raise ConfigError(f"{name} directory {directory} is not writable by execd")
 
 
-    def execute_problem(self) -> str | None:
-        """What is wrong with EXECUTE's owner or mode, as condor_startd checks it at
-        startup (check_execute_dir_perms: its own user's, 0755), or None. Logged, not
-        refused, as condor_startd does where it makes the sandboxes itself."""
+    def execute_problem(self, condor_uid: int | None = None) -> str | None:
+        """What is wrong with EXECUTE's owner and mode, as condor_startd checks them at
+        startup (check_execute_dir_perms), or None. The owner may be root, execd's own
+        user or the condor account (condor_uid: a node that ran condor_startd has
+        condor:condor EXECUTE); the mode must be 0755. Both problems are named together.
+        Logged, not refused, as condor_startd does where it makes the sandboxes itself."""
         import os  # noqa: PLC0415  (kept local: this module is otherwise pure data flow)
 
         st = os.stat(self.execute)
-        if st.st_uid != os.geteuid():
-            return f"owned by uid {st.st_uid}, not execd's ({os.geteuid()})"
+        problems = []
+        owners = {0, os.geteuid()} | ({condor_uid} if condor_uid is not None else set())
+        if st.st_uid not in owners:
+            problems.append(f"owned by uid {st.st_uid}, not root, execd's or condor's"
+                            f" ({', '.join(str(uid) for uid in sorted(owners))})")  # fmt: skip
         mode = st.st_mode & 0o7777
         if mode != 0o755:
-            return (f"mode {mode:04o}, not 0755"
-                    + (": jobs could put another directory or a link in place of a sandbox"
-                       if mode & 0o022 else ""))  # fmt: skip
+            problems.append(f"mode {mode:04o}, not 0755")
+        if mode & 0o022:
+            problems.append("jobs could put another directory or a link in place of a sandbox")
+        return "; ".join(problems) or None
+
+
+def condor_uid(settings: Settings) -> int | None:
+    """The condor account's uid, as HTCondor resolves it: CONDOR_IDS (uid.gid), else the
+    user named condor; None where there is neither (execd's own install needs none)."""
+    import pwd  # noqa: PLC0415  (kept local: this module is otherwise pure data flow)
+
+    ids = settings.get_str("CONDOR_IDS")
+    if ids:
+        uid, _, _ = ids.partition(".")
+        try:
+            return int(uid)
+        except ValueError:
+            return None
+    try:
+        return pwd.getpwnam("condor").pw_uid
+    except KeyError:
         return None
 
 

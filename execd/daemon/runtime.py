@@ -30,7 +30,7 @@ from execd.daemon.fetch_work import FetchWorker
 from execd.daemon.footprint import limit_malloc_arenas, small_default_executor
 from execd.daemon.job_launch import CONCLUDE_TIMEOUT_S
 from execd.daemon.jobs import JobManager
-from execd.daemon.node import Node, Paths
+from execd.daemon.node import Node, Paths, condor_uid
 from execd.daemon.policy_glue import log_action, now, policy_config, slot_facts
 from execd.daemon.pool import PoolMember, pool_member
 from execd.daemon.recovery import recover
@@ -104,7 +104,7 @@ class Daemon:
         configure_logging(self.settings, force_stderr=self.log_to_stderr)
         self.paths = Paths.from_settings(self.settings)
         self.paths.create()
-        if (problem := self.paths.execute_problem()) is not None:
+        if (problem := self.paths.execute_problem(condor_uid(self.settings))) is not None:
             logger.error("execute_dir_permissions", path=str(self.paths.execute), why=problem)
         self.node = Node.build(self.config, self.settings)
         self.node.refresh_load(time.time())

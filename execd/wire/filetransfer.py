@@ -192,9 +192,13 @@ async def _file_size(ch: MessageChannel) -> int:
 
 
 async def receive_small_file(ch: MessageChannel, limit: int) -> bytes | None:
-    """One file sent by ReliSock::put_file, kept in memory; None (all of it read, none
-    kept) when it is larger than `limit` bytes."""
+    """One file sent by ReliSock::put_file, kept in memory; None when its size header
+    says more than `limit` bytes: then nothing more is read (a peer announcing 2**63
+    bytes would otherwise keep us receiving for ever), and the caller answers and ends
+    the connection, its chunks unread."""
     size = await _file_size(ch)
+    if size > limit:
+        return None
     chunks: list[bytes] = []
     got = 0
     while got < size:
@@ -202,11 +206,10 @@ async def receive_small_file(ch: MessageChannel, limit: int) -> bytes | None:
         if not chunk or got + len(chunk) > size:
             raise RemoteProtocolError(f"file chunk of {len(chunk)} bytes at {got} of {size}")
         got += len(chunk)
-        if size <= limit:
-            chunks.append(chunk)
+        chunks.append(chunk)
     if size == 0 and await _recv_int(ch, "zero-length file marker") != ZERO_FILE_MARKER:
         raise RemoteProtocolError("zero-length file without its 666 marker")
-    return b"".join(chunks) if size <= limit else None
+    return b"".join(chunks)
 
 
 async def _receive_file_bytes(ch: MessageChannel, target: Path | None) -> tuple[int, int]:

@@ -19,8 +19,10 @@ file and the reply 0. UPDATE_GSI_CRED (487) is the shadow's
 fallback when the delegation did not succeed, and its only way with
 DELEGATE_JOB_GSI_CREDENTIALS = false (RemoteResource::updateX509Proxy): the proxy
 itself as one file (ReliSock::put_file), then the same int reply, and the same
-writing; a job of the claim without its proxy in its sandbox is answered 2 (declined:
-the shadow stops checking its proxy), as condor_starter's JICShadow::updateX509Proxy.
+writing. As condor_starter's JICShadow::updateX509Proxy: a job of the claim without
+file transfer is answered 2 at once (declined: the shadow stops checking its proxy for
+good), one without a proxy gets no answer, and a file that could not be received (cut
+off, late, larger than 1 MiB: not read beyond its size) or written is answered 0.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from execd.errors import ProtocolError
 from execd.log import get_logger
 from execd.wire.channel import Channel
 from execd.wire.filetransfer import receive_small_file
@@ -119,19 +122,22 @@ async def serve_proxy_refresh(channel: Channel, peer: Peer,
 async def serve_proxy_update(channel: Channel, peer: Peer,
                              links: ShadowLinks = LIVE_LINKS) -> None:  # fmt: skip
     """One UPDATE_GSI_CRED from the shadow (already authorized): the proxy as a file
-    (ReliSock::put_file). A job of this claim without its proxy in its sandbox (no file
-    transfer) is answered 2 at once, as condor_starter does: the shadow stops trying."""
+    (ReliSock::put_file). A job of this claim without file transfer is answered 2 at
+    once, as condor_starter does: the shadow stops trying."""
     link = links.by_session(peer.sid)
-    if _live_target(link) is None:
+    if link is None or link.closed or not link.file_transfer or link.proxy_name is None:
         _refused(peer, link)
-        if link is not None and not link.closed:
+        if link is not None and not link.closed and not link.file_transfer:
             await channel.send(channel.encoder().put_int(DECLINED).payload())
         return
     await _refresh(channel, peer, link, _proxy_file(channel))
 
 
 async def _proxy_file(channel: Channel) -> bytes:
-    text = await receive_small_file(channel, MAX_PROXY_BYTES)
+    try:
+        text = await receive_small_file(channel, MAX_PROXY_BYTES)
+    except (ProtocolError, TimeoutError) as exc:  # condor_starter answers 0 all the same
+        raise DelegationError(f"the proxy file was not received: {exc}") from None
     if text is None:
         raise DelegationError(f"the proxy file is larger than {MAX_PROXY_BYTES} bytes")
     return text
@@ -155,14 +161,19 @@ async def _refresh(channel: Channel, peer: Peer, link: ShadowLink | None,
     else:
         target = _live_target(link)  # again: the job may have ended during the exchange
         if target is None:
+            ended = link is None or link.closed
             log.warning("x509_proxy_refresh_failed", peer=peer.address, job=job,
-                        why="the job ended during the exchange")
+                        why="the job ended during the exchange" if ended else
+                        "the job's sandbox was not its directory when it started or resumed")
         else:
             try:
                 replace_proxy(target, text)
             except OSError as exc:
                 log.warning("x509_proxy_refresh_failed", peer=peer.address, job=job,
                             why=f"{target.name}: {exc.strerror}")  # fmt: skip
+            except ValueError as exc:  # a NUL in the job's x509userproxy
+                log.warning("x509_proxy_refresh_failed", peer=peer.address, job=job,
+                            why=f"{target.name!r}: {exc}")  # fmt: skip
             else:
                 reply = REFRESHED
                 log.info("x509_proxy_refreshed", job=job, file=target.name)

@@ -174,6 +174,11 @@ class Conversation:
     lease_s: float | None
     started: int  # JobStartDate
     input_bytes: int = 0  # what the input transfer brought
+    # The sandbox directory as the job started in it (lstat) and the job's uid: a resume
+    # trusts only that directory with a refreshed proxy. None in a record made before.
+    sandbox_dev: int | None = None
+    sandbox_ino: int | None = None
+    job_uid: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -309,11 +314,14 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         stdin_name = os.path.basename(stdin) if isinstance(stdin, str) and stdin != "/dev/null" \
             and os.path.basename(stdin) in inputs else None  # fmt: skip
         log.info("shadow_job_starting", job=gjid, uid=uid)
+        made = os.lstat(sandbox)
         state = Conversation(gjid, dict(job_wire), str(sandbox), inputs, before, transfer,
                              dict(starter_ad), link.lease_s, int(time.time()),
-                             transfers.tally.received)  # fmt: skip
+                             transfers.tally.received, sandbox_dev=made.st_dev,
+                             sandbox_ino=made.st_ino, job_uid=uid)  # fmt: skip
         link.files = job_files(job, sandbox, transfer, uid)  # condor_tail may read them now
-        link.proxy = proxy_target(str(sandbox), proxy_name(job)) if transfer else None
+        link.file_transfer, link.proxy_name = transfer, proxy_name(job) if transfer else None
+        link.proxy = proxy_target(str(sandbox), link.proxy_name)
 
         def started() -> None:
             if options.on_running is not None:

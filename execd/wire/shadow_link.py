@@ -76,6 +76,10 @@ class ShadowLink:
         self.owner = ""  # the job ad's User: whom a job owner's session is made for
         self.files: JobFiles | None = None  # what condor_tail may read, once the job runs
         self.proxy: ProxyTarget | None = None  # its X509 proxy in the sandbox, to refresh
+        # How the job came: with file transfer (else a proxy update is declined, 2), and
+        # its proxy's name in the sandbox (None: it has none, 487 gets no answer).
+        self.file_transfer = False
+        self.proxy_name: str | None = None
         self.job_done = False  # the job has exited (its output may still be on its way)
         self.peek_enabled: Callable[[], bool] = lambda: True  # ENABLE_PEEK_JOB for this job
         self.on_close: list[Callable[[], None]] = []  # e.g. forget its owner sessions

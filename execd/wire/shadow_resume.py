@@ -38,11 +38,11 @@ from execd.wire.chirp_start import adopt_chirp_proxy
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.filetransfer import TransferTally
 from execd.wire.job_peek import job_files
-from execd.wire.job_runner import JobHeldError, JobRunner
-from execd.wire.proxy_refresh import proxy_target
+from execd.wire.job_runner import JobHeldError, JobRunner, JobSetupError
+from execd.wire.proxy_refresh import ProxyTarget, proxy_target
 from execd.wire.shadow import Conversation, ShadowOptions, hand_over, watch
 from execd.wire.shadow_end import conclude, remove_sandbox, report_hold
-from execd.wire.shadow_job import proxy_name
+from execd.wire.shadow_job import proxy_name, run_as_ids
 from execd.wire.shadow_link import ShadowLink
 from execd.wire.shadow_syscalls import MessageChannel, ShadowSyscalls
 from execd.wire.shadow_transfers import Transfers, job_values
@@ -67,6 +67,28 @@ class LostConnection:
         return Decoder(payload)
 
 
+def resumed_proxy_target(state: Conversation, name: str | None,
+                         job_uid: int | None) -> ProxyTarget | None:  # fmt: skip
+    """Where the job's refreshed proxy goes after a restart: its sandbox as it is now,
+    unresolved (a link in its place is no sandbox), only if it is still the directory
+    recorded when the job started (device, inode, owned by the job's uid); a record made
+    before those were kept: owned by the job's uid, never root. Else None: 487 is
+    answered 0 and 500 gets no exchange."""
+    target = proxy_target(state.sandbox, name)
+    if target is None:
+        return None
+    if state.sandbox_ino is not None:
+        recorded = (state.sandbox_dev, state.sandbox_ino, state.job_uid)
+        same = (target.dev, target.ino, target.uid) == recorded
+    else:
+        same = target.uid == job_uid
+    if not same or target.uid == 0:
+        log.warning("sandbox_not_as_recorded", job=state.global_job_id, path=state.sandbox,
+                    why="another directory, or not the job's: no proxy refresh reaches it")
+        return None
+    return target
+
+
 async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
                         options: ShadowOptions,
                         channel: MessageChannel | None = None, *,
@@ -84,11 +106,17 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
                       starter_address=address)  # fmt: skip
     job = job_values(state.job_wire)
     link.owner = str(job.get("User") or "")
+    job_uid = state.job_uid
+    if job_uid is None:  # a record from before they were kept: as the job was started
+        with contextlib.suppress(JobSetupError):
+            job_uid = run_as_ids(str(job.get("Owner", "")), options.run_as_fallback)[0]
     with contextlib.suppress(OSError):  # the job runs as its sandbox's owner
         link.files = job_files(job, Path(state.sandbox), state.transfer,
-                               os.stat(state.sandbox).st_uid)  # fmt: skip
-    # the sandbox as it is now, unresolved: a link in its place is no sandbox
-    link.proxy = proxy_target(state.sandbox, proxy_name(job)) if state.transfer else None
+                               job_uid if job_uid is not None
+                               else os.lstat(state.sandbox).st_uid)  # fmt: skip
+    link.file_transfer = state.transfer
+    link.proxy_name = proxy_name(job) if state.transfer else None
+    link.proxy = resumed_proxy_target(state, link.proxy_name, job_uid)
     if options.peek_enabled is not None:
         link.peek_enabled = functools.partial(options.peek_enabled, job)
     calls.attach(link)

@@ -21,6 +21,7 @@ from execd.config.loader import parse_config_text
 from execd.config.settings import load_settings
 from execd.daemon.pool_commands import PoolCommands
 from execd.daemon.pool_settings import pool_settings
+from execd.errors import RemoteProtocolError
 from execd.wire.channel import Channel
 from execd.wire.claim_session import MATCH_SESSION_USER
 from execd.wire.commands import Command
@@ -48,8 +49,8 @@ def sandbox(tmp_path: Path) -> Path:
     return directory
 
 
-def target(directory: Path) -> ProxyTarget:
-    found = proxy_target(str(directory), "proxy.pem")
+def target(directory: Path, name: str = "proxy.pem") -> ProxyTarget:
+    found = proxy_target(str(directory), name)
     assert found is not None
     return found
 
@@ -115,10 +116,13 @@ def test_a_root_owned_sandbox_gets_nothing(tmp_path: Path) -> None:
     assert (box / "proxy.pem").read_bytes() == b"old"
 
 
-def job_link(box: Path | None, links: ShadowLinks) -> ShadowLink:
+def job_link(box: Path | None, links: ShadowLinks, *, transfer: bool = True,
+             name: str = "proxy.pem") -> ShadowLink:  # fmt: skip
+    """A running job's link; box None: its sandbox was not a directory when it started."""
     link = ShadowLink(cast(Any, None), claim_id=CLAIM_ID, global_job_id="s#1.0#1",
                       lease_s=None, starter_ad={}, starter_address="<127.0.0.1:1>")  # fmt: skip
-    link.proxy = target(box) if box is not None else None
+    link.file_transfer, link.proxy_name = transfer, name if transfer else None
+    link.proxy = target(box, name) if box is not None and transfer else None
     links.add(link)
     return link
 
@@ -235,19 +239,81 @@ def test_a_proxy_sent_as_a_file_replaces_the_jobs(tmp_path: Path) -> None:
     assert os.listdir(box) == ["proxy.pem"]
 
 
-def test_a_proxy_file_too_large_is_read_and_replied_0(tmp_path: Path) -> None:
+def test_a_proxy_file_too_large_is_replied_0_after_its_size_alone(tmp_path: Path) -> None:
+    # nothing after the size header is read: a peer announcing 2**63 bytes does not
+    # keep the handler receiving; the reply comes at once and the connection ends
     box, links = sandbox(tmp_path), ShadowLinks()
     job_link(box, links)
-    shadow = update(put_file(b"x" * ((1 << 20) + 1), 65536), links)
-    assert not shadow.script and reply(shadow) == 0  # the whole file was read
+    for size in ((1 << 20) + 1, (1 << 63) - 1):
+        with capture_logs() as events:
+            shadow = update([enc().put_int(size).put_int(65536).payload()], links)
+        assert not shadow.script and reply(shadow) == 0
+        assert events[0]["why"] == "the proxy file is larger than 1048576 bytes"
     assert (box / "proxy.pem").read_bytes() == b"old"
 
 
-def test_a_job_without_its_proxy_in_a_sandbox_declines_the_file(tmp_path: Path) -> None:
-    # condor_starter answers 2 at once for a job without file transfer: the shadow
-    # stops checking the proxy; no claim at all: the connection is closed
+def test_an_empty_proxy_file_comes_with_the_666_marker(tmp_path: Path) -> None:
+    # ReliSock::put_file of a zero-length file: size 0, then the int 666
+    box, links = sandbox(tmp_path), ShadowLinks()
+    job_link(box, links)
+    shadow = update([enc().put_int(0).put_int(65536).payload(), enc().put_int(666).payload()],
+                    links)  # fmt: skip
+    assert not shadow.script and reply(shadow) == 1
+    assert (box / "proxy.pem").read_bytes() == b"" and os.listdir(box) == ["proxy.pem"]
+    (box / "proxy.pem").write_bytes(b"old")
+    with capture_logs():
+        shadow = update([enc().put_int(0).put_int(65536).payload(),
+                         enc().put_int(667).payload()], links)  # fmt: skip
+    assert not shadow.script and reply(shadow) == 0
+    assert (box / "proxy.pem").read_bytes() == b"old"
+
+
+class CutOffShadow(Shadow):
+    """Sends the first messages of a file, then its connection fails with `error`."""
+
+    def __init__(self, messages: list[bytes], error: Exception) -> None:
+        super().__init__([*(("recv", m) for m in messages), ("send", b"")])
+        self.error = error
+        self.left = len(messages)
+
+    async def recv(self, timeout_s: float | None = None) -> bytes:
+        if not self.left:
+            raise self.error
+        self.left -= 1
+        return await super().recv(timeout_s)
+
+
+@pytest.mark.parametrize("error", [RemoteProtocolError("the peer closed the connection"),
+                                   TimeoutError()])  # fmt: skip
+def test_a_proxy_file_cut_off_or_late_is_replied_0(tmp_path: Path, error: Exception) -> None:
+    # condor_starter answers 0 when get_file fails; execd ended the connection unanswered
+    box, links = sandbox(tmp_path), ShadowLinks()
+    job_link(box, links)
+    shadow = CutOffShadow([enc().put_int(10).put_int(4).payload(), b"rene"], error)
+    peer = Peer(user=MATCH_SESSION_USER, method="MATCH", sid=SID, address="127.0.0.1:5")
+    with capture_logs() as events:
+        asyncio.run(serve_proxy_update(cast(Channel, shadow), peer, links))
+    assert not shadow.script and reply(shadow) == 0
+    assert [e["event"] for e in events] == ["x509_proxy_refresh_failed"]
+    assert (box / "proxy.pem").read_bytes() == b"old" and os.listdir(box) == ["proxy.pem"]
+
+
+def test_a_nul_in_the_proxys_name_is_replied_0(tmp_path: Path) -> None:
+    # x509userproxy = "proxy\0.pem": os.open's ValueError escaped the handler
+    box, links = sandbox(tmp_path), ShadowLinks()
+    job_link(box, links, name="proxy\0.pem")
+    with capture_logs() as events:
+        shadow = update(put_file(b"renewed proxy"), links)
+    assert not shadow.script and reply(shadow) == 0
+    assert "embedded null byte" in events[0]["why"]
+    assert os.listdir(box) == ["proxy.pem"]
+
+
+def test_only_a_job_without_file_transfer_declines_the_file(tmp_path: Path) -> None:
+    # condor_starter answers 2 at once only for a job without file transfer: the
+    # shadow stops checking the proxy for good; no claim at all: the connection is closed
     links = ShadowLinks()
-    job_link(None, links)
+    job_link(None, links, transfer=False)
     with capture_logs():
         shadow = update([], links)
         assert reply(shadow) == 2
@@ -255,3 +321,23 @@ def test_a_job_without_its_proxy_in_a_sandbox_declines_the_file(tmp_path: Path) 
         peer = Peer(user="condor@pool", method="FS", sid="other", address="127.0.0.1:5")
         asyncio.run(serve_proxy_update(cast(Channel, nobody), peer, links))
     assert nobody.sent == []
+
+
+def test_a_job_whose_sandbox_was_unusable_gets_0_not_declined(tmp_path: Path) -> None:
+    # file transfer, but the sandbox was missing or no directory at start or resume: 0,
+    # so the shadow tries again later (2 would stop its proxy timer for good)
+    links = ShadowLinks()
+    job_link(None, links)
+    with capture_logs() as events:
+        shadow = update(put_file(b"renewed proxy"), links)
+    assert not shadow.script and reply(shadow) == 0
+    assert events[0]["why"] == "the job's sandbox was not its directory when it started or resumed"
+
+
+def test_a_job_with_no_proxy_gets_no_answer(tmp_path: Path) -> None:
+    links = ShadowLinks()
+    link = job_link(sandbox(tmp_path), links)
+    link.proxy_name = link.proxy = None
+    with capture_logs():
+        shadow = update([], links)
+    assert shadow.sent == []
