@@ -31,7 +31,7 @@ class Usage(NamedTuple):
 
     user_usec: int
     system_usec: int
-    memory_bytes: int  # memory.current (page cache and kernel memory too): for policy
+    memory_bytes: int  # memory.current (page cache, kernel memory), else /proc's resident sets
     processes: int
     # the resident set as condor_starter measures it on cgroup v2: memory.stat's anon +
     # shmem (no page cache); the processes' resident sets from /proc without the controller

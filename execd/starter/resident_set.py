@@ -7,7 +7,10 @@ not report. With CGROUP_USE_PEAK_MEMORY (default false) memory.peak is the measu
 less memory.stat's file + inactive_anon while CGROUP_IGNORE_CACHE_MEMORY (default
 true). The image size is the larger of the peak and the resident set; the starter keeps
 the largest of each it has seen (ResidentSetSize, ImageSize). Without the memory
-controller (hybrid hosts) both are the processes' resident sets from /proc.
+controller (hybrid hosts) both are the processes' resident sets from /proc, where
+condor's procd reports their virtual sizes as the image size (docs/pool.md). Without
+memory.peak (kernels before 5.19) CGROUP_USE_PEAK_MEMORY measures the resident set;
+condor's code reports 0.
 """
 
 from __future__ import annotations

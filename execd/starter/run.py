@@ -288,8 +288,8 @@ class Starter:
 
     def note_memory(self, usage: Usage) -> None:
         """Keep the largest resident set and image size measured, as condor_starter's
-        VanillaProc (max_rss) and ProcFamily (max_image_size) keep them; memory.current
-        (page cache included) stays the measure of the memory policy above."""
+        VanillaProc (max_rss) and ProcFamily (max_image_size) keep them (the memory
+        policy above, only without a memory controller, measures /proc's resident sets)."""
         m = measure_memory(self.cgroup, usage, self.spec.use_peak_memory,
                            self.spec.ignore_cache_memory)  # fmt: skip
         self.max_rss = max(self.max_rss, m.resident_bytes)
