@@ -272,6 +272,10 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             return await download_sandbox(ch, sandbox, executable=executable)
 
         transfer = wants_transfer(job, options.filesystem_domain or options.uid_domain)
+        # Before the input arrives, as condor_starter's WriteAdFiles in its working
+        # directory's setup: an input file of either name replaces them, as on condor.
+        write_job_ads(sandbox, starter_job_ad(job_wire, job, sandbox, transfer, user.pw_dir),
+                      options.published_slot_ad or starter_ad, gjid)  # fmt: skip
         got = await transfers.run(FILETRANS_UPLOAD, receive) if transfer else TransferResult()
         if not got.ok:
             log.warning("shadow_input_transfer_failed", job=gjid, code=got.hold_code,
@@ -296,8 +300,6 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             else {}  # fmt: skip
         await send_update(calls, provisioned | from_values({"_condor_JOBINFO_MAXINTERVAL": -1}),
                           options.on_update)  # fmt: skip
-        write_job_ads(sandbox, starter_job_ad(job_wire, job, sandbox, transfer, user.pw_dir),
-                      options.published_slot_ad or starter_ad, gjid)  # fmt: skip
         os.lchown(sandbox, uid, gid)
         for name, _ in walk_tree(str(sandbox)):  # any depth (os.walk recursed per level)
             os.lchown(name, uid, gid)
