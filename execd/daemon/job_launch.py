@@ -68,20 +68,11 @@ class StarterLifecycle:
 
     def _machine_ad(self, job: Job, resource_ad: Any | None) -> Any | None:
         """The job's slot's ad for its `.machine.ad`, built for that slot alone (never
-        every slot's: this is the launch path): its resources, the node's attributes and
-        what the policy engine, fetch-work and a pool claim publish for it. Without the
-        load, STARTD_ATTRS and cron values of the full ad."""
+        every slot's: this is the launch path; Daemon.slot_ad)."""
         if resource_ad is None:
             logger.warning("job_machine_ad_missing", slot=job.slot, job=job.job_id)
             return None
-        daemon, name = self.daemon, job.slot
-        resource_ad.update(daemon.node.node_attrs)
-        if name in daemon.engine.slots:
-            resource_ad.update(daemon.engine.attributes(name, now()))
-            resource_ad.update(daemon.fetch.attributes(name))
-        if daemon.pool is not None:
-            resource_ad.update(daemon.pool.claimant(name))
-        return resource_ad
+        return self.daemon.slot_ad(job.slot, resource_ad)
 
     def forget(self, job: Job) -> None:
         """The holder has the outcome (or gave up the claim): drop record and workdir."""

@@ -1,7 +1,7 @@
 """A local job's `.machine.ad` text is built for its own slot at launch, never by
 rebuilding every slot's ad (the launch path: bench/README.md, the starter's spec), and
-still holds what the slot publishes: its name and resources, the policy engine's state
-and activity, no claim id.
+still holds what the slot publishes: its name and resources, STARTD_ATTRS, the policy
+engine's state and activity, no claim id.
 
 The daemon is built as `execd run` builds it, without its cgroup tree (no starter runs:
 the spec is what the starter would be handed)."""
@@ -21,7 +21,7 @@ from execd.policy import actions as act
 from tests.component.in_process_daemon import daemon_without_cgroups
 
 FOUR_STATIC_SLOTS = ("SLOT_TYPE_1_PARTITIONABLE = False\nNUM_SLOTS_TYPE_1 = 4\n"
-                     "SLOT_TYPE_1 = cpus=1\n")
+                     "SLOT_TYPE_1 = cpus=1\nSTARTD_ATTRS = Site\nSite = \"here\"\n")
 JOB = {"Owner": "alice", "Cmd": "/bin/true", "RequestCpus": 1, "RequestMemory": 32}
 
 
@@ -53,4 +53,5 @@ def test_the_machine_ad_is_its_slots_alone(tmp_path: Path,
     values = dict(line.split(" = ", 1) for line in lines)
     assert values["Name"].startswith('"slot2@')
     assert (values["Cpus"], values["State"], values["Activity"]) == ("1", '"Claimed"', '"Busy"')
+    assert values["Site"] == '"here"'  # STARTD_ATTRS
     assert "ClaimId" not in values and "#[" not in machine  # no claim id
