@@ -241,7 +241,7 @@ class StarterLifecycle:
         known = self.daemon.engine.slots.get(job.slot)  # the facts of its last policy pass:
         facts = known.facts if known is not None else self._facts(job.slot)  # no ad rebuild
         slots = self.daemon.node.slots
-        resource_ad = slots.resource_ad(job.slot, int(time.time()))
+        resource_ad = slots.resource_ad(job.slot, int(time.time()), self.daemon.node.load)
         spec = starter_spec(job.job_id, job.slot, job.ad, facts,
                             settings=self.daemon.settings, execute=self.daemon.paths.execute,
                             tree=self.tree, workdir=workdir, slot_ad=resource_ad,
