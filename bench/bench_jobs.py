@@ -9,7 +9,9 @@
    serves with every starter re-adopted; and the same for a restart in place (SIGUSR2).
    Goal: under 2 s.
 
-Usage: .venv/bin/python bench/bench_jobs.py [--jobs 300] [--running 50]
+Usage: .venv/bin/python bench/bench_jobs.py [--jobs 300] [--running 50] [--held 0]
+--held N: N sleeping jobs hold d-slots of their own through the throughput runs (a busy
+node: each launch has that many slots beside it).
 """
 
 from __future__ import annotations
@@ -159,15 +161,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=300)
     ap.add_argument("--running", type=int, default=50)
+    ap.add_argument("--held", type=int, default=0)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="execd-bench-") as tmp:
         root = Path(tmp)
         root.chmod(0o755)
-        node = RunningDaemon(root, f"NUM_CPUS = {max(8, args.running)}\nMEMORY = 8192\n")
+        node = RunningDaemon(root, f"NUM_CPUS = {max(8, args.running) + args.held}\n"
+                            "MEMORY = 8192\n")  # fmt: skip
         node.start()
         try:
             sock = socket_of(node)
             throughput(sock, 1, 10)  # warm up
+            with ControlClient(sock, timeout=60) as c:
+                for _ in range(args.held):
+                    claim = c.call("request_claim", {"job": SLEEP})["claim_id"]
+                    c.call("activate", {"claim_id": claim, "job": SLEEP})
             rate_bare = bare(args.jobs)
             print(f"bare fork+exec of /bin/true: {rate_bare:.0f} /s")
             assert node.proc is not None

@@ -66,6 +66,14 @@ class StarterLifecycle:
                 return slot_facts(ad)
         return {}
 
+    def _machine_ad(self, job: Job, resource_ad: Any | None) -> Any | None:
+        """The job's slot's ad for its `.machine.ad`, built for that slot alone (never
+        every slot's: this is the launch path; Daemon.slot_ad)."""
+        if resource_ad is None:
+            logger.warning("job_machine_ad_missing", slot=job.slot, job=job.job_id)
+            return None
+        return self.daemon.slot_ad(job.slot, resource_ad)
+
     def forget(self, job: Job) -> None:
         """The holder has the outcome (or gave up the claim): drop record and workdir."""
         self.store.remove_job(job.job_id)
@@ -233,14 +241,13 @@ class StarterLifecycle:
         known = self.daemon.engine.slots.get(job.slot)  # the facts of its last policy pass:
         facts = known.facts if known is not None else self._facts(job.slot)  # no ad rebuild
         slots = self.daemon.node.slots
+        resource_ad = slots.resource_ad(job.slot, int(time.time()), self.daemon.node.load)
         spec = starter_spec(job.job_id, job.slot, job.ad, facts,
                             settings=self.daemon.settings, execute=self.daemon.paths.execute,
-                            tree=self.tree, workdir=workdir,
-                            slot_ad=slots.resource_ad(job.slot, int(time.time())),
+                            tree=self.tree, workdir=workdir, slot_ad=resource_ad,
                             node_gpus=slots.facts.gpus)
         if job.gate is None:  # a pool job's conversation wrote them into its sandbox
-            slot_ad = next((ad for ad in self.daemon.ads()
-                            if str(ad["Name"]).split("@")[0] == job.slot), None)  # fmt: skip
+            slot_ad = self._machine_ad(job, resource_ad)
             job_ad, machine_ad = ad_file_texts(job.ad, slot_ad)
             spec = spec._replace(job_ad=job_ad, machine_ad=machine_ad)
         return spec._replace(**job.overrides) if job.overrides else spec

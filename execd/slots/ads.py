@@ -221,12 +221,17 @@ def build_slot_ad(
     if mips is not None:
         attrs["Mips"] = mips
     ad = new_ad(attrs)
-    for name, text in (startd_attrs or {}).items():
+    add_startd_attrs(ad, res.name, startd_attrs or {})
+    return ad
+
+
+def add_startd_attrs(ad: Any, slot: str, startd_attrs: Mapping[str, str]) -> None:
+    """STARTD_ATTRS' values (config text) as expressions in the slot's ad."""
+    for name, text in startd_attrs.items():
         try:
             ad[name] = _expr(text)
         except ClassAdError as exc:
-            log.warning("startd_attr_skipped", slot=res.name, attr=name, error=str(exc))
-    return ad
+            log.warning("startd_attr_skipped", slot=slot, attr=name, error=str(exc))
 
 
 def property_attr(gid: str) -> str:

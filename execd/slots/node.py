@@ -46,12 +46,14 @@ class NodeSlots:
                 out.append(dynamic_resources(p.dynamic[sub], p, self.facts))
         return out
 
-    def resource_ad(self, name: str, now: int) -> Any | None:
-        """One slot's ad with its resources only (no policy, load or STARTD_ATTRS): what
-        a job's resource environment is computed from, without building every slot's."""
+    def resource_ad(self, name: str, now: int,
+                    machine_load: MachineLoad | None = None) -> Any | None:
+        """One slot's ad with its resources only (no policy, slot load or STARTD_ATTRS;
+        the machine's load and idle times if given): what a job's resource environment
+        and its .machine.ad are computed from, without building every slot's."""
         for res in self.resources():
             if res.name == name:
-                return build_slot_ad(self.facts, res, now=now)
+                return build_slot_ad(self.facts, res, now=now, machine_load=machine_load)
         return None
 
     def build_ads(

@@ -53,8 +53,17 @@ def write_ad_file(scratch: str, name: str, text: str, uid: int, gid: int) -> Non
 
 
 def write_ad_files(scratch: str, job_ad: str, machine_ad: str, uid: int, gid: int) -> None:
-    """Both files. OSError where one cannot be written: the caller logs it and the job
-    runs all the same, as condor_starter's does when its WriteAdFiles fails (the
-    variables are set either way)."""
-    write_ad_file(scratch, JOB_AD_FILE, job_ad, uid, gid)
-    write_ad_file(scratch, MACHINE_AD_FILE, machine_ad, uid, gid)
+    """Both files, each tried on its own (as condor_starter's WriteAdFiles): one that
+    cannot be written does not keep the other from being written. OSError afterwards,
+    naming each that failed: the caller logs it and the job runs all the same, as
+    condor_starter's does (the variables are set either way)."""
+    failed: list[OSError] = []
+    for name, text in ((JOB_AD_FILE, job_ad), (MACHINE_AD_FILE, machine_ad)):
+        try:
+            write_ad_file(scratch, name, text, uid, gid)
+        except OSError as exc:
+            failed.append(exc)
+    if len(failed) == 1:
+        raise failed[0]
+    if failed:
+        raise OSError("; ".join(str(exc) for exc in failed))

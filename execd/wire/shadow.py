@@ -79,7 +79,7 @@ from execd.wire.shadow_job import (
     job_argv,
     job_env,
     proxy_name,
-    run_as_ids,
+    run_as_user,
     shared_fs_launch,
     starter_job_ad,
     wants_transfer,
@@ -264,7 +264,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     handed_over = False
     proxy: ChirpProxy | None = None
     try:
-        uid, gid = run_as_ids(str(job.get("Owner", "")), options.run_as_fallback)
+        user = run_as_user(str(job.get("Owner", "")), options.run_as_fallback)
+        uid, gid = user.pw_uid, user.pw_gid
         slot = nested_slot_ad(options.published_slot_ad) if options.published_slot_ad else {}
         await calls.register_starter_info(starter_ad | slot)
         await calls.get_sec_session_info()
@@ -276,6 +277,10 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             return await download_sandbox(ch, sandbox, executable=executable)
 
         transfer = wants_transfer(job, options.filesystem_domain or options.uid_domain)
+        # Before the input arrives, as condor_starter's WriteAdFiles in its working
+        # directory's setup: an input file of either name replaces them, as on condor.
+        write_job_ads(sandbox, starter_job_ad(job_wire, job, sandbox, transfer, user.pw_dir),
+                      options.published_slot_ad or starter_ad, gjid)  # fmt: skip
         got = await transfers.run(FILETRANS_UPLOAD, receive) if transfer else TransferResult()
         if not got.ok:
             log.warning("shadow_input_transfer_failed", job=gjid, code=got.hold_code,
@@ -300,8 +305,6 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             else {}  # fmt: skip
         await send_update(calls, provisioned | from_values({"_condor_JOBINFO_MAXINTERVAL": -1}),
                           options.on_update)  # fmt: skip
-        write_job_ads(sandbox, starter_job_ad(job_wire, job, sandbox, transfer, uid),
-                      options.published_slot_ad or starter_ad, gjid)  # fmt: skip
         os.lchown(sandbox, uid, gid)
         for name, _ in walk_tree(str(sandbox)):  # any depth (os.walk recursed per level)
             os.lchown(name, uid, gid)

@@ -23,23 +23,29 @@ from execd.wire.job_runner import JobExit, JobLaunch, JobSetupError, exec_failur
 from execd.wire.output_files import std_files
 
 __all__ = ["DEFAULT_PATH", "JobExit", "JobProcess", "JobSetupError", "job_argv", "job_env",
-           "proxy_name", "rss_kb", "run_as_ids", "shared_fs_launch", "starter_job_ad",
-           "wants_transfer", "write_job_ads"]
+           "proxy_name", "rss_kb", "run_as_ids", "run_as_user", "shared_fs_launch",
+           "starter_job_ad", "wants_transfer", "write_job_ads"]
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 log = get_logger("wire")
 
 
-def run_as_ids(owner: str, fallback: str = "nobody") -> tuple[int, int]:
-    """(uid, gid) for the job: its Owner where this host has that user, else `fallback`;
-    never root."""
+def run_as_user(owner: str, fallback: str = "nobody") -> pwd.struct_passwd:
+    """The job's user: its Owner where this host has that user, else `fallback`; never
+    root. Looked up once (NSS may be slow): its ids and home directory come from here."""
     for name in (owner, fallback):
         try:
             entry = pwd.getpwnam(name)
         except KeyError:
             continue
         if entry.pw_uid != 0:
-            return entry.pw_uid, entry.pw_gid
+            return entry
     raise JobSetupError(f"neither job owner {owner!r} nor {fallback!r} is a non-root user here")
+
+
+def run_as_ids(owner: str, fallback: str = "nobody") -> tuple[int, int]:
+    """(uid, gid) of run_as_user."""
+    entry = run_as_user(owner, fallback)
+    return entry.pw_uid, entry.pw_gid
 
 
 def job_argv(job: dict[str, object], sandbox: Path, transferred: list[str]) -> list[str]:
@@ -85,7 +91,7 @@ def proxy_path(job: dict[str, object], sandbox: Path, transfer: bool) -> str | N
 
 def job_env(job: dict[str, object], sandbox: Path, transfer: bool = True) -> dict[str, str]:
     env = {"PATH": DEFAULT_PATH, "_CONDOR_SCRATCH_DIR": str(sandbox), "TMPDIR": str(sandbox),
-           "HOME": str(sandbox)} | ad_file_env(str(sandbox))  # fmt: skip
+           "HOME": str(sandbox)}  # fmt: skip
     text = job.get("Environment")
     if isinstance(text, str) and text.strip():
         try:
@@ -99,14 +105,17 @@ def job_env(job: dict[str, object], sandbox: Path, transfer: bool = True) -> dic
     proxy = proxy_path(job, sandbox, transfer)
     if proxy is not None:  # condor_starter's wins over the job's own Environment
         env["X509_USER_PROXY"] = proxy
-    return env
+    # Set last, as condor_starter's PublishToEnv after the job's environment is merged:
+    # the job's Environment cannot point them elsewhere.
+    return env | ad_file_env(str(sandbox))
 
 
 def starter_job_ad(job_wire: WireAd, job: dict[str, object], sandbox: Path, transfer: bool,
-                   uid: int) -> WireAd:  # fmt: skip
+                   home: str | None) -> WireAd:  # fmt: skip
     """The job ad as condor_starter holds it when it writes `.job.ad` (jic_shadow.cpp
     initJobInfo, initWithFileTransfer): `OrigCmd` and `OrigIwd` (the ad's Cmd and Iwd),
-    `OSHomeDir` (the job user's home directory); with file transfer `Iwd` is the sandbox
+    `OSHomeDir` (the job user's home directory, looked up with its ids by run_as_user,
+    none where that is empty); with file transfer `Iwd` is the sandbox
     and `Out`/`Err` the sandbox names the job's stdout/stderr are written to
     (`_condor_stdout`, `_condor_stderr`; output_files.std_files), the ad's own in
     `OriginalOut`/`OriginalErr`, where they are not streamed and not /dev/null."""
@@ -114,8 +123,8 @@ def starter_job_ad(job_wire: WireAd, job: dict[str, object], sandbox: Path, tran
     for attr in ("Cmd", "Iwd"):
         if isinstance(job.get(attr), str):
             edits[f"Orig{attr}"] = job[attr]
-    with contextlib.suppress(KeyError):
-        edits["OSHomeDir"] = pwd.getpwuid(uid).pw_dir
+    if home:
+        edits["OSHomeDir"] = home
     if transfer:
         for attr, name, streamed in zip(("Out", "Err"), std_files(job),
                                         ("StreamOut", "StreamErr"), strict=True):  # fmt: skip

@@ -70,3 +70,30 @@ def test_job_and_machine_ad_files_as_condor_starters(
         'machine Machine: "<host>"',
         ".job.ad: 0 private, 0 claim ids", ".machine.ad: 0 private, 0 claim ids",
     ]  # fmt: skip
+
+
+INPUT_AD_SCRIPT = r"""#!/bin/sh
+echo "Marker: $(sed -n 's/^Marker = //p' .job.ad)"
+echo "ClusterId lines: $(grep -c '^ClusterId = ' .job.ad)"
+echo "machine Marker: $(sed -n 's/^Marker = //p' .machine.ad)"
+"""
+
+
+def input_ad_seen(pool: harness.Pool) -> list[str]:
+    """What a job whose input brings its own `.job.ad` and `.machine.ad` finds there."""
+    extra = "transfer_input_files = .job.ad, .machine.ad"
+    job = submit_files(pool, PLAIN_SUBMIT.format(args="", extra=extra),
+                       {"job.sh": INPUT_AD_SCRIPT, ".job.ad": "Marker = 1\n",
+                        ".machine.ad": "Marker = 2\n"})  # fmt: skip
+    log = job.wait_for_event("005", WAIT_S)
+    assert "(1) Normal termination (return value 0)" in log, log
+    return job.output("out.txt").splitlines()
+
+
+def test_an_input_file_named_like_the_ads_replaces_them_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    """condor_starter writes the ads before its input transfer, so the job's own files
+    of those names win; execd wrote them after and replaced the job's."""
+    ours, theirs = on_both(running_pool, input_ad_seen)
+    assert ours == theirs
+    assert ours == ["Marker: 1", "ClusterId lines: 0", "machine Marker: 2"]
