@@ -19,10 +19,10 @@ from typing import Any
 
 from execd import log
 from execd.aio import cancel_until_done, wait_event
-from execd.classads import ClassAdError, parse_expr
 from execd.config.loader import Config, load_config
 from execd.config.log_setup import configure_logging
 from execd.config.settings import Settings, load_settings
+from execd.daemon import slot_ads
 from execd.daemon.backfill import BackfillClient, backfill_program
 from execd.daemon.broken import record_broken
 from execd.daemon.control import Authorizer, ControlServer, Verb
@@ -47,9 +47,6 @@ from execd.hooks.cron import CronManager, CronUpdate
 from execd.hooks.cron_config import cron_settings
 from execd.policy import actions as act
 from execd.policy.engine import PolicyEngine
-from execd.slots import from_config
-from execd.slots.ads import add_startd_attrs
-from execd.slots.rollup import publish_child_summaries
 from execd.starter.launcher import ZYGOTE
 from execd.wire.authz_policy import policy_from_settings
 
@@ -179,45 +176,10 @@ class Daemon:
         return True
 
     def resource_ads(self) -> list[Any]:
-        """Slot ads from the node's resources plus what startd cron jobs publish."""
-        ads = self.node.ads()
-        cron = getattr(self, "cron", None)  # absent while the cron manager is being built
-        published = cron.slot_attributes() if cron is not None else {}
-        for ad in ads:
-            self._add_published(ad, published.get(str(ad["Name"]).split("@")[0], {}))
-        return ads
-
-    def _add_published(self, ad: Any, cron_values: dict[str, str]) -> None:
-        """What the benchmarks and the slot's startd cron jobs publish into its ad."""
-        benchmarks = getattr(self, "benchmarks", None)
-        if benchmarks is not None:
-            ad.update(benchmarks.result.ad_attributes())
-        for name, text in cron_values.items():
-            try:
-                expr = parse_expr(text)
-            except ClassAdError:
-                continue  # the cron parser already logged the line
-            value = expr.eval()
-            # literals as values (so the policy engine sees them), the rest as expressions
-            ad[name] = value if isinstance(value, bool | int | float | str) else expr
+        return slot_ads.resource_ads(self)
 
     def slot_ad(self, name: str, resource_ad: Any) -> Any:
-        """One slot's ad as ads() publishes it, built from its resource ad for that slot
-        alone (a job's launch: never every slot's ad): the node's attributes, STARTD_ATTRS,
-        benchmarks and cron values, the policy engine's and fetch-work's attributes and a
-        pool claim's claimant. Without what needs every slot: the load averages' split and
-        STARTD_SLOT_ATTRS' cross-posted values."""
-        resource_ad.update(self.node.node_attrs)
-        add_startd_attrs(resource_ad, name,
-                         from_config.startd_attrs(self.config, int(resource_ad["SlotID"])))
-        cron = getattr(self, "cron", None)
-        self._add_published(resource_ad,
-                            cron.slot_attributes().get(name, {}) if cron is not None else {})
-        if name in self.engine.slots:
-            resource_ad.update(self.engine.attributes(name, now()) | self.fetch.attributes(name))
-        if self.pool is not None:
-            resource_ad.update(self.pool.claimant(name))
-        return resource_ad
+        return slot_ads.one_slot_ad(self, name, resource_ad)
 
     def _cron_updated(self, update: CronUpdate) -> None:
         # new cron values reach the policy at once, not at the next UPDATE_INTERVAL
@@ -232,20 +194,7 @@ class Daemon:
         self.wake.set()
 
     def ads(self) -> list[Any]:
-        """Slot ads with the policy engine's state, activity and timers merged in, the
-        claimant of each pool claim, and last each p-slot's roll-up of its d-slots."""
-        moment = now()
-        ads = self.resource_ads()
-        for ad in ads:
-            name = str(ad["Name"]).split("@")[0]
-            if name in self.engine.slots:
-                ad.update(self.engine.attributes(name, moment) | self.fetch.attributes(name))
-            elif "SlotBrokenReason" in ad:  # a broken d-slot kept out of use
-                ad.update(State="Owner", Activity="Idle", Start=False, Requirements=False)
-            if self.pool is not None:
-                ad.update(self.pool.claimant(name))
-        publish_child_summaries(ads, from_config.rollup_settings(self.config))
-        return ads
+        return slot_ads.slot_ads(self)
 
     def execute(self, actions: list[Any]) -> None:
         """Carry out the engine's actions (those that need no starter, for now)."""
