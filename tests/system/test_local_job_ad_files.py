@@ -4,20 +4,11 @@ as condor_starter gives every job them; no private attribute in either."""
 
 from __future__ import annotations
 
-import os
 import secrets
-import signal
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from execd._htcondor import classad2
-from execd.cgroups.discovery import discover
-from execd.cgroups.fs import CgroupFS
-from execd.cgroups.tree import CgroupTree
 from tests.component.daemon_harness import RunningDaemon
+from tests.system.test_daemon_jobs import node  # noqa: F401  (the fixture: a real daemon)
 
 # What the job prints: the variables' basenames, whether the files are in its scratch
 # directory, their owner and mode, then each file as it is.
@@ -35,28 +26,13 @@ echo ==== machine; cat "$_CONDOR_MACHINE_AD"
 """
 
 
-@pytest.fixture
-def node() -> Iterator[RunningDaemon]:
-    base = f"execd-test-{os.getpid()}-{secrets.token_hex(4)}"
-    with tempfile.TemporaryDirectory(prefix="execd-node-") as tmp:
-        root = Path(tmp)
-        root.chmod(0o755)
-        daemon = RunningDaemon(root, f"BASE_CGROUP = {base}\nNUM_CPUS = 2\nMEMORY = 2048\n"
-                                     "MAXJOBRETIREMENTTIME = 0\n").start()  # fmt: skip
-        try:
-            yield daemon
-        finally:
-            daemon.stop(signal.SIGQUIT)
-            CgroupTree(CgroupFS(), discover(CgroupFS()), base).remove()
-
-
 def parse(text: str) -> classad2.ClassAd:
     ad = classad2.parseOne(text, parser=classad2.ParserType.Old)
     assert ad is not None
     return ad
 
 
-def test_a_local_job_reads_its_job_ad_and_machine_ad(node: RunningDaemon) -> None:
+def test_a_local_job_reads_its_job_ad_and_machine_ad(node: RunningDaemon) -> None:  # noqa: F811
     secret = f"<127.0.0.1:9618>#{secrets.token_hex(8)}"
     done = node.execd("job", "--memory", "384", "--attr", f"ClaimId={secret}",
                       "--attr", f"Capability={secret}", "--attr", "MyMarker=7",
