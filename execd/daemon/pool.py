@@ -32,6 +32,7 @@ from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.daemon.control import ControlError
 from execd.daemon.pool_claimant import claimant_attributes
 from execd.daemon.pool_daemon_attrs import DaemonAttributes
+from execd.daemon.pool_job import PoolJob
 from execd.daemon.pool_job_attrs import JobAttributes
 from execd.daemon.pool_settings import PoolSettings, pool_settings
 from execd.daemon.startd_daemon_ad import StartdDaemonAd
@@ -309,9 +310,16 @@ class PoolMember:
         return claimant_attributes(slot, self.config.domain) | self.job_attrs.attributes(slot)
 
     def ad_pairs(self) -> list[tuple[WireAd, WireAd]]:
+        """Every slot's ads, as each publish makes them; a running job's slot ad also
+        goes to its `.update.ad` (execd/daemon/update_ad.py), as condor_startd's does."""
         ads = self.slot_ads()
         self._sync_claims(list(ads))
-        return [self.pair(name, ad) for name, ad in ads.items()]
+        pairs = {name: self.pair(name, ad) for name, ad in ads.items()}
+        for runner in self.daemon.jobs.conversations:
+            if isinstance(runner, PoolJob) and runner.job is not None \
+                    and runner.job.slot in pairs:  # fmt: skip
+                runner.publish_slot_ad(pairs[runner.job.slot][0])
+        return list(pairs.values())
 
     def public_ad(self, name: str) -> WireAd:
         ads = self.slot_ads()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import pwd
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from execd import log
 from execd.claims.ids import ClaimId
 from execd.classads import evaluate, new_ad
 from execd.daemon.pool_job import PoolJob
+from execd.daemon.update_ad import SandboxIdentity
 from execd.errors import ExecdError, ProtocolError
 from execd.wire.channel import Channel
 from execd.wire.chirp_config import ChirpConfig
@@ -100,6 +102,7 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         runner=job.runner, on_running=on_running, handover=handover, slot_ad=ad,
         published_slot_ad=published,
         on_transferred=transferred, on_update=job.note_update,
+        before_removal=job.close_update_ad,
         peek_enabled=lambda job_values: peek_enabled(daemon.settings, ad, job_values),
         claim_held=lambda: claim.full() in member.claims  # (restore tracks it first)
         and claim.full() not in member.closed_by_schedd,
@@ -203,6 +206,14 @@ def _release(connection: dict[str, Any] | None, listener: dict[str, Any] | None)
             release_connection(record)
 
 
+def _gid_of(uid: int) -> int:
+    """The primary group of the job's user (the sandbox's group, else the uid's)."""
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return uid
+
+
 def _job_of(member: PoolMember, claim: ClaimId) -> Job | None:
     """The claim's latest job (running, or ended while execd restarted)."""
     jobs = [job for job in member.daemon.jobs.jobs.values()
@@ -213,9 +224,14 @@ def _job_of(member: PoolMember, claim: ClaimId) -> Job | None:
 async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: Job,
                   connection: dict[str, Any] | None, *,
                   listener: dict[str, Any] | None) -> None:  # fmt: skip
+    identity = None  # the sandbox as recorded at the job's start (older records: none)
+    if state.sandbox_dev is not None and state.sandbox_ino is not None \
+            and state.job_uid is not None:  # fmt: skip
+        identity = SandboxIdentity(state.sandbox, state.sandbox_dev, state.sandbox_ino,
+                                   state.job_uid, _gid_of(state.job_uid))  # fmt: skip
     runner = PoolJob.adopted(member.daemon.jobs, claim.full(), job, state.started,
                              Path(state.sandbox) if state.transfer else None,
-                             wire=state.job_wire)  # fmt: skip
+                             wire=state.job_wire, identity=identity)  # fmt: skip
     handed_over: list[bool] = []
     options = shadow_options(member, claim, runner, handed_over)
     try:

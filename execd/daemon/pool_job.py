@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from execd import log
 from execd.daemon.control import ControlError
 from execd.daemon.pool_job_attrs import read_status, starter_update
+from execd.daemon.update_ad import SandboxIdentity, UpdateAdFile, copy_update_attrs, update_attrs
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobSetupError, spawn_failure
 
@@ -86,6 +87,7 @@ class PoolJob:
         self.started = 0
         self.reported_suspended = False  # what the shadow was last told
         self.sandbox: Path | None = None  # an adopted job's transferred sandbox
+        self.update_ad: UpdateAdFile | None = None  # its slot's ad in its sandbox
 
     def activate(self, job_ad: dict[str, Any], wire: Iterable[tuple[str, str]] | None = None,
                  ) -> None:  # fmt: skip
@@ -111,6 +113,8 @@ class PoolJob:
         update: not measured again here (a second walk of the sandbox on the loop)."""
         if self.job is None:
             return
+        if self.update_ad is not None and not self.job.done.is_set():
+            self.update_ad.enabled = True  # condor_startd: once its starter sent one
         if self.launch is not None:  # condor_starter tells its startd the sandbox
             self.job.updates.update(from_values({"CondorScratchDir": str(self.launch.sandbox)}))
         self.job.updates.update(update)
@@ -122,13 +126,17 @@ class PoolJob:
     @classmethod
     def adopted(cls, jobs: JobManager, claim_id: str, job: Job, started: int,
                 sandbox: Path | None = None, *, wire: WireAd | None = None,
-                ) -> PoolJob:  # fmt: skip
+                identity: SandboxIdentity | None = None) -> PoolJob:  # fmt: skip
         """The runner of a job a restarted daemon adopted (it runs, or ended meanwhile);
         `sandbox`: where its input was transferred (None: a shared filesystem); `wire`:
-        the shadow's job ad the conversation kept."""
+        the shadow's job ad the conversation kept; `identity`: its sandbox as recorded
+        at the job's start (None: no `.update.ad` is written)."""
         runner = cls(jobs, claim_id)
         cls._keep_history(job, wire)
         runner.sandbox = sandbox
+        if identity is not None and not job.done.is_set():
+            runner.update_ad = UpdateAdFile(identity, job.job_id)
+            runner.update_ad.enabled = True  # it sent updates before the restart
         runner.gate.set_result(None)  # the starter was launched by the old daemon
         runner.job = job
         runner.started = started
@@ -138,7 +146,24 @@ class PoolJob:
     def runner(self, launch: JobLaunch) -> PoolJob:
         """The conversation's runner factory: the input is in `launch.sandbox`."""
         self.launch = launch
+        identity = SandboxIdentity.of(str(launch.sandbox), *launch.ids)
+        if identity is not None and self.job is not None:
+            self.update_ad = UpdateAdFile(identity, self.job.job_id)
         return self
+
+    def publish_slot_ad(self, public: WireAd) -> None:
+        """The slot was published: its ad goes to the job's `.update.ad`, from the
+        first update the job's starter sent until the job's end."""
+        if self.update_ad is None:
+            return
+        if self.job is None or self.job.done.is_set():
+            self.update_ad.enabled = False
+        self.update_ad.publish(public)
+
+    async def close_update_ad(self) -> None:
+        """Before the sandbox is removed (or kept, or handed over): no more writes."""
+        if self.update_ad is not None:
+            await self.update_ad.close()
 
     # -- the runner ------------------------------------------------------------------
     def _job(self) -> Job:
@@ -207,10 +232,12 @@ class PoolJob:
         # The sandbox's walk off the event loop: the job decides how many entries it
         # has, and every other job's conversation, claim and command waits on the loop.
         update = await asyncio.to_thread(self._update_values, status)
+        # condor_starter copies CpusUsage (and the cron metrics' usage) from the last
+        # .update.ad its startd wrote: none before the first.
+        written = self.update_ad.written if self.update_ad is not None else None
+        copy_update_attrs(update, written, update_attrs(self.jobs.daemon.settings))
         pool = self.jobs.daemon.pool
         if pool is not None:
-            # condor_starter copies its slot's CPUsUsage into each update (CpusUsage)
-            update["CpusUsage"] = pool.job_attrs.cpus_usage(job.job_id, status)
             pool.job_attrs.updated(self.claim_id, job.job_id, update)
         return from_values(update)
 

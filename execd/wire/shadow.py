@@ -36,7 +36,7 @@ import functools
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +144,9 @@ class ShadowOptions:
     # Asked as a restarted daemon resumes the conversation: does the schedd still hold
     # the claim? False: it released it meanwhile (no shadow comes back). None: always.
     claim_held: Callable[[], bool] | None = None
+    # Awaited before the sandbox is removed (or kept, or handed over): whatever writes
+    # into it from outside the conversation (the slot's .update.ad) stops first.
+    before_removal: Callable[[], Awaitable[None]] | None = None
     # The ENABLE_CHIRP* knobs as this job's starter reads them (at its start).
     chirp: ChirpConfig = field(default_factory=ChirpConfig)
 
