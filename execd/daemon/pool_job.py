@@ -113,8 +113,6 @@ class PoolJob:
         update: not measured again here (a second walk of the sandbox on the loop)."""
         if self.job is None:
             return
-        if self.update_ad is not None and not self.job.done.is_set():
-            self.update_ad.enabled = True  # condor_startd: once its starter sent one
         if self.launch is not None:  # condor_starter tells its startd the sandbox
             self.job.updates.update(from_values({"CondorScratchDir": str(self.launch.sandbox)}))
         self.job.updates.update(update)
@@ -151,9 +149,23 @@ class PoolJob:
             self.update_ad = UpdateAdFile(identity, self.job.job_id)
         return self
 
+    def _first_update_ad(self, slot: str) -> None:
+        """The job is being started: condor_starter's first update to its startd
+        (the provisioned resources) follows the spawn, and condor_startd writes
+        .update.ad from then on, first as it publishes the slot Busy, which that update
+        precedes (a job that exits at once has it too); here at once, with the slot's
+        ad as it is then (the job still running in it: the slot ad drops the job's
+        attributes once its starter has exited)."""
+        assert self.update_ad is not None
+        self.update_ad.enabled = True
+        pool = self.jobs.daemon.pool
+        if pool is not None:
+            with contextlib.suppress(KeyError):  # a slot gone meanwhile: none
+                self.update_ad.publish(pool.public_ad(slot))
+
     def publish_slot_ad(self, public: WireAd) -> None:
         """The slot was published: its ad goes to the job's `.update.ad`, from the
-        first update the job's starter sent until the job's end."""
+        job's start until its end."""
         if self.update_ad is None:
             return
         if self.job is None or self.job.done.is_set():
@@ -180,6 +192,8 @@ class PoolJob:
                 "stderr": launch.stderr_name, "iwd": str(launch.workdir),
                 "sandbox": str(launch.sandbox),
             })  # fmt: skip
+        if self.update_ad is not None:
+            self._first_update_ad(job.slot)
         # The starter publishes its first status once the job has exec'd; a job that
         # could not be started ends instead.
         while not job.done.is_set() and not self._status():
@@ -234,7 +248,10 @@ class PoolJob:
         update = await asyncio.to_thread(self._update_values, status)
         # condor_starter copies CpusUsage (and the cron metrics' usage) from the last
         # .update.ad its startd wrote: none before the first.
-        written = self.update_ad.written if self.update_ad is not None else None
+        written = None
+        if self.update_ad is not None:
+            await self.update_ad.drained()  # a write just asked for (the first) is in
+            written = self.update_ad.written
         copy_update_attrs(update, written, update_attrs(self.jobs.daemon.settings))
         pool = self.jobs.daemon.pool
         if pool is not None:

@@ -140,7 +140,7 @@ class UpdateAdFile:
     def __init__(self, sandbox: SandboxIdentity, job: str) -> None:
         self.sandbox = sandbox
         self.job = job
-        self.enabled = False  # from the starter's first update to the job's end
+        self.enabled = False  # from the job's start to its end
         self.closed = False  # read by the writer's thread: no write once set
         self.written: WireAd | None = None  # the ad last written
         self.writes = 0
@@ -163,11 +163,17 @@ class UpdateAdFile:
                 if await _WORKER.run(WRITE_TIMEOUT_S, self._write, long_form(ad)):
                     self.written = ad
                     self.writes += 1
+                    logger.debug("update_ad_written", job=self.job, writes=self.writes)
             except TimeoutError:
                 logger.warning("update_ad_not_written", job=self.job,
                                error=f"no write within {WRITE_TIMEOUT_S:g} s")  # fmt: skip
             except (OSError, ValueError) as exc:
                 logger.warning("update_ad_not_written", job=self.job, error=str(exc))
+
+    async def drained(self) -> None:
+        """Until the writes asked for so far are done (or given up)."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
 
     def _write(self, text: str) -> bool:
         """On the writer's thread: nothing once closed (the sandbox goes)."""
