@@ -74,6 +74,7 @@ from execd.wire.shadow_end import (
     send_output,
     transfer_error,
 )
+from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_job import (
     JobProcess,
     job_argv,
@@ -244,7 +245,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     options = options or ShadowOptions()
     claim_text = claim.full() if isinstance(claim, ClaimId) else claim
     address = claim_text.split("#", 1)[0]
-    calls = ShadowSyscalls(channel)
+    calls = ShadowFileCalls(channel)  # its Chirp proxy passes file calls on
     job_wire = await calls.get_job_info() or dict(job_ad)
     job = job_values(job_wire)
     gjid = str(job.get("GlobalJobId", "?"))

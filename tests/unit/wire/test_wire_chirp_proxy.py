@@ -28,7 +28,7 @@ from execd.wire.chirp_start import adopt_chirp_proxy, open_chirp_proxy
 from execd.wire.classad_codec import decode_ad, to_classad
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.output_files import CHIRP_CONFIG, output_items
-from execd.wire.shadow_syscalls import ShadowSyscalls
+from execd.wire.shadow_file_calls import ShadowFileCalls
 
 WANTS = {"WantIOProxy": True, "ClusterId": 12, "ProcId": 3}
 
@@ -77,7 +77,7 @@ def serve(job: dict[str, object], shadow: ScriptedShadow,
           body: Callable[[ChirpProxy, ChirpAddress], Awaitable[None]],
           connected: Callable[[], bool] = lambda: True) -> None:  # fmt: skip
     async def main() -> None:
-        proxy = ChirpProxy(ShadowSyscalls(shadow), job, global_job_id="host#12.3#1",
+        proxy = ChirpProxy(ShadowFileCalls(shadow), job, global_job_id="host#12.3#1",
                            connected=connected)  # fmt: skip
         address = await proxy.listen()
         try:
@@ -265,7 +265,7 @@ def test_the_config_file_is_the_jobs_users_alone_and_names_the_loopback(
     sandbox, ids = box
 
     async def main() -> None:
-        proxy = await open_chirp_proxy(ShadowSyscalls(ScriptedShadow()), WANTS, "j",
+        proxy = await open_chirp_proxy(ShadowFileCalls(ScriptedShadow()), WANTS, "j",
                                        sandbox, owner=ids, connected=lambda: True)  # fmt: skip
         assert proxy is not None
         try:
@@ -293,7 +293,7 @@ def test_after_a_restart_the_proxy_goes_on_on_the_listening_socket_handed_over(
     shadow = ScriptedShadow([answer(0)])
 
     async def main() -> None:
-        calls = ShadowSyscalls(shadow)
+        calls = ShadowFileCalls(shadow)
         first = await open_chirp_proxy(calls, WANTS, "j", sandbox, owner=ids,
                                        connected=lambda: True)  # fmt: skip
         assert first is not None and first.address is not None
@@ -385,7 +385,7 @@ def test_delayed_updates_ride_on_the_next_update_to_the_shadow() -> None:
         assert await client.ask("get_job_attr_delayed ChirpNone") == b"-3"
         client.close()
         calls = proxy.shadow
-        assert isinstance(calls, ShadowSyscalls)
+        assert isinstance(calls, ShadowFileCalls)
         await calls.register_job_info({"ImageSize": "1000"})
         await calls.register_job_info({"ImageSize": "1000"})
 
@@ -418,7 +418,7 @@ def test_a_chirp_config_the_input_brought_is_replaced_and_a_link_is_not_followed
     (sandbox / CHIRP_CONFIG).symlink_to(victim)
 
     async def main() -> None:
-        proxy = await open_chirp_proxy(ShadowSyscalls(ScriptedShadow()), WANTS, "j",
+        proxy = await open_chirp_proxy(ShadowFileCalls(ScriptedShadow()), WANTS, "j",
                                        sandbox, owner=ids, connected=lambda: True)  # fmt: skip
         assert proxy is not None and proxy.address is not None
         try:
@@ -462,7 +462,7 @@ def test_a_delayed_update_the_shadow_could_not_read_is_refused() -> None:
             assert await client.ask(line) == b"0", line
         client.close()
         calls = proxy.shadow
-        assert isinstance(calls, ShadowSyscalls)
+        assert isinstance(calls, ShadowFileCalls)
         await calls.register_job_info({"ImageSize": "1000"})
 
     serve({}, shadow, body)
@@ -486,7 +486,7 @@ def test_a_connection_accepted_as_the_proxy_closes_is_turned_away() -> None:
     shadow = ScriptedShadow()
 
     async def main() -> None:
-        proxy = ChirpProxy(ShadowSyscalls(shadow), WANTS, global_job_id="j")
+        proxy = ChirpProxy(ShadowFileCalls(shadow), WANTS, global_job_id="j")
         address = await proxy.listen()
         ours, theirs = socket.socketpair()
         await proxy.close()
@@ -512,7 +512,7 @@ def test_a_job_that_wants_no_chirp_gets_no_proxy_and_no_config(
     sandbox, ids = box
 
     async def main() -> None:
-        calls = ShadowSyscalls(ScriptedShadow())
+        calls = ShadowFileCalls(ScriptedShadow())
         none = {"WantDelayedUpdates": False, "WantRemoteUpdates": False}
         assert await open_chirp_proxy(calls, none, "j", sandbox, owner=ids,
                                       connected=lambda: True) is None  # fmt: skip
