@@ -68,8 +68,8 @@ from execd.wire.security import (
     CONDOR_VERSION,
 )
 from execd.wire.shadow_end import (
+    close_conversation,
     conclude,
-    remove_sandbox,
     report_hold,
     send_output,
     transfer_error,
@@ -352,8 +352,4 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         handed_over = hand_over(calls, link, options, proxy)
         raise
     finally:
-        if proxy is not None:
-            await proxy.close()
-        options.links.remove(link)
-        link.close()
-        await remove_sandbox(sandbox, options, handed_over)
+        await close_conversation(options, link, proxy, sandbox, handed_over)

@@ -41,7 +41,7 @@ from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobHeldError, JobRunner, JobSetupError
 from execd.wire.proxy_refresh import ProxyTarget, proxy_target
 from execd.wire.shadow import Conversation, ShadowOptions, hand_over, watch
-from execd.wire.shadow_end import conclude, remove_sandbox, report_hold
+from execd.wire.shadow_end import close_conversation, conclude, report_hold
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_job import proxy_name, run_as_ids
 from execd.wire.shadow_link import ShadowLink
@@ -150,8 +150,4 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         handed_over = hand_over(calls, link, options, proxy)
         raise
     finally:
-        if proxy is not None:
-            await proxy.close()
-        options.links.remove(link)
-        link.close()
-        await remove_sandbox(Path(state.sandbox), options, handed_over)
+        await close_conversation(options, link, proxy, Path(state.sandbox), handed_over)
