@@ -26,6 +26,7 @@ NOT_AUTHENTICATED = -1
 NOT_AUTHORIZED = -2
 DOESNT_EXIST = -3
 TOO_BIG = -5
+NO_MEMORY = -7
 INVALID_REQUEST = -8
 TRY_AGAIN = -11
 OFFLINE = -17
@@ -53,6 +54,8 @@ REQUESTS = (
     ("rename", "ss", FILES),
     ("mkdir", "sd", FILES),
     ("rmdir", "s", FILES),
+    ("fsync", "d", FILES),
+    ("lookup", "s", FILES),
     ("set_job_attr_delayed", "ss", DELAYED),
     ("set_job_attr", "ss", UPDATES),
     ("get_job_attr", "s", UPDATES),
@@ -63,11 +66,20 @@ REQUESTS = (
     ("ulog", "s", UPDATES),
     ("pread", "ddd", FILES),
     ("pwrite", "ddd", FILES),
+    ("sread", "ddddd", FILES),
+    ("swrite", "ddddd", FILES),
     ("rmall", "s", FILES),
+    ("fstat", "d", FILES),
+    ("fstatfs", "d", FILES),
+    ("fchown", "ddd", FILES),
+    ("fchmod", "dd", FILES),
+    ("ftruncate", "dd", FILES),
     ("getfile", "s", FILES),
     ("putfile", "sdd", FILES),
     ("getlongdir", "s", FILES),
     ("getdir", "s", FILES),
+    ("whoami", "d", FILES),
+    ("whoareyou", "sd", FILES),
     ("link", "ss", FILES),
     ("symlink", "ss", FILES),
     ("readlink", "sd", FILES),

@@ -20,9 +20,9 @@ EACCES, answered -2). Every other request, and these without the job ad's say-so
 answered -8 (invalid request), as condor_starter answers a request it does not serve;
 the shadow's file calls on paths (getfile, putfile, unlink, getdir, stat, chmod, ...)
 are served when file I/O is granted (WantIOProxy and ENABLE_CHIRP_IO; chirp_files.py);
-open, close, lseek, read, write, pread and pwrite on its descriptors too; sread,
-swrite, fstat, fstatfs, fchown, fchmod, ftruncate, fsync, lookup, whoami, whoareyou
-are not served; `constrain` (an update) is passed on. The delayed updates
+open, close, lseek, read, write, pread, pwrite, sread, swrite, fstat, fstatfs, fchown,
+fchmod, ftruncate and fsync on its descriptors too, and lookup, whoami and whoareyou;
+`constrain` (an update) is passed on. The delayed updates
 (set_job_attr_delayed, get_job_attr_delayed) are served to every job unless its ad
 says `WantDelayedUpdates = false` or ENABLE_CHIRP_DELAYED is false (chirp_delayed.py).
 

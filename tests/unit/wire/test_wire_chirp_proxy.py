@@ -188,7 +188,7 @@ def test_garbage_and_requests_execd_does_not_serve_get_invalid_request() -> None
     async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
         client = await Client.to(address, address.cookie)
         for line in (b"\xff\xfe\x00garbage", b"", b"   ", b"open /etc/passwd r zero",
-                     b"whoami 10", b"fstat 3", b"sread 3 1 2 3 4",
+                     b"whoami ten", b"fstat 3x", b"sread 3 1 2 3", b"nosuchcall 3",
                      b"constrain", b"set_job_attr OnlyAName", b"get_job_attr",
                      b"set_job_attr Bad-Name 1", b"get_job_attr ../../x",
                      b"get_job_attr a\x00b", b"x" * LINE_MAX):  # fmt: skip
