@@ -57,6 +57,7 @@ from execd.wire.chirp_protocol import (
     NO_MEMORY,
     OFFLINE,
     TOO_BIG,
+    as_sent,
     chirp_error,
 )
 from execd.wire.shadow_syscalls import SyscallError
@@ -150,7 +151,7 @@ async def call(shadow: FileShadow, command: str, args: list[str], hold: BufferHo
     if command in WHO_CALLS:
         return await who(shadow, command, args, hold)
     if command == "lookup":
-        url = (await shadow.file_url(path)).encode()
+        url = as_sent(await shadow.file_url(path))  # a submit directory need not be UTF-8
         return line(len(url)) + url
     number, kinds = RVAL_CALLS[command]
     more: list[str | int] = []

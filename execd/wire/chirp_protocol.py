@@ -99,6 +99,13 @@ REQUESTS = (
 SEPARATORS = frozenset(" \t\n\v\f\r")
 
 
+def as_sent(text: str) -> bytes:
+    """The bytes of a string the shadow sent (a path, a URL, a job attribute's value):
+    the wire decodes them with surrogateescape, as they need not be UTF-8, and the job
+    is answered them as they came (condor_starter passes them on as they are)."""
+    return text.encode("utf-8", "surrogateescape")
+
+
 def chirp_error(unix_errno: int) -> int:
     return _ERRNO_TO_CHIRP.get(unix_errno, UNKNOWN)
 

@@ -72,6 +72,7 @@ from execd.wire.chirp_protocol import (
     OFFLINE,
     TOO_BIG,
     UPDATES,
+    as_sent,
     chirp_error,
     read_request,
 )
@@ -366,7 +367,8 @@ class ChirpProxy:
         found = self.delayed.lookup(args[0])  # get_job_attr_delayed
         if found is None:
             return f"{DOESNT_EXIST}\n".encode()
-        return f"{len(found.encode())}\n".encode() + found.encode()
+        value = as_sent(found)  # the job ad's, as the shadow sent it
+        return f"{len(value)}\n".encode() + value
 
     def _invalid(self, why: str) -> bytes:
         # Debug only: the job may send as many as it likes (condor_starter: D_SYSCALLS).
@@ -379,7 +381,7 @@ class ChirpProxy:
         return b"0\n"
 
     async def _get(self, name: str) -> bytes:
-        value = (await self.shadow.get_job_attr(name)).encode()
+        value = as_sent(await self.shadow.get_job_attr(name))
         return f"{len(value)}\n".encode() + value
 
     async def _ulog(self, text: str) -> bytes:

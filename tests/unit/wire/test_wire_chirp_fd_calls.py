@@ -94,6 +94,20 @@ def test_bad_lengths_get_condor_starters_answers_and_the_connection_goes_on() ->
     assert [d.get_int() for d in sent(shadow)] == [299, 291, 297]
 
 
+def test_lookup_of_a_url_that_is_not_utf8_answers_its_bytes() -> None:
+    """The shadow's URL holds the submit directory (or a FileRemaps entry), which need
+    not be UTF-8: the client gets its length and its bytes as they came."""
+    url = b"remote:/home/u/caf\xe9/f.txt"
+    shadow = ScriptedShadow([Encoder(encrypted=True).put_int(0).put_string(url).payload()])
+
+    async def body(client: Client) -> None:
+        assert await client.ask("lookup f.txt") == str(len(url)).encode()
+        assert await client.reader.readexactly(len(url)) == url
+        assert await client.ask("version") == b"2"
+
+    serve(shadow, body)
+
+
 def test_whoami_whoareyou_and_lookup_answer_the_shadows_text() -> None:
     url = Encoder(encrypted=True).put_int(0).put_string("remote:/home/u/job/f.txt").payload()
     shadow = ScriptedShadow([with_bytes(6, b"CONDOR"), with_bytes(7, b"UNKNOWN"),
