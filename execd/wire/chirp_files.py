@@ -38,7 +38,10 @@ larger one, as a reply over the wire's limit would cost the shadow's connection.
 client's bytes of a put must arrive within DATA_WAIT_S: what is missing is sent as
 zeros (the shadow waits for that many; condor_starter sends its buffer as it is) and
 the proxy closes the client's connection. A read asks for at most FILE_MAX bytes; a
-write of more, or whose bytes do not arrive in time, ends its connection.
+write of more, or whose bytes do not arrive in time, ends its connection. A negative
+length of read, pread, sread, write, pwrite, swrite, whoami or whoareyou is answered
+-7 (condor_starter's malloc of it fails) without reaching the shadow, and the
+connection goes on.
 """
 
 from __future__ import annotations
@@ -202,8 +205,8 @@ async def descriptor_call(shadow: FileShadow, command: str, args: list[str],
             return line(INVALID_REQUEST)
         return line(await shadow.file_call(LSEEK, "lseek", *values))
     asked = values[1 if command in ("pread", "sread") else -1]  # the most bytes asked for
-    if command == "sread" and asked < 0:  # condor_starter's malloc of it fails
-        return line(NO_MEMORY)
+    if asked < 0 and command != "readlink":  # condor_starter's malloc of it fails (for
+        return line(NO_MEMORY)  # read it then writes no answer at all: see docs/pool.md)
     if not 0 <= asked <= FILE_MAX or not hold.take(asked):
         return line(TOO_BIG)
     if command == "readlink":
@@ -256,13 +259,14 @@ async def write(shadow: FileShadow, command: str, args: list[str],
     SKIP`, the client's LENGTH bytes right after the line: read first (as condor_starter
     does), then sent to the shadow. Bytes that do not all arrive within DATA_WAIT_S, or a
     length over FILE_MAX, are answered (-8, -5) and end the connection (what follows
-    could not be read as requests); a negative swrite length is answered -7."""
+    could not be read as requests); a negative length is answered -7 (no bytes follow
+    it) and the connection goes on, as condor_starter's."""
     values = integers(args)
     if values is None:
         return line(INVALID_REQUEST)
     length = values[1]
-    if command == "swrite" and length < 0:  # condor_starter's malloc of it fails; no
-        return line(NO_MEMORY)  # bytes follow
+    if length < 0:  # condor_starter's malloc of it fails; no bytes follow
+        return line(NO_MEMORY)
     if not 0 <= length <= FILE_MAX or not hold.take(length):
         writer.write(line(TOO_BIG))  # the bytes that follow are not read
         raise ConnectionError(f"{command} of {length} bytes")

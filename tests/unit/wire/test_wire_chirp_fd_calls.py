@@ -94,6 +94,23 @@ def test_bad_lengths_get_condor_starters_answers_and_the_connection_goes_on() ->
     assert [d.get_int() for d in sent(shadow)] == [299, 291, 297]
 
 
+def test_negative_read_and_write_lengths_are_no_memory_and_the_connection_goes_on() -> None:
+    """condor_starter's malloc of a negative length fails: pread, write and pwrite are
+    answered -7 and the next request is served (no bytes follow a negative write);
+    read too (condor_starter writes no answer to it at all: docs/pool.md)."""
+    shadow = ScriptedShadow()
+
+    async def body(client: Client) -> None:
+        assert await client.ask("pread 4 -1 0") == b"-7"
+        assert await client.ask("write 4 -1") == b"-7"
+        assert await client.ask("pwrite 4 -2 0") == b"-7"
+        assert await client.ask("read 4 -1") == b"-7"
+        assert await client.ask("version") == b"2"
+
+    serve(shadow, body)
+    assert shadow.sent == []
+
+
 def test_lookup_of_a_url_that_is_not_utf8_answers_its_bytes() -> None:
     """The shadow's URL holds the submit directory (or a FileRemaps entry), which need
     not be UTF-8: the client gets its length and its bytes as they came."""
