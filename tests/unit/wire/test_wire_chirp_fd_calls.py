@@ -7,12 +7,17 @@ answers to bad input. The pool tier compares them with condor_startd
 
 from __future__ import annotations
 
-from test_wire_chirp_files import sent, serve, stat_line, with_bytes
+import asyncio
+
+from test_wire_chirp_files import WANTS_IO, DroppingShadow, sent, serve, stat_line, with_bytes
 from test_wire_chirp_proxy import Client, ScriptedShadow, answer
 
 from execd.wire.chirp_files import FILE_MAX
-from execd.wire.chirp_protocol import FILES, UPDATES, Request, read_request
+from execd.wire.chirp_protocol import FILES, OFFLINE, UPDATES, Request, read_request
+from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.encoding import Encoder
+from execd.wire.shadow_link import ShadowLink
+from execd.wire.shadow_syscalls import ShadowSyscalls
 
 
 def test_requests_are_read_in_condor_starters_order() -> None:
@@ -123,6 +128,34 @@ def test_lookup_of_a_url_that_is_not_utf8_answers_its_bytes() -> None:
         assert await client.ask("version") == b"2"
 
     serve(shadow, body)
+
+
+def test_fstat_is_not_sent_again_after_a_reconnect() -> None:
+    """Descriptor N of a reconnected (new) shadow is another file: an fstat whose
+    connection drops is answered -17 at once, as condor_starter answers it, and is not
+    kept for the reconnect's connection (which would answer another file's line)."""
+    old = DroppingShadow()
+    calls = ShadowSyscalls(old)
+    link = ShadowLink(old, claim_id="<c>#1#1", global_job_id="j", lease_s=60, starter_ad={},
+                      starter_address="<x>")  # fmt: skip
+    calls.attach(link)
+
+    async def main() -> None:
+        proxy = ChirpProxy(calls, WANTS_IO, global_job_id="j",
+                           connected=lambda: not link.disconnected.is_set())  # fmt: skip
+        address = await proxy.listen()
+        try:
+            client = await Client.to(address, address.cookie)
+            assert await client.ask("fstatfs 4") == str(OFFLINE).encode()
+            assert link.disconnected.is_set()
+            assert await client.ask("fstat 4") == str(OFFLINE).encode()
+            client.close()
+        finally:
+            link.close()
+            await proxy.close()
+
+    asyncio.run(asyncio.wait_for(main(), 10))  # before: waits the lease for a reconnect
+    assert [(d.get_int(), d.get_int()) for d in sent(old)] == [(24, 4)]
 
 
 def test_whoami_whoareyou_and_lookup_answer_the_shadows_text() -> None:
