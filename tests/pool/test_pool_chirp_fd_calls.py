@@ -60,7 +60,11 @@ def stat_line(c):
 
 
 with htchirp.HTChirp() as c:
-    c.fd = c._open("fd.txt", "rw")
+    try:
+        c.fd = c._open("fd.txt", "rw")
+    except htchirp.HTChirp.ChirpError as exc:  # no file I/O: the calls below are sent
+        print("open error", type(exc).__name__)  # all the same, on a descriptor of 3,
+        c.fd = 3  # and must each be refused
     if ask(c, "fstat {fd}") == 0:
         stat_line(c)
     if ask(c, "fstatfs {fd}") == 0:
@@ -76,6 +80,9 @@ with htchirp.HTChirp() as c:
     ask(c, "sread {fd} 4 0 0 1")
     ask(c, "sread {fd} -1 0 1 1")
     ask(c, "swrite {fd} -1 0 1 1")
+    ask(c, "pread {fd} -1 0")
+    ask(c, "write {fd} -1")
+    ask(c, "pwrite {fd} -1 0")
     ask(c, "fsync {fd} extra words")
     ask(c, "fstat 999")
     ask(c, "fchmod 999 384")
@@ -88,7 +95,7 @@ with htchirp.HTChirp() as c:
         if (n := ask(c, line)) and n > 0:
             print(c._get_fixed_data(n))
     ask(c, "version")
-    c._close(c.fd)
+    ask(c, "close {fd}")
 EOF
 echo "python rc=$?"
 exit 3
@@ -128,6 +135,8 @@ def test_descriptor_and_who_calls_as_on_condor_startd(running_pool: harness.Runn
     # condor_starter sends fstatfs as CONDOR_fstat: the descriptor's stat line (13 numbers)
     assert "== fstatfs {fd}\nanswer 0\nfields 13 " in out
     assert "url remote fd.txt True" in out
+    for line in ("pread {fd} -1 0", "write {fd} -1", "pwrite {fd} -1 0"):  # the connection
+        assert f"== {line}\nerror NoMemory\n" in out  # goes on (condor_starter's malloc)
     assert files["fd.txt"] == ("0o600", "0X2Y4Z6789")
 
 
@@ -136,5 +145,10 @@ def test_descriptor_and_who_calls_without_want_io_proxy_as_on_condor_startd(
     ours, condor = on_both(running_pool, lambda pool: fd_job(pool, ""))
     assert ours == condor
     out, code, files = ours
-    assert code == 3 and "answer 6" not in out
+    assert code == 3 and "python rc=0" in out and "open error InvalidRequest" in out
+    # each new call is sent (on descriptor 3) and refused: none is served
+    for line in ("fstat {fd}", "fstatfs {fd}", "fchmod {fd} 384", "sread {fd} 4 0 1 3",
+                 "lookup fd.txt", "whoami 100", "whoareyou some.host 100"):  # fmt: skip
+        assert f"== {line}\nerror InvalidRequest\n" in out
+    assert "answer 0" not in out and "answer 6" not in out
     assert files["fd.txt"] == ("0o644", SUBMIT_FILES["fd.txt"])
