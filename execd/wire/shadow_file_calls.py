@@ -25,6 +25,7 @@ from execd.wire.shadow_syscalls import (
 
 GET_FILE_INFO_NEW = -74
 READLINK = 72
+FSTAT = 24
 STAT = 108
 GETFILE = 293
 PUTFILE = 294
@@ -43,8 +44,11 @@ class ShadowFileCalls(ShadowSyscalls):
 
     async def file_info(self, number: int, name: str, what: str | int) -> bytes:
         """stat, lstat, statfs (of a path) or fstat (of a descriptor): the shadow's line
-        of numbers (its 1024-byte buffer up to the first NUL)."""
-        dec = await self._call(_arguments(number, (what,)), name)
+        of numbers (its 1024-byte buffer up to the first NUL). fstat is not sent again
+        after a reconnect: a new shadow's descriptor of that number is another file."""
+        dec = await self._exchange(_arguments(number, (what,)), replay=number != FSTAT)
+        assert dec is not None
+        checked_rval(dec, name)
         line = dec.get_bytes(STAT_LINE_BYTES, f"{name} line")
         dec.finish(f"{name} answer")
         return line.split(b"\0", 1)[0]

@@ -188,7 +188,7 @@ def test_garbage_and_requests_execd_does_not_serve_get_invalid_request() -> None
     async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
         client = await Client.to(address, address.cookie)
         for line in (b"\xff\xfe\x00garbage", b"", b"   ", b"open /etc/passwd r zero",
-                     b"whoami 10", b"fstat 3", b"sread 3 1 2 3 4",
+                     b"whoami ten", b"fstat 3x", b"sread 3 1 2 3", b"nosuchcall 3",
                      b"constrain", b"set_job_attr OnlyAName", b"get_job_attr",
                      b"set_job_attr Bad-Name 1", b"get_job_attr ../../x",
                      b"get_job_attr a\x00b", b"x" * LINE_MAX):  # fmt: skip
@@ -394,6 +394,35 @@ def test_delayed_updates_ride_on_the_next_update_to_the_shadow() -> None:
     assert first.get_int() == -81
     assert to_classad(decode_ad(first))["ChirpDelayedAttrs"]["ChirpProgress"] == 50
     assert second.get_int() == -81 and "ChirpDelayedAttrs" not in to_classad(decode_ad(second))
+
+
+def test_job_attributes_that_are_not_utf8_are_answered_as_their_bytes() -> None:
+    """A job ad's value need not be UTF-8 (an Iwd in a latin-1 submit directory):
+    get_job_attr answers the shadow's bytes, and get_job_attr_delayed the job ad's, as
+    they came (condor_starter passes them on), instead of dropping the connection."""
+    iwd = b'"/home/u/caf\xe9"'
+    shadow = ScriptedShadow([Encoder(encrypted=True).put_int(0).put_string(iwd).payload()])
+
+    async def main() -> None:
+        job_wire = {"Iwd": iwd.decode("utf-8", "surrogateescape")}
+        # with updates on, `get_job_attr_delayed` would be read as get_job_attr
+        for job, line, then in ((WANTS, "get_job_attr Iwd", ("version", b"2")),
+                                ({}, "get_job_attr_delayed Iwd",
+                                 ("get_job_attr_delayed Nothing", b"-3"))):  # fmt: skip
+            proxy = ChirpProxy(ShadowFileCalls(shadow), job, global_job_id="host#12.3#1",
+                               job_wire=job_wire)  # fmt: skip
+            address = await proxy.listen()
+            try:
+                client = await Client.to(address, address.cookie)
+                assert await client.ask(line) == str(len(iwd)).encode(), line
+                assert await client.reader.readexactly(len(iwd)) == iwd
+                assert await client.ask(then[0]) == then[1]  # the connection goes on
+                client.close()
+            finally:
+                await proxy.close()
+
+    asyncio.run(main())
+    assert len(shadow.sent) == 1  # the delayed one is answered from the job ad
 
 
 def test_a_client_that_shows_no_cookie_in_time_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
