@@ -18,9 +18,9 @@ The daemon is root and the sandbox is the job's: the directory is opened without
 following a link and must be the one recorded at the job's start (device, inode, the
 job's uid), the temporary file is created exclusively, never through a link, given to
 the job's user, and renamed into place. Writes run on a thread of their own (a hung
-sandbox filesystem holds it, not the event loop), in order; the sandbox's removal first
-closes the file's writer and waits for a write in flight, so no write lands once `rm`
-has begun (it would leave the directory behind).
+sandbox filesystem holds it, not the event loop), one in flight per job; the sandbox's
+removal first closes the file's writer and waits for a write in flight, so no write
+lands once `rm` has begun (it would leave the directory behind).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import contextlib
 import errno
 import os
 import stat
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,12 @@ UPDATE_AD, UPDATE_AD_TMP = UPDATE_AD_FILES
 WRITE_TIMEOUT_S = 30.0  # one write; a slower one is logged (it goes on in its thread)
 # The sandbox's removal waits this long for a write in flight, then goes on regardless.
 CLOSE_TIMEOUT_S = 60.0
+# A job's first update waits this long for its first write (then goes without it).
+FIRST_WRITE_WAIT_S = 2.0
+# A periodic publish rewrites the file when the slot's state is not what it last was...
+_STATE_KEYS = ("State", "Activity", "EnteredCurrentState", "EnteredCurrentActivity")
+# ...or its interval has (nearly: rounds are UPDATE_INTERVAL apart, give or take) passed.
+INTERVAL_SLACK = 0.9
 _WORKER = BlockingWorker("execd-update-ad")
 
 
@@ -134,8 +141,13 @@ def copy_update_attrs(update: dict[str, Any], written: WireAd | None,
 
 
 class UpdateAdFile:
-    """One running job's `.update.ad`: publish() at each publish of its slot (while
-    enabled), close() before its sandbox is removed."""
+    """One running job's `.update.ad`: publish() at each of its slot's publishes (while
+    enabled), close() before its sandbox is removed.
+
+    At most one write per job is on the writer's thread at a time: it is in flight until
+    the thread has finished it (a hung filesystem keeps it so, never past its time limit
+    only); a publish meanwhile keeps only the latest ad, written once that one returns.
+    So a hung sandbox holds one write and one ad per job, and nothing that awaits it."""
 
     def __init__(self, sandbox: SandboxIdentity, job: str) -> None:
         self.sandbox = sandbox
@@ -145,51 +157,88 @@ class UpdateAdFile:
         self.written: WireAd | None = None  # the ad last written
         self.writes = 0
         self._pending: WireAd | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None  # while a write is in flight
+        self._published_at: float | None = None  # (monotonic) the last publish taken
+        self._published_state: tuple[str, ...] = ()
+        self._warned = False
+        self._first_awaited = False
 
-    def publish(self, public: WireAd) -> None:
-        """Write the slot's public ad (private attributes left out); a write in flight
-        is followed by the latest ad only."""
+    def publish(self, public: WireAd, interval_s: float | None = None) -> None:
+        """Write the slot's public ad (private attributes left out). With `interval_s`
+        (a periodic publish) only when the slot's state or activity changed since the
+        last write asked for, or `interval_s` has passed since (condor_startd's rule:
+        a slot's ad is sent, and its .update.ad written, when its update is due)."""
         if self.closed or not self.enabled:
             return
+        state = tuple(str(public.get(key, "")) for key in _STATE_KEYS)
+        mono = time.monotonic()
+        if interval_s is not None and self._published_at is not None \
+                and state == self._published_state \
+                and mono - self._published_at < interval_s * INTERVAL_SLACK:  # fmt: skip
+            return
+        self._published_at, self._published_state = mono, state
         self._pending = {k: v for k, v in public.items() if not is_private(k)}
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
+        """The pending ad, one write at a time, until none is pending."""
         while self._pending is not None and not self.closed:
             ad, self._pending = self._pending, None
+            written = _WORKER.submit(self._write, ad)
             try:
-                if await _WORKER.run(WRITE_TIMEOUT_S, self._write, long_form(ad)):
-                    self.written = ad
-                    self.writes += 1
-                    logger.debug("update_ad_written", job=self.job, writes=self.writes)
-            except TimeoutError:
-                logger.warning("update_ad_not_written", job=self.job,
-                               error=f"no write within {WRITE_TIMEOUT_S:g} s")  # fmt: skip
+                try:
+                    done = await asyncio.wait_for(asyncio.shield(written), WRITE_TIMEOUT_S)
+                except TimeoutError:
+                    self._not_written(f"no write within {WRITE_TIMEOUT_S:g} s (still waiting)")
+                    done = await written  # in flight until the thread returns
             except (OSError, ValueError) as exc:
-                logger.warning("update_ad_not_written", job=self.job, error=str(exc))
+                self._not_written(str(exc))
+                continue
+            if done:
+                self.written = ad
+                self.writes += 1
+                logger.debug("update_ad_written", job=self.job, writes=self.writes)
+
+    def _not_written(self, error: str) -> None:
+        """Warned once per job (a job can make the file a directory for good), then
+        at debug level."""
+        level = logger.debug if self._warned else logger.warning
+        self._warned = True
+        level("update_ad_not_written", job=self.job, error=error)
+
+    async def first_written(self) -> None:
+        """Until the first write asked for is done, once per job and for at most
+        FIRST_WRITE_WAIT_S: a job's first update carries its CpusUsage, and a hung
+        sandbox holds that update no longer."""
+        if self._first_awaited or self.written is not None or self._task is None:
+            return
+        self._first_awaited = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._task), FIRST_WRITE_WAIT_S)
 
     async def drained(self) -> None:
-        """Until the writes asked for so far are done (or given up)."""
+        """Until no write is in flight nor pending (a hung one: for as long as it hangs;
+        nothing in the daemon waits on this)."""
         if self._task is not None:
             await asyncio.shield(self._task)
 
-    def _write(self, text: str) -> bool:
-        """On the writer's thread: nothing once closed (the sandbox goes)."""
+    def _write(self, ad: WireAd) -> bool:
+        """On the writer's thread (the ad's long form too): nothing once closed (the
+        sandbox goes)."""
         if self.closed:
             return False
-        write_update_ad(self.sandbox, text)
+        write_update_ad(self.sandbox, long_form(ad))
         return True
 
     async def close(self) -> None:
-        """No more writes; returns once none is in flight (the writer's queue, in
-        order, has reached this call), or after CLOSE_TIMEOUT_S, logged."""
+        """No more writes; returns once none is in flight, or after CLOSE_TIMEOUT_S,
+        logged."""
         self.closed = True
         self.enabled = False
-        if self._task is None:
+        if self._task is None or self._task.done():
             return
         try:
-            await _WORKER.run(CLOSE_TIMEOUT_S, lambda: None)
+            await asyncio.wait_for(asyncio.shield(self._task), CLOSE_TIMEOUT_S)
         except TimeoutError:
             logger.warning("update_ad_write_hung", job=self.job, sandbox=self.sandbox.path)

@@ -37,6 +37,11 @@ class BlockingWorker:
 
     async def run(self, timeout_s: float, work: Callable[..., T], *args: Any) -> T:
         """`work(*args)` on the thread; TimeoutError after `timeout_s`."""
+        return await asyncio.wait_for(self.submit(work, *args), timeout_s)
+
+    def submit(self, work: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """`work(*args)` queued on the thread; its future is settled by the thread once
+        the call has returned (never skipped unless the future is cancelled)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._start:
@@ -45,7 +50,7 @@ class BlockingWorker:
                                                 daemon=True)  # fmt: skip
                 self._thread.start()
         self._queue.put((loop, future, work, args))
-        return await asyncio.wait_for(future, timeout_s)
+        return future
 
     def _serve(self) -> None:
         while True:

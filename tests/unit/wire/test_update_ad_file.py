@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from execd.daemon import update_ad
 from execd.daemon.update_ad import (
@@ -152,3 +153,72 @@ def test_a_write_queued_behind_a_slow_one_never_lands_once_closed(tmp_path: Path
         return os.listdir(box.path), writer.writes
 
     assert asyncio.run(main()) == ([], 0)
+
+
+def test_a_hung_write_holds_one_write_per_job_and_not_its_updates(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The writer's thread hangs (a stalled sandbox filesystem) while the slot is
+    published again and again: the job's first update waits a bounded time, the queue
+    holds one write of the job's, and once the thread is free the latest ad alone
+    follows the one in flight."""
+    monkeypatch.setattr(update_ad, "WRITE_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(update_ad, "FIRST_WRITE_WAIT_S", 0.2)
+
+    async def main() -> tuple[float, int, int, str]:
+        box = sandbox(tmp_path)
+        writer = UpdateAdFile(box, "1.0")
+        writer.enabled = True
+        hung = threading.Event()
+        stuck = asyncio.ensure_future(update_ad._WORKER.run(30, hung.wait, 30))
+        await asyncio.sleep(0)
+        for number in range(20):
+            writer.publish({**AD, "Seq": str(number)})
+            await asyncio.sleep(0.02)  # past the write's time limit, again and again
+        began = asyncio.get_running_loop().time()
+        await writer.first_written()  # the job's first update: bounded, not drained
+        await writer.first_written()  # and once only
+        waited = asyncio.get_running_loop().time() - began
+        queued = update_ad._WORKER._queue.qsize()
+        hung.set()
+        await stuck
+        await writer.drained()
+        return waited, queued, writer.writes, (Path(box.path) / ".update.ad").read_text()
+
+    waited, queued, writes, text = asyncio.run(main())
+    assert waited < 1.0
+    assert queued == 1  # the job's one write, behind the hung call; not one per publish
+    assert writes == 2 and "Seq = 19" in text  # the first, then the latest only
+
+
+def test_a_job_that_blocks_the_file_is_warned_of_once(tmp_path: Path) -> None:
+    async def main() -> list[str]:
+        box = sandbox(tmp_path)
+        (Path(box.path) / ".update.ad").mkdir()  # the job's: a rename cannot replace it
+        writer = UpdateAdFile(box, "1.0")
+        writer.enabled = True
+        with capture_logs() as events:
+            for _ in range(3):
+                writer.publish(AD)
+                await writer.drained()
+        return [e["log_level"] for e in events if e["event"] == "update_ad_not_written"]
+
+    assert asyncio.run(main()) == ["warning"]  # the later two at debug level only
+
+
+def test_a_periodic_publish_writes_on_a_change_of_state_or_when_due(tmp_path: Path) -> None:
+    """condor_startd writes .update.ad as the slot's update is due: its state changed,
+    or its interval passed; not at every round another slot's change causes."""
+    async def main() -> list[int]:
+        box = sandbox(tmp_path)
+        writer = UpdateAdFile(box, "1.0")
+        writer.enabled = True
+        counts = []
+        for ad, interval in ((AD, 300.0), ({**AD, "CPUsUsage": "0.9"}, 300.0),
+                             ({**AD, "Activity": '"Suspended"'}, 300.0),
+                             ({**AD, "Activity": '"Suspended"'}, 0.0)):  # fmt: skip
+            writer.publish(ad, interval)
+            await writer.drained()
+            counts.append(writer.writes)
+        return counts
+
+    assert asyncio.run(main()) == [1, 1, 2, 3]
