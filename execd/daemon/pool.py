@@ -90,7 +90,8 @@ class PoolMember:
         self.server = CommandServer(self.commands.handlers(), self.security)
         self.collector = CollectorClient(config.collector, self.client)
         self.startd_ad = StartdDaemonAd(self)  # the node's StartD ad besides its slot ads
-        self.advertiser = Advertiser(self.collector, self.ad_pairs, interval_s=config.interval_s,
+        self.advertiser = Advertiser(self.collector, self.advertised_pairs,
+                                     interval_s=config.interval_s,
                                      started=lambda: (daemon.started, daemon.reconfigured),
                                      daemon_ad=self.startd_ad)  # fmt: skip
         self.address = ""
@@ -310,21 +311,42 @@ class PoolMember:
         return claimant_attributes(slot, self.config.domain) | self.job_attrs.attributes(slot)
 
     def ad_pairs(self) -> list[tuple[WireAd, WireAd]]:
-        """Every slot's ads, as each publish makes them; a running job's slot ad also
-        goes to its `.update.ad` (execd/daemon/update_ad.py), as condor_startd's does."""
+        """Every slot's ads, as each publish or direct query makes them."""
+        return list(self._pairs_by_slot().values())
+
+    def _pairs_by_slot(self) -> dict[str, tuple[WireAd, WireAd]]:
         ads = self.slot_ads()
         self._sync_claims(list(ads))
-        pairs = {name: self.pair(name, ad) for name, ad in ads.items()}
+        return {name: self.pair(name, ad) for name, ad in ads.items()}
+
+    def advertised_pairs(self) -> list[tuple[WireAd, WireAd]]:
+        """The advertiser's round: every slot's ads, and a running job's slot ad to its
+        `.update.ad` (execd/daemon/update_ad.py) when that slot's state changed or its
+        UPDATE_INTERVAL is due, as condor_startd's get_update_ads does (a direct query,
+        ad_pairs, writes nothing)."""
+        pairs = self._pairs_by_slot()
         for runner in self.daemon.jobs.conversations:
             if isinstance(runner, PoolJob) and runner.job is not None \
                     and runner.job.slot in pairs:  # fmt: skip
-                runner.publish_slot_ad(pairs[runner.job.slot][0])
+                runner.publish_slot_ad(pairs[runner.job.slot][0], self.config.interval_s)
         return list(pairs.values())
 
     def public_ad(self, name: str) -> WireAd:
         ads = self.slot_ads()
         self._sync_claims(list(ads))
         return self.pair(name, ads[name])[0]
+
+    def one_public_ad(self, name: str) -> WireAd | None:
+        """One claimed slot's public ad, built for that slot alone (Daemon.slot_ad: a
+        job's start must not build every slot's); None if the slot or its claim is gone."""
+        if not any(slot == name for slot, _ in self.daemon.jobs.claims.values()) \
+                and name not in self.offers:  # fmt: skip
+            return None
+        resource_ad = self.daemon.node.slots.resource_ad(name, int(time.time()),
+                                                         self.daemon.node.load)  # fmt: skip
+        if resource_ad is None:
+            return None
+        return self.pair(name, self.daemon.slot_ad(name, resource_ad))[0]
 
     # -- ALIVE to the schedds ----------------------------------------------------------
     def track(self, claim: ClaimId, slot: str, schedd: str, lease_s: int) -> None:

@@ -207,7 +207,8 @@ def _release(connection: dict[str, Any] | None, listener: dict[str, Any] | None)
 
 
 def _gid_of(uid: int) -> int:
-    """The primary group of the job's user (the sandbox's group, else the uid's)."""
+    """The primary group of the job's user (the sandbox's group, else the uid's), for
+    a record made before the job's group was kept."""
     try:
         return pwd.getpwuid(uid).pw_gid
     except KeyError:
@@ -228,7 +229,8 @@ async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: 
     if state.sandbox_dev is not None and state.sandbox_ino is not None \
             and state.job_uid is not None:  # fmt: skip
         identity = SandboxIdentity(state.sandbox, state.sandbox_dev, state.sandbox_ino,
-                                   state.job_uid, _gid_of(state.job_uid))  # fmt: skip
+                                   state.job_uid, state.job_gid if state.job_gid is not None
+                                   else _gid_of(state.job_uid))  # fmt: skip
     runner = PoolJob.adopted(member.daemon.jobs, claim.full(), job, state.started,
                              Path(state.sandbox) if state.transfer else None,
                              wire=state.job_wire, identity=identity)  # fmt: skip

@@ -132,13 +132,15 @@ class PoolJob:
         runner = cls(jobs, claim_id)
         cls._keep_history(job, wire)
         runner.sandbox = sandbox
-        if identity is not None and not job.done.is_set():
-            runner.update_ad = UpdateAdFile(identity, job.job_id)
-            runner.update_ad.enabled = True  # it sent updates before the restart
         runner.gate.set_result(None)  # the starter was launched by the old daemon
         runner.job = job
         runner.started = started
         jobs.conversations.add(runner)
+        if identity is not None and not job.done.is_set():
+            # it sent updates before the restart: its .update.ad is written again at
+            # once, as at its start, so that its next update has CpusUsage
+            runner.update_ad = UpdateAdFile(identity, job.job_id)
+            runner._first_update_ad(job.slot)
         return runner
 
     def runner(self, launch: JobLaunch) -> PoolJob:
@@ -155,22 +157,22 @@ class PoolJob:
         .update.ad from then on, first as it publishes the slot Busy, which that update
         precedes (a job that exits at once has it too); here at once, with the slot's
         ad as it is then (the job still running in it: the slot ad drops the job's
-        attributes once its starter has exited)."""
+        attributes once its starter has exited). That slot's ad alone is built: this
+        is the launch path."""
         assert self.update_ad is not None
         self.update_ad.enabled = True
         pool = self.jobs.daemon.pool
-        if pool is not None:
-            with contextlib.suppress(KeyError):  # a slot gone meanwhile: none
-                self.update_ad.publish(pool.public_ad(slot))
+        if pool is not None and (public := pool.one_public_ad(slot)) is not None:
+            self.update_ad.publish(public)
 
-    def publish_slot_ad(self, public: WireAd) -> None:
-        """The slot was published: its ad goes to the job's `.update.ad`, from the
-        job's start until its end."""
+    def publish_slot_ad(self, public: WireAd, interval_s: float | None = None) -> None:
+        """The advertiser published the slot: its ad goes to the job's `.update.ad`,
+        from the job's start until its end, when due (UpdateAdFile.publish)."""
         if self.update_ad is None:
             return
         if self.job is None or self.job.done.is_set():
             self.update_ad.enabled = False
-        self.update_ad.publish(public)
+        self.update_ad.publish(public, interval_s)
 
     async def close_update_ad(self) -> None:
         """Before the sandbox is removed (or kept, or handed over): no more writes."""
@@ -250,7 +252,7 @@ class PoolJob:
         # .update.ad its startd wrote: none before the first.
         written = None
         if self.update_ad is not None:
-            await self.update_ad.drained()  # a write just asked for (the first) is in
+            await self.update_ad.first_written()  # the first (briefly, once) is in
             written = self.update_ad.written
         copy_update_attrs(update, written, update_attrs(self.jobs.daemon.settings))
         pool = self.jobs.daemon.pool

@@ -183,6 +183,7 @@ class Conversation:
     sandbox_dev: int | None = None
     sandbox_ino: int | None = None
     job_uid: int | None = None
+    job_gid: int | None = None  # the job's group (its .update.ad's): None before recorded
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -325,7 +326,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         state = Conversation(gjid, dict(job_wire), str(sandbox), inputs, before, transfer,
                              dict(starter_ad), link.lease_s, int(time.time()),
                              transfers.tally.received, sandbox_dev=made.st_dev,
-                             sandbox_ino=made.st_ino, job_uid=uid)  # fmt: skip
+                             sandbox_ino=made.st_ino, job_uid=uid, job_gid=gid)  # fmt: skip
         link.files = job_files(job, sandbox, transfer, uid)  # condor_tail may read them now
         link.file_transfer, link.proxy_name = transfer, proxy_name(job) if transfer else None
         link.proxy = proxy_target(str(sandbox), link.proxy_name)
