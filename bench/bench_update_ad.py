@@ -5,7 +5,7 @@ advertiser round (every slot's ads, then each job's file when due: the first rou
 after the start writes all N, a round with nothing changed and no interval due none).
 The writes themselves run on the writer's thread; what is timed here is the loop's part.
 
-Run: PYTHONPATH=$PWD .venv/bin/python bench/bench_update_ad.py [N]   (root: chown)
+Run: .venv/bin/python bench/bench_update_ad.py [N]   (root: chown)
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.component
 
 from execd import log
 from execd.claims.ids import ClaimIdFactory
