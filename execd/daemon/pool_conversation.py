@@ -215,6 +215,17 @@ def _gid_of(uid: int) -> int:
         return uid
 
 
+def recorded_sandbox(state: Conversation) -> SandboxIdentity | None:
+    """The sandbox as the conversation recorded it at the job's start, whose
+    `.update.ad` goes on being written; None for a record older than that. The job's
+    group as recorded; a record made before it was: its user's primary group."""
+    if state.sandbox_dev is None or state.sandbox_ino is None or state.job_uid is None:
+        return None
+    gid = state.job_gid if state.job_gid is not None else _gid_of(state.job_uid)
+    return SandboxIdentity(state.sandbox, state.sandbox_dev, state.sandbox_ino,
+                           state.job_uid, gid)  # fmt: skip
+
+
 def _job_of(member: PoolMember, claim: ClaimId) -> Job | None:
     """The claim's latest job (running, or ended while execd restarted)."""
     jobs = [job for job in member.daemon.jobs.jobs.values()
@@ -225,15 +236,9 @@ def _job_of(member: PoolMember, claim: ClaimId) -> Job | None:
 async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: Job,
                   connection: dict[str, Any] | None, *,
                   listener: dict[str, Any] | None) -> None:  # fmt: skip
-    identity = None  # the sandbox as recorded at the job's start (older records: none)
-    if state.sandbox_dev is not None and state.sandbox_ino is not None \
-            and state.job_uid is not None:  # fmt: skip
-        identity = SandboxIdentity(state.sandbox, state.sandbox_dev, state.sandbox_ino,
-                                   state.job_uid, state.job_gid if state.job_gid is not None
-                                   else _gid_of(state.job_uid))  # fmt: skip
     runner = PoolJob.adopted(member.daemon.jobs, claim.full(), job, state.started,
                              Path(state.sandbox) if state.transfer else None,
-                             wire=state.job_wire, identity=identity)  # fmt: skip
+                             wire=state.job_wire, identity=recorded_sandbox(state))  # fmt: skip
     handed_over: list[bool] = []
     options = shadow_options(member, claim, runner, handed_over)
     try:

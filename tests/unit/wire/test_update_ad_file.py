@@ -5,7 +5,9 @@ never once the sandbox is being removed; and what the job's updates take from it
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import pwd
 import stat
 import threading
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from execd.daemon import update_ad
+from execd.daemon.pool_conversation import recorded_sandbox
 from execd.daemon.update_ad import (
     SandboxIdentity,
     UpdateAdFile,
@@ -22,6 +25,7 @@ from execd.daemon.update_ad import (
     write_update_ad,
 )
 from execd.wire.classad_codec import from_values, unparse_old
+from execd.wire.shadow import Conversation
 
 JOB_UID, JOB_GID = 65534, 65534
 AD = from_values({"Name": "slot1_1@host", "Cpus": 1, "CPUsUsage": 0.5, "State": "Claimed"})
@@ -222,3 +226,24 @@ def test_a_periodic_publish_writes_on_a_change_of_state_or_when_due(tmp_path: Pa
         return counts
 
     assert asyncio.run(main()) == [1, 1, 2, 3]
+
+
+def test_after_a_restart_the_file_has_the_group_recorded_at_the_jobs_start(
+        tmp_path: Path) -> None:  # fmt: skip
+    """The conversation's record keeps the job's group; a record made before it did
+    reads as the user's primary group."""
+    box = tmp_path / "dir_1"
+    box.mkdir()
+    os.chown(box, JOB_UID, JOB_GID)
+    st = os.lstat(box)
+    state = Conversation("s#1.0#1", {}, str(box), [], {}, True, {}, None, 0,
+                         sandbox_dev=st.st_dev, sandbox_ino=st.st_ino, job_uid=JOB_UID,
+                         job_gid=4242)  # fmt: skip
+    stored = json.loads(json.dumps(state.to_json()))
+    identity = recorded_sandbox(Conversation.from_json(stored))
+    assert identity is not None
+    write_update_ad(identity, "A = 1\n")
+    assert os.lstat(box / ".update.ad").st_gid == 4242
+    del stored["job_gid"]  # a record from before
+    older = recorded_sandbox(Conversation.from_json(stored))
+    assert older is not None and older.gid == pwd.getpwuid(JOB_UID).pw_gid
