@@ -1,10 +1,12 @@
-"""`.update.ad`: the slot's ad, rewritten into a running job's sandbox as the slot is
-published, and what the job's updates take back from it.
+"""`.update.ad`: the slot's ad, rewritten into a running job's sandbox as the slot's
+update is due, and what the job's updates take back from it.
 
-condor_startd (Resource::refresh_sandbox_ad, called as each slot's collector update is
-made) writes the slot's public ad, private attributes left out, to `.update.ad.tmp` in
-the job's directory as the job's user and renames it to `.update.ad`; it does so only
-while the job's starter has sent its first update and not yet its final one. With
+condor_startd (Resource::refresh_sandbox_ad, called as a slot's collector update is
+made, for the slots whose update is due: their state changed, or UPDATE_INTERVAL passed;
+never for a direct query) writes the slot's public ad, private attributes left out, to
+`.update.ad.tmp` in the job's directory as the job's user and renames it to
+`.update.ad`; it does so only while the job's starter has sent its first update and not
+yet its final one. With
 STARTER_NESTED_SCRATCH (25.x's default) that directory is `dir_<pid>/htcondor`, the
 job's cwd's sibling; without, `dir_<pid>` itself, which is where execd puts it: execd's
 sandbox is `dir_<pid>` and has no nested layout. condor_starter (JICShadow::

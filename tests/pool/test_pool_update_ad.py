@@ -1,5 +1,6 @@
-"""`.update.ad`: the slot's ad, rewritten into the running job's directory each time the
-slot is published, on `execd run` as condor_startd does (Resource::refresh_sandbox_ad).
+"""`.update.ad`: the slot's ad, rewritten into the running job's directory as the slot's
+update is due (its state changed, or UPDATE_INTERVAL passed), on `execd run` as
+condor_startd does (Resource::refresh_sandbox_ad).
 
 The same job on both execute points waits (bounded) until the file exists and has been
 replaced at least once (a new inode: it is renamed into place), then prints where it is
