@@ -37,7 +37,7 @@ from execd.daemon.pool_job_attrs import JobAttributes
 from execd.daemon.pool_settings import PoolSettings, pool_settings
 from execd.daemon.startd_daemon_ad import StartdDaemonAd
 from execd.errors import ExecdError, ProtocolError
-from execd.wire.advertiser import Advertiser, wait_event
+from execd.wire.advertiser import Advertiser, slot_name, wait_event
 from execd.wire.authz_policy import AuthzPolicy
 from execd.wire.blocking_worker import BlockingWorker
 from execd.wire.claim_session import claim_session
@@ -312,24 +312,21 @@ class PoolMember:
 
     def ad_pairs(self) -> list[tuple[WireAd, WireAd]]:
         """Every slot's ads, as each publish or direct query makes them."""
-        return list(self._pairs_by_slot().values())
-
-    def _pairs_by_slot(self) -> dict[str, tuple[WireAd, WireAd]]:
         ads = self.slot_ads()
         self._sync_claims(list(ads))
-        return {name: self.pair(name, ad) for name, ad in ads.items()}
+        return [self.pair(name, ad) for name, ad in ads.items()]
 
     def advertised_pairs(self) -> list[tuple[WireAd, WireAd]]:
-        """The advertiser's round: every slot's ads, and a running job's slot ad to its
-        `.update.ad` (execd/daemon/update_ad.py) when that slot's state changed or its
-        UPDATE_INTERVAL is due, as condor_startd's get_update_ads does (a direct query,
-        ad_pairs, writes nothing)."""
-        pairs = self._pairs_by_slot()
+        """The advertiser's round: ad_pairs, and a running job's slot ad to its
+        `.update.ad` when that slot's update is due (UpdateAdFile.publish), as
+        condor_startd's get_update_ads does; a direct query writes nothing."""
+        pairs = self.ad_pairs()
+        by_slot = {slot_name(public).split("@")[0]: public for public, _ in pairs}
         for runner in self.daemon.jobs.conversations:
             if isinstance(runner, PoolJob) and runner.job is not None \
-                    and runner.job.slot in pairs:  # fmt: skip
-                runner.publish_slot_ad(pairs[runner.job.slot][0], self.config.interval_s)
-        return list(pairs.values())
+                    and runner.job.slot in by_slot:  # fmt: skip
+                runner.publish_slot_ad(by_slot[runner.job.slot], self.config.interval_s)
+        return pairs
 
     def public_ad(self, name: str) -> WireAd:
         ads = self.slot_ads()
@@ -337,16 +334,14 @@ class PoolMember:
         return self.pair(name, ads[name])[0]
 
     def one_public_ad(self, name: str) -> WireAd | None:
-        """One claimed slot's public ad, built for that slot alone (Daemon.slot_ad: a
-        job's start must not build every slot's); None if the slot or its claim is gone."""
-        if not any(slot == name for slot, _ in self.daemon.jobs.claims.values()) \
-                and name not in self.offers:  # fmt: skip
+        """A claimed slot's public ad built for it alone (Daemon.slot_ad: a job's start
+        builds no other slot's); None if the slot or its claim is gone."""
+        if not any(slot == name for slot, _ in self.daemon.jobs.claims.values()):
             return None
         resource_ad = self.daemon.node.slots.resource_ad(name, int(time.time()),
                                                          self.daemon.node.load)  # fmt: skip
-        if resource_ad is None:
-            return None
-        return self.pair(name, self.daemon.slot_ad(name, resource_ad))[0]
+        return None if resource_ad is None else \
+            self.pair(name, self.daemon.slot_ad(name, resource_ad))[0]  # fmt: skip
 
     # -- ALIVE to the schedds ----------------------------------------------------------
     def track(self, claim: ClaimId, slot: str, schedd: str, lease_s: int) -> None:
