@@ -14,6 +14,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from execd.claims.ids import ClaimIdFactory
 from execd.daemon import update_ad
 from execd.daemon.pool import pool_member
@@ -165,3 +167,38 @@ def test_the_sandbox_removal_awaits_a_write_in_flight(tmp_path: Path) -> None:
                 and runner.update_ad.writes == 0  # fmt: skip
 
     assert asyncio.run(main()) == (True, False, True)
+
+
+def test_a_hung_sandbox_filesystem_holds_no_update(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's thread hangs while rounds come faster than a write's time limit:
+    the job's updates go on (the first waits a bounded time, once), one write of the
+    job's is queued, and the update carries no CpusUsage from a file never written."""
+    monkeypatch.setattr(update_ad, "WRITE_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(update_ad, "FIRST_WRITE_WAIT_S", 0.2)
+
+    async def main() -> tuple[float, int, bool]:
+        with open_daemon(tmp_path, POOL.replace("300", "1")) as daemon:
+            member_of(daemon)
+            assert daemon.pool is not None
+            runner = activated(daemon, a_sandbox(tmp_path))
+            hung = threading.Event()
+            stuck = asyncio.ensure_future(update_ad._WORKER.run(30, hung.wait, 30))
+            await runner.start()
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            updates = []
+            for _ in range(5):
+                daemon.pool.advertised_pairs()
+                updates.append(await runner.usage())
+                await asyncio.sleep(0.1)
+            took = loop.time() - began
+            queued = update_ad._WORKER._queue.qsize()
+            hung.set()
+            await stuck
+            assert runner.update_ad is not None
+            await runner.update_ad.drained()
+            return took, queued, any("CpusUsage" in u for u in updates)
+
+    took, queued, has_usage = asyncio.run(main())
+    assert took < 2.0 and queued == 1 and not has_usage
