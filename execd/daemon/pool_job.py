@@ -158,11 +158,17 @@ class PoolJob:
         precedes (a job that exits at once has it too); here at once, with the slot's
         ad as it is then (the job still running in it: the slot ad drops the job's
         attributes once its starter has exited). That slot's ad alone is built: this
-        is the launch path."""
+        is the launch path. An optional file: a slot ad that cannot be built now is
+        logged, and the job (its start, or its adoption after a restart) goes on."""
         assert self.update_ad is not None
         self.update_ad.enabled = True
         pool = self.jobs.daemon.pool
-        if pool is not None and (public := pool.one_public_ad(slot)) is not None:
+        try:
+            public = pool.one_public_ad(slot) if pool is not None else None
+        except Exception:  # the job must not depend on it
+            logger.exception("update_ad_first_write_failed", slot=slot)
+            return
+        if public is not None:
             self.update_ad.publish(public)
 
     def publish_slot_ad(self, public: WireAd, interval_s: float | None = None) -> None:

@@ -3,8 +3,10 @@
 asyncio's executors are ThreadPoolExecutors, whose threads the interpreter joins at
 exit: a call stuck in the kernel (a read on a hung NFS or FUSE mount) would then hold
 the daemon's own end. This worker's thread is a daemon thread, never joined; its calls
-run one at a time, in order, and the caller awaits each with a time limit. A call
-still queued when its caller stops waiting is skipped.
+run one at a time, in order. `run` awaits a call with a time limit, and a call still
+queued when its caller stops waiting is skipped; `submit` hands back a future the thread
+settles when the call returns, however long that takes (no limit: a call is skipped only
+if that future is cancelled while it waits in the queue).
 """
 
 from __future__ import annotations
