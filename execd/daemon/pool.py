@@ -48,6 +48,7 @@ from execd.wire.server import CommandServer, ServerSecurity
 from execd.wire.shared_port import SharedPortEndpoint
 from execd.wire.sinful import parse_sinful, with_alias
 from execd.wire.startd_ads import advertised_pair
+from execd.wire.transfer_plugins import PluginTable, node_plugins
 
 if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
@@ -106,6 +107,9 @@ class PoolMember:
         self.daemon_attrs = DaemonAttributes(self)  # TotalSlots, JobStarts, MonitorSelf*, ...
         # JobId, ClientMachine, ImageSize, PublicClaimId, ... of claimed slots
         self.job_attrs = JobAttributes(daemon.jobs, lambda: daemon.settings)
+        # The file transfer plugins (asked when execd joins the pool); None: URL
+        # transfers are off (ENABLE_URL_TRANSFERS).
+        self.plugins: PluginTable | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     async def run(self) -> None:
@@ -114,6 +118,11 @@ class PoolMember:
         self.daemon_attrs.duty.install(asyncio.get_running_loop())
         if self.config.authz.host_names():  # before the first command is judged
             await self._resolve_authz(self.config.authz, at_start=True)
+        settings = self.daemon.settings
+        if settings.get_bool("ENABLE_URL_TRANSFERS", True):  # before the first ad
+            self.plugins = await asyncio.to_thread(
+                node_plugins, settings.get_list("FILETRANSFER_PLUGINS"),
+                float(settings.get_int("FILETRANSFER_PLUGIN_CLASSAD_TIMEOUT") or 20))
         await self._listen()
         self.address = self.server.address
         endpoint = None

@@ -36,6 +36,7 @@ from execd.wire.shadow import serve_shadow as run_conversation
 from execd.wire.shadow_resume import resume_shadow
 from execd.wire.shadow_syscalls import MessageChannel
 from execd.wire.sinful import parse_sinful
+from execd.wire.transfer_plugins import PLUGIN_LIFETIME_S
 
 if TYPE_CHECKING:
     from execd.config.settings import Settings
@@ -104,6 +105,10 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         claim_held=lambda: claim.full() in member.claims  # (restore tracks it first)
         and claim.full() not in member.closed_by_schedd,
         chirp=ChirpConfig.from_settings(daemon.settings),
+        plugins=member.plugins if daemon.settings.get_bool("ENABLE_URL_TRANSFERS", True)
+        else None,
+        plugin_timeout_s=float(daemon.settings.get_int("MAX_FILE_TRANSFER_PLUGIN_LIFETIME")
+                               or PLUGIN_LIFETIME_S),
     )  # fmt: skip
 
 

@@ -8,7 +8,8 @@ the output), then the job's secret TransferKey. On that AES-GCM connection:
 - the uploader sends int final_transfer (1 for the output, 0 for the input and for an
   evicted ON_EXIT_OR_EVICT job's sandbox, which the shadow spools) + ad {SandboxSize};
 - per file: int command (1 file, 6 mkdir, 4 the job's X509 proxy, delegated:
-  execd/wire/x509_delegation.py; 0 finished), the name; before the first file
+  execd/wire/x509_delegation.py; 5 a URL the starter fetches itself with a plugin:
+  execd/wire/url_inputs.py; 0 finished), the name; before the first file
   the GoAhead exchange: the downloader reads the uploader's alive interval and sends
   {Result = 2 (go ahead always), MaxTransferBytes}, sends its own alive interval and
   reads the uploader's {Result = 2} (the uploader does the two halves in the other
@@ -36,6 +37,7 @@ from pathlib import Path
 from execd.errors import RemoteProtocolError
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
 from execd.wire.shadow_syscalls import MessageChannel
+from execd.wire.url_inputs import CMD_DOWNLOAD_URL, UrlInputs
 from execd.wire.x509_delegation import CMD_X509, DelegationError, receive_proxy, write_proxy
 
 FILETRANS_UPLOAD = 61000
@@ -264,9 +266,25 @@ async def _receive_delegated_proxy(ch: MessageChannel, name: str, target: Path |
                     f"writing to file {name}: (errno {error}) {os.strerror(error)}")
 
 
+async def _receive_url(ch: MessageChannel, name: str, target: Path | None,
+                       urls: UrlInputs | None, result: TransferResult) -> None:  # fmt: skip
+    """Command 5: the URL (its own message), deferred to its plugin's run."""
+    dec = ch.decoder(await ch.recv())
+    url = dec.get_string("URL")
+    dec.finish("URL message")
+    if target is None:
+        return
+    error = urls.add(name, url, target) if urls is not None else \
+        f"FILETRANSFER:1:URL transfers are not supported here.  Cannot transfer URL file = {url} ."
+    if error:
+        result.fail(HOLD_DOWNLOAD_FILE_ERROR, 0, f"receiving file {name}: {error}")
+
+
 async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
-                           executable: str | None = None) -> TransferResult:  # fmt: skip
-    """Receive the input sandbox the shadow uploads (after FILETRANS_UPLOAD + key)."""
+                           executable: str | None = None,
+                           urls: UrlInputs | None = None) -> TransferResult:  # fmt: skip
+    """Receive the input sandbox the shadow uploads (after FILETRANS_UPLOAD + key);
+    its URLs are fetched by `urls` once the other items are in."""
     result = TransferResult()
     dec = ch.decoder(await ch.recv())
     dec.get_int("final transfer flag")
@@ -274,9 +292,10 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
     dec.finish("transfer header")
     first = True
     while (command := await _recv_int(ch, "file command")) != CMD_FINISHED:
-        if command not in (CMD_FILE, CMD_MKDIR, CMD_X509):
-            raise FileTransferError(f"file transfer command {command} is not supported by execd "
-                                    "(only CEDAR files, directories and X509 proxies)")  # fmt: skip
+        if command not in (CMD_FILE, CMD_MKDIR, CMD_X509, CMD_DOWNLOAD_URL):
+            raise FileTransferError(f"file transfer command {command} is not supported by "
+                                    "execd (only CEDAR files, directories, X509 proxies "
+                                    "and URLs)")  # fmt: skip
         dec = ch.decoder(await ch.recv())
         name = dec.get_string("file name")
         dec.finish("file name message")
@@ -289,6 +308,9 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
                         f"Attempt to write to illegal sandbox path: {name}")  # fmt: skip
         if command == CMD_X509:
             await _receive_delegated_proxy(ch, name, target, result)
+            continue
+        if command == CMD_DOWNLOAD_URL:
+            await _receive_url(ch, name, target, urls, result)
             continue
         mode = await _recv_int(ch, "file mode")
         if command == CMD_MKDIR:
@@ -310,6 +332,11 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
             os.chmod(target, 0o755 if name == exec_name else (mode & 0o7777) or 0o600)
             result.files.append(name)
             result.bytes += size
+    if result.ok and urls is not None:  # the deferred URLs, before the uploader's ack
+        fetched, failure = await urls.fetch()
+        result.files += fetched
+        if failure is not None:
+            result.fail(*failure)
     peer = await recv_ad(ch, "uploader's ack")
     if peer.get("Result") != 0:
         peer_failure(peer, result, HOLD_UPLOAD_FILE_ERROR,

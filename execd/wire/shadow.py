@@ -62,6 +62,7 @@ from execd.wire.output_files import (
     sent_std_files,
     std_files,
 )
+from execd.wire.plugin_runner import PluginJob
 from execd.wire.proxy_refresh import proxy_target
 from execd.wire.sandbox_upload import upload_sandbox
 from execd.wire.security import (
@@ -97,6 +98,8 @@ from execd.wire.slot_resources import (
     provisioned_resources,
     starter_info_resources,
 )
+from execd.wire.transfer_plugins import PLUGIN_LIFETIME_S, PluginTable
+from execd.wire.url_inputs import UrlInputs
 
 log = get_logger("wire")
 SHADOW_SETTLE_S = 0.1
@@ -146,6 +149,19 @@ class ShadowOptions:
     claim_held: Callable[[], bool] | None = None
     # The ENABLE_CHIRP* knobs as this job's starter reads them (at its start).
     chirp: ChirpConfig = field(default_factory=ChirpConfig)
+    # The node's file transfer plugins (FILETRANSFER_PLUGINS), for URL input files;
+    # None: URL transfers are off. Each run may take plugin_timeout_s.
+    plugins: PluginTable | None = None
+    plugin_timeout_s: float = PLUGIN_LIFETIME_S
+
+
+def plugin_env(job: dict[str, object], sandbox: Path) -> dict[str, str]:
+    """A transfer plugin's environment: the job's ad files, its proxy if it has one."""
+    env = {"PATH": os.defpath, "_CONDOR_JOB_AD": str(sandbox / ".job.ad"),
+           "_CONDOR_MACHINE_AD": str(sandbox / ".machine.ad")}  # fmt: skip
+    if (proxy := proxy_name(job)) is not None:
+        env["X509_USER_PROXY"] = str(sandbox / proxy)
+    return env
 
 
 def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
@@ -273,8 +289,11 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                               TransferTally(report=options.on_transferred))
         executable = str(job.get("Cmd", ""))
 
+        urls = UrlInputs(options.plugins, PluginJob(
+            sandbox, (uid, gid), plugin_env(job, sandbox), options.plugin_timeout_s))
+
         async def receive(ch: Channel) -> TransferResult:
-            return await download_sandbox(ch, sandbox, executable=executable)
+            return await download_sandbox(ch, sandbox, executable=executable, urls=urls)
 
         transfer = wants_transfer(job, options.filesystem_domain or options.uid_domain)
         # Before the input arrives, as condor_starter's WriteAdFiles in its working

@@ -32,6 +32,16 @@ from execd.wire.security import CONDOR_VERSION
 ADDRESS = "<127.0.0.1:9618?addrs=127.0.0.1-9618>"
 
 
+def test_plugin_methods_are_a_starter_ability_listed_only_with_plugins() -> None:
+    """condor_starter prints HasFileTransferPluginMethods only when it has plugins; the
+    startd lists it in StarterAbilityList with the other Has* attributes."""
+    abilities = starter_abilities(job_networking=True, plugin_methods="data,http,https,s3,gs")
+    assert abilities["HasFileTransferPluginMethods"] == "data,http,https,s3,gs"
+    assert "HasFileTransferPluginMethods" in abilities["StarterAbilityList"].split(",")
+    assert "HasFileTransferPluginMethods" not in starter_abilities(job_networking=True)
+    assert "HasJobTransferPlugins" not in abilities  # job-supplied plugins: not supported
+
+
 def test_the_ability_list_names_every_has_attribute_of_the_starter() -> None:
     abilities = starter_abilities(job_networking=True)
     assert abilities["StarterAbilityList"] == (
@@ -119,7 +129,8 @@ def daemon_attributes(tmp_path: Path, config: str = "") -> tuple[DaemonAttribute
                              config=SimpleNamespace(domain="pool.example",
                                                     filesystem_domain="fs.example"),
                              server=SimpleNamespace(open_connections=lambda: 0),
-                             security=SimpleNamespace(sessions={}))  # fmt: skip
+                             security=SimpleNamespace(sessions={}),
+                             plugins=None)  # fmt: skip
     return DaemonAttributes(member), daemon  # type: ignore[arg-type]
 
 

@@ -1,0 +1,276 @@
+"""File transfer plugins: what the node's plugins say they do (`plugin -classad`) and
+what one multi-file run of a plugin reports (its `-outfile`), as condor_starter reads
+them (condor_utils/file_transfer.cpp).
+
+Discovery: each program FILETRANSFER_PLUGINS names is run with `-classad`; it prints
+one attribute a line (SupportedMethods, MultipleFileSupport, PluginVersion,
+PluginType, ProtocolVersion). A plugin that cannot be run, prints nothing or names no
+SupportedMethods is left out (and logged); a later plugin takes over a method an
+earlier one named. The slot ads advertise the methods as HasFileTransferPluginMethods:
+in the order of the method names, `,s3,gs` after them where https is handled (HTCondor
+signs S3 URLs itself and fetches them over https).
+
+A run's outfile holds one new-syntax ad per URL: TransferSuccess, TransferError,
+TransferUrl, TransferFileName, TransferTotalBytes... `plugin_failure` turns a run that
+failed into condor_starter's hold: code 12 (DownloadFileError), subcode the exit code
+shifted by 8 (ETIME after a timeout, the signal after a signal, -1003 when the plugin
+could not be run), reason `FILETRANSFER:1:non-zero exit (N) from PLUGIN. |Error: ... (
+URL file = URL )|`, the errors of several files joined by `|`, the last one first.
+The run itself is execd/wire/plugin_runner.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import pwd
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import classad2
+
+from execd.log import get_logger
+
+log = get_logger("wire")
+PLUGIN_LIFETIME_S = 72000.0  # MAX_FILE_TRANSFER_PLUGIN_LIFETIME's default
+CLASSAD_TIMEOUT_S = 20.0  # FILETRANSFER_PLUGIN_CLASSAD_TIMEOUT's default
+MAX_CLASSAD_OUTPUT = 64 * 1024
+SUBCODE_EXEC_FAILED = -1003  # CONDOR_HOLD_SUBCODE::FileTransferPluginExecFailed
+SUBCODE_NO_RESULT = -1004  # CONDOR_HOLD_SUBCODE::FileTransferPluginNoResultReported
+HOLD_DOWNLOAD_FILE_ERROR = 12
+
+
+class PluginError(ValueError):
+    """A plugin's output that cannot be used (its -classad answer, its outfile)."""
+
+
+@dataclass(frozen=True)
+class Plugin:
+    path: str
+    methods: tuple[str, ...]
+    multi_file: bool = False
+    version: str = ""
+    kind: str = ""  # PluginType
+    protocol: int = 1
+
+
+def parse_lines(text: str) -> tuple[dict[str, Any], int]:
+    """One `Name = value` a line (blank and `#` lines skipped): the values, and how
+    many lines did not parse (ignored, as condor_starter does)."""
+    values: dict[str, Any] = {}
+    bad = 0
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            parsed = dict(classad2.parseOne(line))
+        except Exception:
+            parsed = {}
+        if not parsed:
+            bad += 1
+        values.update(parsed)
+    return values, bad
+
+
+def parse_plugin_classad(path: str, text: str) -> Plugin:
+    """A plugin's `-classad` answer; PluginError names the plugin when it has no
+    SupportedMethods."""
+    values, bad = parse_lines(text)
+    methods = values.get("SupportedMethods")
+    if not isinstance(methods, str) or not methods.strip():
+        if bad:
+            log.warning("transfer_plugin_classad_unparsed", plugin=path, lines=bad)
+        raise PluginError(f"{path} -classad did not produce a valid classad, ignoring")
+    multi = values.get("MultipleFileSupport") is True
+    protocol = values.get("ProtocolVersion")
+    if not isinstance(protocol, int) or not 1 <= protocol <= 100:
+        protocol = 2 if multi else 1
+    names = tuple(m.strip() for m in methods.replace(" ", ",").split(",") if m.strip())
+    return Plugin(path, names, multi, str(values.get("PluginVersion", "")),
+                  str(values.get("PluginType", "")), protocol)  # fmt: skip
+
+
+@dataclass
+class PluginTable:
+    """The node's plugins by method (the last plugin to name a method handles it), and
+    what went wrong asking them: condor_starter's transfer keeps those errors on the
+    stack its hold reasons are written from, so they follow a failed run's reason."""
+
+    by_method: dict[str, Plugin] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, plugin: Plugin) -> None:
+        for method in plugin.methods:
+            self.by_method[method] = plugin
+
+    def methods_attr(self) -> str:
+        """HasFileTransferPluginMethods ("" without plugins: the attribute is left out)."""
+        if not self.by_method:
+            return ""
+        names = sorted(self.by_method)
+        return ",".join(names + (["s3", "gs"] if "https" in self.by_method else []))
+
+    def for_url(self, url: str) -> Plugin | None:
+        scheme = url.split("://", 1)[0] if "://" in url else url.split(":", 1)[0]
+        found = self.by_method.get(scheme)
+        if found is None and "+" in scheme:  # e.g. osdf+https: the base scheme
+            found = self.by_method.get(scheme.rsplit("+", 1)[-1])
+        return found
+
+
+def _run_classad(path: str, timeout_s: float, user: tuple[int, int] | None) -> str:
+    ids: dict[str, Any] = {}
+    if user is not None and os.geteuid() == 0:
+        ids = {"user": user[0], "group": user[1], "extra_groups": []}
+    done = subprocess.run([path, "-classad"], stdin=subprocess.DEVNULL,
+                          capture_output=True, timeout=timeout_s, check=False,
+                          cwd="/", env={"PATH": os.defpath}, **ids)  # fmt: skip
+    out: bytes = done.stdout + done.stderr
+    return out[:MAX_CLASSAD_OUTPUT].decode(errors="replace")
+
+
+def discover_plugins(paths: Sequence[str], *, timeout_s: float = CLASSAD_TIMEOUT_S,
+                     user: tuple[int, int] | None = None) -> PluginTable:  # fmt: skip
+    """Ask each plugin (`-classad`, as `user` when root) what it does; blocking (run it
+    in a thread). A plugin that fails is logged and left out, never fatal."""
+    table = PluginTable()
+    for path in paths:
+        try:
+            output = _run_classad(path, timeout_s, user)
+            if not output:
+                raise subprocess.TimeoutExpired(path, timeout_s)
+            table.add(parse_plugin_classad(path, output))
+        except subprocess.TimeoutExpired:
+            table.errors.append(f"FILETRANSFER:1:No output from {path} -classad, ignoring")
+        except OSError as exc:
+            why = os.strerror(exc.errno or errno.EIO)
+            table.errors.append(f"FILETRANSFER:1:FILETRANSFER: Failed to execute {path} "
+                                f"-classad: {why} skipping")  # fmt: skip
+        except PluginError as exc:
+            table.errors.append(f"FILETRANSFER:1:{exc}")
+    for error in table.errors:
+        log.warning("transfer_plugin_unusable", error=error)
+    if table.by_method:
+        log.info("transfer_plugins", methods=table.methods_attr())
+    return table
+
+
+def node_plugins(paths: Sequence[str], timeout_s: float) -> PluginTable:
+    """discover_plugins as an unprivileged user (`nobody`) when execd is root."""
+    try:
+        user = pwd.getpwnam("nobody")
+        ids: tuple[int, int] | None = (user.pw_uid, user.pw_gid)
+    except KeyError:
+        ids = None
+    return discover_plugins(paths, timeout_s=timeout_s, user=ids)
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """One URL's line of a plugin's outfile."""
+
+    url: str
+    file_name: str
+    success: bool | None  # None: no TransferSuccess
+    error: str = ""
+    total_bytes: int = 0
+
+
+def parse_result_ads(text: str) -> list[FileResult]:
+    """The ads of a plugin's outfile (new syntax, one after another; HTCondor
+    preallocates the file with spaces). Nothing parsable: an empty list."""
+    results = []
+    with contextlib.suppress(Exception):  # classad2 raises on some garbage, returns [] on other
+        for ad in classad2.parseAds(text, classad2.ParserType.New):
+            success = ad.get("TransferSuccess")
+            error, total = ad.get("TransferError"), ad.get("TransferTotalBytes")
+            results.append(FileResult(
+                str(ad.get("TransferUrl", "")), str(ad.get("TransferFileName", "")),
+                success if isinstance(success, bool) else None,
+                error if isinstance(error, str) else "",
+                total if isinstance(total, int) else 0))  # fmt: skip
+    return results
+
+
+@dataclass(frozen=True)
+class PluginRun:
+    """How a plugin run ended: its exit code or signal, or that it timed out or could
+    not be started; `outfile` its text (None: it could not be read)."""
+
+    exit_code: int = 0
+    signal: int = 0
+    timed_out: bool = False
+    exec_error: str = ""
+    outfile: str | None = ""
+    timeout_s: float = 0.0
+
+
+def plugin_failure(label: str, run: PluginRun, results: list[FileResult],
+                   outfile_name: str) -> tuple[int, str] | None:  # fmt: skip
+    """(hold subcode, reason) of a failed run, None when every URL arrived."""
+    if run.exec_error:
+        return SUBCODE_EXEC_FAILED, f"FILETRANSFER:1:FILETRANSFER: Failed to execute {label}: " \
+            f"{run.exec_error}"  # fmt: skip
+    status = errno.ETIME if run.timed_out else run.exit_code
+    errors: list[str] = []
+    no_result = False
+    if run.outfile is None:
+        errors.append(f"|Error: file transfer plugin {label} exited with code {status}, "
+                      f"unable to open output file {outfile_name}")  # fmt: skip
+    elif not results:
+        how = ("signal", run.signal) if run.signal else ("exit code", status)
+        errors.append(f"|Error: file transfer plugin {label} exited ({how[0]} {how[1]}), "
+                      f"no valid classads in output file {outfile_name}")  # fmt: skip
+        no_result = True
+    for result in results:
+        if result.success is None:
+            errors.append(f"non-zero exit ({status}) from {label}. |Error: File transfer "
+                          f"plugin {label} exited without producing a TransferSuccess result "
+                          f"({result.url})|")  # fmt: skip
+        elif not result.success:
+            why = result.error or f"File transfer plugin {label} exited unexpectedly " \
+                "without producing an error message "  # fmt: skip
+            errors.append(f"non-zero exit ({status}) from {label}. |Error: {why} "
+                          f"( URL file = {result.url} )|")  # fmt: skip
+    failed = run.timed_out or run.signal or run.exit_code != 0 or errors
+    if not failed:
+        return None
+    if not errors:
+        errors.append(f"File transfer plugin {label} timed out after {run.timeout_s:g} seconds."
+                      if run.timed_out else
+                      f"File transfer plugin {label} failed unexpectedly with exit code "
+                      f"{status}, did not report a TransferError message.")  # fmt: skip
+    reason = "|".join(f"FILETRANSFER:1:{e}" for e in reversed(errors))
+    if run.timed_out:
+        return errno.ETIME, reason
+    if run.signal:
+        return run.signal, reason
+    if no_result:  # condor_starter reports this rather than the exit code
+        return SUBCODE_NO_RESULT, reason
+    return (status << 8 if status > 0 else status), reason
+
+
+def single_failure(label: str, run: PluginRun, output: str) -> tuple[int, str] | None:
+    """(hold subcode, reason) of a single-file plugin's run that failed (its printed
+    statistics give TransferError and TransferUrl), None when it succeeded."""
+    if run.exec_error:
+        return SUBCODE_EXEC_FAILED, f"FILETRANSFER:1:FILETRANSFER: Failed to execute {label}: " \
+            f"{run.exec_error}"  # fmt: skip
+    if run.timed_out:
+        return errno.ETIME, (f"FILETRANSFER:1:File transfer plugin {label} timed out after "
+                             f"{run.timeout_s:g} seconds.")  # fmt: skip
+    if not run.signal and run.exit_code == 0:
+        return None
+    stats, _ = parse_lines(output)
+    error, url = stats.get("TransferError"), stats.get("TransferUrl", "")
+    why = error if isinstance(error, str) else \
+        f"File transfer plugin {label} exited unexpectedly without producing an error message "
+    if run.signal:
+        return run.signal, (f"FILETRANSFER:1:exit by signal {run.signal} from {label}. "
+                            f"|Error: {why} ( URL file = {url} )|")  # fmt: skip
+    return run.exit_code << 8, (f"FILETRANSFER:1:non-zero exit ({run.exit_code}) from {label}. "
+                                f"|Error: {why} ( URL file = {url} )|")  # fmt: skip

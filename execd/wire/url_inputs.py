@@ -1,0 +1,104 @@
+"""URL input files (`transfer_input_files = https://...`), the starter's side.
+
+The shadow sends such an item as TransferCommand 5 (DownloadUrl): the command, the
+file's name, then the URL in a message of its own; the starter fetches it. As
+condor_starter with multi-file plugins, every URL is deferred until the CEDAR items
+are in, then the URLs of each plugin go to one run of it (execd/wire/plugin_runner.py)
+before the uploader's ack is read; a run that fails fails the transfer (hold code 12,
+execd/wire/transfer_plugins.py's subcode and reason) and the plugins after it are not
+run. A URL whose scheme no plugin handles, or any URL while URL transfers are off
+(ENABLE_URL_TRANSFERS = false), fails the transfer the same way without a run.
+
+The plugins write into the sandbox as the job's user: the sandbox, root's during the
+CEDAR part, is given to the user first (the job's files all are right after anyway).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from execd.wire.plugin_runner import (
+    PluginJob,
+    read_outfile,
+    remove_run_files,
+    run_plugin,
+    run_single,
+)
+from execd.wire.transfer_plugins import (
+    HOLD_DOWNLOAD_FILE_ERROR,
+    Plugin,
+    PluginTable,
+    parse_result_ads,
+    plugin_failure,
+    single_failure,
+)
+
+CMD_DOWNLOAD_URL = 5  # TransferCommand::DownloadUrl
+
+
+@dataclass
+class UrlInputs:
+    """The URLs of one input transfer, collected then fetched; `table` None: URL
+    transfers are off."""
+
+    table: PluginTable | None
+    job: PluginJob
+    pending: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+    plugins: dict[str, Plugin] = field(default_factory=dict)
+
+    def add(self, name: str, url: str, target: Path) -> str | None:
+        """Defer one URL; the error text when it cannot be fetched here."""
+        if self.table is None:
+            return (f"FILETRANSFER:1:URL transfers are disabled by configuration.  Cannot "
+                    f"transfer URL file = {url} .")  # fmt: skip
+        plugin = self.table.for_url(url)
+        if plugin is None:
+            scheme = url.split(":", 1)[0]
+            return f"FILETRANSFER:1:plugin for type {scheme} not found! ( URL file = {url} )"
+        self.plugins[plugin.path] = plugin
+        self.pending.setdefault(plugin.path, []).append((name, url, str(target)))
+        return None
+
+    def _with_discovery(self, reason: str) -> str:
+        errors = self.table.errors if self.table is not None else []
+        return "|".join([reason, *errors])
+
+    async def fetch(self) -> tuple[list[str], tuple[int, int, str] | None]:
+        """Run the plugins: (names fetched, (hold code, subcode, reason) of the first
+        run that failed, else None)."""
+        if not self.pending:
+            return [], None
+        if os.geteuid() == 0:
+            os.lchown(self.job.sandbox, *self.job.owner)
+        fetched: list[str] = []
+        for path, items in self.pending.items():
+            plugin = self.plugins[path]
+            if not plugin.multi_file:  # one run a URL, `PLUGIN URL LOCAL`
+                for name, url, local in items:
+                    run, output = await run_single(plugin, url, local, self.job)
+                    if (failed := single_failure(path, run, output)) is not None:
+                        return fetched, (HOLD_DOWNLOAD_FILE_ERROR, failed[0],
+                                         f"receiving file {local}: "
+                                         f"{self._with_discovery(failed[1])}")  # fmt: skip
+                    fetched.append(name)
+                continue
+            run = await run_plugin(plugin, [(url, local) for _, url, local in items], self.job)
+            outfile = self.job.sandbox / f".{os.path.basename(path)}.out"
+            results = parse_result_ads(run.outfile) if run.outfile else []
+            failure = plugin_failure(path, run, results, str(outfile))
+            if failure is None:
+                missing = {local for _, _, local in items} - {r.file_name for r in results}
+                if missing:  # exit 0, yet a URL has no result: not fetched
+                    failure = (0, f"FILETRANSFER:1:File transfer plugin {path} reported no "
+                               f"result for {len(missing)} of its files")  # fmt: skip
+            if failure is not None:
+                reason = self._with_discovery(failure[1])
+                return fetched, (HOLD_DOWNLOAD_FILE_ERROR, failure[0], reason)
+            remove_run_files(plugin, self.job.sandbox)
+            fetched += [name for name, _, _ in items]
+        return fetched, None
+
+
+__all__ = ["CMD_DOWNLOAD_URL", "UrlInputs", "read_outfile"]
