@@ -126,7 +126,7 @@ async def _run(argv: list[str], job: PluginJob) -> tuple[PluginRun, str]:
     except TimeoutError:
         reader.cancel()
         output = b""
-    code = proc.returncode or 0
+    code = 0 if timed_out else proc.returncode or 0  # killed for its time: no signal, as condor
     run = PluginRun(exit_code=code if code > 0 else 0, signal=-code if code < 0 else 0,
                     timed_out=timed_out, timeout_s=job.timeout_s)  # fmt: skip
     return run, output.decode(errors="replace")

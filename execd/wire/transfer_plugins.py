@@ -115,11 +115,16 @@ class PluginTable:
         return ",".join(names + (["s3", "gs"] if "https" in self.by_method else []))
 
     def for_url(self, url: str) -> Plugin | None:
-        scheme = url.split("://", 1)[0] if "://" in url else url.split(":", 1)[0]
-        found = self.by_method.get(scheme)
-        if found is None and "+" in scheme:  # e.g. osdf+https: the base scheme
-            found = self.by_method.get(scheme.rsplit("+", 1)[-1])
-        return found
+        """The plugin of the URL's scheme, its part after the last `+`, `-` or `.`
+        (`osdf+https` is https's), as condor_utils' getURLType with scheme_suffix."""
+        return self.by_method.get(url_method(url))
+
+
+def url_method(url: str) -> str:
+    scheme = url.split(":", 1)[0]
+    for mark in "+-.":
+        scheme = scheme.rsplit(mark, 1)[-1]
+    return scheme
 
 
 def _run_classad(path: str, timeout_s: float, user: tuple[int, int] | None) -> str:

@@ -33,6 +33,7 @@ from execd.wire.transfer_plugins import (
     parse_result_ads,
     plugin_failure,
     single_failure,
+    url_method,
 )
 
 CMD_DOWNLOAD_URL = 5  # TransferCommand::DownloadUrl
@@ -55,8 +56,8 @@ class UrlInputs:
                     f"transfer URL file = {url} .")  # fmt: skip
         plugin = self.table.for_url(url)
         if plugin is None:
-            scheme = url.split(":", 1)[0]
-            return f"FILETRANSFER:1:plugin for type {scheme} not found! ( URL file = {url} )"
+            return self._with_discovery(f"FILETRANSFER:1:FILETRANSFER: plugin for type "
+                                        f"{url_method(url)} not found! ( URL file = {url} )")
         self.plugins[plugin.path] = plugin
         self.pending.setdefault(plugin.path, []).append((name, url, str(target)))
         return None

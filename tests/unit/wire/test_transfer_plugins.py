@@ -1,0 +1,158 @@
+"""What execd reads from file transfer plugins: their `-classad` answer (the texts are
+those HTCondor 25.14's curl_plugin and data_plugin print) and a multi-file run's
+outfile (curl_plugin's, for a URL served and one that 404s), and the hold a failed
+run becomes, in condor_starter's words."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from execd.wire.transfer_plugins import (
+    SUBCODE_EXEC_FAILED,
+    SUBCODE_NO_RESULT,
+    FileResult,
+    Plugin,
+    PluginError,
+    PluginRun,
+    PluginTable,
+    parse_plugin_classad,
+    parse_result_ads,
+    plugin_failure,
+    single_failure,
+)
+
+CURL_CLASSAD = """MultipleFileSupport = true
+PluginVersion = "0.2"
+PluginType = "FileTransfer"
+ProtocolVersion = 4
+SupportedMethods = "http,https,ftp,file,dav,davs"
+"""
+DATA_CLASSAD = """PluginVersion = "0.1"
+PluginType = "FileTransfer"
+SupportedMethods = "data"
+"""
+CURL = "/usr/libexec/condor/curl_plugin"
+URL_OK, URL_404 = "http://127.0.0.1:18765/data.txt", "http://127.0.0.1:18765/missing.txt"
+OUTFILE = (
+    f'[ TransferUrl = "{URL_OK}"; TransferType = "download"; DeveloperData = [ '
+    'TransferTries = 1; LibcurlReturnCode = 0; TransferHTTPStatusCode = 200 ]; '
+    'TransferSuccess = true; TransferFileName = "/sandbox/got.txt"; TransferProtocol = "http"; '
+    'TransferFileBytes = 10; TransferTotalBytes = 10 ]'
+    f'[ TransferUrl = "{URL_404}"; TransferType = "download"; TransferError = "The requested '
+    'URL returned error: 404"; TransferSuccess = false; TransferFileName = "/sandbox/miss.txt"; '
+    'TransferErrorData = { [ ErrorCode = 22; ErrorType = "Specification" ] }; '
+    'TransferTotalBytes = 0 ]'
+    + " " * 200  # HTCondor preallocates the outfile with spaces
+)  # fmt: skip
+
+
+def test_curl_plugins_classad_is_a_multi_file_plugin_of_six_methods() -> None:
+    plugin = parse_plugin_classad(CURL, CURL_CLASSAD)
+    assert plugin == Plugin(CURL, ("http", "https", "ftp", "file", "dav", "davs"),
+                            multi_file=True, version="0.2", kind="FileTransfer", protocol=4)
+
+
+def test_data_plugin_without_multiple_file_support_is_a_single_file_plugin() -> None:
+    plugin = parse_plugin_classad("/p/data_plugin", DATA_CLASSAD)
+    assert plugin.methods == ("data",) and not plugin.multi_file and plugin.protocol == 1
+
+
+def test_a_bad_line_is_skipped_as_condor_starter_skips_it() -> None:
+    plugin = parse_plugin_classad("/p/x", "# comment\n\nthis is no classad line\n"
+                                  'SupportedMethods = "x"\n')  # fmt: skip
+    assert plugin.methods == ("x",)
+
+
+@pytest.mark.parametrize("text", ["", "Segmentation fault\n", 'PluginVersion = "1"\n',
+                                  'SupportedMethods = ""\n', "SupportedMethods = 3\n"])
+def test_an_answer_without_methods_is_an_error_naming_the_plugin(text: str) -> None:
+    with pytest.raises(PluginError) as raised:
+        parse_plugin_classad("/p/broken", text)
+    assert str(raised.value) == "/p/broken -classad did not produce a valid classad, ignoring"
+
+
+def test_the_advertised_methods_are_sorted_with_s3_and_gs_after_https() -> None:
+    """As condor_starter -classad's HasFileTransferPluginMethods (seen in the pool:
+    "data,dav,davs,file,ftp,http,https,s3,gs" for curl_plugin and data_plugin)."""
+    table = PluginTable()
+    table.add(parse_plugin_classad(CURL, CURL_CLASSAD))
+    table.add(parse_plugin_classad("/p/data_plugin", DATA_CLASSAD))
+    assert table.methods_attr() == "data,dav,davs,file,ftp,http,https,s3,gs"
+    assert PluginTable().methods_attr() == ""
+    only_data = PluginTable()
+    only_data.add(parse_plugin_classad("/p/data_plugin", DATA_CLASSAD))
+    assert only_data.methods_attr() == "data"
+
+
+def test_a_later_plugin_takes_over_a_method_and_urls_find_their_plugin() -> None:
+    table = PluginTable()
+    table.add(parse_plugin_classad(CURL, CURL_CLASSAD))
+    table.add(parse_plugin_classad("/p/mine", 'SupportedMethods = "https,osdf"\n'))
+    paths = {url: getattr(table.for_url(url), "path", None)
+             for url in ("https://x/y", "http://x/y", "osdf+https://x/y", "gopher://x/y")}
+    assert paths == {"https://x/y": "/p/mine", "http://x/y": CURL,
+                     "osdf+https://x/y": "/p/mine", "gopher://x/y": None}
+
+
+def test_the_outfile_gives_one_result_per_url() -> None:
+    assert parse_result_ads(OUTFILE) == [
+        FileResult(URL_OK, "/sandbox/got.txt", True, "", 10),
+        FileResult(URL_404, "/sandbox/miss.txt", False, "The requested URL returned error: 404"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", ["", " " * 100, "garbage", "[ TransferSuccess = ", "\x00\xff"])
+def test_an_outfile_of_garbage_has_no_results(text: str) -> None:
+    assert parse_result_ads(text) == []
+
+
+def test_a_404_is_held_with_the_exit_code_shifted_and_the_plugins_words() -> None:
+    """What the pool showed for curl_plugin's 404 on condor_startd: subcode 256."""
+    failed = plugin_failure(CURL, PluginRun(exit_code=1), parse_result_ads(OUTFILE), "/s/.out")
+    assert failed == (256, f"FILETRANSFER:1:non-zero exit (1) from {CURL}. |Error: The "
+                           f"requested URL returned error: 404 ( URL file = {URL_404} )|")
+
+
+def test_every_url_fetched_is_no_failure() -> None:
+    ok = [FileResult(URL_OK, "/sandbox/got.txt", True)]
+    assert plugin_failure(CURL, PluginRun(), ok, "/s/.out") is None
+
+
+def test_garbage_in_the_outfile_holds_the_job_naming_the_plugin_and_the_file() -> None:
+    failed = plugin_failure(CURL, PluginRun(exit_code=0, outfile="garbage"), [], "/s/.curl.out")
+    assert failed == (SUBCODE_NO_RESULT, f"FILETRANSFER:1:|Error: file transfer plugin {CURL} "
+                      "exited (exit code 0), no valid classads in output file /s/.curl.out")
+
+
+def test_a_result_without_transfer_success_is_a_failure() -> None:
+    results = [FileResult(URL_OK, "/sandbox/got.txt", None)]
+    subcode, reason = plugin_failure(CURL, PluginRun(), results, "/s/.out") or (0, "")
+    assert subcode == 0 and "exited without producing a TransferSuccess result" in reason
+
+
+def test_a_plugin_that_timed_out_is_held_with_etime() -> None:
+    run = PluginRun(timed_out=True, timeout_s=5, outfile="")
+    failed = plugin_failure(CURL, run, [], "/s/.out")
+    assert failed is not None and failed[0] == errno.ETIME
+
+
+def test_a_plugin_killed_by_a_signal_is_held_with_the_signal() -> None:
+    failed = plugin_failure(CURL, PluginRun(signal=11, outfile=""), [], "/s/.out")
+    assert failed == (11, f"FILETRANSFER:1:|Error: file transfer plugin {CURL} exited "
+                          "(signal 11), no valid classads in output file /s/.out")
+
+
+def test_a_plugin_that_cannot_be_run_is_held_naming_why() -> None:
+    failed = plugin_failure(CURL, PluginRun(exec_error="Permission denied"), [], "/s/.out")
+    assert failed == (SUBCODE_EXEC_FAILED,
+                      f"FILETRANSFER:1:FILETRANSFER: Failed to execute {CURL}: Permission denied")
+
+
+def test_a_single_file_plugins_failure_takes_its_printed_error() -> None:
+    output = 'TransferUrl = "data:,x"\nTransferError = "bad data URL"\nTransferSuccess = false\n'
+    assert single_failure("/p/data_plugin", PluginRun(exit_code=1), output) == (
+        256, "FILETRANSFER:1:non-zero exit (1) from /p/data_plugin. |Error: bad data URL "
+             "( URL file = data:,x )|")  # fmt: skip
+    assert single_failure("/p/data_plugin", PluginRun(), "") is None
