@@ -322,7 +322,7 @@ _group(
 )
 _group(
     "File transfer plugins",
-    ("FILETRANSFER_PLUGINS", L, "$(LIBEXEC)/curl_plugin, $(LIBEXEC)/data_plugin", "Programs that fetch a job's URL input files (`transfer_input_files = https://...`). Each is asked `-classad` what it does when execd joins the pool; the slot ads advertise their methods as HasFileTransferPluginMethods. One that cannot be run or names no SupportedMethods is logged and left out. Run as the job's user in its sandbox (docs/pool.md, URL input files)."),
+    ("FILETRANSFER_PLUGINS", L, "$(LIBEXEC)/curl_plugin, $(LIBEXEC)/data_plugin, $(LIBEXEC)/box_plugin.py, $(LIBEXEC)/gdrive_plugin.py, $(LIBEXEC)/onedrive_plugin.py, $(LIBEXEC)/stash_plugin", "Programs that fetch a job's URL input files (`transfer_input_files = https://...`). Each is asked `-classad` what it does when execd joins the pool; the slot ads advertise their methods as HasFileTransferPluginMethods. One that cannot be run or names no SupportedMethods is logged and left out. Run as the job's user in its sandbox (docs/pool.md, URL input files)."),
     ("ENABLE_URL_TRANSFERS", B, "true", "False: no plugin is asked or run; the slot ads advertise no methods and a URL input file holds its job."),
     ("MAX_FILE_TRANSFER_PLUGIN_LIFETIME", I, "72000", "Seconds one plugin run may take; past them its session is killed and the job held (code 12, subcode ETIME)."),
     ("FILETRANSFER_PLUGIN_CLASSAD_TIMEOUT", I, "20", "Seconds a plugin's `-classad` answer may take; past them the plugin is left out."),
