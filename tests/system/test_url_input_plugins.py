@@ -211,3 +211,29 @@ def test_plugins_that_cannot_be_asked_are_left_out_and_their_errors_follow_a_fai
     ]  # fmt: skip
     result, _ = download(place, table, "gopher://x/y")
     assert result.hold_reason.endswith("|" + "|".join(table.errors))
+
+
+SINGLE = r"""#!/bin/sh
+[ "$1" = -classad ] && { echo 'SupportedMethods = "test"'; exit 0; }
+case "$1" in
+  */missing.txt) echo "TransferUrl = \"$1\""; echo 'TransferError = "not there"'; exit 3;;
+esac
+echo "$1 as $(id -u)" > "$2"
+"""
+
+
+def test_a_single_file_plugin_runs_once_a_url_with_the_url_and_the_file(place: Path) -> None:
+    table = table_of(plugin(place, "single_plugin", SINGLE))
+    result, _ = download(place, table)
+    assert result.ok and sorted(result.files) == ["after.txt", "data.txt"]
+    assert (place / "sandbox" / "data.txt").read_text() == f"{URL} as {NOBODY}\n"
+
+
+def test_a_single_file_plugins_failure_holds_with_its_printed_error(place: Path) -> None:
+    table = table_of(plugin(place, "single_plugin", SINGLE))
+    result, _ = download(place, table, "test://server/missing.txt")
+    assert (result.hold_code, result.hold_subcode) == (12, 3 << 8)
+    assert result.hold_reason == (
+        f"receiving file {place / 'sandbox' / 'data.txt'}: FILETRANSFER:1:non-zero exit (3) "
+        f"from {place / 'plugins' / 'single_plugin'}. |Error: not there ( URL file = "
+        "test://server/missing.txt )|")  # fmt: skip
