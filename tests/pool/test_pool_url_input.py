@@ -18,6 +18,7 @@ from __future__ import annotations
 import http.server
 import pprint
 import re
+import signal
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import pool_harness as harness
 import pytest
+from pool_node import start_node
 from test_pool_daemon import WAIT_S
 from test_pool_jobs import on_both, submit_files
 from test_pool_preemption import reference_config
@@ -145,6 +147,29 @@ def event_text(user_log: str, code: str) -> str:
     return "\n".join(body)
 
 
+def test_a_reload_asks_the_plugins_again(pool: harness.Pool, plugin_config: str) -> None:
+    """FILETRANSFER_PLUGINS changed and execd reloaded (SIGHUP): the slot ads advertise
+    the new plugins' methods, as condor_startd asks `condor_starter -classad` again at
+    a reconfig; ENABLE_URL_TRANSFERS = false then takes them away."""
+    curl = plugin_config.split("=", 1)[1].split(",", maxsplit=1)[0].strip()
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = start_node(pool, Path(tmp), f"FILETRANSFER_PLUGINS = {curl}\n")
+
+        def methods() -> set[object]:
+            return {ad.get("HasFileTransferPluginMethods") for ad in pool.status("-slots")}
+
+        harness.wait_for("curl's methods", lambda: methods() == {
+            "dav,davs,file,ftp,http,https,s3,gs"}, WAIT_S)  # fmt: skip
+        for extra, expected in ((plugin_config, "data,dav,davs,file,ftp,http,https,s3,gs"),
+                                ("ENABLE_URL_TRANSFERS = false\n", None)):  # fmt: skip
+            node.config.write_text(node.config.read_text() + extra)
+            assert node.proc is not None
+            node.proc.send_signal(signal.SIGHUP)
+            node.wait_for("reconfig_applied", timeout=WAIT_S)
+            harness.wait_for(f"methods {expected}", lambda e=expected: methods() == {e},
+                             WAIT_S)  # fmt: skip
+
+
 def test_url_input_files_as_on_condor_startd(running_pool: harness.RunningPool, web: str,
                                              plugin_config: str) -> None:  # fmt: skip
     """The same URL jobs on execd (the chroot's plugins through wrappers) and on
@@ -169,3 +194,4 @@ def test_url_input_files_as_on_condor_startd(running_pool: harness.RunningPool, 
         "No such file or directory skipping\nCode 12 Subcode 256")
     methods = theirs["methods"]
     assert isinstance(methods, list) and methods and "http" in str(methods[0]).split(",")
+
