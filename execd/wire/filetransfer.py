@@ -37,6 +37,7 @@ from pathlib import Path
 from execd.errors import RemoteProtocolError
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
 from execd.wire.shadow_syscalls import MessageChannel
+from execd.wire.transfer_plugins import url_safe
 from execd.wire.url_inputs import CMD_DOWNLOAD_URL, UrlInputs
 from execd.wire.x509_delegation import CMD_X509, DelegationError, receive_proxy, write_proxy
 
@@ -274,8 +275,9 @@ async def _receive_url(ch: MessageChannel, name: str, target: Path | None,
     dec.finish("URL message")
     if target is None:
         return
-    error = urls.add(name, url, target) if urls is not None else \
-        f"FILETRANSFER:1:URL transfers are not supported here.  Cannot transfer URL file = {url} ."
+    error = urls.add(name, url, target) if urls is not None else (
+        "FILETRANSFER:1:URL transfers are not supported here.  Cannot transfer URL file = "
+        f"{url_safe(url)} .")  # fmt: skip
     if error:
         result.fail(HOLD_DOWNLOAD_FILE_ERROR, 0, f"receiving file {name}: {error}")
 

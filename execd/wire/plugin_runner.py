@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import re
 import signal
 import stat
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from execd.wire.transfer_plugins import Plugin, PluginRun
 
 log = get_logger("wire")
 OUTPUT_KEEP = 16 * 1024
+QUERY = re.compile(r"\?[^\s\"']*")  # a URL's query in a plugin's output: never logged
 MAX_OUTFILE = 4 * 1024 * 1024
 KILL_WAIT_S = 5.0
 
@@ -120,6 +122,7 @@ async def _run(argv: list[str], job: PluginJob) -> tuple[PluginRun, str]:
     finally:
         if proc.returncode is None:  # cancelled: the plugin never outlives its job
             _kill_session(proc.pid)
+            reader.cancel()
     _kill_session(proc.pid)  # a child it left behind holds the pipe open
     try:
         output = await asyncio.wait_for(reader, KILL_WAIT_S)
@@ -138,7 +141,7 @@ def _logged(plugin: Plugin, urls: int, run: PluginRun, output: str) -> None:
     (log.warning if failed else log.info)("transfer_plugin_ran", plugin=plugin.path, urls=urls,
             exit_code=run.exit_code, signal=run.signal, timed_out=run.timed_out,
             exec_error=run.exec_error or None,
-            output=output[-2048:] if failed else None)  # fmt: skip
+            output=QUERY.sub("?...", output[-2048:]) if failed else None)  # fmt: skip
 
 
 async def run_plugin(plugin: Plugin, items: Sequence[tuple[str, str]],

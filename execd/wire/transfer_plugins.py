@@ -120,6 +120,14 @@ class PluginTable:
         return self.by_method.get(url_method(url))
 
 
+def url_safe(url: str) -> str:
+    """A URL as hold reasons and logs show it: its query (a presigned URL's signature,
+    a token) replaced by `?...`, as condor_utils' UrlSafePrint."""
+    if "://" in url and "?" in url:
+        return url.split("?", 1)[0] + "?..."
+    return url
+
+
 def url_method(url: str) -> str:
     scheme = url.split(":", 1)[0]
     for mark in "+-.":
@@ -235,12 +243,12 @@ def plugin_failure(label: str, run: PluginRun, results: list[FileResult],
         if result.success is None:
             errors.append(f"non-zero exit ({status}) from {label}. |Error: File transfer "
                           f"plugin {label} exited without producing a TransferSuccess result "
-                          f"({result.url})|")  # fmt: skip
+                          f"({url_safe(result.url)})|")  # fmt: skip
         elif not result.success:
             why = result.error or f"File transfer plugin {label} exited unexpectedly " \
                 "without producing an error message "  # fmt: skip
             errors.append(f"non-zero exit ({status}) from {label}. |Error: {why} "
-                          f"( URL file = {result.url} )|")  # fmt: skip
+                          f"( URL file = {url_safe(result.url)} )|")  # fmt: skip
     failed = run.timed_out or run.signal or run.exit_code != 0 or errors
     if not failed:
         return None
@@ -276,6 +284,6 @@ def single_failure(label: str, run: PluginRun, output: str) -> tuple[int, str] |
         f"File transfer plugin {label} exited unexpectedly without producing an error message "
     if run.signal:
         return run.signal, (f"FILETRANSFER:1:exit by signal {run.signal} from {label}. "
-                            f"|Error: {why} ( URL file = {url} )|")  # fmt: skip
+                            f"|Error: {why} ( URL file = {url_safe(str(url))} )|")  # fmt: skip
     return run.exit_code << 8, (f"FILETRANSFER:1:non-zero exit ({run.exit_code}) from {label}. "
-                                f"|Error: {why} ( URL file = {url} )|")  # fmt: skip
+                                f"|Error: {why} ( URL file = {url_safe(str(url))} )|")  # fmt: skip

@@ -34,6 +34,7 @@ from execd.wire.transfer_plugins import (
     plugin_failure,
     single_failure,
     url_method,
+    url_safe,
 )
 
 CMD_DOWNLOAD_URL = 5  # TransferCommand::DownloadUrl
@@ -53,11 +54,12 @@ class UrlInputs:
         """Defer one URL; the error text when it cannot be fetched here."""
         if self.table is None:
             return (f"FILETRANSFER:1:URL transfers are disabled by configuration.  Cannot "
-                    f"transfer URL file = {url} .")  # fmt: skip
+                    f"transfer URL file = {url_safe(url)} .")  # fmt: skip
         plugin = self.table.for_url(url)
         if plugin is None:
-            return self._with_discovery(f"FILETRANSFER:1:FILETRANSFER: plugin for type "
-                                        f"{url_method(url)} not found! ( URL file = {url} )")
+            return self._with_discovery(
+                f"FILETRANSFER:1:FILETRANSFER: plugin for type {url_method(url)} not found! "
+                f"( URL file = {url_safe(url)} )")
         self.plugins[plugin.path] = plugin
         self.pending.setdefault(plugin.path, []).append((name, url, str(target)))
         return None

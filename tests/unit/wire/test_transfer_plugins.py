@@ -21,6 +21,7 @@ from execd.wire.transfer_plugins import (
     parse_result_ads,
     plugin_failure,
     single_failure,
+    url_safe,
 )
 
 CURL_CLASSAD = """MultipleFileSupport = true
@@ -156,3 +157,15 @@ def test_a_single_file_plugins_failure_takes_its_printed_error() -> None:
         256, "FILETRANSFER:1:non-zero exit (1) from /p/data_plugin. |Error: bad data URL "
              "( URL file = data:,x )|")  # fmt: skip
     assert single_failure("/p/data_plugin", PluginRun(), "") is None
+
+
+def test_a_urls_query_never_reaches_the_hold_reason() -> None:
+    """A presigned URL's signature is a secret: `?...` in its place, as UrlSafePrint."""
+    signed = "https://bucket.example/obj?X-Amz-Signature=secret&X-Amz-Credential=key"
+    failed = [FileResult(signed, "/sandbox/obj", False, "denied")]
+    _, reason = plugin_failure(CURL, PluginRun(exit_code=1), failed, "/s/.out") or (0, "")
+    assert "secret" not in reason and "( URL file = https://bucket.example/obj?... )" in reason
+    _, single = single_failure(CURL, PluginRun(exit_code=1), f'TransferUrl = "{signed}"\n') \
+        or (0, "")  # fmt: skip
+    assert "secret" not in single and "https://bucket.example/obj?..." in single
+    assert url_safe("data:,what?") == "data:,what?"  # no URL with a host: as it is
