@@ -9,12 +9,13 @@ pool's collector and its monitoring: what the node's startd is, not what one slo
   file transfer, the shadow's reconnect, input files the shadow renames
   (`transfer_input_files = a -> b`, a name with a directory arrives as that path),
   the URL methods of the node's file transfer plugins (`HasFileTransferPluginMethods`,
-  left out without plugins, as condor_starter; execd/wire/transfer_plugins.py) and
+  left out without plugins, as condor_starter; execd/wire/transfer_plugins.py), the
+  job's own plugins (`HasJobTransferPlugins`, with ENABLE_URL_TRANSFERS) and
   the network (false with EXECD_JOB_NETWORK_NAMESPACE, as condor_starter's
   NO_JOB_NETWORKING). An ability condor_starter lacks is left out of its ad (HasJava,
   HasDocker, HasSingularity) except condor_ssh_to_job's, `HasSshd = false` when it
-  has no sshd: execd's starter has none of TDP, job deferral, OsUser, job-supplied
-  plugins (HasJobTransferPlugins), per-file encryption, common files, self-checkpoint
+  has no sshd: execd's starter has none of TDP, job deferral, OsUser, per-file
+  encryption, common files, self-checkpoint
   transfers or the local JICs, so they are left out, and HasSshd is false. `HasVM` is
   the startd's own (its VM universe manager publishes false without a VM universe),
   not the starter's;
@@ -74,6 +75,7 @@ STARTER_ABILITIES: dict[str, bool] = {
 }
 NETWORKING = "HasJobNetworking"
 PLUGIN_METHODS = "HasFileTransferPluginMethods"
+JOB_PLUGINS = "HasJobTransferPlugins"
 HIBERNATION: dict[str, Any] = {
     "HibernationLevel": 0, "HibernationState": "NONE", "HibernationSupportedStates": "",
     "CanHibernate": False, "IsWakeOnLanSupported": False, "IsWakeOnLanEnabled": False,
@@ -84,8 +86,11 @@ NO_ADAPTER = ("00:00:00:00:00:00", "0.0.0.0")  # noqa: S104 (a mask, not a bind 
 SIOCGIFADDR, SIOCGIFNETMASK = 0x8915, 0x891B
 
 
-def starter_abilities(job_networking: bool, plugin_methods: str = "") -> dict[str, Any]:
+def starter_abilities(job_networking: bool, plugin_methods: str = "",
+                      url_transfers: bool = False) -> dict[str, Any]:  # fmt: skip
     abilities: dict[str, Any] = dict(STARTER_ABILITIES)
+    if url_transfers:  # ENABLE_URL_TRANSFERS: the job's own plugins (TransferPlugins) too
+        abilities[JOB_PLUGINS] = True
     if plugin_methods:  # condor_starter lists them where it has plugins
         abilities[PLUGIN_METHODS] = plugin_methods
     abilities[NETWORKING] = job_networking
@@ -200,7 +205,7 @@ class DaemonAttributes:
                 "CondorVersion": CONDOR_VERSION, "CondorPlatform": condor_platform(machine),
                 "UidDomain": config.domain, "FileSystemDomain": config.filesystem_domain,
                 **starter_abilities(not settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
-                                    methods),
+                                    methods, plugins is not None),
                 **HIBERNATION, "TimeToLive": INT_MAX,
                 "IsLocalStartd": settings.get_bool("IS_LOCAL_STARTD"),
             }  # fmt: skip

@@ -135,6 +135,14 @@ async def _run(argv: list[str], job: PluginJob) -> tuple[PluginRun, str]:
     return run, output.decode(errors="replace")
 
 
+def _executable(plugin: Plugin, job: PluginJob) -> str:
+    """A job's own plugin is named relative to its sandbox (as condor_starter runs it,
+    from its working directory), never looked up in PATH."""
+    if plugin.from_job and not os.path.isabs(plugin.path):
+        return str(job.sandbox / plugin.path)
+    return plugin.path
+
+
 def _logged(plugin: Plugin, urls: int, run: PluginRun, output: str) -> None:
     failed = run.timed_out or run.signal or run.exit_code or run.exec_error
     # The output only after a failure: a plugin may print what a URL carries.
@@ -151,8 +159,8 @@ async def run_plugin(plugin: Plugin, items: Sequence[tuple[str, str]],
     infile, outfile = job.sandbox / f".{name}.in", job.sandbox / f".{name}.out"
     _create_owned(infile, infile_text(items), job.owner)
     _create_owned(outfile, "", job.owner)
-    run, output = await _run([plugin.path, "-infile", str(infile), "-outfile", str(outfile)],
-                             job)  # fmt: skip
+    run, output = await _run([_executable(plugin, job), "-infile", str(infile),
+                              "-outfile", str(outfile)], job)  # fmt: skip
     _logged(plugin, len(items), run, output)
     if run.exec_error:
         return run
@@ -162,7 +170,7 @@ async def run_plugin(plugin: Plugin, items: Sequence[tuple[str, str]],
 async def run_single(plugin: Plugin, url: str, local: str, job: PluginJob) -> tuple[PluginRun, str]:
     """Run a single-file plugin (`PLUGIN URL LOCAL`); how it ended and what it printed
     (its statistics, one attribute a line: TransferError, TransferUrl...)."""
-    run, output = await _run([plugin.path, url, local], job)
+    run, output = await _run([_executable(plugin, job), url, local], job)
     _logged(plugin, 1, run, output)
     return run, output
 

@@ -289,8 +289,10 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                               TransferTally(report=options.on_transferred))
         executable = str(job.get("Cmd", ""))
 
+        job_plugins = job.get("TransferPlugins")
         urls = UrlInputs(options.plugins, PluginJob(
-            sandbox, (uid, gid), plugin_env(job, sandbox), options.plugin_timeout_s))
+            sandbox, (uid, gid), plugin_env(job, sandbox), options.plugin_timeout_s),
+            job_plugins if isinstance(job_plugins, str) else "")  # fmt: skip
 
         async def receive(ch: Channel) -> TransferResult:
             return await download_sandbox(ch, sandbox, executable=executable, urls=urls)

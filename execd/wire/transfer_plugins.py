@@ -55,6 +55,7 @@ class Plugin:
     version: str = ""
     kind: str = ""  # PluginType
     protocol: int = 1
+    from_job: bool = False  # the job's own (TransferPlugins), its path in the sandbox
 
 
 def parse_lines(text: str) -> tuple[dict[str, Any], int]:
@@ -104,20 +105,41 @@ class PluginTable:
     errors: list[str] = field(default_factory=list)
 
     def add(self, plugin: Plugin) -> None:
-        for method in plugin.methods:
+        for method in plugin.methods:  # methods compare without case, as condor's table
+            self.by_method.pop(next((m for m in self.by_method if m.lower() == method.lower()),
+                                    method), None)  # fmt: skip
             self.by_method[method] = plugin
+
+    def with_job_plugins(self, transfer_plugins: str) -> PluginTable:
+        """This table and the job's own plugins (its TransferPlugins, `methods=plugin`
+        entries separated by `;`): they take over the methods they name, are not asked
+        `-classad` and run as multi-file plugins, from the job's input sandbox."""
+        table = PluginTable(dict(self.by_method), list(self.errors))
+        for entry in (e.strip() for e in transfer_plugins.split(";")):
+            if not entry:
+                continue
+            methods, equals, path = entry.partition("=")
+            if not equals:
+                table.errors.append(f"FILETRANSFER:1:IJP: no '=' in TransferPlugins "
+                                    f"definition '{entry}'")  # fmt: skip
+                continue
+            names = tuple(m.strip() for m in methods.split(",") if m.strip())
+            table.add(Plugin(path.strip(), names, multi_file=True, protocol=2, from_job=True))
+        return table
 
     def methods_attr(self) -> str:
         """HasFileTransferPluginMethods ("" without plugins: the attribute is left out)."""
         if not self.by_method:
             return ""
-        names = sorted(self.by_method)
-        return ",".join(names + (["s3", "gs"] if "https" in self.by_method else []))
+        names = sorted(self.by_method, key=str.lower)
+        https = any(m.lower() == "https" for m in names)
+        return ",".join(names + (["s3", "gs"] if https else []))
 
     def for_url(self, url: str) -> Plugin | None:
         """The plugin of the URL's scheme, its part after the last `+`, `-` or `.`
         (`osdf+https` is https's), as condor_utils' getURLType with scheme_suffix."""
-        return self.by_method.get(url_method(url))
+        method = url_method(url).lower()
+        return next((p for m, p in self.by_method.items() if m.lower() == method), None)
 
 
 def url_safe(url: str) -> str:

@@ -47,6 +47,7 @@ class UrlInputs:
 
     table: PluginTable | None
     job: PluginJob
+    job_plugins: str = ""  # the job's TransferPlugins
     pending: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
     plugins: dict[str, Plugin] = field(default_factory=dict)
 
@@ -55,7 +56,9 @@ class UrlInputs:
         if self.table is None:
             return (f"FILETRANSFER:1:URL transfers are disabled by configuration.  Cannot "
                     f"transfer URL file = {url_safe(url)} .")  # fmt: skip
-        plugin = self.table.for_url(url)
+        table = self.table.with_job_plugins(self.job_plugins) if self.job_plugins \
+            else self.table  # fmt: skip
+        plugin = table.for_url(url)
         if plugin is None:
             return self._with_discovery(
                 f"FILETRANSFER:1:FILETRANSFER: plugin for type {url_method(url)} not found! "

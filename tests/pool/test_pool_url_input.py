@@ -58,6 +58,18 @@ transfer_input_files = {inputs}
 request_memory = 64
 queue
 """
+# The job's own multi-file plugin (transfer_plugins): condor writes the infile's ads
+# one after another on one line, its attributes in any order.
+JOB_PLUGIN = r"""#!/bin/sh
+tr ']' '\n' < "$2" | while read -r ad; do
+  url=$(echo "$ad" | sed -n 's/.*Url = "\([^"]*\)".*/\1/p')
+  local=$(echo "$ad" | sed -n 's/.*LocalFileName = "\([^"]*\)".*/\1/p')
+  [ -n "$url" ] || continue
+  echo "job plugin got $url" > "$local"
+  printf '[ TransferUrl = "%s"; TransferFileName = "%s"; TransferSuccess = true ]' \
+    "$url" "$local" >> "$4"
+done
+"""
 PLUGIN_PATH = re.compile(r"/\S*/(curl_plugin|data_plugin|stash_plugin)\b")
 IP_PORT = re.compile(r"<[^>]*>|\b\d+\.\d+\.\d+\.\d+(:\d+)?\b")
 SLOT = re.compile(r"\bslot\d+(_\d+)?@\S+")
@@ -114,6 +126,10 @@ def url_jobs(pool: harness.Pool, web: str) -> dict[str, object]:
                         {"job.sh": SCRIPT, "plain.txt": "beside it\n"})  # fmt: skip
     missing = submit_files(pool, SUBMIT.format(inputs=f"{web}/missing.txt, plain.txt"),
                            {"job.sh": SCRIPT, "plain.txt": "beside it\n"})  # fmt: skip
+    own = submit_files(pool, SUBMIT.format(inputs="execdtest://anywhere/data.txt, plain.txt")
+                       .replace("queue", "transfer_plugins = execdtest=myplugin.sh\nqueue"),
+                       {"job.sh": SCRIPT, "plain.txt": "beside it\n",
+                        "myplugin.sh": JOB_PLUGIN})  # fmt: skip
     log = good.wait_for_event("005", WAIT_S)
     ended = next(line.strip() for line in log.splitlines() if "termination" in line)
     missing.wait_for_event("012", WAIT_S)
@@ -132,6 +148,8 @@ def url_jobs(pool: harness.Pool, web: str) -> dict[str, object]:
         "held events": [c for c in missing.events() if c not in ("006", "040")],
         "input transfer": [c for c in missing.events() if c == "040"][:2],
         "starter error": normalized(event_text(missing.user_log(), "021")),
+        "own plugin": (own.wait_for_event("005", WAIT_S) and own.output("out.txt"),
+                       [c for c in own.events() if c != "006"]),
     }  # fmt: skip
 
 
@@ -194,4 +212,6 @@ def test_url_input_files_as_on_condor_startd(running_pool: harness.RunningPool, 
         "No such file or directory skipping\nCode 12 Subcode 256")
     methods = theirs["methods"]
     assert methods == ["data,dav,davs,file,ftp,http,https,s3,gs"]
+    assert theirs["own plugin"][0] == ("url: job plugin got execdtest://anywhere/data.txt\n"
+                                       "plain: beside it\n0\n")
 

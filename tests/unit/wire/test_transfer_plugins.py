@@ -169,3 +169,18 @@ def test_a_urls_query_never_reaches_the_hold_reason() -> None:
         or (0, "")  # fmt: skip
     assert "secret" not in single and "https://bucket.example/obj?..." in single
     assert url_safe("data:,what?") == "data:,what?"  # no URL with a host: as it is
+
+
+def test_the_jobs_own_plugins_take_over_their_methods_as_multi_file_plugins() -> None:
+    """TransferPlugins = "methods=plugin; ...": not asked -classad, protocol 2; an entry
+    without `=` is an error on the stack the hold reason is written from."""
+    table = PluginTable()
+    table.add(parse_plugin_classad(CURL, CURL_CLASSAD))
+    own = table.with_job_plugins("HTTPS,mine = my_plugin.sh; broken")
+    assert own.for_url("https://x/y") == Plugin("my_plugin.sh", ("HTTPS", "mine"),
+                                                multi_file=True, protocol=2, from_job=True)
+    assert own.for_url("mine://x/y") is own.for_url("https://x/y")
+    assert own.for_url("http://x/y").path == CURL  # type: ignore[union-attr]
+    assert own.errors == ["FILETRANSFER:1:IJP: no '=' in TransferPlugins definition 'broken'"]
+    assert own.methods_attr() == "dav,davs,file,ftp,http,HTTPS,mine,s3,gs"
+    assert table.for_url("https://x/y").path == CURL  # type: ignore[union-attr]
