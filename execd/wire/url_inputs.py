@@ -21,7 +21,6 @@ from pathlib import Path
 
 from execd.wire.plugin_runner import (
     PluginJob,
-    read_outfile,
     remove_run_files,
     run_plugin,
     run_single,
@@ -50,15 +49,17 @@ class UrlInputs:
     job_plugins: str = ""  # the job's TransferPlugins
     pending: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
     plugins: dict[str, Plugin] = field(default_factory=dict)
+    _effective: PluginTable | None = field(default=None, init=False, repr=False)
 
     def add(self, name: str, url: str, target: Path) -> str | None:
         """Defer one URL; the error text when it cannot be fetched here."""
         if self.table is None:
             return (f"FILETRANSFER:1:URL transfers are disabled by configuration.  Cannot "
                     f"transfer URL file = {url_safe(url)} .")  # fmt: skip
-        table = self.table.with_job_plugins(self.job_plugins) if self.job_plugins \
-            else self.table  # fmt: skip
-        plugin = table.for_url(url)
+        if self._effective is None:  # the job's own plugins over the node's
+            self._effective = self.table.with_job_plugins(self.job_plugins) \
+                if self.job_plugins else self.table  # fmt: skip
+        plugin = self._effective.for_url(url)
         if plugin is None:
             return self._with_discovery(
                 f"FILETRANSFER:1:FILETRANSFER: plugin for type {url_method(url)} not found! "
@@ -68,7 +69,8 @@ class UrlInputs:
         return None
 
     def _with_discovery(self, reason: str) -> str:
-        errors = self.table.errors if self.table is not None else []
+        table = self._effective or self.table
+        errors = table.errors if table is not None else []
         return "|".join([reason, *errors])
 
     async def fetch(self) -> tuple[list[str], tuple[int, int, str] | None]:
@@ -106,5 +108,3 @@ class UrlInputs:
             fetched += [name for name, _, _ in items]
         return fetched, None
 
-
-__all__ = ["CMD_DOWNLOAD_URL", "UrlInputs", "read_outfile"]
