@@ -45,7 +45,7 @@ def write_ad_file(scratch: str, name: str, text: str, uid: int, gid: int) -> Non
     try:
         os.fchown(fd, uid, gid)
         os.fchmod(fd, AD_FILE_MODE)  # whatever the writer's umask
-        data = memoryview(text.encode())
+        data = memoryview(text.encode("utf-8", "surrogateescape"))  # the shadow's bytes
         while data:
             data = data[os.write(fd, data):]
     finally:

@@ -4,6 +4,7 @@ Control from the daemon is by signal to the starter (documented in launcher.py):
 SIGUSR1 suspend (freeze), SIGUSR2 continue (thaw), SIGTERM soft kill (thaw, the job's
 KillSig, hard kill after the vacate time), SIGQUIT hard kill (cgroup.kill). Signals are
 blocked and taken with sigtimedwait, so there are no handlers and no races.
+What it measures of the job each polling interval: measurements.py.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from typing import Any
 from execd.cgroups.discovery import Hierarchy
 from execd.cgroups.fs import CgroupFS
 from execd.cgroups.limits import LimitPlan, LimitSettings, plan_limits
-from execd.cgroups.tree import BlockIO, CgroupTree, JobCgroup, Usage
+from execd.cgroups.tree import CgroupTree, JobCgroup
 from execd.errors import CgroupError
 from execd.starter import report as rpt
 from execd.starter.ad_files import ad_file_env, write_ad_files
 from execd.starter.child import become_job
 from execd.starter.clone import fork_into_cgroup
 from execd.starter.hiding import hide_gpu_devices
-from execd.starter.resident_set import measure_memory
+from execd.starter.measurements import JobMeasurements
 from execd.starter.sandbox import (
     adopt_scratch,
     disk_usage_kb,
@@ -74,17 +75,11 @@ class Starter:
         self.user = resolve_user(spec, os.geteuid())
         self.report: dict[str, Any] = {"StarterPid": os.getpid(), "JobId": spec.job_id}
         self.pid = 0
-        self.last_usage: Usage | None = None
-        self.block_io: BlockIO | None = None  # None: no io controller (not measured)
+        self.measured = JobMeasurements(self.cgroup, spec.use_peak_memory,
+                                        spec.ignore_cache_memory)  # fmt: skip
         self.status: int | None = None
         self.frozen = False
         self.hard_kill_at: float | None = None
-        self.peak_rss = 0
-        self.peak_procs = 0
-        # the largest resident set measured so far: condor_starter's VanillaProc keeps
-        # it (max_rss) and reports it as ResidentSetSize in every update, not the current;
-        # peak_rss is the largest image size (ImageSize). See resident_set.py.
-        self.max_rss = 0
         self.exit_reason = "exited"
         self.job_state = "Running"
         self.entered_state = int(time.time())
@@ -220,20 +215,14 @@ class Starter:
         """The measurements seed 002's STARTER_* expressions and job hooks look at."""
         if self.spec.status_path is None:
             return
-        usage = self.last_usage
         rpt.write_status(
             self.spec.status_path,
             {
                 "JobState": self.job_state,
                 "EnteredCurrentState": self.entered_state,
-                "ImageSize": self.peak_rss // 1024,
-                "ResidentSetSize": self.max_rss // 1024,
-                "RemoteUserCpu": usage.user_usec / 1e6 if usage else 0.0,
-                "RemoteSysCpu": usage.system_usec / 1e6 if usage else 0.0,
                 "RemoteWallClockTime": round(time.monotonic() - self.started, 3),
-                "NumProcesses": usage.processes if usage else 0,
                 "JobPid": self.pid,
-                **rpt.block_io_attrs(self.block_io),
+                **self.measured.status_attrs(),
             },
         )
 
@@ -254,9 +243,7 @@ class Starter:
     def hard_kill(self, reason: str = "hard_killed") -> None:
         if self.exit_reason in ("exited", "soft_killed"):
             self.exit_reason = reason
-        # A last count, not a full measure: reading every process's memory (no memory
-        # controller) would delay the kill of a fork bomb by tens of milliseconds.
-        self.peak_procs = max(self.peak_procs, len(self.cgroup.pids()))
+        self.measured.count_processes()  # a last count, not a full measure
         self.enter_state("Killing")
         self.cgroup.kill()
         if self.frozen:
@@ -266,11 +253,8 @@ class Starter:
 
     # -- watching ------------------------------------------------------------
     def measure(self) -> None:
-        usage = self.cgroup.usage()
-        self.last_usage = usage
-        self.block_io = self.cgroup.block_io()
-        self.note_memory(usage)
-        self.peak_procs = max(self.peak_procs, usage.processes)
+        """Sample the job, and enforce the memory policy (no memory controller)."""
+        usage = self.measured.sample()
         limit = self.plan.policy_memory_mb
         if (
             limit
@@ -285,15 +269,6 @@ class Starter:
             )
             event("job_over_memory_limit", job=self.spec.job_id, limit_mb=limit, usage_mb=used_mb)
             self.hard_kill("held")
-
-    def note_memory(self, usage: Usage) -> None:
-        """Keep the largest resident set and image size measured, as condor_starter's
-        VanillaProc (max_rss) and ProcFamily (max_image_size) keep them (the memory
-        policy above, only without a memory controller, measures /proc's resident sets)."""
-        m = measure_memory(self.cgroup, usage, self.spec.use_peak_memory,
-                           self.spec.ignore_cache_memory)  # fmt: skip
-        self.max_rss = max(self.max_rss, m.resident_bytes)
-        self.peak_rss = max(self.peak_rss, m.image_bytes)
 
     def reap(self) -> None:
         if self.status is not None:
@@ -356,12 +331,8 @@ class Starter:
     def finish(self) -> None:
         spec = self.spec
         wall = time.monotonic() - self.started
-        usage = self.cgroup.usage()
-        self.peak_procs = max(self.peak_procs, usage.processes)
-        self.note_memory(usage)  # (read before the cgroup goes)
+        usage = self.measured.sample()  # the final update's (read before the cgroup goes)
         self.check_oom()
-        # The final update's measurements: its last CPU and block I/O
-        self.last_usage, self.block_io = usage, self.cgroup.block_io()
         if self.exit_reason != "spawn_failed":  # a job that never started has no status
             self.publish_status()
         try:
@@ -379,18 +350,12 @@ class Starter:
             self.report.update(ExitBySignal=False, ExitCode=os.WEXITSTATUS(status))
         if "HoldReasonCode" in self.report and self.exit_reason != "spawn_failed":
             self.exit_reason = "held"
-        rss_kb = self.max_rss // 1024
         self.report.update(
             ExitReason=self.exit_reason,
             JobPid=self.pid,
             RemoteWallClockTime=round(wall, 3),
-            RemoteUserCpu=usage.user_usec / 1e6,
-            RemoteSysCpu=usage.system_usec / 1e6,
-            ResidentSetSize=rss_kb,
-            ImageSize=self.peak_rss // 1024,
-            MemoryUsage=(rss_kb + 1023) // 1024,  # condor's MEMORY_USAGE_METRIC
-            NumProcesses=self.peak_procs,
             DiskUsage=disk_usage_kb(self.scratch),
+            **self.measured.report_attrs(usage),
         )
         if not spec.sandbox:  # a pre-made one is its maker's: output goes from there
             remove_tree(self.scratch)
@@ -405,7 +370,7 @@ class Starter:
         # condor_starter's OOM message says its ImageSize (the peak measured), or the
         # limit where it measured none or STARTER_ALWAYS_HOLD_ON_OOM (the default): a
         # job killed between two measurements was at its limit, not at the last one
-        used_mb = self.peak_rss // (1024 * 1024)
+        used_mb = self.measured.max_image_bytes // (1024 * 1024)
         if used_mb == 0 or self.spec.always_hold_on_oom:
             used_mb = limit_mb
         outcome = rpt.oom_outcome(

@@ -20,6 +20,14 @@ reads and writes its local files; the proxy passes bytes between it and the shad
   with HTCondor's wire flags; the descriptor (the shadow's), then its fstat line.
   `close`, `lseek`, `read`/`pread` (the length, then the bytes) on it, and
   `write`/`pwrite`, whose bytes follow the request line (read before the call).
+- On an open descriptor: `fsync FD`, `fchown FD UID GID`, `fchmod FD MODE`,
+  `ftruncate FD LENGTH` (the rval); `fstat FD` and `fstatfs FD` (0, then the stat
+  line: condor_starter's REMOTE_CONDOR_fstatfs sends CONDOR_fstat, so both are the
+  descriptor's fstat); `sread FD LENGTH OFFSET STRIDE SKIP` (as read) and `swrite ...`
+  (as write): the shadow reads or writes STRIDE bytes every SKIP from OFFSET.
+- `lookup PATH`: where the shadow maps PATH (get_file_info_new: the length, then its
+  URL as it is, `remote:` and all). `whoami LENGTH`, `whoareyou HOST LENGTH`: the
+  shadow's own answer (the length, then the text; it refuses a LENGTH over 1024).
 - `constrain EXPR` (an update, not a file call, but an rval call like these).
 
 Sizes are bounded (FILE_MAX, under the wire's 64 MiB message; and the bytes held at
@@ -30,7 +38,10 @@ larger one, as a reply over the wire's limit would cost the shadow's connection.
 client's bytes of a put must arrive within DATA_WAIT_S: what is missing is sent as
 zeros (the shadow waits for that many; condor_starter sends its buffer as it is) and
 the proxy closes the client's connection. A read asks for at most FILE_MAX bytes; a
-write of more, or whose bytes do not arrive in time, ends its connection.
+write of more, or whose bytes do not arrive in time, ends its connection. A negative
+length of read, pread, sread, write, pwrite, swrite, whoami or whoareyou is answered
+-7 (condor_starter's malloc of it fails) without reaching the shadow, and the
+connection goes on.
 """
 
 from __future__ import annotations
@@ -44,7 +55,14 @@ from typing import Any, Protocol
 from execd.errors import ProtocolError
 from execd.log import get_logger
 from execd.wire.chirp_budget import BufferHold
-from execd.wire.chirp_protocol import INVALID_REQUEST, OFFLINE, TOO_BIG, chirp_error
+from execd.wire.chirp_protocol import (
+    INVALID_REQUEST,
+    NO_MEMORY,
+    OFFLINE,
+    TOO_BIG,
+    as_sent,
+    chirp_error,
+)
 from execd.wire.shadow_syscalls import SyscallError
 
 log = get_logger("wire")
@@ -68,16 +86,23 @@ LISTING_CALLS = {"getlongdir": 295, "getdir": 296}  # a line per entry back
 # Calls on the shadow's descriptors (condor_chirp read, write, put -mode): open gives one.
 OPEN, CLOSE, LSEEK, READ, PREAD, FSTAT, WRITE, PWRITE = 66, 10, 54, 71, 289, 24, 120, 290
 READLINK = 72
-DESCRIPTOR_CALLS = ("open", "close", "lseek", "read", "pread")
-WITH_DATA = ("write", "pwrite")  # the client's bytes follow the request line
+SREAD, SWRITE, WHOAMI, WHOAREYOU = 299, 291, 297, 298
+DESCRIPTOR_CALLS = ("open", "close", "lseek", "read", "pread", "sread")
+# rval calls on a descriptor: their numbers (every argument an integer)
+FD_RVAL_CALLS = {"fsync": 26, "fchown": 20, "fchmod": 19, "ftruncate": 27}
+# fstatfs too is sent as CONDOR_fstat, as condor_starter's REMOTE_CONDOR_fstatfs sends it
+FD_INFO_CALLS = {"fstat": FSTAT, "fstatfs": FSTAT}
+WHO_CALLS = {"whoami": WHOAMI, "whoareyou": WHOAREYOU}
+WHO_MAX = 1024  # the most the shadow answers whoami and whoareyou with
+WITH_DATA = ("write", "pwrite", "swrite")  # the client's bytes follow the request line
 # open's letters as HTCondor's open flags on the wire (condor_io/open_flags.cpp)
 O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_EXCL, O_APPEND = 0x1, 0x2, 0x100, 0x200, 0x400, 0x1000
 CALLS = frozenset([*RVAL_CALLS, *INFO_CALLS, *LISTING_CALLS, *DESCRIPTOR_CALLS, "getfile",
-                   "readlink"])  # fmt: skip
+                   "readlink", *FD_RVAL_CALLS, *FD_INFO_CALLS, *WHO_CALLS, "lookup"])  # fmt: skip
 
 
 class FileShadow(Protocol):
-    """The shadow's file calls the proxy passes requests to (ShadowSyscalls has them)."""
+    """The shadow's file calls the proxy passes requests to (ShadowFileCalls has them)."""
 
     async def getfile(self, path: str) -> bytes: ...
     async def readlink(self, path: str, length: int) -> bytes: ...
@@ -124,6 +149,13 @@ async def call(shadow: FileShadow, command: str, args: list[str], hold: BufferHo
         return await open_file(shadow, path, args[1], args[2])
     if command in DESCRIPTOR_CALLS or command == "readlink":
         return await descriptor_call(shadow, command, args, hold)
+    if command in FD_RVAL_CALLS or command in FD_INFO_CALLS:
+        return await on_descriptor(shadow, command, args)
+    if command in WHO_CALLS:
+        return await who(shadow, command, args, hold)
+    if command == "lookup":
+        url = as_sent(await shadow.file_url(path))  # a submit directory need not be UTF-8
+        return line(len(url)) + url
     number, kinds = RVAL_CALLS[command]
     more: list[str | int] = []
     for kind, word in zip(kinds, args[1:], strict=True):
@@ -172,13 +204,39 @@ async def descriptor_call(shadow: FileShadow, command: str, args: list[str],
         if values[2] not in (0, 1, 2):  # SEEK_SET, SEEK_CUR, SEEK_END
             return line(INVALID_REQUEST)
         return line(await shadow.file_call(LSEEK, "lseek", *values))
-    asked = values[-1 if command != "pread" else 1]  # the most bytes asked for
+    asked = values[1 if command in ("pread", "sread") else -1]  # the most bytes asked for
+    if asked < 0 and command != "readlink":  # condor_starter's malloc of it fails (for
+        return line(NO_MEMORY)  # read it then writes no answer at all: see docs/pool.md)
     if not 0 <= asked <= FILE_MAX or not hold.take(asked):
         return line(TOO_BIG)
     if command == "readlink":
         data = await shadow.bytes_call(READLINK, "readlink", args[0], values[0])
     else:
-        data = await shadow.bytes_call(READ if command == "read" else PREAD, command, *values)
+        number = {"read": READ, "pread": PREAD, "sread": SREAD}[command]
+        data = await shadow.bytes_call(number, command, *values)
+    return line(len(data)) + data
+
+
+async def on_descriptor(shadow: FileShadow, command: str, args: list[str]) -> bytes:
+    """fsync, fchown, fchmod, ftruncate (the rval), fstat and fstatfs (0 and the line)."""
+    values = integers(args)
+    if values is None:
+        return line(INVALID_REQUEST)
+    if command in FD_INFO_CALLS:
+        return line(0) + await shadow.file_info(FD_INFO_CALLS[command], command, values[0])
+    return line(await shadow.file_call(FD_RVAL_CALLS[command], command, *values))
+
+
+async def who(shadow: FileShadow, command: str, args: list[str], hold: BufferHold) -> bytes:
+    """`whoami LENGTH`, `whoareyou HOST LENGTH`: the length, then the shadow's text."""
+    length = integer(args[-1])
+    if length is None:
+        return line(INVALID_REQUEST)
+    if length < 0:  # condor_starter's malloc of it fails
+        return line(NO_MEMORY)
+    if not hold.take(min(length, WHO_MAX)):
+        return line(TOO_BIG)
+    data = await shadow.bytes_call(WHO_CALLS[command], command, *args[:-1], length)
     return line(len(data)) + data
 
 
@@ -197,14 +255,18 @@ async def fetch(shadow: FileShadow, path: str, hold: BufferHold) -> bytes:
 async def write(shadow: FileShadow, command: str, args: list[str],
                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, job: str,
                 connected: Callable[[], bool], hold: BufferHold) -> bytes:  # fmt: skip
-    """`write FD LENGTH` / `pwrite FD LENGTH OFFSET`, the client's LENGTH bytes right
-    after the line: read first (as condor_starter does), then sent to the shadow. Bytes
-    that do not all arrive within DATA_WAIT_S, or a length over FILE_MAX, are answered
-    (-8, -5) and end the connection (what follows could not be read as requests)."""
+    """`write FD LENGTH`, `pwrite FD LENGTH OFFSET`, `swrite FD LENGTH OFFSET STRIDE
+    SKIP`, the client's LENGTH bytes right after the line: read first (as condor_starter
+    does), then sent to the shadow. Bytes that do not all arrive within DATA_WAIT_S, or a
+    length over FILE_MAX, are answered (-8, -5) and end the connection (what follows
+    could not be read as requests); a negative length is answered -7 (no bytes follow
+    it) and the connection goes on, as condor_starter's."""
     values = integers(args)
     if values is None:
         return line(INVALID_REQUEST)
     length = values[1]
+    if length < 0:  # condor_starter's malloc of it fails; no bytes follow
+        return line(NO_MEMORY)
     if not 0 <= length <= FILE_MAX or not hold.take(length):
         writer.write(line(TOO_BIG))  # the bytes that follow are not read
         raise ConnectionError(f"{command} of {length} bytes")
@@ -214,7 +276,7 @@ async def write(shadow: FileShadow, command: str, args: list[str],
     except (asyncio.IncompleteReadError, TimeoutError):
         writer.write(line(INVALID_REQUEST))
         raise ConnectionError(f"{command}: the client's bytes did not all arrive") from None
-    number = WRITE if command == "write" else PWRITE
+    number = {"write": WRITE, "pwrite": PWRITE, "swrite": SWRITE}[command]
     return await answered(shadow.file_call(number, command, *values, data), job=job,
                           what=command, connected=connected)  # fmt: skip
 

@@ -26,6 +26,7 @@ NOT_AUTHENTICATED = -1
 NOT_AUTHORIZED = -2
 DOESNT_EXIST = -3
 TOO_BIG = -5
+NO_MEMORY = -7
 INVALID_REQUEST = -8
 TRY_AGAIN = -11
 OFFLINE = -17
@@ -53,6 +54,8 @@ REQUESTS = (
     ("rename", "ss", FILES),
     ("mkdir", "sd", FILES),
     ("rmdir", "s", FILES),
+    ("fsync", "d", FILES),
+    ("lookup", "s", FILES),
     ("set_job_attr_delayed", "ss", DELAYED),
     ("set_job_attr", "ss", UPDATES),
     ("get_job_attr", "s", UPDATES),
@@ -63,11 +66,20 @@ REQUESTS = (
     ("ulog", "s", UPDATES),
     ("pread", "ddd", FILES),
     ("pwrite", "ddd", FILES),
+    ("sread", "ddddd", FILES),
+    ("swrite", "ddddd", FILES),
     ("rmall", "s", FILES),
+    ("fstat", "d", FILES),
+    ("fstatfs", "d", FILES),
+    ("fchown", "ddd", FILES),
+    ("fchmod", "dd", FILES),
+    ("ftruncate", "dd", FILES),
     ("getfile", "s", FILES),
     ("putfile", "sdd", FILES),
     ("getlongdir", "s", FILES),
     ("getdir", "s", FILES),
+    ("whoami", "d", FILES),
+    ("whoareyou", "sd", FILES),
     ("link", "ss", FILES),
     ("symlink", "ss", FILES),
     ("readlink", "sd", FILES),
@@ -85,6 +97,13 @@ REQUESTS = (
 
 # C's isspace() in the "C" locale, which sscanf_chirp splits on: no Unicode spaces.
 SEPARATORS = frozenset(" \t\n\v\f\r")
+
+
+def as_sent(text: str) -> bytes:
+    """The bytes of a string the shadow sent (a path, a URL, a job attribute's value):
+    the wire decodes them with surrogateescape, as they need not be UTF-8, and the job
+    is answered them as they came (condor_starter passes them on as they are)."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 def chirp_error(unix_errno: int) -> int:

@@ -20,9 +20,9 @@ EACCES, answered -2). Every other request, and these without the job ad's say-so
 answered -8 (invalid request), as condor_starter answers a request it does not serve;
 the shadow's file calls on paths (getfile, putfile, unlink, getdir, stat, chmod, ...)
 are served when file I/O is granted (WantIOProxy and ENABLE_CHIRP_IO; chirp_files.py);
-open, close, lseek, read, write, pread and pwrite on its descriptors too; sread,
-swrite, fstat, fstatfs, fchown, fchmod, ftruncate, fsync, lookup, whoami, whoareyou
-are not served; `constrain` (an update) is passed on. The delayed updates
+open, close, lseek, read, write, pread, pwrite, sread, swrite, fstat, fstatfs, fchown,
+fchmod, ftruncate and fsync on its descriptors too, and lookup, whoami and whoareyou;
+`constrain` (an update) is passed on. The delayed updates
 (set_job_attr_delayed, get_job_attr_delayed) are served to every job unless its ad
 says `WantDelayedUpdates = false` or ENABLE_CHIRP_DELAYED is false (chirp_delayed.py).
 
@@ -72,6 +72,7 @@ from execd.wire.chirp_protocol import (
     OFFLINE,
     TOO_BIG,
     UPDATES,
+    as_sent,
     chirp_error,
     read_request,
 )
@@ -94,7 +95,7 @@ NO_GRANTS = ChirpGrants(io=False, updates=False, delayed=False)
 
 
 class ChirpShadow(FileShadow, Protocol):
-    """What the proxy asks of the shadow (ShadowSyscalls has it)."""
+    """What the proxy asks of the shadow (ShadowFileCalls has it)."""
 
     update_extra: Callable[[], WireAd] | None
 
@@ -366,7 +367,8 @@ class ChirpProxy:
         found = self.delayed.lookup(args[0])  # get_job_attr_delayed
         if found is None:
             return f"{DOESNT_EXIST}\n".encode()
-        return f"{len(found.encode())}\n".encode() + found.encode()
+        value = as_sent(found)  # the job ad's, as the shadow sent it
+        return f"{len(value)}\n".encode() + value
 
     def _invalid(self, why: str) -> bytes:
         # Debug only: the job may send as many as it likes (condor_starter: D_SYSCALLS).
@@ -379,7 +381,7 @@ class ChirpProxy:
         return b"0\n"
 
     async def _get(self, name: str) -> bytes:
-        value = (await self.shadow.get_job_attr(name)).encode()
+        value = as_sent(await self.shadow.get_job_attr(name))
         return f"{len(value)}\n".encode() + value
 
     async def _ulog(self, text: str) -> bytes:

@@ -69,12 +69,13 @@ from execd.wire.security import (
     CONDOR_VERSION,
 )
 from execd.wire.shadow_end import (
+    close_conversation,
     conclude,
-    remove_sandbox,
     report_hold,
     send_output,
     transfer_error,
 )
+from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_job import (
     JobProcess,
     job_argv,
@@ -260,7 +261,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     options = options or ShadowOptions()
     claim_text = claim.full() if isinstance(claim, ClaimId) else claim
     address = claim_text.split("#", 1)[0]
-    calls = ShadowSyscalls(channel)
+    calls = ShadowFileCalls(channel)  # its Chirp proxy passes file calls on
     job_wire = await calls.get_job_info() or dict(job_ad)
     job = job_values(job_wire)
     gjid = str(job.get("GlobalJobId", "?"))
@@ -372,8 +373,4 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         handed_over = hand_over(calls, link, options, proxy)
         raise
     finally:
-        if proxy is not None:
-            await proxy.close()
-        options.links.remove(link)
-        link.close()
-        await remove_sandbox(sandbox, options, handed_over)
+        await close_conversation(options, link, proxy, sandbox, handed_over)

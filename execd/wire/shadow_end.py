@@ -1,6 +1,7 @@
 """How the shadow's conversation ends: the job's exit, its output transfer and job_exit
 (conclude), a hold reported as a critical RemoteErrorEvent (the shadow holds the job with
-its code, as it does for HTCondor's starter), and the sandbox's removal.
+its code, as it does for HTCondor's starter), and what every conversation's end closes
+and removes (its Chirp proxy, its link, the sandbox).
 
 execd/wire/shadow.py runs the conversation up to the job's end and calls these;
 execd/wire/shadow_resume.py calls them for a conversation a restarted daemon took over.
@@ -33,7 +34,9 @@ from execd.wire.shadow_syscalls import (
 from execd.wire.shadow_transfers import Transfers, job_values
 
 if TYPE_CHECKING:
+    from execd.wire.chirp_proxy import ChirpProxy
     from execd.wire.shadow import Conversation, ShadowOptions
+    from execd.wire.shadow_link import ShadowLink
 
 log = get_logger("wire")
 ULOG_REMOTE_ERROR = 21
@@ -121,6 +124,18 @@ async def send_output(transfers: Transfers, send: Callable[[Channel], Awaitable[
         failed.fail(HOLD_UPLOAD_FILE_ERROR, getattr(exc, "errno", None) or errno.EIO,
                     f"STARTER failed to send the output: {type(exc).__name__}: {exc}")
         return failed
+
+
+async def close_conversation(options: ShadowOptions, link: ShadowLink,
+                             proxy: ChirpProxy | None, sandbox: Path,
+                             handed_over: bool) -> None:  # fmt: skip
+    """What ends every conversation, its job done or not: its Chirp proxy closed, its
+    link forgotten and closed, its sandbox removed (remove_sandbox)."""
+    if proxy is not None:
+        await proxy.close()
+    options.links.remove(link)
+    link.close()
+    await remove_sandbox(sandbox, options, handed_over)
 
 
 async def remove_sandbox(sandbox: Path, options: ShadowOptions, handed_over: bool) -> None:

@@ -41,10 +41,11 @@ from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobHeldError, JobRunner, JobSetupError
 from execd.wire.proxy_refresh import ProxyTarget, proxy_target
 from execd.wire.shadow import Conversation, ShadowOptions, hand_over, watch
-from execd.wire.shadow_end import conclude, remove_sandbox, report_hold
+from execd.wire.shadow_end import close_conversation, conclude, report_hold
+from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_job import proxy_name, run_as_ids
 from execd.wire.shadow_link import ShadowLink
-from execd.wire.shadow_syscalls import MessageChannel, ShadowSyscalls
+from execd.wire.shadow_syscalls import MessageChannel
 from execd.wire.shadow_transfers import Transfers, job_values
 
 log = get_logger("wire")
@@ -100,7 +101,7 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
     the shadow does not come back within the job lease."""
     address = claim_id.split("#", 1)[0]
     channel = channel or LostConnection()
-    calls = ShadowSyscalls(channel)
+    calls = ShadowFileCalls(channel)  # its Chirp proxy passes file calls on
     link = ShadowLink(channel, claim_id=claim_id, global_job_id=state.global_job_id,
                       lease_s=state.lease_s, starter_ad=state.starter_ad,
                       starter_address=address)  # fmt: skip
@@ -149,8 +150,4 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         handed_over = hand_over(calls, link, options, proxy)
         raise
     finally:
-        if proxy is not None:
-            await proxy.close()
-        options.links.remove(link)
-        link.close()
-        await remove_sandbox(Path(state.sandbox), options, handed_over)
+        await close_conversation(options, link, proxy, Path(state.sandbox), handed_over)

@@ -23,7 +23,8 @@ tests/unit/wire/test_shadow_syscalls.py:
 With a `link` (execd/wire/shadow_link.py) a call whose connection is lost waits for
 the shadow's reconnect and is made again on the new connection, which first gets
 get_sec_session_info (the new shadow's file transfer session), as HTCondor's starter
-does on a reconnect.
+does on a reconnect. The file calls Chirp's I/O proxy passes on (open, read, getfile,
+putfile, ...) are added by ShadowFileCalls (execd/wire/shadow_file_calls.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno as errnos
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -42,11 +43,6 @@ from execd.wire.encoding import Decoder, Encoder
 if TYPE_CHECKING:
     from execd.wire.shadow_link import ShadowLink
 
-GET_FILE_INFO_NEW = -74
-READLINK = 72
-STAT = 108
-GETFILE = 293
-PUTFILE = 294
 GET_JOB_INFO = -63
 JOB_EXIT = -65
 REGISTER_STARTER_INFO = -77
@@ -57,7 +53,6 @@ GET_JOB_ATTR = 285
 SET_JOB_ATTR = 286
 GET_SEC_SESSION_INFO = 288
 EVENT_NOTIFICATION = 304
-STAT_LINE_BYTES = 1024  # CONDOR_stat's answer: the stat line in a 1024-byte buffer
 
 # Reasons for job_exit (condor_includes/exit.h).
 JOB_EXITED = 100
@@ -264,120 +259,8 @@ class ShadowSyscalls:
         """A user-log event for the shadow to write; the shadow sends no answer."""
         await self._exchange(self._with_ad(ULOG, ad), answer=False)
 
-    # The shadow's files (Chirp's file I/O); the paths are the shadow's, on the submit
-    # side, and it decides what the job may touch (its own access checks).
-    async def file_call(self, number: int, name: str, *args: str | int | bytes) -> int:
-        """A file call that answers an rval only (unlink, chmod, open, write, ...): its
-        arguments (strings, integers, raw bytes) in the order NTsenders sends them."""
-        dec = await self._exchange(_arguments(number, args), replay=False)
-        assert dec is not None
-        return _answer(dec, name)
 
-    async def file_info(self, number: int, name: str, what: str | int) -> bytes:
-        """stat, lstat, statfs (of a path) or fstat (of a descriptor): the shadow's line
-        of numbers (its 1024-byte buffer up to the first NUL)."""
-        dec = await self._call(_arguments(number, (what,)), name)
-        line = dec.get_bytes(STAT_LINE_BYTES, f"{name} line")
-        dec.finish(f"{name} answer")
-        return line.split(b"\0", 1)[0]
-
-    async def file_url(self, path: str) -> str:
-        """CONDOR_get_file_info_new: where the shadow says the job's `path` is."""
-        dec = await self._call(_arguments(GET_FILE_INFO_NEW, (path,)), "get_file_info_new")
-        url = dec.get_string("get_file_info_new url")
-        dec.finish("get_file_info_new answer")
-        return url
-
-    async def stat_size(self, path: str) -> int | None:
-        """CONDOR_stat's st_size for `path`; None where its line does not say."""
-        fields = (await self.file_info(STAT, "stat", path)).split()
-        return int(fields[7]) if len(fields) == 13 and fields[7].isdigit() else None
-
-    async def dir_listing(self, number: int, name: str, path: str) -> bytes:
-        """getdir or getlongdir: the shadow's text (a line per entry, then an empty one)."""
-        dec = await self._call(lambda enc: enc.put_int(number).put_string(path), name)
-        text = dec.get_raw_string(f"{name} text")
-        dec.finish(f"{name} answer")
-        return text
-
-    async def getfile(self, path: str) -> bytes:
-        """The whole file at `path` (CONDOR_getfile)."""
-        return await self.bytes_call(GETFILE, "getfile", path)
-
-    async def readlink(self, path: str, length: int) -> bytes:
-        """Where the symbolic link at `path` points, at most `length` bytes."""
-        return await self.bytes_call(READLINK, "readlink", path, length)
-
-    async def bytes_call(self, number: int, name: str, *args: str | int) -> bytes:
-        """A call answered by a length (an rval) and that many bytes (getfile, read);
-        read and pread (which move the descriptor's offset) are not sent again."""
-        dec = await self._exchange(_arguments(number, args),
-                                   replay=number in (GETFILE, READLINK))  # fmt: skip
-        assert dec is not None
-        length = _rval(dec, name)
-        data = dec.get_bytes(length, f"{name} bytes")
-        dec.finish(f"{name} answer")
-        return data
-
-    async def putfile(self, path: str, mode: int, length: int,
-                      opened: Callable[[int], Awaitable[bytes]]) -> int | None:  # fmt: skip
-        """CONDOR_putfile: the shadow opens `path` (created, truncated, `mode`) and
-        answers (SyscallError where it cannot); `opened(its answer)` then gives the
-        `length` bytes to send it (the job's), and the shadow's count of bytes written
-        is returned (None for a length of 0: nothing is sent). Where the shadow cannot
-        open the file it still answers a second time for a length over 0 (its -1
-        count; 25.14.1's NTreceivers), which is read here. The messages go under one
-        hold of the connection (nothing may come between them) and are not sent again
-        after a reconnect (half would be)."""
-        async with self._lock:
-            try:
-                return await self._putfile_once(path, mode, length, opened)
-            except ShadowConnectionLostError as exc:
-                if self.link is not None:
-                    self.link.lost(exc)
-                raise
-
-    async def _putfile_once(self, path: str, mode: int, length: int,
-                            opened: Callable[[int], Awaitable[bytes]]) -> int | None:  # fmt: skip
-        """putfile's messages (under the lock)."""
-        self.in_call = True
-        await self._take_offered()
-        dec = await self._once(lambda enc: enc.put_int(PUTFILE).put_string(path)
-                               .put_int(mode).put_int(length), True)  # fmt: skip
-        assert dec is not None
-        try:
-            fd = _answer(dec, "putfile")
-        except SyscallError:
-            if length > 0:  # the shadow then also sends its count of bytes written
-                await self.channel.recv(self.timeout_s)  # (-1), read for nothing
-            self.in_call = False
-            raise
-        data = await opened(fd)
-        if length <= 0:
-            self.in_call = False
-            return None
-        dec = await self._once(lambda enc: enc.put_bytes(data), True)
-        assert dec is not None
-        self.in_call = False
-        return _answer(dec, "putfile buffer")
-
-
-def _arguments(number: int, args: tuple[str | int | bytes, ...]) -> Callable[[Encoder], Encoder]:
-    def build(enc: Encoder) -> Encoder:
-        enc.put_int(number)
-        for arg in args:
-            if isinstance(arg, str):
-                enc.put_string(arg)
-            elif isinstance(arg, bytes):
-                enc.put_bytes(arg)
-            else:
-                enc.put_int(arg)
-        return enc
-
-    return build
-
-
-def _rval(dec: Decoder, name: str) -> int:
+def checked_rval(dec: Decoder, name: str) -> int:
     """An answer's rval; a negative one and its errno raise SyscallError."""
     rval = dec.get_int32(f"{name} rval")
     if rval < 0:
@@ -386,16 +269,8 @@ def _rval(dec: Decoder, name: str) -> int:
     return rval
 
 
-def _answer(dec: Decoder, name: str) -> int:
-    """A whole answer that is an rval (and its errno when negative: SyscallError)."""
-    try:
-        return _rval(dec, name)
-    finally:
-        dec.finish(f"{name} answer")
-
-
 def _checked(dec: Decoder, name: str) -> Decoder:
-    _rval(dec, name)
+    checked_rval(dec, name)
     return dec
 
 

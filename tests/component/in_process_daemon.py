@@ -3,7 +3,9 @@ job runs): for tests of its parts that need no starter. Build it under a running
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 from execd.daemon.backfill import BackfillClient
@@ -41,3 +43,14 @@ def daemon_without_cgroups(tmp_path: Path, extra_config: str = "", *,
     if not restarting:
         daemon.evaluate()  # Owner -> Unclaimed
     return daemon
+
+
+@contextlib.contextmanager
+def open_daemon(tmp_path: Path, extra_config: str = "", *,
+                restarting: bool = False) -> Iterator[Daemon]:  # fmt: skip
+    """daemon_without_cgroups, its state store closed when the block ends."""
+    daemon = daemon_without_cgroups(tmp_path, extra_config, restarting=restarting)
+    try:
+        yield daemon
+    finally:
+        daemon.jobs.store.close()

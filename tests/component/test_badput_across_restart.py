@@ -24,7 +24,7 @@ from execd.daemon.recovery import recover
 from execd.daemon.store import JobRecord
 from execd.starter.launcher import StarterHandle
 from execd.starter.spec import StarterSpec
-from tests.component.in_process_daemon import daemon_without_cgroups
+from tests.component.in_process_daemon import daemon_without_cgroups, open_daemon
 from tests.component.test_latest_vacate_cause import after, running_job
 
 # one static slot, no retirement; KILL true for alice's jobs once they are vacating
@@ -42,8 +42,7 @@ def test_badput_caused_by_preemption_survives_a_restart_in_place(
     starter = subprocess.Popen(["sh", "-c", "trap '' TERM QUIT; exec sleep 600"])
 
     async def scenario() -> tuple[str, str, dict[str, str]]:
-        first = daemon_without_cgroups(tmp_path, CONFIG)
-        try:
+        with open_daemon(tmp_path, CONFIG) as first:
             moment = now()
             job = running_job(first, ad, moment)
             spec = StarterSpec(job.job_id, "slot1", "/bin/sleep", [], {}, owner,
@@ -64,8 +63,6 @@ def test_badput_caused_by_preemption_survives_a_restart_in_place(
             assert slot.state.value == "Preempting"
             how = "vacating" if eviction == "graceful drain" else "killing"
             assert [r.evicting for r in first.jobs.store.jobs()] == [how]
-        finally:
-            first.jobs.store.close()
         second = daemon_without_cgroups(tmp_path, CONFIG, restarting=True)  # SIGUSR2
         try:
             assert recover(second.jobs)["adopted"] == 1

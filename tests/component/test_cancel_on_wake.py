@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from execd.daemon.fetch_work import FetchWorker
-from tests.component.in_process_daemon import daemon_without_cgroups
+from tests.component.in_process_daemon import open_daemon
 
 
 async def ends_when_cancelled_as_woken(task: asyncio.Task[Any], wake: asyncio.Event) -> bool:
@@ -26,24 +26,18 @@ async def ends_when_cancelled_as_woken(task: asyncio.Task[Any], wake: asyncio.Ev
 
 def test_the_policy_loop_ends_when_cancelled_as_it_is_woken(tmp_path: Path) -> None:
     async def scenario() -> bool:
-        daemon = daemon_without_cgroups(tmp_path, "UPDATE_INTERVAL = 300\n")
-        try:
+        with open_daemon(tmp_path, "UPDATE_INTERVAL = 300\n") as daemon:
             loop = asyncio.get_running_loop().create_task(daemon._update_loop())
             return await ends_when_cancelled_as_woken(loop, daemon.wake)
-        finally:
-            daemon.jobs.store.close()
 
     assert asyncio.run(scenario())
 
 
 def test_the_fetch_work_loop_ends_when_cancelled_as_it_is_woken(tmp_path: Path) -> None:
     async def scenario() -> bool:
-        daemon = daemon_without_cgroups(tmp_path)
-        try:
+        with open_daemon(tmp_path) as daemon:
             fetch = FetchWorker(daemon)
             loop = asyncio.get_running_loop().create_task(fetch.run())
             return await ends_when_cancelled_as_woken(loop, fetch.wake)
-        finally:
-            daemon.jobs.store.close()
 
     assert asyncio.run(scenario())

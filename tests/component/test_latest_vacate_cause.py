@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,16 +25,23 @@ from execd.policy import commands
 from execd.policy.slot import Now
 from execd.starter.launcher import StarterHandle
 from execd.starter.spec import StarterSpec
-from tests.component.in_process_daemon import daemon_without_cgroups
+from tests.component.in_process_daemon import open_daemon
 
 # one static slot; PREEMPT true for alice's jobs; 1000 s of retirement (its lease is 1200 s)
 CONFIG = ("SLOT_TYPE_1_PARTITIONABLE = False\nMAXJOBRETIREMENTTIME = 1000\n"
           'PREEMPT = TARGET.Owner == "alice"\nWANT_SUSPEND = False\n')  # fmt: skip
 ALICE = {"Owner": "alice", "Cmd": "/bin/sleep", "JobLeaseDuration": 1200}
+BOB = {**ALICE, "Owner": "bob"}  # PREEMPT stays false
 
 
 def after(moment: Now, seconds: float) -> Now:
     return Now(moment.mono + seconds, moment.wall + seconds)
+
+
+def clock() -> Callable[[float], Now]:
+    """at(seconds): the moment that long after now."""
+    moment = now()
+    return lambda seconds: after(moment, seconds)
 
 
 def running_job(daemon: Daemon, ad: dict[str, object], moment: Now) -> Job:
@@ -57,13 +65,8 @@ def running_job(daemon: Daemon, ad: dict[str, object], moment: Now) -> Job:
 def test_a_job_retiring_for_preempt_then_drained_is_told_the_drain(
         tmp_path: Path, drained: bool, told: tuple[str, int, int]) -> None:  # fmt: skip
     async def scenario() -> tuple[str, tuple[str, int, int] | None]:
-        daemon = daemon_without_cgroups(tmp_path, CONFIG)
-        try:
-            moment = now()
-
-            def at(seconds: float) -> Now:
-                return after(moment, seconds)
-
+        with open_daemon(tmp_path, CONFIG) as daemon:
+            at = clock()
             job = running_job(daemon, ALICE, at(0))
             daemon.execute(daemon.engine.evaluate(at(1)))  # PREEMPT: it retires
             slot = daemon.engine.slots["slot1"]
@@ -72,8 +75,6 @@ def test_a_job_retiring_for_preempt_then_drained_is_told_the_drain(
                 daemon.execute(daemon.engine.drain("graceful", at(2), reason="test"))
             daemon.execute(daemon.engine.evaluate(at(1100)))  # the retirement is over
             return slot.state.value, job.vacate_reason
-        finally:
-            daemon.jobs.store.close()
 
     state, reason = asyncio.run(scenario())
     assert state == "Preempting"
@@ -91,15 +92,9 @@ def test_a_drained_job_suspended_and_continued_is_told_no_reason(
     drain, SUSPEND true for a while during the retirement, then its end: the 004 says
     "Unspecified job interruption", 1005). Suspended here by SUSPEND_CLAIM's path."""
     async def scenario() -> tuple[str, tuple[str, int, int] | None]:
-        daemon = daemon_without_cgroups(tmp_path, CONFIG)
-        try:
-            moment = now()
-
-            def at(seconds: float) -> Now:
-                return after(moment, seconds)
-
-            bob = {**ALICE, "Owner": "bob"}  # PREEMPT stays false
-            job = running_job(daemon, bob, at(0))
+        with open_daemon(tmp_path, CONFIG) as daemon:
+            at = clock()
+            job = running_job(daemon, BOB, at(0))
             daemon.execute(daemon.engine.drain("graceful", at(1), reason="test"))
             slot = daemon.engine.slots["slot1"]
             assert slot.activity.value == "Retiring"
@@ -110,8 +105,6 @@ def test_a_drained_job_suspended_and_continued_is_told_no_reason(
                 assert slot.activity.value == "Retiring"
             daemon.execute(daemon.engine.evaluate(at(1100)))  # the retirement is over
             return slot.state.value, job.vacate_reason
-        finally:
-            daemon.jobs.store.close()
 
     state, reason = asyncio.run(scenario())
     assert state == "Preempting"
@@ -144,15 +137,9 @@ def test_a_fast_command_after_a_suspension_in_its_retirement_gives_its_reason(
     cause of its own and the shadow is told it, as condor_startd's kill_claim sets it
     (execd said none: the fast form was taken for the retirement's end)."""
     async def scenario() -> tuple[str, tuple[str, int, int] | None]:
-        daemon = daemon_without_cgroups(tmp_path, CONFIG)
-        try:
-            moment = now()
-
-            def at(seconds: float) -> Now:
-                return after(moment, seconds)
-
-            bob = {**ALICE, "Owner": "bob"}  # PREEMPT stays false
-            job = running_job(daemon, bob, at(0))
+        with open_daemon(tmp_path, CONFIG) as daemon:
+            at = clock()
+            job = running_job(daemon, BOB, at(0))
             daemon.execute(FIRST[command](daemon.engine, at(1)))
             slot = daemon.engine.slots["slot1"]
             assert slot.activity.value == "Retiring"
@@ -163,8 +150,6 @@ def test_a_fast_command_after_a_suspension_in_its_retirement_gives_its_reason(
                 assert slot.activity.value == "Retiring"
             daemon.execute(THEN_FAST[command](daemon.engine, at(4)))
             return slot.state.value, job.vacate_reason
-        finally:
-            daemon.jobs.store.close()
 
     state, reason = asyncio.run(scenario())
     assert state == "Preempting"
@@ -190,9 +175,6 @@ EVICTIONS = {  # how the startd evicts a running job, and what its STARTD_HISTOR
     "killed for the p-slot": lambda engine, at: commands.kill_claim(
         engine, "slot1", at, "pslot_preemption"),
 }
-BOB = {**ALICE, "Owner": "bob"}
-
-
 @pytest.mark.parametrize(("eviction", "badput"), [
     ("released", "false"),  # condor_startd's kill_claim sets no badput (execd said true)
     ("deactivated, then released", "false"),
@@ -211,8 +193,7 @@ def test_only_a_preemption_is_recorded_as_badput_caused_by_preemption(
     (the schedd's RELEASE_CLAIM, condor_vacate -fast, a fast shutdown, a p-slot's
     preemption), whatever reason the job is told; execd decided it from that reason."""
     async def scenario() -> dict[str, str]:
-        daemon = daemon_without_cgroups(tmp_path, CONFIG)
-        try:
+        with open_daemon(tmp_path, CONFIG) as daemon:
             moment = now()
             job = running_job(daemon, ALICE if eviction == "preempted" else BOB, moment)
             at = after(moment, 1)
@@ -222,8 +203,6 @@ def test_only_a_preemption_is_recorded_as_badput_caused_by_preemption(
             assert daemon.engine.slots["slot1"].state.value == "Preempting"
             assert job.evicted
             return ended_job_ad(daemon.jobs, job, at.wall)
-        finally:
-            daemon.jobs.store.close()
 
     ad = asyncio.run(scenario())
     assert ad["BadputCausedByPreemption"] == badput
@@ -235,8 +214,7 @@ def test_a_stale_jobs_end_does_not_take_the_slots_later_claims_badput(tmp_path: 
     again) records its own claim's flag, not the flag the slot's new claim has: as
     ended_job_ad, the job's end takes the slot's flag only while the slot holds its claim."""
     async def scenario() -> dict[str, str]:
-        daemon = daemon_without_cgroups(tmp_path, CONFIG)
-        try:
+        with open_daemon(tmp_path, CONFIG) as daemon:
             moment = now()
             running_job(daemon, ALICE, moment)
             daemon.execute(daemon.engine.evaluate(after(moment, 1)))  # PREEMPT: it retires
@@ -249,8 +227,6 @@ def test_a_stale_jobs_end_does_not_take_the_slots_later_claims_badput(tmp_path: 
             stale.handle = StarterHandle(spec, None, pid=2**22 + 1)  # gone: no such pid
             daemon.jobs.finish(stale)
             return ended_job_ad(daemon.jobs, stale, after(moment, 2).wall)
-        finally:
-            daemon.jobs.store.close()
 
     ad = asyncio.run(scenario())
     assert ad["BadputCausedByPreemption"] == "false"

@@ -54,7 +54,7 @@ def test_the_slice_gets_the_slot_limits_on_a_full_v2_host() -> None:
 def test_oom_kill_holds_with_code_34_subcode_102_and_htcondor_message() -> None:
     fs, s = starter()
     fs.files[s.cgroup.slice / "memory.events"] = "oom 1\noom_kill 1\noom_group_kill 0\n"
-    s.peak_rss = 99 * MB
+    s.measured.max_image_bytes = 99 * MB
     s.check_oom()
     assert s.report["HoldReasonCode"] == 34
     assert s.report["HoldReasonSubCode"] == 102
@@ -71,7 +71,7 @@ def test_oom_kill_holds_with_code_34_subcode_102_and_htcondor_message() -> None:
 def test_oom_hold_says_the_measured_peak_when_not_always_holding() -> None:
     fs, s = starter(always_hold=False)
     fs.files[s.cgroup.slice / "memory.events"] = "oom_kill 1\n"
-    s.peak_rss = 95 * MB
+    s.measured.max_image_bytes = 95 * MB
     s.check_oom()
     assert "Last measured usage: 95 megabytes." in s.report["HoldReason"]
 
@@ -79,7 +79,7 @@ def test_oom_hold_says_the_measured_peak_when_not_always_holding() -> None:
 def test_oom_well_under_the_limit_evicts_when_not_always_holding() -> None:
     fs, s = starter(always_hold=False)
     fs.files[s.cgroup.slice / "memory.events"] = "oom_group_kill 1\n"
-    s.peak_rss = 50 * MB
+    s.measured.max_image_bytes = 50 * MB
     s.check_oom()
     assert "HoldReasonCode" not in s.report
     assert s.exit_reason == "evicted_oom"

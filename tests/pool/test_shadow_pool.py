@@ -15,18 +15,14 @@ import asyncio
 import os
 import re
 import tempfile
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pool_harness as harness
 import pytest
+from static_slot_server import advertised_static_slot
 
-from execd.claims.ids import ClaimIdFactory
-from execd.cli.status import local_ads
-from execd.config.loader import load_config
-from execd.machine.reader import LiveHostReader
 from execd.wire.channel import Channel
 from execd.wire.claim_messages import (
     RequestClaimReply,
@@ -36,18 +32,11 @@ from execd.wire.claim_messages import (
     encode_deactivate_reply,
     encode_request_claim_reply,
 )
-from execd.wire.claim_session import claim_session
-from execd.wire.classad_codec import from_values, to_classad
-from execd.wire.collector import CollectorClient
 from execd.wire.commands import Command, Reply
-from execd.wire.security import CONDOR_VERSION, ClientSecurity
-from execd.wire.server import CommandServer, Peer, ServerSecurity
+from execd.wire.server import Peer, ServerSecurity
 from execd.wire.shadow import ShadowOptions, serve_shadow
 from execd.wire.shadow_link import ShadowLinks, serve_ca_command
-from execd.wire.sinful import parse_sinful
-from execd.wire.startd_ads import advertised_pair
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "etc" / "execd" / "execd_config"
 WAIT_S = 90
 SCRIPT = """#!/bin/sh
 # Reads its inputs, writes outputs, ends as asked: exit N or die by signal N.
@@ -156,31 +145,9 @@ async def execd_slot(pool: harness.Pool, execute_dir: Path) -> AsyncIterator[lis
     for ending in (Command.DEACTIVATE_CLAIM, Command.DEACTIVATE_CLAIM_FORCIBLY,
                    Command.DEACTIVATE_CLAIM_JOB_DONE):  # fmt: skip
         handlers[ending] = deactivate
-    server = CommandServer(handlers, security)
-    await server.start()
-    claim = ClaimIdFactory(server.address, int(time.time())).new()
-    security.add_claim_session(claim_session(claim))
-    config = load_config(DEFAULT_CONFIG)
-    (slot,) = local_ads(config, LiveHostReader(), now=int(time.time()),
-                        defined_names=config.names())  # fmt: skip
-    public, private = advertised_pair(slot, address=server.address, claim_id=claim)
-    public.update(from_values({
-        "PartitionableSlot": False, "SlotType": "Static", "HasFileTransfer": True,
-        "FileSystemDomain": "execd.test", "UidDomain": "execd.test",
-        "CondorVersion": CONDOR_VERSION,
-    }))  # fmt: skip
-    claims["name"] = str(to_classad(public)["Name"])
-    collector_text = (pool.local_dir / "log" / ".collector_address").read_text()
-    collector = CollectorClient(parse_sinful(collector_text.splitlines()[0]), ClientSecurity())
-    try:
-        await collector.update_startd_ad(public, private)
+    async with advertised_static_slot(pool, handlers, security) as (_claim, name):
+        claims["name"] = name
         yield served
-    finally:
-        try:
-            await collector.invalidate_startd_ad(claims["name"])
-        finally:
-            await collector.close()
-            await server.close()
 
 
 def termination(log: str) -> str:

@@ -10,16 +10,12 @@ then removes the job, the slot ad and the server.
 from __future__ import annotations
 
 import asyncio
-import time
-from pathlib import Path
 from typing import Any
 
 import pool_harness as harness
+from static_slot_server import advertised_static_slot
 
-from execd.claims.ids import ClaimIdFactory
-from execd.cli.status import local_ads
-from execd.config.loader import load_config
-from execd.machine.reader import LiveHostReader
+from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.wire.channel import Channel
 from execd.wire.claim_messages import (
     RequestClaimReply,
@@ -27,17 +23,13 @@ from execd.wire.claim_messages import (
     decode_request_claim,
     encode_request_claim_reply,
 )
-from execd.wire.claim_session import MATCH_SESSION_USER, claim_session
-from execd.wire.classad_codec import from_values, to_classad
-from execd.wire.collector import CollectorClient
+from execd.wire.claim_session import MATCH_SESSION_USER
 from execd.wire.commands import Command, Reply
 from execd.wire.schedd_client import send_alive
-from execd.wire.security import CONDOR_VERSION, ClientSecurity, SessionNotFoundError
-from execd.wire.server import CommandServer, Peer, ServerSecurity
+from execd.wire.security import ClientSecurity, SessionNotFoundError
+from execd.wire.server import Peer, ServerSecurity
 from execd.wire.sinful import parse_sinful
-from execd.wire.startd_ads import advertised_pair
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "etc" / "execd" / "execd_config"
 ECHO_JOB = """\
 executable = /bin/echo
 arguments = hi
@@ -93,26 +85,12 @@ def test_real_schedd_and_shadow_claim_execds_slot(pool: harness.Pool) -> None:
         for ending in (Command.DEACTIVATE_CLAIM, Command.DEACTIVATE_CLAIM_FORCIBLY,
                        Command.RELEASE_CLAIM):  # fmt: skip
             handlers[ending] = claim_ended
-        server = CommandServer(handlers, security)
-        await server.start()
-        claim = ClaimIdFactory(server.address, int(time.time())).new()
-        security.add_claim_session(claim_session(claim))
-        config = load_config(DEFAULT_CONFIG)
-        (slot,) = local_ads(config, LiveHostReader(), now=int(time.time()),
-                            defined_names=config.names())  # fmt: skip
-        public, private = advertised_pair(slot, address=server.address, claim_id=claim)
-        # A static slot, with what the negotiator and schedd check before claiming.
-        public.update(from_values({
-            "PartitionableSlot": False, "SlotType": "Static", "HasFileTransfer": True,
-            "FileSystemDomain": "execd.test", "UidDomain": "execd.test",
-            "CondorVersion": CONDOR_VERSION,
-        }))  # fmt: skip
-        collector_text = (pool.local_dir / "log" / ".collector_address").read_text()
-        collector = CollectorClient(parse_sinful(collector_text.splitlines()[0]),
-                                    ClientSecurity())  # fmt: skip
+        async with advertised_static_slot(pool, handlers, security) as (claim, _name):
+            return await claimed(claim)
+
+    async def claimed(claim: ClaimId) -> int:
         job = None
         try:
-            await collector.update_startd_ad(public, private)
             job = await asyncio.to_thread(pool.submit, ECHO_JOB)
             await wait("REQUEST_CLAIM")
             await wait("ACTIVATE_CLAIM")
@@ -133,11 +111,6 @@ def test_real_schedd_and_shadow_claim_execds_slot(pool: harness.Pool) -> None:
             if job is not None:
                 await asyncio.to_thread(pool.tool, "condor_rm", str(job.cluster),
                                         user=harness.SUBMITTER)  # fmt: skip
-            try:
-                await collector.invalidate_startd_ad(to_classad(public)["Name"])
-            finally:
-                await collector.close()
-                await server.close()
 
     cluster = asyncio.run(run())
     harness.wait_for("execd's slot gone", lambda: not pool.status("-slots"), 30, 0.2)

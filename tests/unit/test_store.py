@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from execd.daemon.store import SCHEMA, ClaimRecord, JobRecord, Store, StoreError
+from execd.daemon.store import ClaimRecord, JobRecord, Store, StoreError
+from execd.daemon.store_schema import SCHEMA
 
 SECRET = "ab" * 32
 

@@ -46,6 +46,14 @@ def test_the_files_replace_an_inputs_link_without_following_it(tmp_path: Path) -
     assert job_env({}, box).items() >= ad_file_env(str(box)).items()
 
 
+def test_a_job_ad_value_that_is_not_utf8_is_written_as_its_bytes(tmp_path: Path) -> None:
+    """The shadow's strings are decoded with surrogateescape: an Iwd in a latin-1
+    submit directory goes into `.job.ad` as the bytes it came as (it raised before)."""
+    job = {"Iwd": b'"/home/u/caf\xe9"'.decode("utf-8", "surrogateescape")}
+    write_ad_files(str(tmp_path), long_form(job), "Memory = 128\n", os.getuid(), os.getgid())
+    assert (tmp_path / ".job.ad").read_bytes() == b'Iwd = "/home/u/caf\xe9"\n'
+
+
 def test_the_ads_never_go_back(tmp_path: Path) -> None:
     box = tmp_path / "dir_1"
     box.mkdir()

@@ -18,7 +18,7 @@ from execd.wire.chirp_config import ChirpConfig, ChirpGrants, job_grants
 from execd.wire.chirp_start import adopt_chirp_proxy, open_chirp_proxy
 from execd.wire.encoding import Decoder
 from execd.wire.output_files import CHIRP_CONFIG
-from execd.wire.shadow_syscalls import ShadowSyscalls
+from execd.wire.shadow_file_calls import ShadowFileCalls
 
 IO = {"WantIOProxy": True}
 
@@ -68,7 +68,7 @@ def chirp_session(sandbox: Path, ids: tuple[int, int], job: dict[str, object],
                   shadow: ScriptedShadow | None = None) -> list[bytes] | None:  # fmt: skip
     """Each request's answer line from the job's proxy; None where it gets no proxy."""
     async def main() -> list[bytes] | None:
-        proxy = await open_chirp_proxy(ShadowSyscalls(shadow or ScriptedShadow()), job, "j",
+        proxy = await open_chirp_proxy(ShadowFileCalls(shadow or ScriptedShadow()), job, "j",
                                        sandbox, owner=ids, connected=lambda: True,
                                        config=config)  # fmt: skip
         if proxy is None:
@@ -137,7 +137,7 @@ def test_a_restart_keeps_the_knobs_the_job_started_with(
     sandbox, ids = box
 
     async def main() -> list[bytes]:
-        calls = ShadowSyscalls(ScriptedShadow())
+        calls = ShadowFileCalls(ScriptedShadow())
         started = ChirpConfig(prefix="Foo*")
         first = await open_chirp_proxy(calls, {}, "j", sandbox, owner=ids,
                                        connected=lambda: True, config=started)  # fmt: skip

@@ -21,8 +21,8 @@ from execd.wire.chirp_files import FILE_MAX
 from execd.wire.chirp_protocol import OFFLINE
 from execd.wire.chirp_proxy import ChirpAddress, ChirpProxy
 from execd.wire.encoding import Decoder, Encoder
+from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_link import ShadowLink
-from execd.wire.shadow_syscalls import ShadowSyscalls
 
 WANTS_IO = {"WantIOProxy": True}
 
@@ -39,7 +39,7 @@ def stat_line(size: int) -> bytes:
 def serve(shadow: ScriptedShadow, body: Callable[[Client], Awaitable[None]],
           job: dict[str, object] = WANTS_IO, config: ChirpConfig | None = None) -> None:
     async def main() -> None:
-        proxy = ChirpProxy(ShadowSyscalls(shadow), job, global_job_id="j",
+        proxy = ChirpProxy(ShadowFileCalls(shadow), job, global_job_id="j",
                            config=config or ChirpConfig())  # fmt: skip
         address: ChirpAddress = await proxy.listen()
         try:
@@ -286,7 +286,7 @@ def test_answers_held_unread_are_bounded_across_the_daemon_and_their_client_drop
     other = ScriptedShadow([with_bytes(1, b"x")])
 
     async def main() -> None:
-        proxies = [ChirpProxy(ShadowSyscalls(s), WANTS_IO, global_job_id=name)
+        proxies = [ChirpProxy(ShadowFileCalls(s), WANTS_IO, global_job_id=name)
                    for s, name in ((greedy, "a"), (other, "b"))]  # fmt: skip
         try:
             addresses = [await p.listen() for p in proxies]
@@ -327,7 +327,7 @@ def test_a_write_whose_connection_drops_is_answered_offline_and_never_sent_again
     reconnect's connection (its bytes would be written twice); the client is answered
     at once, and so are the calls after it while the shadow is away."""
     old = DroppingShadow()
-    calls = ShadowSyscalls(old)
+    calls = ShadowFileCalls(old)
     link = ShadowLink(old, claim_id="<c>#1#1", global_job_id="j", lease_s=60, starter_ad={},
                       starter_address="<x>")  # fmt: skip
     calls.attach(link)

@@ -28,7 +28,7 @@ from execd.wire.chirp_start import adopt_chirp_proxy, open_chirp_proxy
 from execd.wire.classad_codec import decode_ad, to_classad
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.output_files import CHIRP_CONFIG, output_items
-from execd.wire.shadow_syscalls import ShadowSyscalls
+from execd.wire.shadow_file_calls import ShadowFileCalls
 
 WANTS = {"WantIOProxy": True, "ClusterId": 12, "ProcId": 3}
 
@@ -77,7 +77,7 @@ def serve(job: dict[str, object], shadow: ScriptedShadow,
           body: Callable[[ChirpProxy, ChirpAddress], Awaitable[None]],
           connected: Callable[[], bool] = lambda: True) -> None:  # fmt: skip
     async def main() -> None:
-        proxy = ChirpProxy(ShadowSyscalls(shadow), job, global_job_id="host#12.3#1",
+        proxy = ChirpProxy(ShadowFileCalls(shadow), job, global_job_id="host#12.3#1",
                            connected=connected)  # fmt: skip
         address = await proxy.listen()
         try:
@@ -188,7 +188,7 @@ def test_garbage_and_requests_execd_does_not_serve_get_invalid_request() -> None
     async def body(proxy: ChirpProxy, address: ChirpAddress) -> None:
         client = await Client.to(address, address.cookie)
         for line in (b"\xff\xfe\x00garbage", b"", b"   ", b"open /etc/passwd r zero",
-                     b"whoami 10", b"fstat 3", b"sread 3 1 2 3 4",
+                     b"whoami ten", b"fstat 3x", b"sread 3 1 2 3", b"nosuchcall 3",
                      b"constrain", b"set_job_attr OnlyAName", b"get_job_attr",
                      b"set_job_attr Bad-Name 1", b"get_job_attr ../../x",
                      b"get_job_attr a\x00b", b"x" * LINE_MAX):  # fmt: skip
@@ -265,7 +265,7 @@ def test_the_config_file_is_the_jobs_users_alone_and_names_the_loopback(
     sandbox, ids = box
 
     async def main() -> None:
-        proxy = await open_chirp_proxy(ShadowSyscalls(ScriptedShadow()), WANTS, "j",
+        proxy = await open_chirp_proxy(ShadowFileCalls(ScriptedShadow()), WANTS, "j",
                                        sandbox, owner=ids, connected=lambda: True)  # fmt: skip
         assert proxy is not None
         try:
@@ -293,7 +293,7 @@ def test_after_a_restart_the_proxy_goes_on_on_the_listening_socket_handed_over(
     shadow = ScriptedShadow([answer(0)])
 
     async def main() -> None:
-        calls = ShadowSyscalls(shadow)
+        calls = ShadowFileCalls(shadow)
         first = await open_chirp_proxy(calls, WANTS, "j", sandbox, owner=ids,
                                        connected=lambda: True)  # fmt: skip
         assert first is not None and first.address is not None
@@ -385,7 +385,7 @@ def test_delayed_updates_ride_on_the_next_update_to_the_shadow() -> None:
         assert await client.ask("get_job_attr_delayed ChirpNone") == b"-3"
         client.close()
         calls = proxy.shadow
-        assert isinstance(calls, ShadowSyscalls)
+        assert isinstance(calls, ShadowFileCalls)
         await calls.register_job_info({"ImageSize": "1000"})
         await calls.register_job_info({"ImageSize": "1000"})
 
@@ -394,6 +394,35 @@ def test_delayed_updates_ride_on_the_next_update_to_the_shadow() -> None:
     assert first.get_int() == -81
     assert to_classad(decode_ad(first))["ChirpDelayedAttrs"]["ChirpProgress"] == 50
     assert second.get_int() == -81 and "ChirpDelayedAttrs" not in to_classad(decode_ad(second))
+
+
+def test_job_attributes_that_are_not_utf8_are_answered_as_their_bytes() -> None:
+    """A job ad's value need not be UTF-8 (an Iwd in a latin-1 submit directory):
+    get_job_attr answers the shadow's bytes, and get_job_attr_delayed the job ad's, as
+    they came (condor_starter passes them on), instead of dropping the connection."""
+    iwd = b'"/home/u/caf\xe9"'
+    shadow = ScriptedShadow([Encoder(encrypted=True).put_int(0).put_string(iwd).payload()])
+
+    async def main() -> None:
+        job_wire = {"Iwd": iwd.decode("utf-8", "surrogateescape")}
+        # with updates on, `get_job_attr_delayed` would be read as get_job_attr
+        for job, line, then in ((WANTS, "get_job_attr Iwd", ("version", b"2")),
+                                ({}, "get_job_attr_delayed Iwd",
+                                 ("get_job_attr_delayed Nothing", b"-3"))):  # fmt: skip
+            proxy = ChirpProxy(ShadowFileCalls(shadow), job, global_job_id="host#12.3#1",
+                               job_wire=job_wire)  # fmt: skip
+            address = await proxy.listen()
+            try:
+                client = await Client.to(address, address.cookie)
+                assert await client.ask(line) == str(len(iwd)).encode(), line
+                assert await client.reader.readexactly(len(iwd)) == iwd
+                assert await client.ask(then[0]) == then[1]  # the connection goes on
+                client.close()
+            finally:
+                await proxy.close()
+
+    asyncio.run(main())
+    assert len(shadow.sent) == 1  # the delayed one is answered from the job ad
 
 
 def test_a_client_that_shows_no_cookie_in_time_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -418,7 +447,7 @@ def test_a_chirp_config_the_input_brought_is_replaced_and_a_link_is_not_followed
     (sandbox / CHIRP_CONFIG).symlink_to(victim)
 
     async def main() -> None:
-        proxy = await open_chirp_proxy(ShadowSyscalls(ScriptedShadow()), WANTS, "j",
+        proxy = await open_chirp_proxy(ShadowFileCalls(ScriptedShadow()), WANTS, "j",
                                        sandbox, owner=ids, connected=lambda: True)  # fmt: skip
         assert proxy is not None and proxy.address is not None
         try:
@@ -462,7 +491,7 @@ def test_a_delayed_update_the_shadow_could_not_read_is_refused() -> None:
             assert await client.ask(line) == b"0", line
         client.close()
         calls = proxy.shadow
-        assert isinstance(calls, ShadowSyscalls)
+        assert isinstance(calls, ShadowFileCalls)
         await calls.register_job_info({"ImageSize": "1000"})
 
     serve({}, shadow, body)
@@ -486,7 +515,7 @@ def test_a_connection_accepted_as_the_proxy_closes_is_turned_away() -> None:
     shadow = ScriptedShadow()
 
     async def main() -> None:
-        proxy = ChirpProxy(ShadowSyscalls(shadow), WANTS, global_job_id="j")
+        proxy = ChirpProxy(ShadowFileCalls(shadow), WANTS, global_job_id="j")
         address = await proxy.listen()
         ours, theirs = socket.socketpair()
         await proxy.close()
@@ -512,7 +541,7 @@ def test_a_job_that_wants_no_chirp_gets_no_proxy_and_no_config(
     sandbox, ids = box
 
     async def main() -> None:
-        calls = ShadowSyscalls(ScriptedShadow())
+        calls = ShadowFileCalls(ScriptedShadow())
         none = {"WantDelayedUpdates": False, "WantRemoteUpdates": False}
         assert await open_chirp_proxy(calls, none, "j", sandbox, owner=ids,
                                       connected=lambda: True) is None  # fmt: skip
