@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execd import log
+from execd.cgroups.tree import CgroupTree, JobCgroup
 from execd.claims.ids import ClaimId
 from execd.classads import evaluate, new_ad
 from execd.daemon.pool_job import PoolJob
-from execd.errors import ExecdError, ProtocolError
+from execd.errors import CgroupError, ExecdError, ProtocolError
 from execd.wire.channel import Channel
 from execd.wire.chirp_config import ChirpConfig
 from execd.wire.chirp_proxy import ChirpProxy
@@ -109,7 +110,20 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         else None,
         plugin_timeout_s=float(daemon.settings.get_int("MAX_FILE_TRANSFER_PLUGIN_LIFETIME")
                                or PLUGIN_LIFETIME_S),
+        plugin_cgroup=plugin_cgroup(daemon.jobs.tree, slot),
     )  # fmt: skip
+
+
+def plugin_cgroup(tree: CgroupTree | None, slot: str) -> JobCgroup | None:
+    """The cgroup a slot's transfer plugins run in, one run at a time (`<slot>.plugins`
+    .slice, next to the job's; made and removed around each run; one left by a
+    crash is an orphan recovery removes). None without a delegated cgroup tree."""
+    if tree is None or not slot:
+        return None
+    try:
+        return tree.job(f"{slot}.plugins")
+    except CgroupError:
+        return None
 
 
 def peek_enabled(settings: Settings, slot_ad: Any, job: dict[str, object]) -> bool:

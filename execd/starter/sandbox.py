@@ -65,6 +65,44 @@ def adopt_scratch(path: str, user: JobUser) -> str:
     return path
 
 
+def give_to_user(path: str, uid: int, gid: int) -> None:
+    """`path` and everything under it become the job user's, walked by directory fds
+    (each level opened O_NOFOLLOW|O_DIRECTORY relative to its parent's fd) and changed
+    with fchownat(AT_SYMLINK_NOFOLLOW): a link put in place of a directory is neither
+    followed nor given away. Depth first with a stack of its own (one fd a level).
+    Only while no user code can run in the tree: a hard link there could still name a
+    file of root's."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    top = os.open(path, flags)
+    os.fchown(top, uid, gid)
+    stack: list[tuple[int, Iterator[tuple[str, bool]]]] = [(top, _entries(top))]
+    while stack:
+        fd, entries = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            os.close(fd)
+            stack.pop()
+            continue
+        name, is_dir = entry
+        with contextlib.suppress(FileNotFoundError):
+            os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
+        if is_dir:
+            try:
+                child = os.open(name, flags, dir_fd=fd)
+            except OSError:  # gone, or no longer a directory
+                continue
+            stack.append((child, _entries(child)))
+
+
+def _entries(fd: int) -> Iterator[tuple[str, bool]]:
+    try:
+        with os.scandir(fd) as found:
+            listed = [(e.name, e.is_dir(follow_symlinks=False)) for e in found]
+    except OSError:
+        listed = []
+    return iter(listed)
+
+
 def walk_tree(path: str) -> Iterator[tuple[str, os.stat_result]]:
     """Every entry under `path` (not following links) with its lstat, walked with a
     stack of its own: os.walk and shutil.rmtree recurse per level (before Python 3.12),

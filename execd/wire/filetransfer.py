@@ -28,6 +28,7 @@ consumed into nothing and fails the transfer (hold code 12, EPERM), as HTCondor 
 
 from __future__ import annotations
 
+import contextlib
 import errno as errnos
 import os
 from collections.abc import Callable
@@ -215,8 +216,11 @@ async def receive_small_file(ch: MessageChannel, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-async def _receive_file_bytes(ch: MessageChannel, target: Path | None) -> tuple[int, int]:
-    """(bytes, errno) of one file's size/chunks/marker; target None: consume only."""
+async def _receive_file_bytes(ch: MessageChannel, target: Path | None, mode: int = 0o600,
+                              owner: tuple[int, int] | None = None) -> tuple[int, int]:  # fmt: skip
+    """(bytes, errno) of one file's size/chunks/marker; target None: consume only. The
+    file gets `mode` and, given one, `owner` through its fd once written: it is the
+    job's user's before anything of the user's can run, never a setuid file of root's."""
     size = await _file_size(ch)
     error = 0
     fd = -1
@@ -241,6 +245,13 @@ async def _receive_file_bytes(ch: MessageChannel, target: Path | None) -> tuple[
                     fd = -1
         if size == 0 and await _recv_int(ch, "zero-length file marker") != ZERO_FILE_MARKER:
             raise RemoteProtocolError("zero-length file without its 666 marker")
+        if fd >= 0:
+            try:
+                if owner is not None:
+                    os.fchown(fd, *owner)
+                os.fchmod(fd, mode & 0o777)  # never setuid, setgid or sticky from the wire
+            except OSError as exc:
+                error = exc.errno or errnos.EIO
     finally:
         if fd >= 0:
             os.close(fd)
@@ -248,7 +259,8 @@ async def _receive_file_bytes(ch: MessageChannel, target: Path | None) -> tuple[
 
 
 async def _receive_delegated_proxy(ch: MessageChannel, name: str, target: Path | None,
-                                   result: TransferResult) -> None:  # fmt: skip
+                                   result: TransferResult,
+                                   owner: tuple[int, int] | None) -> None:  # fmt: skip
     """Command 4: the job's proxy, delegated (no mode, no size; not counted as a CEDAR
     file or its bytes, as HTCondor's stats do not)."""
     try:
@@ -260,7 +272,7 @@ async def _receive_delegated_proxy(ch: MessageChannel, name: str, target: Path |
     if target is None:
         return
     try:
-        write_proxy(target, text)
+        write_proxy(target, text, owner)
     except OSError as exc:
         error = exc.errno or errnos.EIO
         result.fail(HOLD_DOWNLOAD_FILE_ERROR, error,
@@ -282,11 +294,27 @@ async def _receive_url(ch: MessageChannel, name: str, target: Path | None,
         result.fail(HOLD_DOWNLOAD_FILE_ERROR, 0, f"receiving file {name}: {error}")
 
 
+def _make_dir(target: Path, mode: int, owner: tuple[int, int] | None) -> None:
+    """A directory the shadow sends (one already there is kept), the owner's, never
+    one reached through a link."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(target, (mode & 0o777) or 0o700)
+    fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if owner is not None:
+            os.fchown(fd, *owner)
+    finally:
+        os.close(fd)
+
+
 async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
                            executable: str | None = None,
-                           urls: UrlInputs | None = None) -> TransferResult:  # fmt: skip
+                           urls: UrlInputs | None = None,
+                           owner: tuple[int, int] | None = None) -> TransferResult:  # fmt: skip
     """Receive the input sandbox the shadow uploads (after FILETRANS_UPLOAD + key);
-    its URLs are fetched by `urls` once the other items are in."""
+    its URLs are fetched by `urls` once the other items are in. Given `owner`, each
+    file, directory and the proxy is that user's (fchown) as it is made, modes masked
+    to 0o777, as condor_starter receives as the job's user."""
     result = TransferResult()
     dec = ch.decoder(await ch.recv())
     dec.get_int("final transfer flag")
@@ -309,7 +337,7 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
             result.fail(HOLD_DOWNLOAD_FILE_ERROR, errnos.EPERM,
                         f"Attempt to write to illegal sandbox path: {name}")  # fmt: skip
         if command == CMD_X509:
-            await _receive_delegated_proxy(ch, name, target, result)
+            await _receive_delegated_proxy(ch, name, target, result, owner)
             continue
         if command == CMD_DOWNLOAD_URL:
             await _receive_url(ch, name, target, urls, result)
@@ -318,20 +346,20 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
         if command == CMD_MKDIR:
             if target is not None:
                 try:
-                    target.mkdir(mode=(mode & 0o7777) or 0o700, exist_ok=True)
+                    _make_dir(target, mode, owner)
                 except OSError as exc:
                     result.fail(HOLD_DOWNLOAD_FILE_ERROR, exc.errno or errnos.EIO,
                                 f"failed to create directory {name}: {exc.strerror}")  # fmt: skip
             continue
         if mode == MISSING_FILE_MODE:
             target = None
-        size, error = await _receive_file_bytes(ch, target)
+        exec_name = executable and os.path.basename(executable)
+        size, error = await _receive_file_bytes(
+            ch, target, 0o755 if name == exec_name else (mode & 0o777) or 0o600, owner)
         if error:
             why = f"writing to file {name}: (errno {error}) {os.strerror(error)}"
             result.fail(HOLD_DOWNLOAD_FILE_ERROR, error, why)
         elif target is not None:
-            exec_name = executable and os.path.basename(executable)
-            os.chmod(target, 0o755 if name == exec_name else (mode & 0o7777) or 0o600)
             result.files.append(name)
             result.bytes += size
     if result.ok and urls is not None:  # the deferred URLs, before the uploader's ack

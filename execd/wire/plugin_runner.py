@@ -22,10 +22,14 @@ import os
 import re
 import signal
 import stat
-from collections.abc import Sequence
+import subprocess
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from execd.cgroups.tree import JobCgroup
+from execd.errors import CgroupError
 from execd.log import get_logger
 from execd.wire.transfer_plugins import Plugin, PluginRun
 
@@ -33,17 +37,20 @@ log = get_logger("wire")
 OUTPUT_KEEP = 16 * 1024
 QUERY = re.compile(r"\?[^\s\"']*")  # a URL's query in a plugin's output: never logged
 MAX_OUTFILE = 4 * 1024 * 1024
-KILL_WAIT_S = 5.0
+KILL_WAIT_S = 3.0
 
 
 @dataclass(frozen=True)
 class PluginJob:
-    """Who runs the plugin and where: the job's ids, its sandbox, its environment."""
+    """Who runs the plugin and where: the job's ids, its sandbox, its environment, and
+    the cgroup each run is made in and killed with (None: no cgroup v2 delegation;
+    then the job's own plugins are refused: execd/wire/url_inputs.py)."""
 
     sandbox: Path
     owner: tuple[int, int]
     env: dict[str, str]
     timeout_s: float
+    cgroup: JobCgroup | None = None
 
 
 def _quote(text: str) -> str:
@@ -86,12 +93,26 @@ def read_outfile(path: Path) -> str | None:
         os.close(fd)
 
 
-async def _drain(stream: asyncio.StreamReader) -> bytes:
-    """All of the plugin's output read, its last OUTPUT_KEEP bytes kept."""
-    kept = b""
+async def _drain(stream: asyncio.StreamReader, kept: bytearray) -> None:
+    """All of the plugin's output read, its last OUTPUT_KEEP bytes kept in `kept`."""
     while chunk := await stream.read(64 * 1024):
-        kept = (kept + chunk)[-OUTPUT_KEEP:]
-    return kept
+        kept += chunk
+        del kept[:-OUTPUT_KEEP]
+
+
+async def _output_pipe() -> tuple[int, asyncio.StreamReader, asyncio.ReadTransport]:
+    """A pipe for the plugin's stdout and stderr that is ours, not the Process's: its
+    wait() then ends when the plugin does, whoever still holds the pipe."""
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    loop = asyncio.get_running_loop()
+    stream = asyncio.StreamReader(limit=OUTPUT_KEEP)
+    try:
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_end, "rb", 0))
+    except BaseException:
+        os.close(write_end)
+        raise
+    return write_end, stream, transport
 
 
 def _kill_session(pid: int) -> None:
@@ -99,40 +120,99 @@ def _kill_session(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def _enter(cgroup: JobCgroup | None, owner: tuple[int, int] | None) -> Callable[[], None]:
+    """What the forked plugin does before exec: enter the run's cgroup (as root, so
+    nothing it starts is outside it), then become the job's user."""
+    procs = str(cgroup.procs_file) if cgroup is not None else None
+
+    def enter() -> None:
+        if procs is not None:
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, str(os.getpid()).encode())
+            finally:
+                os.close(fd)
+        if owner is not None:
+            os.setgroups([])
+            os.setgid(owner[1])
+            os.setuid(owner[0])
+
+    return enter
+
+
+def _kill_run(pid: int, cgroup: JobCgroup | None) -> None:
+    """Everything the run started: its session, and (cgroup.kill) what left it."""
+    _kill_session(pid)
+    if cgroup is not None:
+        with contextlib.suppress(OSError, CgroupError):
+            cgroup.fs.write(cgroup.slice / "cgroup.kill", "1")
+
+
+async def _bounded(awaitable: Awaitable[Any]) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(awaitable, KILL_WAIT_S)
+
+
 async def _run(argv: list[str], job: PluginJob) -> tuple[PluginRun, str]:
-    """Run one plugin command as the job's user; how it ended and its output's tail."""
-    ids = {"user": job.owner[0], "group": job.owner[1], "extra_groups": []} \
-        if os.geteuid() == 0 else {}  # fmt: skip
+    """Run one plugin command as the job's user in a cgroup of its own; how it ended
+    and its output's tail. Whatever it started is killed after it, success or not."""
+    cgroup = job.cgroup
+    if cgroup is not None:
+        try:
+            await asyncio.to_thread(cgroup.create)
+        except (OSError, CgroupError) as exc:
+            return PluginRun(exec_error=f"cannot make its cgroup: {exc}", outfile=None), ""
+    try:
+        return await _run_in(argv, job)
+    finally:
+        if cgroup is not None:
+            try:
+                await asyncio.to_thread(cgroup.destroy)
+            except (OSError, CgroupError) as exc:
+                log.error("transfer_plugin_cgroup_not_removed", cgroup=str(cgroup.slice),
+                          error=str(exc))  # fmt: skip
+
+
+async def _run_in(argv: list[str], job: PluginJob) -> tuple[PluginRun, str]:
+    owner = job.owner if os.geteuid() == 0 else None
+    write_end, stream, transport = await _output_pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, cwd=job.sandbox, env=job.env,
-            start_new_session=True, **ids)  # type: ignore[arg-type]  # fmt: skip
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=write_end, stderr=write_end,
+            cwd=job.sandbox, env=job.env, start_new_session=True,
+            preexec_fn=_enter(job.cgroup, owner))  # fmt: skip
     except OSError as exc:
+        transport.close()
         return PluginRun(exec_error=exc.strerror or str(exc), outfile=None), ""
-    assert proc.stdout is not None
-    reader = asyncio.ensure_future(_drain(proc.stdout))
+    except (ValueError, subprocess.SubprocessError) as exc:  # a NUL in a URL; no cgroup
+        transport.close()
+        return PluginRun(exec_error=str(exc), outfile=None), ""
+    finally:
+        os.close(write_end)
+    kept = bytearray()
+    reader = asyncio.ensure_future(_drain(stream, kept))
     timed_out = False
     try:
         await asyncio.wait_for(proc.wait(), job.timeout_s)
     except TimeoutError:
         timed_out = True
-        _kill_session(proc.pid)
-        await proc.wait()
     finally:
-        if proc.returncode is None:  # cancelled: the plugin never outlives its job
-            _kill_session(proc.pid)
+        _kill_run(proc.pid, job.cgroup)  # what it left too, success or not
+        if proc.returncode is None and not timed_out:  # cancelled
             reader.cancel()
-    _kill_session(proc.pid)  # a child it left behind holds the pipe open
-    try:
-        output = await asyncio.wait_for(reader, KILL_WAIT_S)
-    except TimeoutError:
-        reader.cancel()
-        output = b""
-    code = 0 if timed_out else proc.returncode or 0  # killed for its time: no signal, as condor
+            transport.close()
+    await _bounded(proc.wait())  # killed: bounded all the same
+    # The output's end: at once once all is killed; a child that left the session
+    # (no cgroup) may hold the pipe: read for a bounded time, then stop.
+    await _bounded(asyncio.shield(reader))
+    reader.cancel()
+    transport.close()
+    code = 0 if timed_out else proc.returncode
+    if code is None:  # still not reaped after the kill
+        code = -signal.SIGKILL
     run = PluginRun(exit_code=code if code > 0 else 0, signal=-code if code < 0 else 0,
                     timed_out=timed_out, timeout_s=job.timeout_s)  # fmt: skip
-    return run, output.decode(errors="replace")
+    return run, bytes(kept).decode(errors="replace")
 
 
 def _executable(plugin: Plugin, job: PluginJob) -> str:

@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from execd.cgroups.tree import JobCgroup
 from execd.claims.ids import ClaimId
 from execd.log import get_logger
-from execd.starter.sandbox import walk_tree
+from execd.starter.sandbox import give_to_user
 from execd.wire.channel import Channel
 from execd.wire.chirp_config import ChirpConfig
 from execd.wire.chirp_proxy import ChirpProxy
@@ -154,6 +155,9 @@ class ShadowOptions:
     # None: URL transfers are off. Each run may take plugin_timeout_s.
     plugins: PluginTable | None = None
     plugin_timeout_s: float = PLUGIN_LIFETIME_S
+    # The cgroup each plugin run is made in and killed with (the slot's `.plugins`
+    # slice); None: no cgroup v2 delegation, the job's own plugins are refused.
+    plugin_cgroup: JobCgroup | None = None
 
 
 def plugin_env(job: dict[str, object], sandbox: Path) -> dict[str, str]:
@@ -292,11 +296,13 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
 
         job_plugins = job.get("TransferPlugins")
         urls = UrlInputs(options.plugins, PluginJob(
-            sandbox, (uid, gid), plugin_env(job, sandbox), options.plugin_timeout_s),
+            sandbox, (uid, gid), plugin_env(job, sandbox), options.plugin_timeout_s,
+            options.plugin_cgroup),
             job_plugins if isinstance(job_plugins, str) else "")  # fmt: skip
 
         async def receive(ch: Channel) -> TransferResult:
-            return await download_sandbox(ch, sandbox, executable=executable, urls=urls)
+            return await download_sandbox(ch, sandbox, executable=executable, urls=urls,
+                                          owner=(uid, gid) if os.geteuid() == 0 else None)
 
         transfer = wants_transfer(job, options.filesystem_domain or options.uid_domain)
         # Before the input arrives, as condor_starter's WriteAdFiles in its working
@@ -327,9 +333,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             else {}  # fmt: skip
         await send_update(calls, provisioned | from_values({"_condor_JOBINFO_MAXINTERVAL": -1}),
                           options.on_update)  # fmt: skip
-        os.lchown(sandbox, uid, gid)
-        for name, _ in walk_tree(str(sandbox)):  # any depth (os.walk recursed per level)
-            os.lchown(name, uid, gid)
+        if not urls.handed_over:  # else the user's plugins ran there: no root walk
+            give_to_user(str(sandbox), uid, gid)
         proxy = await open_chirp_proxy(calls, job, gjid, sandbox, owner=(uid, gid),
                                        connected=lambda: not link.disconnected.is_set(),
                                        job_wire=job_wire, config=options.chirp)  # fmt: skip

@@ -9,16 +9,24 @@ execd/wire/transfer_plugins.py's subcode and reason) and the plugins after it ar
 run. A URL whose scheme no plugin handles, or any URL while URL transfers are off
 (ENABLE_URL_TRANSFERS = false), fails the transfer the same way without a run.
 
-The plugins write into the sandbox as the job's user: the sandbox, root's during the
-CEDAR part, is given to the user first (the job's files all are right after anyway).
+The plugins write into the sandbox as the job's user. Every file, directory and the
+proxy the shadow sent is already the user's (made so as received, modes masked to
+0o777: execd/wire/filetransfer.py); before the first plugin runs, the rest of the
+sandbox (itself, the job ad files) is handed over too, walked by directory fds
+(execd/starter/sandbox.py give_to_user), so that no walk as root follows any user code
+(`handed_over`). Each run is in a cgroup of its own, killed whole after it: nothing
+a plugin starts outlives it. Without a cgroup (no cgroup v2 delegation) the job's own
+plugins are refused; the node's (the admin's) still run, killed by session.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from execd.starter.sandbox import give_to_user
 from execd.wire.plugin_runner import (
     PluginJob,
     remove_run_files,
@@ -50,6 +58,7 @@ class UrlInputs:
     pending: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
     plugins: dict[str, Plugin] = field(default_factory=dict)
     _effective: PluginTable | None = field(default=None, init=False, repr=False)
+    handed_over: bool = field(default=False, init=False)  # the sandbox is the user's
 
     def add(self, name: str, url: str, target: Path) -> str | None:
         """Defer one URL; the error text when it cannot be fetched here."""
@@ -60,6 +69,9 @@ class UrlInputs:
             self._effective = self.table.with_job_plugins(self.job_plugins) \
                 if self.job_plugins else self.table  # fmt: skip
         plugin = self._effective.for_url(url)
+        if plugin is not None and plugin.from_job and self.job.cgroup is None:
+            return (f"FILETRANSFER:1:FILETRANSFER: job-supplied plugin {plugin.path} is not "
+                    f"run here: no cgroup to run it in ( URL file = {url_safe(url)} )")  # fmt: skip
         if plugin is None:
             return self._with_discovery(
                 f"FILETRANSFER:1:FILETRANSFER: plugin for type {url_method(url)} not found! "
@@ -78,8 +90,9 @@ class UrlInputs:
         run that failed, else None)."""
         if not self.pending:
             return [], None
-        if os.geteuid() == 0:
-            os.lchown(self.job.sandbox, *self.job.owner)
+        if os.geteuid() == 0:  # before any user code, never after it
+            await asyncio.to_thread(give_to_user, str(self.job.sandbox), *self.job.owner)
+        self.handed_over = True
         fetched: list[str] = []
         for path, items in self.pending.items():
             plugin = self.plugins[path]
