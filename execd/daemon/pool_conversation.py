@@ -111,7 +111,26 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         plugin_timeout_s=float(daemon.settings.get_int("MAX_FILE_TRANSFER_PLUGIN_LIFETIME")
                                or PLUGIN_LIFETIME_S),
         plugin_cgroup=plugin_cgroup(daemon.jobs.tree, slot),
+        job_plugin_mode=lambda job_values: job_plugin_mode(daemon.settings, ad, job_values),
     )  # fmt: skip
+
+
+def job_plugin_mode(settings: Settings, slot_ad: Any, job: dict[str, object]) -> int:
+    """STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS as condor_starter's param_integer
+    reads it: an expression over the slot's ad (MY) and the job's (TARGET); unset, not
+    a number, or <= 0: 0 (allow); 2: ignore the job's plugins; anything else: 1 (fail)."""
+    name = "STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS"
+    if not (settings.get_str(name) or "").strip():
+        return 0
+    try:
+        value = evaluate(settings.get_expr(name), slot_ad, new_ad(job))
+    except ExecdError:  # not an expression: condor_starter's param_integer fails, allows
+        return 0
+    if isinstance(value, bool):
+        value = int(value)
+    if not isinstance(value, int | float) or value <= 0:
+        return 0
+    return 2 if value == 2 else 1
 
 
 def plugin_cgroup(tree: CgroupTree | None, slot: str) -> JobCgroup | None:

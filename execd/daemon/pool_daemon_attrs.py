@@ -56,6 +56,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from execd.classads import ClassAdError, parse_expr
 from execd.daemon.self_monitor import DutyCycle, SelfMonitor
 from execd.slots.ads import machine_attributes
 from execd.wire.classad_codec import WireAd, from_values
@@ -76,6 +77,7 @@ STARTER_ABILITIES: dict[str, bool] = {
 NETWORKING = "HasJobNetworking"
 PLUGIN_METHODS = "HasFileTransferPluginMethods"
 JOB_PLUGINS = "HasJobTransferPlugins"
+DISABLE_JOB_PLUGINS = "HasDisableUserTransferPlugins"
 HIBERNATION: dict[str, Any] = {
     "HibernationLevel": 0, "HibernationState": "NONE", "HibernationSupportedStates": "",
     "CanHibernate": False, "IsWakeOnLanSupported": False, "IsWakeOnLanEnabled": False,
@@ -87,14 +89,28 @@ SIOCGIFADDR, SIOCGIFNETMASK = 0x8915, 0x891B
 
 
 def starter_abilities(job_networking: bool, plugin_methods: str = "",
-                      url_transfers: bool = False) -> dict[str, Any]:  # fmt: skip
+                      url_transfers: bool = False,
+                      disable_job_plugins: str = "") -> dict[str, Any]:  # fmt: skip
+    """`disable_job_plugins`: STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS's text,
+    advertised (HasDisableUserTransferPlugins) as condor_starter -classad prints it;
+    the caller puts it in the ad as an expression, the value here is a placeholder."""
     abilities: dict[str, Any] = dict(STARTER_ABILITIES)
     if url_transfers:  # ENABLE_URL_TRANSFERS: the job's own plugins (TransferPlugins) too
         abilities[JOB_PLUGINS] = True
     if plugin_methods:  # condor_starter lists them where it has plugins
         abilities[PLUGIN_METHODS] = plugin_methods
+    if url_transfers and disable_job_plugins:
+        abilities[DISABLE_JOB_PLUGINS] = disable_job_plugins
     abilities[NETWORKING] = job_networking
     return {**abilities, "StarterAbilityList": ",".join(abilities), "HasVM": False}
+
+
+def _parses(text: str) -> bool:
+    try:
+        parse_expr(text)
+    except ClassAdError:
+        return False
+    return True
 
 
 def rotational(device: int, sys_root: str = "/sys") -> bool | None:
@@ -201,15 +217,21 @@ class DaemonAttributes:
             self._static_methods = methods
             config = self.member.config
             machine = machine_attributes(self.member.daemon.node.slots.facts)
+            disable = (settings.get_str("STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS")
+                       or "").strip()  # fmt: skip
+            if disable and not _parses(disable):
+                disable = ""  # condor_starter prints it only when it is an expression
             values = {
                 "CondorVersion": CONDOR_VERSION, "CondorPlatform": condor_platform(machine),
                 "UidDomain": config.domain, "FileSystemDomain": config.filesystem_domain,
                 **starter_abilities(not settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
-                                    methods, plugins is not None),
+                                    methods, plugins is not None, disable),
                 **HIBERNATION, "TimeToLive": INT_MAX,
                 "IsLocalStartd": settings.get_bool("IS_LOCAL_STARTD"),
             }  # fmt: skip
             ad = from_values(values)
+            if DISABLE_JOB_PLUGINS in values:
+                ad[DISABLE_JOB_PLUGINS] = disable
             ad["Unhibernate"] = settings.get_str("UNHIBERNATE") or UNHIBERNATE_DEFAULT
             self._static_ad = (settings, ad)
         return self._static_ad[1]

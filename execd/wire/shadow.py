@@ -158,6 +158,9 @@ class ShadowOptions:
     # The cgroup each plugin run is made in and killed with (the slot's `.plugins`
     # slice); None: no cgroup v2 delegation, the job's own plugins are refused.
     plugin_cgroup: JobCgroup | None = None
+    # STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS for a job (its ad's values):
+    # 0 allow, 2 ignore, else refuse its own plugins. None: allow.
+    job_plugin_mode: Callable[[dict[str, object]], int] | None = None
 
 
 def plugin_env(job: dict[str, object], sandbox: Path) -> dict[str, str]:
@@ -299,6 +302,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             sandbox, (uid, gid), plugin_env(job, sandbox), options.plugin_timeout_s,
             options.plugin_cgroup),
             job_plugins if isinstance(job_plugins, str) else "")  # fmt: skip
+        if options.job_plugin_mode is not None and urls.job_plugins:
+            urls.job_plugin_mode = options.job_plugin_mode(job)
 
         async def receive(ch: Channel) -> TransferResult:
             return await download_sandbox(ch, sandbox, executable=executable, urls=urls,

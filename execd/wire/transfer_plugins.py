@@ -38,6 +38,7 @@ log = get_logger("wire")
 PLUGIN_LIFETIME_S = 72000.0  # MAX_FILE_TRANSFER_PLUGIN_LIFETIME's default
 CLASSAD_TIMEOUT_S = 20.0  # FILETRANSFER_PLUGIN_CLASSAD_TIMEOUT's default
 MAX_CLASSAD_OUTPUT = 64 * 1024
+SUBCODE_NOT_OPERATIONAL = -1002  # CONDOR_HOLD_SUBCODE::FileTransferPluginNotOperational
 SUBCODE_EXEC_FAILED = -1003  # CONDOR_HOLD_SUBCODE::FileTransferPluginExecFailed
 SUBCODE_NO_RESULT = -1004  # CONDOR_HOLD_SUBCODE::FileTransferPluginNoResultReported
 HOLD_DOWNLOAD_FILE_ERROR = 12
@@ -113,15 +114,16 @@ class PluginTable:
     def with_job_plugins(self, transfer_plugins: str) -> PluginTable:
         """This table and the job's own plugins (its TransferPlugins, `methods=plugin`
         entries separated by `;`): they take over the methods they name, are not asked
-        `-classad` and run as multi-file plugins, from the job's input sandbox."""
-        table = PluginTable(dict(self.by_method), list(self.errors))
+        `-classad` and run as multi-file plugins, from the job's input sandbox. As
+        condor_starter builds such a job's table (FileTransfer::Init, with an error
+        stack of its own that it drops), neither the node's discovery errors nor an
+        entry without '=' (skipped) follow that job's failures."""
+        table = PluginTable(dict(self.by_method), [])
         for entry in (e.strip() for e in transfer_plugins.split(";")):
             if not entry:
                 continue
             methods, equals, path = entry.partition("=")
             if not equals:
-                table.errors.append(f"FILETRANSFER:1:IJP: no '=' in TransferPlugins "
-                                    f"definition '{entry}'")  # fmt: skip
                 continue
             names = tuple(m.strip() for m in methods.split(",") if m.strip())
             table.add(Plugin(path.strip(), names, multi_file=True, protocol=2, from_job=True))

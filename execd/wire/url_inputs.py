@@ -16,7 +16,9 @@ sandbox (itself, the job ad files) is handed over too, walked by directory fds
 (execd/starter/sandbox.py give_to_user), so that no walk as root follows any user code
 (`handed_over`). Each run is in a cgroup of its own, killed whole after it: nothing
 a plugin starts outlives it. Without a cgroup (no cgroup v2 delegation) the job's own
-plugins are refused; the node's (the admin's) still run, killed by session.
+plugins are refused as STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS = true refuses
+them (subcode -1002, "user-supplied plugin P not allowed"); the node's (the admin's)
+still run, killed by session.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from execd.wire.plugin_runner import (
 )
 from execd.wire.transfer_plugins import (
     HOLD_DOWNLOAD_FILE_ERROR,
+    SUBCODE_NOT_OPERATIONAL,
     Plugin,
     PluginTable,
     parse_result_ads,
@@ -45,6 +48,7 @@ from execd.wire.transfer_plugins import (
 )
 
 CMD_DOWNLOAD_URL = 5  # TransferCommand::DownloadUrl
+ALLOW_JOB_PLUGINS, IGNORE_JOB_PLUGINS = 0, 2  # FileTransfer::UserPluginDisableMode
 
 
 @dataclass
@@ -59,6 +63,9 @@ class UrlInputs:
     plugins: dict[str, Plugin] = field(default_factory=dict)
     _effective: PluginTable | None = field(default=None, init=False, repr=False)
     handed_over: bool = field(default=False, init=False)  # the sandbox is the user's
+    # STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS for this job: 0 allow, 2 ignore
+    # (the node's plugins serve), else fail. Without a cgroup: fail, whatever it says.
+    job_plugin_mode: int = 0
 
     def add(self, name: str, url: str, target: Path) -> str | None:
         """Defer one URL; the error text when it cannot be fetched here."""
@@ -67,11 +74,9 @@ class UrlInputs:
                     f"transfer URL file = {url_safe(url)} .")  # fmt: skip
         if self._effective is None:  # the job's own plugins over the node's
             self._effective = self.table.with_job_plugins(self.job_plugins) \
-                if self.job_plugins else self.table  # fmt: skip
+                if self.job_plugins and self.job_plugin_mode != IGNORE_JOB_PLUGINS \
+                else self.table  # fmt: skip
         plugin = self._effective.for_url(url)
-        if plugin is not None and plugin.from_job and self.job.cgroup is None:
-            return (f"FILETRANSFER:1:FILETRANSFER: job-supplied plugin {plugin.path} is not "
-                    f"run here: no cgroup to run it in ( URL file = {url_safe(url)} )")  # fmt: skip
         if plugin is None:
             return self._with_discovery(
                 f"FILETRANSFER:1:FILETRANSFER: plugin for type {url_method(url)} not found! "
@@ -105,6 +110,10 @@ class UrlInputs:
                                          f"{self._with_discovery(failed[1])}")  # fmt: skip
                     fetched.append(name)
                 continue
+            if plugin.from_job and (self.job_plugin_mode != ALLOW_JOB_PLUGINS
+                                    or self.job.cgroup is None):  # fmt: skip
+                return fetched, (HOLD_DOWNLOAD_FILE_ERROR, SUBCODE_NOT_OPERATIONAL,
+                                 f"FILETRANSFER:1:user-supplied plugin {path} not allowed")
             run = await run_plugin(plugin, [(url, local) for _, url, local in items], self.job)
             outfile = self.job.sandbox / f".{os.path.basename(path)}.out"
             results = parse_result_ads(run.outfile) if run.outfile else []

@@ -176,9 +176,30 @@ def test_a_plugin_past_its_time_whose_child_holds_its_output_ends_at_once(
 
 
 def test_the_jobs_own_plugins_are_refused_without_a_cgroup(place: Path) -> None:
+    """As STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS = true refuses them."""
     result = download(place, [("file", "myplugin.sh", 0o755, GOOD),
                               ("url", "data.txt", "test://x/data.txt")],
                       job_plugins="test=myplugin.sh")  # fmt: skip
-    assert result.hold_code == 12
-    assert "job-supplied plugin myplugin.sh is not run here: no cgroup" in result.hold_reason
+    assert (result.hold_code, result.hold_subcode) == (12, -1002)
+    assert result.hold_reason == "FILETRANSFER:1:user-supplied plugin myplugin.sh not allowed"
     assert not (place / "sandbox" / "data.txt").exists()
+
+
+@pytest.mark.parametrize(("mode", "fetched_by"), [(0, "job"), (1, None), (2, "node")])
+def test_the_knob_allows_refuses_or_ignores_the_jobs_own_plugins(
+        place: Path, cgroup: JobCgroup, mode: int, fetched_by: str | None) -> None:  # fmt: skip
+    node = node_plugin(place, GOOD.replace("as $(id -u)", "by node as $(id -u)"))
+    sandbox = place / "sandbox"
+    urls = UrlInputs(node, PluginJob(sandbox, (NOBODY, NOBODY), {"PATH": os.defpath}, 30,
+                                     cgroup), "test=myplugin.sh")  # fmt: skip
+    urls.job_plugin_mode = mode
+    shadow = shadow_sending([("file", "myplugin.sh", 0o755, GOOD),
+                             ("url", "data.txt", "test://x/data.txt")])  # fmt: skip
+    result = asyncio.run(download_sandbox(shadow, sandbox, urls=urls, owner=(NOBODY, NOBODY)))
+    if fetched_by is None:
+        assert (result.hold_subcode, result.hold_reason) == (
+            -1002, "FILETRANSFER:1:user-supplied plugin myplugin.sh not allowed")
+        return
+    assert result.ok, result.hold_reason
+    text = (sandbox / "data.txt").read_text()
+    assert ("by node" in text) == (fetched_by == "node")

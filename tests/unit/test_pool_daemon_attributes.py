@@ -39,7 +39,7 @@ def test_plugin_methods_are_a_starter_ability_listed_only_with_plugins() -> None
     assert abilities["HasFileTransferPluginMethods"] == "data,http,https,s3,gs"
     assert "HasFileTransferPluginMethods" in abilities["StarterAbilityList"].split(",")
     assert "HasFileTransferPluginMethods" not in starter_abilities(job_networking=True)
-    assert "HasJobTransferPlugins" not in abilities  # job-supplied plugins: not supported
+    assert "HasJobTransferPlugins" not in abilities  # URL transfers off (url_transfers=False)
 
 
 def test_the_ability_list_names_every_has_attribute_of_the_starter() -> None:
@@ -173,3 +173,15 @@ def test_within_resource_limits_follows_the_knobs(tmp_path: Path) -> None:
     attributes, _ = daemon_attributes(tmp_path, "WithinResourceLimits = Cpus > 0\n"
                                       "STARTD_JOB_HAS_REQUEST_ATTRS = true\n")  # fmt: skip
     assert attributes.limits() == {"configured": "Cpus > 0", "job_has_request_attrs": True}
+
+
+def test_job_plugins_are_advertised_with_url_transfers_and_the_knob_with_them() -> None:
+    """condor_starter -classad says HasJobTransferPlugins; with
+    STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS set, HasDisableUserTransferPlugins."""
+    on = starter_abilities(job_networking=True, url_transfers=True)
+    assert on["HasJobTransferPlugins"] is True
+    assert "HasJobTransferPlugins" in on["StarterAbilityList"].split(",")
+    assert "HasDisableUserTransferPlugins" not in on
+    knob = starter_abilities(job_networking=True, url_transfers=True,
+                             disable_job_plugins="TARGET.Owner == \"x\"")  # fmt: skip
+    assert "HasDisableUserTransferPlugins" in knob["StarterAbilityList"].split(",")

@@ -6,9 +6,13 @@ run becomes, in condor_starter's words."""
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 
 import pytest
 
+from execd.config.loader import load_config
+from execd.config.settings import load_settings
+from execd.daemon.pool_conversation import job_plugin_mode
 from execd.wire.transfer_plugins import (
     SUBCODE_EXEC_FAILED,
     SUBCODE_NO_RESULT,
@@ -172,15 +176,31 @@ def test_a_urls_query_never_reaches_the_hold_reason() -> None:
 
 
 def test_the_jobs_own_plugins_take_over_their_methods_as_multi_file_plugins() -> None:
-    """TransferPlugins = "methods=plugin; ...": not asked -classad, protocol 2; an entry
-    without `=` is an error on the stack the hold reason is written from."""
-    table = PluginTable()
+    """TransferPlugins = "methods=plugin; ...": not asked -classad, protocol 2. As
+    condor_starter builds such a job's table with an error stack it drops, an entry
+    without `=` is skipped and the node's discovery errors do not follow its failures."""
+    table = PluginTable(errors=["FILETRANSFER:1:No output from /x -classad, ignoring"])
     table.add(parse_plugin_classad(CURL, CURL_CLASSAD))
     own = table.with_job_plugins("HTTPS,mine = my_plugin.sh; broken")
     assert own.for_url("https://x/y") == Plugin("my_plugin.sh", ("HTTPS", "mine"),
                                                 multi_file=True, protocol=2, from_job=True)
     assert own.for_url("mine://x/y") is own.for_url("https://x/y")
     assert own.for_url("http://x/y").path == CURL  # type: ignore[union-attr]
-    assert own.errors == ["FILETRANSFER:1:IJP: no '=' in TransferPlugins definition 'broken'"]
+    assert own.errors == []
     assert own.methods_attr() == "dav,davs,file,ftp,http,HTTPS,mine,s3,gs"
     assert table.for_url("https://x/y").path == CURL  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("value", "job", "mode"), [
+    (None, {}, 0), ("false", {}, 0), ("0", {}, 0), ("-3", {}, 0), ("true", {}, 1),
+    ("7", {}, 1), ("2", {}, 2), ('TARGET.Owner == "alice"', {"Owner": "alice"}, 1),
+    ('TARGET.Owner == "alice"', {"Owner": "bob"}, 0),
+])  # fmt: skip
+def test_the_knob_on_job_plugins_reads_as_condor_starters_param_integer(
+        tmp_path: Path, value: str | None, job: dict[str, object], mode: int) -> None:  # fmt: skip
+    """STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS: <= 0 allow, 2 ignore, else fail."""
+    config = tmp_path / "condor_config"
+    knob = "" if value is None else f"STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS = {value}"
+    config.write_text(knob + "\n")
+    settings = load_settings(load_config(config, env={}))
+    assert job_plugin_mode(settings, None, job) == mode
