@@ -281,17 +281,25 @@ async def _receive_delegated_proxy(ch: MessageChannel, name: str, target: Path |
 
 async def _receive_url(ch: MessageChannel, name: str, target: Path | None,
                        urls: UrlInputs | None, result: TransferResult) -> None:  # fmt: skip
-    """Command 5: the URL (its own message), deferred to its plugin's run."""
+    """Command 5: the URL (its own message), deferred to its plugin's run; one that
+    cannot be fetched here fails as condor_starter's DoDownload words a file it could
+    not receive: `STARTER at <our ip> - |Error: receiving file <path>: <errors>`."""
     dec = ch.decoder(await ch.recv())
     url = dec.get_string("URL")
     dec.finish("URL message")
     if target is None:
         return
-    error = urls.add(name, url, target) if urls is not None else (
+    failed = urls.add(name, url, target) if urls is not None else (0, (
         "FILETRANSFER:1:URL transfers are not supported here.  Cannot transfer URL file = "
-        f"{url_safe(url)} .")  # fmt: skip
-    if error:
-        result.fail(HOLD_DOWNLOAD_FILE_ERROR, 0, f"receiving file {name}: {error}")
+        f"{url_safe(url)} ."))  # fmt: skip
+    if failed is not None:
+        result.fail(HOLD_DOWNLOAD_FILE_ERROR, failed[0],
+                    f"{_starter_at(ch)}receiving file {target}: {failed[1]}")
+
+
+def _starter_at(ch: MessageChannel) -> str:
+    address = getattr(ch, "local_address", None)
+    return f"STARTER at {address[0] if address else '127.0.0.1'} - |Error: "
 
 
 def _make_dir(target: Path, mode: int, owner: tuple[int, int] | None) -> None:
@@ -363,7 +371,7 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
             result.files.append(name)
             result.bytes += size
     if result.ok and urls is not None:  # the deferred URLs, before the uploader's ack
-        fetched, failure = await urls.fetch()
+        fetched, failure = await urls.fetch(_starter_at(ch))
         result.files += fetched
         if failure is not None:
             result.fail(*failure)

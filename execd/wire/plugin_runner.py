@@ -38,6 +38,7 @@ OUTPUT_KEEP = 16 * 1024
 QUERY = re.compile(r"\?[^\s\"']*")  # a URL's query in a plugin's output: never logged
 MAX_OUTFILE = 4 * 1024 * 1024
 KILL_WAIT_S = 3.0
+OUTFILE_RESERVE = 16 * 1204  # condor_starter's (sic) preallocation
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ def infile_text(items: Sequence[tuple[str, str]]) -> str:
 
 
 def _create_owned(path: Path, text: str, owner: tuple[int, int]) -> None:
-    """A new file of the job's user (a name already there is replaced, never followed)."""
+    """A new file of the job's user (a name already there is replaced, never followed;
+    a directory there is an OSError)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
@@ -237,14 +239,17 @@ async def run_plugin(plugin: Plugin, items: Sequence[tuple[str, str]],
     """Run multi-file `plugin` for (URL, local path) `items`; how it ended and its outfile."""
     name = os.path.basename(plugin.path)
     infile, outfile = job.sandbox / f".{name}.in", job.sandbox / f".{name}.out"
-    _create_owned(infile, infile_text(items), job.owner)
-    _create_owned(outfile, "", job.owner)
+    try:
+        await _make_run_files(infile, outfile, items, job)
+    except OSError as exc:  # a directory of that name the shadow made: a hold, no crash
+        return PluginRun(exec_error=f"cannot create {exc.filename}: {exc.strerror}",
+                         outfile=None)  # fmt: skip
     run, output = await _run([_executable(plugin, job), "-infile", str(infile),
                               "-outfile", str(outfile)], job)  # fmt: skip
     _logged(plugin, len(items), run, output)
     if run.exec_error:
         return run
-    return dataclasses.replace(run, outfile=read_outfile(outfile))
+    return dataclasses.replace(run, outfile=await asyncio.to_thread(read_outfile, outfile))
 
 
 async def run_single(plugin: Plugin, url: str, local: str, job: PluginJob) -> tuple[PluginRun, str]:
@@ -253,6 +258,14 @@ async def run_single(plugin: Plugin, url: str, local: str, job: PluginJob) -> tu
     run, output = await _run([_executable(plugin, job), url, local], job)
     _logged(plugin, 1, run, output)
     return run, output
+
+
+async def _make_run_files(infile: Path, outfile: Path, items: Sequence[tuple[str, str]],
+                          job: PluginJob) -> None:  # fmt: skip
+    """Off the loop: the infile may hold many long URLs; the outfile is filled with
+    spaces first, as condor_starter's, so a plugin can still report on a full disk."""
+    await asyncio.to_thread(_create_owned, infile, infile_text(items), job.owner)
+    await asyncio.to_thread(_create_owned, outfile, " " * OUTFILE_RESERVE, job.owner)
 
 
 def remove_run_files(plugin: Plugin, sandbox: Path) -> None:

@@ -246,49 +246,68 @@ class PluginRun:
     timeout_s: float = 0.0
 
 
-def plugin_failure(label: str, run: PluginRun, results: list[FileResult],
-                   outfile_name: str) -> tuple[int, str] | None:  # fmt: skip
-    """(hold subcode, reason) of a failed run, None when every URL arrived."""
+ERROR_KEEP = 2048  # one plugin's TransferError, at most (a hold reason stays small)
+
+
+def _capped(text: str, keep: int = ERROR_KEEP) -> str:
+    return text if len(text) <= keep else text[:keep] + "..."
+
+
+def plugin_errors(label: str, run: PluginRun, results: list[FileResult], outfile_name: str,
+                  stack_empty: bool = True) -> tuple[int | None, list[str]]:  # fmt: skip
+    """What one multi-file run puts on the transfer's error stack (in push order) and
+    its hold subcode, None when it succeeded. As condor_starter: the run's result is
+    its exit (a per-URL failure of a plugin that exited 0 is on the stack, the job
+    runs); no ad at all fails it; the generic message only on an empty stack."""
     if run.exec_error:
-        return SUBCODE_EXEC_FAILED, f"FILETRANSFER:1:FILETRANSFER: Failed to execute {label}: " \
-            f"{run.exec_error}"  # fmt: skip
+        return SUBCODE_EXEC_FAILED, [f"FILETRANSFER:1:FILETRANSFER: Failed to execute {label}: "
+                                     f"{run.exec_error}"]  # fmt: skip
     status = errno.ETIME if run.timed_out else run.exit_code
     errors: list[str] = []
     no_result = False
     if run.outfile is None:
         errors.append(f"|Error: file transfer plugin {label} exited with code {status}, "
                       f"unable to open output file {outfile_name}")  # fmt: skip
-    elif not results:
-        how = ("signal", run.signal) if run.signal else ("exit code", status)
-        errors.append(f"|Error: file transfer plugin {label} exited ({how[0]} {how[1]}), "
-                      f"no valid classads in output file {outfile_name}")  # fmt: skip
-        no_result = True
     for result in results:
         if result.success is None:
             errors.append(f"non-zero exit ({status}) from {label}. |Error: File transfer "
                           f"plugin {label} exited without producing a TransferSuccess result "
-                          f"({url_safe(result.url)})|")  # fmt: skip
+                          f" ({_capped(result.url)})|")  # fmt: skip
         elif not result.success:
-            why = result.error or f"File transfer plugin {label} exited unexpectedly " \
-                "without producing an error message "  # fmt: skip
+            why = _capped(result.error) if result.error else (
+                f"File transfer plugin {label} exited unexpectedly without producing an "
+                "error message ")  # fmt: skip
             errors.append(f"non-zero exit ({status}) from {label}. |Error: {why} "
-                          f"( URL file = {url_safe(result.url)} )|")  # fmt: skip
-    failed = run.timed_out or run.signal or run.exit_code != 0 or errors
+                          f"( URL file = {url_safe(_capped(result.url))} )|")  # fmt: skip
+    if run.outfile is not None and not results:
+        how = ("signal", run.signal) if run.signal else ("exit code", status)
+        errors.append(f"|Error: file transfer plugin {label} exited ({how[0]} {how[1]}), "
+                      f"no valid classads in output file {outfile_name}")  # fmt: skip
+        no_result = True
+    failed = run.timed_out or run.signal or run.exit_code != 0 or no_result \
+        or run.outfile is None  # fmt: skip
+    pushed = [f"FILETRANSFER:1:{e}" for e in errors]
     if not failed:
-        return None
-    if not errors:
-        errors.append(f"File transfer plugin {label} timed out after {run.timeout_s:g} seconds."
-                      if run.timed_out else
-                      f"File transfer plugin {label} failed unexpectedly with exit code "
-                      f"{status}, did not report a TransferError message.")  # fmt: skip
-    reason = "|".join(f"FILETRANSFER:1:{e}" for e in reversed(errors))
+        return None, pushed
+    if stack_empty and not pushed:
+        pushed.append(f"FILETRANSFER:1:File transfer plugin {label} timed out after "
+                      f"{run.timeout_s:g} seconds." if run.timed_out else
+                      f"FILETRANSFER:1:File transfer plugin {label} failed unexpectedly with "
+                      f"exit code {status}, did not report a TransferError message.")  # fmt: skip
     if run.timed_out:
-        return errno.ETIME, reason
+        return errno.ETIME, pushed
     if run.signal:
-        return run.signal, reason
+        return run.signal, pushed
     if no_result:  # condor_starter reports this rather than the exit code
-        return SUBCODE_NO_RESULT, reason
-    return (status << 8 if status > 0 else status), reason
+        return SUBCODE_NO_RESULT, pushed
+    return (status << 8 if status > 0 else status), pushed
+
+
+def plugin_failure(label: str, run: PluginRun, results: list[FileResult],
+                   outfile_name: str) -> tuple[int, str] | None:  # fmt: skip
+    """(hold subcode, reason) of a failed run on an empty stack, None when it succeeded."""
+    subcode, pushed = plugin_errors(label, run, results, outfile_name)
+    return None if subcode is None else (subcode, "|".join(reversed(pushed)))
 
 
 def single_failure(label: str, run: PluginRun, output: str) -> tuple[int, str] | None:
@@ -304,7 +323,7 @@ def single_failure(label: str, run: PluginRun, output: str) -> tuple[int, str] |
         return None
     stats, _ = parse_lines(output)
     error, url = stats.get("TransferError"), stats.get("TransferUrl", "")
-    why = error if isinstance(error, str) else \
+    why = _capped(error) if isinstance(error, str) else \
         f"File transfer plugin {label} exited unexpectedly without producing an error message "
     if run.signal:
         return run.signal, (f"FILETRANSFER:1:exit by signal {run.signal} from {label}. "

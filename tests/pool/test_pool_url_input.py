@@ -130,6 +130,11 @@ def url_jobs(pool: harness.Pool, web: str) -> dict[str, object]:
                        .replace("queue", "transfer_plugins = execdtest=myplugin.sh\nqueue"),
                        {"job.sh": SCRIPT, "plain.txt": "beside it\n",
                         "myplugin.sh": JOB_PLUGIN})  # fmt: skip
+    # only its owner may read and run it: the input files are the job user's on both
+    private = submit_files(pool, SUBMIT.format(inputs="execdtest://anywhere/data.txt")
+                           .replace("queue", "transfer_plugins = execdtest=myplugin.sh\nqueue"),
+                           {"job.sh": SCRIPT, "myplugin.sh": JOB_PLUGIN},
+                           modes={"myplugin.sh": 0o700})  # fmt: skip
     log = good.wait_for_event("005", WAIT_S)
     ended = next(line.strip() for line in log.splitlines() if "termination" in line)
     missing.wait_for_event("012", WAIT_S)
@@ -150,6 +155,9 @@ def url_jobs(pool: harness.Pool, web: str) -> dict[str, object]:
         "starter error": normalized(event_text(missing.user_log(), "021")),
         "own plugin": (own.wait_for_event("005", WAIT_S) and own.output("out.txt"),
                        [c for c in own.events() if c != "006"]),
+        "own plugin 0700": (private.wait_for_event("005", WAIT_S)
+                            and private.output("out.txt").splitlines()[0],
+                            [c for c in private.events() if c != "006"]),
     }  # fmt: skip
 
 
@@ -212,6 +220,7 @@ def test_url_input_files_as_on_condor_startd(running_pool: harness.RunningPool, 
         "No such file or directory skipping\nCode 12 Subcode 256")
     methods = theirs["methods"]
     assert methods == ["data,dav,davs,file,ftp,http,https,s3,gs"]
+    assert theirs["own plugin 0700"][0] == "url: job plugin got execdtest://anywhere/data.txt"
     assert theirs["own plugin"][0] == ("url: job plugin got execdtest://anywhere/data.txt\n"
                                        "plain: beside it\n0\n")
 

@@ -23,6 +23,7 @@ from execd.wire.transfer_plugins import (
     PluginTable,
     parse_plugin_classad,
     parse_result_ads,
+    plugin_errors,
     plugin_failure,
     single_failure,
     url_safe,
@@ -131,10 +132,32 @@ def test_garbage_in_the_outfile_holds_the_job_naming_the_plugin_and_the_file() -
                       "exited (exit code 0), no valid classads in output file /s/.curl.out")
 
 
-def test_a_result_without_transfer_success_is_a_failure() -> None:
-    results = [FileResult(URL_OK, "/sandbox/got.txt", None)]
-    subcode, reason = plugin_failure(CURL, PluginRun(), results, "/s/.out") or (0, "")
-    assert subcode == 0 and "exited without producing a TransferSuccess result" in reason
+def test_a_run_is_judged_by_its_exit_and_failed_results_go_on_the_stack() -> None:
+    """As condor_starter: a plugin that exits 0 succeeded, whatever its results say;
+    a result without TransferSuccess or with TransferSuccess = false is an error on
+    the stack (a later failure's reason shows it), worded as condor's (two spaces, the
+    URL as it is before the parenthesis)."""
+    signed = "https://b.example/o?sig=1"
+    results = [FileResult(signed, "/sandbox/a", None),
+               FileResult(URL_OK, "/sandbox/b", False, "denied")]
+    subcode, pushed = plugin_errors(CURL, PluginRun(), results, "/s/.out")
+    assert subcode is None
+    assert pushed == [
+        f"FILETRANSFER:1:non-zero exit (0) from {CURL}. |Error: File transfer plugin {CURL} "
+        f"exited without producing a TransferSuccess result  ({signed})|",
+        f"FILETRANSFER:1:non-zero exit (0) from {CURL}. |Error: denied ( URL file = {URL_OK} )|"]
+    subcode, pushed = plugin_errors(CURL, PluginRun(exit_code=1), results[:1], "/s/.out")
+    assert subcode == 1 << 8 and len(pushed) == 1
+    # no generic message where the stack already has one (condor checks the shared stack)
+    _, quiet = plugin_errors(CURL, PluginRun(exit_code=2), [FileResult(URL_OK, "/s/b", True)],
+                             "/s/.out", stack_empty=False)  # fmt: skip
+    assert quiet == []
+
+
+def test_a_huge_transfer_error_is_cut() -> None:
+    failed = [FileResult(URL_OK, "/s/b", False, "x" * 100_000)]
+    _, reason = plugin_failure(CURL, PluginRun(exit_code=1), failed, "/s/.out") or (0, "")
+    assert 2048 < len(reason) < 3000 and "x" * 2048 + "..." in reason
 
 
 def test_a_plugin_that_timed_out_is_held_with_etime() -> None:
