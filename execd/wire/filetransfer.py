@@ -71,6 +71,7 @@ class TransferResult:
     hold_subcode: int = 0
     hold_reason: str = ""
     failures: int = 0  # files that could not be sent (the first one's reason: hold_reason)
+    url_files: int = 0  # of `files`, fetched by a plugin (not CEDAR's in TransferStats)
 
     @property
     def ok(self) -> bool:
@@ -99,7 +100,7 @@ class TransferTally:
 
 def _stats(result: TransferResult) -> str:
     return (f'[ Protocols = "cedar"; CedarSizeBytes = {result.bytes}; '
-            f"CedarFilesCount = {len(result.files)} ]")  # fmt: skip
+            f"CedarFilesCount = {len(result.files) - result.url_files} ]")  # fmt: skip
 
 
 def ack_ad(result: TransferResult, sender: str = "") -> WireAd:
@@ -373,6 +374,7 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
     if result.ok and urls is not None:  # the deferred URLs, before the uploader's ack
         fetched, failure = await urls.fetch(_starter_at(ch))
         result.files += fetched
+        result.url_files = len(fetched)
         if failure is not None:
             result.fail(*failure)
     peer = await recv_ad(ch, "uploader's ack")

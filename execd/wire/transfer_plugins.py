@@ -25,7 +25,10 @@ import contextlib
 import errno
 import os
 import pwd
+import selectors
+import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,13 +163,37 @@ def url_method(url: str) -> str:
 
 
 def _run_classad(path: str, timeout_s: float, user: tuple[int, int] | None) -> str:
+    """`PATH -classad`'s output (stdout and stderr, at most MAX_CLASSAD_OUTPUT bytes)
+    within `timeout_s` (TimeoutExpired past them), in a session of its own killed
+    after it: a child keeping the pipe open neither blocks nor outlives the query."""
     ids: dict[str, Any] = {}
     if user is not None and os.geteuid() == 0:
         ids = {"user": user[0], "group": user[1], "extra_groups": []}
-    done = subprocess.run([path, "-classad"], stdin=subprocess.DEVNULL,
-                          capture_output=True, timeout=timeout_s, check=False,
-                          cwd="/", env={"PATH": os.defpath}, **ids)  # fmt: skip
-    out: bytes = done.stdout + done.stderr
+    deadline = time.monotonic() + timeout_s
+    proc = subprocess.Popen([path, "-classad"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd="/",
+                            env={"PATH": os.defpath}, start_new_session=True,
+                            **ids)  # fmt: skip
+    assert proc.stdout is not None
+    out = b""
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while len(out) < MAX_CLASSAD_OUTPUT:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    raise subprocess.TimeoutExpired(path, timeout_s)
+                chunk = os.read(proc.stdout.fileno(), 64 * 1024)
+                if not chunk:
+                    break
+                out += chunk
+        proc.wait(max(deadline - time.monotonic(), 0.001))
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.stdout.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
     return out[:MAX_CLASSAD_OUTPUT].decode(errors="replace")
 
 
@@ -179,10 +206,12 @@ def discover_plugins(paths: Sequence[str], *, timeout_s: float = CLASSAD_TIMEOUT
         try:
             output = _run_classad(path, timeout_s, user)
             if not output:
-                raise subprocess.TimeoutExpired(path, timeout_s)
+                table.errors.append(f"FILETRANSFER:1:No output from {path} -classad, ignoring")
+                continue
             table.add(parse_plugin_classad(path, output))
-        except subprocess.TimeoutExpired:
-            table.errors.append(f"FILETRANSFER:1:No output from {path} -classad, ignoring")
+        except subprocess.TimeoutExpired:  # MyPopenTimer's error code: ETIMEDOUT
+            table.errors.append(f"FILETRANSFER:{errno.ETIMEDOUT}:No output from {path} "
+                                "-classad, ignoring")  # fmt: skip
         except OSError as exc:
             why = os.strerror(exc.errno or errno.EIO)
             table.errors.append(f"FILETRANSFER:1:FILETRANSFER: Failed to execute {path} "
@@ -197,12 +226,17 @@ def discover_plugins(paths: Sequence[str], *, timeout_s: float = CLASSAD_TIMEOUT
 
 
 def node_plugins(paths: Sequence[str], timeout_s: float) -> PluginTable:
-    """discover_plugins as an unprivileged user (`nobody`) when execd is root."""
-    try:
-        user = pwd.getpwnam("nobody")
-        ids: tuple[int, int] | None = (user.pw_uid, user.pw_gid)
-    except KeyError:
-        ids = None
+    """discover_plugins as an unprivileged user (`nobody`) when execd is root; with
+    no such user, none is asked (never as root) and the table says why."""
+    ids: tuple[int, int] | None = None
+    if os.geteuid() == 0:
+        try:
+            user = pwd.getpwnam("nobody")
+        except KeyError:
+            log.error("transfer_plugins_not_asked", reason="no user nobody to ask them as")
+            return PluginTable(errors=["FILETRANSFER:1:FILETRANSFER: no user 'nobody' to ask "
+                                       "the plugins as, none used"])  # fmt: skip
+        ids = (user.pw_uid, user.pw_gid)
     return discover_plugins(paths, timeout_s=timeout_s, user=ids)
 
 

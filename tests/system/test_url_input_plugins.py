@@ -140,6 +140,8 @@ def test_a_plugin_fetches_the_url_as_the_job_user_in_the_sandbox(place: Path) ->
     assert sorted(result.files) == ["after.txt", "data.txt"]
     assert (sandbox / "data.txt").read_text() == f"{URL} as {NOBODY} in {sandbox}\n"
     assert not list(sandbox.glob(".test_plugin.*"))  # removed after a success, as condor
+    # the URL is not a CEDAR file in the stats the shadow gets (condor counts 1 here)
+    assert ack["TransferStats"]["CedarFilesCount"] == 1  # type: ignore[index]
 
 
 def behaving(place: Path, how: str) -> PluginTable:

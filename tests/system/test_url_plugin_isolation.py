@@ -203,3 +203,18 @@ def test_the_knob_allows_refuses_or_ignores_the_jobs_own_plugins(
     assert result.ok, result.hold_reason
     text = (sandbox / "data.txt").read_text()
     assert ("by node" in text) == (fetched_by == "node")
+
+
+def test_a_classad_query_whose_child_holds_the_pipe_ends_at_its_timeout(place: Path) -> None:
+    """`-classad` answered, then a child keeps the output open: the query ends at its
+    timeout (condor's error code ETIMEDOUT, 110) and the child is killed with it."""
+    pids = place / "pids" / "query"
+    path = place / "plugins" / "slow_plugin"
+    path.write_text(f"#!/bin/sh\nsh -c 'echo $$ > {pids}; exec sleep 600' &\n"
+                    "echo 'SupportedMethods = \"slow\"'\n")  # fmt: skip
+    path.chmod(0o755)
+    started = time.monotonic()
+    table = discover_plugins([str(path)], timeout_s=2, user=(NOBODY, NOBODY))
+    assert time.monotonic() - started < 8
+    assert table.errors == [f"FILETRANSFER:110:No output from {path} -classad, ignoring"]
+    assert not alive(int(pids.read_text()))
