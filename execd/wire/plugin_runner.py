@@ -52,6 +52,27 @@ class PluginJob:
     env: dict[str, str]
     timeout_s: float
     cgroup: JobCgroup | None = None
+    job_env: dict[str, str] = dataclasses.field(default_factory=dict)  # its Environment
+
+
+def plugin_name(plugin: Plugin) -> str:
+    """condor's FileTransferPlugin name: the basename up to `_plugin` (else without its
+    extension), upper case; PELICAN for one that handles pelican://."""
+    if any(m.lower() == "pelican" for m in plugin.methods):
+        return "PELICAN"
+    base = os.path.basename(plugin.path)
+    end = base.find("_plugin")
+    if end < 0:
+        end = base.rfind(".") if "." in base else len(base)
+    return base[:end].upper()
+
+
+def run_env(plugin: Plugin, job: PluginJob) -> dict[str, str]:
+    """The plugin's environment: the job's `NAME_*` variables (any case) over the
+    base one, as condor's mergePluginSpecificEnvironment (CURL_*, PELICAN_*)."""
+    prefix = plugin_name(plugin) + "_"
+    own = {k: v for k, v in job.job_env.items() if k.upper().startswith(prefix)}
+    return job.env | own
 
 
 def _quote(text: str) -> str:
@@ -155,7 +176,7 @@ async def _bounded(awaitable: Awaitable[Any]) -> None:
         await asyncio.wait_for(awaitable, KILL_WAIT_S)
 
 
-async def _run(argv: list[str], job: PluginJob) -> tuple[PluginRun, str]:
+async def _run(argv: list[str], job: PluginJob, env: dict[str, str]) -> tuple[PluginRun, str]:
     """Run one plugin command as the job's user in a cgroup of its own; how it ended
     and its output's tail. Whatever it started is killed after it, success or not."""
     cgroup = job.cgroup
@@ -165,7 +186,7 @@ async def _run(argv: list[str], job: PluginJob) -> tuple[PluginRun, str]:
         except (OSError, CgroupError) as exc:
             return PluginRun(exec_error=f"cannot make its cgroup: {exc}", outfile=None), ""
     try:
-        return await _run_in(argv, job)
+        return await _run_in(argv, job, env)
     finally:
         if cgroup is not None:
             try:
@@ -175,13 +196,13 @@ async def _run(argv: list[str], job: PluginJob) -> tuple[PluginRun, str]:
                           error=str(exc))  # fmt: skip
 
 
-async def _run_in(argv: list[str], job: PluginJob) -> tuple[PluginRun, str]:
+async def _run_in(argv: list[str], job: PluginJob, env: dict[str, str]) -> tuple[PluginRun, str]:
     owner = job.owner if os.geteuid() == 0 else None
     write_end, stream, transport = await _output_pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=write_end, stderr=write_end,
-            cwd=job.sandbox, env=job.env, start_new_session=True,
+            cwd=job.sandbox, env=env, start_new_session=True,
             preexec_fn=_enter(job.cgroup, owner))  # fmt: skip
     except OSError as exc:
         transport.close()
@@ -245,7 +266,7 @@ async def run_plugin(plugin: Plugin, items: Sequence[tuple[str, str]],
         return PluginRun(exec_error=f"cannot create {exc.filename}: {exc.strerror}",
                          outfile=None)  # fmt: skip
     run, output = await _run([_executable(plugin, job), "-infile", str(infile),
-                              "-outfile", str(outfile)], job)  # fmt: skip
+                              "-outfile", str(outfile)], job, run_env(plugin, job))  # fmt: skip
     _logged(plugin, len(items), run, output)
     if run.exec_error:
         return run
@@ -255,7 +276,7 @@ async def run_plugin(plugin: Plugin, items: Sequence[tuple[str, str]],
 async def run_single(plugin: Plugin, url: str, local: str, job: PluginJob) -> tuple[PluginRun, str]:
     """Run a single-file plugin (`PLUGIN URL LOCAL`); how it ended and what it printed
     (its statistics, one attribute a line: TransferError, TransferUrl...)."""
-    run, output = await _run([_executable(plugin, job), url, local], job)
+    run, output = await _run([_executable(plugin, job), url, local], job, run_env(plugin, job))
     _logged(plugin, 1, run, output)
     return run, output
 

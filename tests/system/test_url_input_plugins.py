@@ -245,3 +245,21 @@ def test_a_single_file_plugins_failure_holds_with_its_printed_error(place: Path)
         "FILETRANSFER:1:non-zero exit (3) "
         f"from {place / 'plugins' / 'single_plugin'}. |Error: not there ( URL file = "
         "test://server/missing.txt )|")  # fmt: skip
+
+
+def test_a_plugin_gets_the_jobs_variables_named_for_it_and_the_sites_proxy(
+        place: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """condor's mergePluginSpecificEnvironment: the job's TEST_* variables reach
+    test_plugin (any case), its others do not; execd's http_proxy does."""
+    from execd.wire.shadow import job_environment, plugin_env  # noqa: PLC0415
+
+    monkeypatch.setenv("http_proxy", "http://proxy.site:3128")
+    body = GOOD.replace('echo "$url as $(id -u) in $(pwd)" > "$local"',
+                        'env | grep -E "^(TEST_|test_|OTHER|http_proxy)" | sort > "$local"')
+    sandbox = place / "sandbox"
+    job = {"Environment": "TEST_DEBUG=1 test_low=2 OTHER=3"}
+    urls = UrlInputs(table_of(plugin(place, "test_plugin", body)), PluginJob(
+        sandbox, (NOBODY, NOBODY), plugin_env(job, sandbox), 30, None, job_environment(job)))
+    asyncio.run(download_sandbox(upload(URL), sandbox, urls=urls))
+    assert (sandbox / "data.txt").read_text() == \
+        "TEST_DEBUG=1\nhttp_proxy=http://proxy.site:3128\ntest_low=2\n"  # fmt: skip
