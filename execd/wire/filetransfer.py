@@ -38,7 +38,7 @@ from pathlib import Path
 from execd.errors import RemoteProtocolError
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
 from execd.wire.shadow_syscalls import MessageChannel
-from execd.wire.transfer_plugins import url_safe
+from execd.wire.transfer_plugins import SUBCODE_EXEC_FAILED, url_safe
 from execd.wire.url_inputs import CMD_DOWNLOAD_URL, UrlInputs
 from execd.wire.x509_delegation import CMD_X509, DelegationError, receive_proxy, write_proxy
 
@@ -72,6 +72,7 @@ class TransferResult:
     hold_reason: str = ""
     failures: int = 0  # files that could not be sent (the first one's reason: hold_reason)
     url_files: int = 0  # of `files`, fetched by a plugin (not CEDAR's in TransferStats)
+    try_again: bool = False  # not the job's fault (a plugin could not be run): ack Result 1
 
     @property
     def ok(self) -> bool:
@@ -105,7 +106,7 @@ def _stats(result: TransferResult) -> str:
 
 def ack_ad(result: TransferResult, sender: str = "") -> WireAd:
     """Our ack; an uploader's failure says who failed to send (`sender`: ...)."""
-    ad = {"Result": "0" if result.ok else "-1"}
+    ad = {"Result": "0" if result.ok else "1" if result.try_again else "-1"}
     if not result.ok:
         reason = f"{sender}: {result.hold_reason}" if sender else result.hold_reason
         ad.update(from_values({"HoldReasonCode": result.hold_code,
@@ -377,6 +378,8 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
         result.url_files = len(fetched)
         if failure is not None:
             result.fail(*failure)
+            # condor_starter: "not our fault, try again elsewhere"
+            result.try_again = failure[1] == SUBCODE_EXEC_FAILED
     peer = await recv_ad(ch, "uploader's ack")
     if peer.get("Result") != 0:
         peer_failure(peer, result, HOLD_UPLOAD_FILE_ERROR,

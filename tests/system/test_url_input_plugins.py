@@ -251,7 +251,7 @@ def test_a_plugin_gets_the_jobs_variables_named_for_it_and_the_sites_proxy(
         place: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """condor's mergePluginSpecificEnvironment: the job's TEST_* variables reach
     test_plugin (any case), its others do not; execd's http_proxy does."""
-    from execd.wire.shadow import job_environment, plugin_env  # noqa: PLC0415
+    from execd.wire.shadow import job_environment, plugin_env
 
     monkeypatch.setenv("http_proxy", "http://proxy.site:3128")
     body = GOOD.replace('echo "$url as $(id -u) in $(pwd)" > "$local"',
@@ -263,3 +263,14 @@ def test_a_plugin_gets_the_jobs_variables_named_for_it_and_the_sites_proxy(
     asyncio.run(download_sandbox(upload(URL), sandbox, urls=urls))
     assert (sandbox / "data.txt").read_text() == \
         "TEST_DEBUG=1\nhttp_proxy=http://proxy.site:3128\ntest_low=2\n"  # fmt: skip
+
+
+def test_a_plugin_that_cannot_be_run_is_acked_as_try_again(place: Path) -> None:
+    """condor_starter's ack after an exec failure: Result = 1 ("not our fault, try
+    again elsewhere"), subcode -1003."""
+    path = plugin(place, "test_plugin", GOOD)
+    table = table_of(path)
+    Path(path).chmod(0o644)  # asked, then no longer runnable
+    result, ack = download(place, table)
+    assert (result.hold_code, result.hold_subcode) == (12, -1003)
+    assert ack["Result"] == 1 and ack["HoldReasonSubCode"] == -1003
