@@ -73,6 +73,7 @@ done
 PLUGIN_PATH = re.compile(r"/\S*/(curl_plugin|data_plugin|stash_plugin)\b")
 IP_PORT = re.compile(r"<[^>]*>|\b\d+\.\d+\.\d+\.\d+(:\d+)?\b")
 SLOT = re.compile(r"\bslot\d+(_\d+)?@\S+")
+SANDBOX = re.compile(r"(receiving file )/\S*/")
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +116,7 @@ def without_box_plugin(ad: dict[str, object]) -> bool:
 
 
 def normalized(text: str) -> str:
+    text = SANDBOX.sub(r"\1SANDBOX/", text)
     return SLOT.sub("SLOT", IP_PORT.sub("ADDR", PLUGIN_PATH.sub(r"PLUGINS/\1", text)))
 
 
@@ -135,6 +137,9 @@ def url_jobs(pool: harness.Pool, web: str) -> dict[str, object]:
                            .replace("queue", "transfer_plugins = execdtest=myplugin.sh\nqueue"),
                            {"job.sh": SCRIPT, "myplugin.sh": JOB_PLUGIN},
                            modes={"myplugin.sh": 0o700})  # fmt: skip
+    # a malformed data: URL, for data_plugin (single-file in 25.x): its failure is
+    # worded `STARTER at <ip> - |Error: receiving file <path>: ...` on both
+    bad_data = submit_files(pool, SUBMIT.format(inputs="data://x"), {"job.sh": SCRIPT})
     log = good.wait_for_event("005", WAIT_S)
     ended = next(line.strip() for line in log.splitlines() if "termination" in line)
     missing.wait_for_event("012", WAIT_S)
@@ -142,7 +147,14 @@ def url_jobs(pool: harness.Pool, web: str) -> dict[str, object]:
     assert held is not None
     pool.tool("condor_rm", str(missing.cluster), user=harness.SUBMITTER)
     missing.wait_for_event("009", WAIT_S)
+    bad_data.wait_for_event("012", WAIT_S)
+    data_held = bad_data.ad()
+    assert data_held is not None
+    pool.tool("condor_rm", str(bad_data.cluster), user=harness.SUBMITTER)
     return {
+        "bad data": (data_held["HoldReasonCode"], data_held["HoldReasonSubCode"],
+                     normalized(data_held["HoldReason"]),
+                     normalized(event_text(bad_data.user_log(), "021"))),
         "methods": methods,
         "output": good.output("out.txt"), "end": ended,
         "events": [c for c in good.events() if c != "006"],

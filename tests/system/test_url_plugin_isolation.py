@@ -218,3 +218,14 @@ def test_a_classad_query_whose_child_holds_the_pipe_ends_at_its_timeout(place: P
     assert time.monotonic() - started < 8
     assert table.errors == [f"FILETRANSFER:110:No output from {path} -classad, ignoring"]
     assert not alive(int(pids.read_text()))
+
+
+def test_a_directory_where_the_run_files_go_holds_the_job(place: Path) -> None:
+    """The shadow made `.test_plugin.in` a directory: a hold (-1003), not an exception
+    that ends the conversation."""
+    result = download(place, [("dir", ".test_plugin.in", 0o755),
+                              ("url", "data.txt", "test://x/data.txt")],
+                      table=node_plugin(place, GOOD))  # fmt: skip
+    assert (result.hold_code, result.hold_subcode) == (12, -1003)
+    assert ".test_plugin.in: Is a directory" in result.hold_reason
+
