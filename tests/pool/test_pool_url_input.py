@@ -213,7 +213,10 @@ def test_url_input_files_as_on_condor_startd(running_pool: harness.RunningPool, 
     """The same URL jobs on execd (the chroot's plugins through wrappers) and on
     condor_startd (its own): same output, exit and user-log events; the 404 held with
     the same code, subcode and reason (plugin paths, addresses and slot names made
-    generic); the same HasFileTransferPluginMethods."""
+    generic); a malformed data: URL held with the same words (data_plugin is a
+    single-file plugin: `STARTER at <ip> - |Error: receiving file <path>: ...`); the
+    job's own plugin, 0755 and 0700, fetching the same; the same
+    HasFileTransferPluginMethods."""
     ours, theirs = on_both(running_pool, lambda pool: url_jobs(pool, web), plugin_config,
                            reference=lambda pool: reference_config(
                                pool, "95-execd-url-plugins.conf", REFERENCE,
@@ -232,6 +235,11 @@ def test_url_input_files_as_on_condor_startd(running_pool: harness.RunningPool, 
         "No such file or directory skipping\nCode 12 Subcode 256")
     methods = theirs["methods"]
     assert methods == ["data,dav,davs,file,ftp,http,https,s3,gs"]
+    # data_plugin fails data://x; the shadow's Details start after the first |Error:
+    assert theirs["bad data"][:2] == (13, 255 << 8)
+    assert theirs["bad data"][3].startswith(
+        "Failed to transfer files: STARTER at ADDR - |Error: receiving file SANDBOX/x: "
+        "FILETRANSFER:1:non-zero exit (255) from PLUGINS/data_plugin. |Error: ")
     assert theirs["own plugin 0700"][0] == "url: job plugin got execdtest://anywhere/data.txt"
     assert theirs["own plugin"][0] == ("url: job plugin got execdtest://anywhere/data.txt\n"
                                        "plain: beside it\n0\n")
