@@ -10,7 +10,8 @@ pool's collector and its monitoring: what the node's startd is, not what one slo
   (`transfer_input_files = a -> b`, a name with a directory arrives as that path),
   the URL methods of the node's file transfer plugins (`HasFileTransferPluginMethods`,
   left out without plugins, as condor_starter; execd/wire/transfer_plugins.py), the
-  job's own plugins (`HasJobTransferPlugins`, with ENABLE_URL_TRANSFERS) and
+  job's own plugins (`HasJobTransferPlugins`, with ENABLE_URL_TRANSFERS and a cgroup
+  tree, as they run only in a cgroup) and
   the network (false with EXECD_JOB_NETWORK_NAMESPACE, as condor_starter's
   NO_JOB_NETWORKING). An ability condor_starter lacks is left out of its ad (HasJava,
   HasDocker, HasSingularity) except condor_ssh_to_job's, `HasSshd = false` when it
@@ -217,6 +218,8 @@ class DaemonAttributes:
             self._static_methods = methods
             config = self.member.config
             machine = machine_attributes(self.member.daemon.node.slots.facts)
+            # the job's own plugins run only in a cgroup: none, no HasJobTransferPlugins
+            cgroups = self.member.daemon.jobs.tree is not None
             disable = (settings.get_str("STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS")
                        or "").strip()  # fmt: skip
             if disable and not _parses(disable):
@@ -225,7 +228,7 @@ class DaemonAttributes:
                 "CondorVersion": CONDOR_VERSION, "CondorPlatform": condor_platform(machine),
                 "UidDomain": config.domain, "FileSystemDomain": config.filesystem_domain,
                 **starter_abilities(not settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
-                                    methods, plugins is not None, disable),
+                                    methods, plugins is not None and cgroups, disable),
                 **HIBERNATION, "TimeToLive": INT_MAX,
                 "IsLocalStartd": settings.get_bool("IS_LOCAL_STARTD"),
             }  # fmt: skip

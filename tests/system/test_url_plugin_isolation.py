@@ -229,3 +229,23 @@ def test_a_directory_where_the_run_files_go_holds_the_job(place: Path) -> None:
     assert (result.hold_code, result.hold_subcode) == (12, -1003)
     assert ".test_plugin.in: Is a directory" in result.hold_reason
 
+
+
+def test_the_hand_over_follows_no_link(place: Path) -> None:
+    """give_to_user walks by directory fds: a link in the tree (to a file or to a
+    directory of root's) is handed over itself, never what it names."""
+    from execd.starter.sandbox import give_to_user
+
+    outside = place / "roots"
+    outside.mkdir()
+    (outside / "secret").write_text("root's\n")
+    sandbox = place / "sandbox"
+    (sandbox / "deep" / "er").mkdir(parents=True)
+    (sandbox / "deep" / "er" / "file").write_text("x")
+    (sandbox / "to_file").symlink_to(outside / "secret")
+    (sandbox / "deep" / "to_dir").symlink_to(outside)
+    give_to_user(str(sandbox), NOBODY, NOBODY)
+    for path in (sandbox, sandbox / "deep" / "er" / "file", sandbox / "to_file",
+                 sandbox / "deep" / "to_dir"):  # fmt: skip
+        assert os.lstat(path).st_uid == NOBODY, path
+    assert os.stat(outside).st_uid == 0 and os.stat(outside / "secret").st_uid == 0

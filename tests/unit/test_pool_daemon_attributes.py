@@ -124,7 +124,8 @@ def daemon_attributes(tmp_path: Path, config: str = "") -> tuple[DaemonAttribute
     daemon = SimpleNamespace(startd_stats=StartdStats(), settings=load_settings(load_config(path)),
                              engine=SimpleNamespace(slots={"slot1": None, "slot1_1": None}),
                              paths=SimpleNamespace(execute=tmp_path),
-                             node=SimpleNamespace(slots=SimpleNamespace(facts=facts)))  # fmt: skip
+                             node=SimpleNamespace(slots=SimpleNamespace(facts=facts)),
+                             jobs=SimpleNamespace(tree=None))  # fmt: skip
     member = SimpleNamespace(daemon=daemon, address=ADDRESS,
                              config=SimpleNamespace(domain="pool.example",
                                                     filesystem_domain="fs.example"),
