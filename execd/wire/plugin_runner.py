@@ -3,14 +3,16 @@ condor_starter's InvokeMultipleFileTransferPlugin: the URLs of one plugin go in 
 run, `PLUGIN -infile .NAME.in -outfile .NAME.out` in the job's sandbox (NAME the
 plugin's basename), the infile one `[ Url = ...; LocalFileName = ... ]` ad a URL.
 
-The run is the job's user's (never root's), in the sandbox, in a session of its own,
-with a small environment: PATH, _CONDOR_JOB_AD and _CONDOR_MACHINE_AD (the files the
-sandbox has), X509_USER_PROXY when the job has a proxy. Its stdout and stderr are
-read (never more than OUTPUT_KEEP bytes kept, for the log) so a chatty plugin never
-blocks; one that runs past the timeout (MAX_FILE_TRANSFER_PLUGIN_LIFETIME) has its
-session killed. The outfile is read as root, never through a link, at most
-MAX_OUTFILE bytes. On success the two files are removed, as condor_starter does;
-after a failure they stay (the job goes on hold).
+The run is the job's user's (never root's), in the sandbox, in a session of its own
+and in a cgroup of its own (PluginJob.cgroup, entered before exec), with a small
+environment (execd/wire/shadow.py plugin_env, and the job's NAME_* variables: run_env).
+Its stdout and stderr go to a pipe of ours, read (never more than OUTPUT_KEEP bytes
+kept, for the log) so a chatty plugin never blocks, and the wait ends when the plugin
+does. After the run, or once it is past the timeout (MAX_FILE_TRANSFER_PLUGIN_LIFETIME),
+its session and its cgroup (cgroup.kill) are killed and the cgroup removed: nothing it
+started outlives it; the waits after a kill are bounded (KILL_WAIT_S). The outfile is
+read off the loop, never through a link, at most MAX_OUTFILE bytes. On success the two
+files are removed, as condor_starter does; after a failure they stay.
 """
 
 from __future__ import annotations
