@@ -57,47 +57,51 @@ def make_scratch(execute_dir: str, starter_pid: int, user: JobUser) -> str:
 
 
 def adopt_scratch(path: str, user: JobUser) -> str:
-    """A sandbox made before the starter: everything in it becomes the job user's."""
-    os.lchown(path, user.uid, user.gid)
-    for name, _ in walk_tree(path):
-        os.lchown(name, user.uid, user.gid)
+    """A sandbox made before the starter (the shadow's, where a user's plugin may
+    have run): everything in it becomes the job user's (give_to_user)."""
+    give_to_user(path, user.uid, user.gid)
     os.chmod(path, 0o700)
     return path
 
 
 def give_to_user(path: str, uid: int, gid: int) -> None:
-    """`path` and everything under it become the job user's, walked by directory fds
-    (each level opened O_NOFOLLOW|O_DIRECTORY relative to its parent's fd) and changed
-    with fchownat(AT_SYMLINK_NOFOLLOW): a link put in place of a directory is neither
-    followed nor given away. Depth first with a stack of its own (one fd a level).
-    Only while no user code can run in the tree: a hard link there could still name a
-    file of root's."""
+    """`path` and everything under it become the job user's, safely even where the
+    user has written: each entry is opened relative to its directory's fd, never
+    through a link (O_NOFOLLOW), and changed on that fd (fchown) after fstat says what
+    it is: a directory is changed and walked; a file only when it has one link (a
+    hard link the user made to a file of root's is left alone); a symbolic link,
+    socket or anything that cannot be opened is left as it is. Depth first with a
+    stack of its own (one fd a level), so any depth."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     top = os.open(path, flags)
     os.fchown(top, uid, gid)
-    stack: list[tuple[int, Iterator[tuple[str, bool]]]] = [(top, _entries(top))]
+    stack: list[tuple[int, Iterator[str]]] = [(top, _names(top))]
     while stack:
-        fd, entries = stack[-1]
-        entry = next(entries, None)
-        if entry is None:
+        fd, names = stack[-1]
+        name = next(names, None)
+        if name is None:
             os.close(fd)
             stack.pop()
             continue
-        name, is_dir = entry
-        with contextlib.suppress(FileNotFoundError):
-            os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
-        if is_dir:
-            try:
-                child = os.open(name, flags, dir_fd=fd)
-            except OSError:  # gone, or no longer a directory
-                continue
-            stack.append((child, _entries(child)))
+        try:
+            child = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+                            | os.O_CLOEXEC, dir_fd=fd)  # fmt: skip
+        except OSError:  # a link (ELOOP), a socket, gone
+            continue
+        info = os.fstat(child)
+        if stat.S_ISDIR(info.st_mode):
+            os.fchown(child, uid, gid)
+            stack.append((child, _names(child)))
+            continue
+        if info.st_uid != uid and info.st_nlink == 1:
+            os.fchown(child, uid, gid)
+        os.close(child)
 
 
-def _entries(fd: int) -> Iterator[tuple[str, bool]]:
+def _names(fd: int) -> Iterator[str]:
     try:
         with os.scandir(fd) as found:
-            listed = [(e.name, e.is_dir(follow_symlinks=False)) for e in found]
+            listed = [e.name for e in found]
     except OSError:
         listed = []
     return iter(listed)

@@ -231,9 +231,10 @@ def test_a_directory_where_the_run_files_go_holds_the_job(place: Path) -> None:
 
 
 
-def test_the_hand_over_follows_no_link(place: Path) -> None:
-    """give_to_user walks by directory fds: a link in the tree (to a file or to a
-    directory of root's) is handed over itself, never what it names."""
+def test_the_hand_over_follows_no_link_and_leaves_hard_links_alone(place: Path) -> None:
+    """give_to_user opens each entry by its directory's fd, never through a link: a
+    link to a file or a directory of root's is not followed, and a file with more than
+    one link (a hard link the user could have made to a file of root's) is left."""
     from execd.starter.sandbox import give_to_user
 
     outside = place / "roots"
@@ -244,8 +245,9 @@ def test_the_hand_over_follows_no_link(place: Path) -> None:
     (sandbox / "deep" / "er" / "file").write_text("x")
     (sandbox / "to_file").symlink_to(outside / "secret")
     (sandbox / "deep" / "to_dir").symlink_to(outside)
+    os.link(outside / "secret", sandbox / "deep" / "hard")
     give_to_user(str(sandbox), NOBODY, NOBODY)
-    for path in (sandbox, sandbox / "deep" / "er" / "file", sandbox / "to_file",
-                 sandbox / "deep" / "to_dir"):  # fmt: skip
+    for path in (sandbox, sandbox / "deep", sandbox / "deep" / "er",
+                 sandbox / "deep" / "er" / "file"):  # fmt: skip
         assert os.lstat(path).st_uid == NOBODY, path
     assert os.stat(outside).st_uid == 0 and os.stat(outside / "secret").st_uid == 0
