@@ -320,6 +320,14 @@ _group(
     ("HISTORY_HELPER_MAX_HISTORY", I, "2000000000", "Records a remote history query reads at most unless it sets its own -scanlimit."),
     ("STATISTICS_WINDOW_QUANTUM", I, "240", "Seconds between self-monitor samples (MonitorSelf*) and the quantum of the recent window."),
 )
+_group(
+    "File transfer plugins",
+    ("FILETRANSFER_PLUGINS", L, "$(LIBEXEC)/curl_plugin, $(LIBEXEC)/data_plugin, $(LIBEXEC)/box_plugin.py, $(LIBEXEC)/gdrive_plugin.py, $(LIBEXEC)/onedrive_plugin.py, $(LIBEXEC)/stash_plugin", "Programs that fetch a job's URL input files (`transfer_input_files = https://...`). Each is asked `-classad` what it does when execd joins the pool; the slot ads advertise their methods as HasFileTransferPluginMethods. One that cannot be run or names no SupportedMethods is logged and left out. Run as the job's user in its sandbox (docs/pool.md, URL input files)."),
+    ("ENABLE_URL_TRANSFERS", B, "true", "False: no plugin is asked or run; the slot ads advertise no methods and a URL input file holds its job."),
+    ("MAX_FILE_TRANSFER_PLUGIN_LIFETIME", I, "72000", "Seconds one plugin run may take; past them its session is killed and the job held (code 12, subcode ETIME)."),
+    ("STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS", E, "", "The job's own transfer plugins (TransferPlugins): unset, false or <= 0 allows them; 2 ignores them (the node's plugins serve their methods); any other value (true) refuses them, holding with subcode -1002 'user-supplied plugin P not allowed'. A ClassAd expression over the slot's ad (MY) and the job's (TARGET). Where execd has no delegated cgroup tree they are refused whatever it says. Set, it is advertised as HasDisableUserTransferPlugins."),
+    ("FILETRANSFER_PLUGIN_CLASSAD_TIMEOUT", I, "20", "Seconds a plugin's `-classad` answer may take; past them the plugin is left out."),
+)
 
 
 @cache

@@ -49,6 +49,7 @@ from execd.wire.server import CommandServer, ServerSecurity
 from execd.wire.shared_port import SharedPortEndpoint
 from execd.wire.sinful import parse_sinful, with_alias
 from execd.wire.startd_ads import advertised_pair
+from execd.wire.transfer_plugins import PluginTable, node_plugins
 
 if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
@@ -108,6 +109,10 @@ class PoolMember:
         self.daemon_attrs = DaemonAttributes(self)  # TotalSlots, JobStarts, MonitorSelf*, ...
         # JobId, ClientMachine, ImageSize, PublicClaimId, ... of claimed slots
         self.job_attrs = JobAttributes(daemon.jobs, lambda: daemon.settings)
+        # The file transfer plugins (asked when execd joins the pool and at each
+        # reload); None: URL transfers are off (ENABLE_URL_TRANSFERS).
+        self.plugins: PluginTable | None = None
+        self._plugins_task: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     async def run(self) -> None:
@@ -116,6 +121,7 @@ class PoolMember:
         self.daemon_attrs.duty.install(asyncio.get_running_loop())
         if self.config.authz.host_names():  # before the first command is judged
             await self._resolve_authz(self.config.authz, at_start=True)
+        await self._ask_plugins()  # before the first ad
         await self._listen()
         self.address = self.server.address
         endpoint = None
@@ -135,7 +141,7 @@ class PoolMember:
             for task in done:
                 task.result()  # a loop that crashed takes the daemon down, as in a TaskGroup
         finally:
-            authz = [self._authz_task] if self._authz_task is not None else []
+            authz = [t for t in (self._authz_task, self._plugins_task) if t is not None]
             await cancel_until_done(loops + resumed + list(self._notices) + authz)
             if endpoint is not None:
                 await endpoint.close()
@@ -187,6 +193,32 @@ class PoolMember:
             resolved = policy
         self.config = dataclasses.replace(self.config, authz=resolved)
         logger.info("authz_policy_applied", hosts=hosts)
+
+    async def _ask_plugins(self) -> None:
+        """FILETRANSFER_PLUGINS asked what they do, off the loop (condor_startd runs
+        `condor_starter -classad` at its start and at each reconfig)."""
+        settings = self.daemon.settings
+        if not settings.get_bool("ENABLE_URL_TRANSFERS", True):
+            self.plugins = None
+            return
+        self.plugins = await asyncio.to_thread(
+            node_plugins, settings.get_list("FILETRANSFER_PLUGINS"),
+            float(settings.get_int("FILETRANSFER_PLUGIN_CLASSAD_TIMEOUT") or 20))
+
+    def ask_plugins_again(self) -> None:
+        """A reload: the plugins asked afresh; the table in force serves until then."""
+        if self._plugins_task is not None:
+            self._plugins_task.cancel()
+
+        async def ask() -> None:
+            await self._ask_plugins()
+            self.changed()
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no pool running (a reload before it joined): asked at join
+            return
+        self._plugins_task = loop.create_task(ask())
 
     def changed(self) -> None:
         """A slot changed state: advertise now, not at the next UPDATE_INTERVAL."""

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execd import log
+from execd.cgroups.tree import CgroupTree, JobCgroup
 from execd.claims.ids import ClaimId
 from execd.classads import evaluate, new_ad
 from execd.daemon.pool_job import PoolJob
 from execd.daemon.update_ad import SandboxIdentity
-from execd.errors import ExecdError, ProtocolError
+from execd.errors import CgroupError, ExecdError, ProtocolError
 from execd.wire.channel import Channel
 from execd.wire.chirp_config import ChirpConfig
 from execd.wire.chirp_proxy import ChirpProxy
@@ -38,6 +39,7 @@ from execd.wire.shadow import serve_shadow as run_conversation
 from execd.wire.shadow_resume import resume_shadow
 from execd.wire.shadow_syscalls import MessageChannel
 from execd.wire.sinful import parse_sinful
+from execd.wire.transfer_plugins import PLUGIN_LIFETIME_S
 
 if TYPE_CHECKING:
     from execd.config.settings import Settings
@@ -107,7 +109,43 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         claim_held=lambda: claim.full() in member.claims  # (restore tracks it first)
         and claim.full() not in member.closed_by_schedd,
         chirp=ChirpConfig.from_settings(daemon.settings),
+        plugins=member.plugins if daemon.settings.get_bool("ENABLE_URL_TRANSFERS", True)
+        else None,
+        plugin_timeout_s=float(daemon.settings.get_int("MAX_FILE_TRANSFER_PLUGIN_LIFETIME")
+                               or PLUGIN_LIFETIME_S),
+        plugin_cgroup=plugin_cgroup(daemon.jobs.tree, slot),
+        job_plugin_mode=lambda job_values: job_plugin_mode(daemon.settings, ad, job_values),
     )  # fmt: skip
+
+
+def job_plugin_mode(settings: Settings, slot_ad: Any, job: dict[str, object]) -> int:
+    """STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS as condor_starter's param_integer
+    reads it: an expression over the slot's ad (MY) and the job's (TARGET); unset, not
+    a number, or <= 0: 0 (allow); 2: ignore the job's plugins; anything else: 1 (fail)."""
+    name = "STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS"
+    if not (settings.get_str(name) or "").strip():
+        return 0
+    try:
+        value = evaluate(settings.get_expr(name), slot_ad, new_ad(job))
+    except ExecdError:  # not an expression: condor_starter's param_integer fails, allows
+        return 0
+    if isinstance(value, bool):
+        value = int(value)
+    if not isinstance(value, int | float) or value <= 0:
+        return 0
+    return 2 if value == 2 else 1
+
+
+def plugin_cgroup(tree: CgroupTree | None, slot: str) -> JobCgroup | None:
+    """The cgroup a slot's transfer plugins run in, one run at a time (`<slot>.plugins`
+    .slice, next to the job's; made and removed around each run; one left by a
+    crash is an orphan recovery removes). None without a delegated cgroup tree."""
+    if tree is None or not slot:
+        return None
+    try:
+        return tree.job(f"{slot}.plugins")
+    except CgroupError:
+        return None
 
 
 def peek_enabled(settings: Settings, slot_ad: Any, job: dict[str, object]) -> bool:

@@ -7,14 +7,19 @@ pool's collector and its monitoring: what the node's startd is, not what one slo
   `condor_starter -classad` into each slot ad and lists their names in
   `StarterAbilityList`. execd's starter advertises what it really does (docs/pool.md):
   file transfer, the shadow's reconnect, input files the shadow renames
-  (`transfer_input_files = a -> b`, a name with a directory arrives as that path) and
+  (`transfer_input_files = a -> b`, a name with a directory arrives as that path),
+  the URL methods of the node's file transfer plugins (`HasFileTransferPluginMethods`,
+  left out without plugins, as condor_starter; execd/wire/transfer_plugins.py), the
+  job's own plugins (`HasJobTransferPlugins`, with ENABLE_URL_TRANSFERS and a cgroup
+  tree, as they run only in a cgroup) and
   the network (false with EXECD_JOB_NETWORK_NAMESPACE, as condor_starter's
   NO_JOB_NETWORKING). An ability condor_starter lacks is left out of its ad (HasJava,
   HasDocker, HasSingularity) except condor_ssh_to_job's, `HasSshd = false` when it
-  has no sshd: execd's starter has none of TDP, job deferral, OsUser, URL plugins,
-  per-file encryption, common files, self-checkpoint transfers or the local JICs, so
-  they are left out, and HasSshd is false. `HasVM` is the startd's own (its VM
-  universe manager publishes false without a VM universe), not the starter's;
+  has no sshd: execd's starter has none of TDP, job deferral, OsUser, per-file
+  encryption, common files, self-checkpoint
+  transfers or the local JICs, so they are left out, and HasSshd is false. `HasVM` is
+  the startd's own (its VM universe manager publishes false without a VM universe),
+  not the starter's;
 - hibernation as condor_startd publishes it where the machine cannot hibernate
   (execd never does): level 0, state "NONE", no supported states, `CanHibernate`
   false; the network adapter of the advertised address (`HardwareAddress`,
@@ -52,6 +57,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from execd.classads import ClassAdError, parse_expr
 from execd.daemon.self_monitor import DutyCycle, SelfMonitor
 from execd.slots.ads import machine_attributes
 from execd.wire.classad_codec import WireAd, from_values
@@ -70,6 +76,9 @@ STARTER_ABILITIES: dict[str, bool] = {
     "HasTransferInputRemaps": True,
 }
 NETWORKING = "HasJobNetworking"
+PLUGIN_METHODS = "HasFileTransferPluginMethods"
+JOB_PLUGINS = "HasJobTransferPlugins"
+DISABLE_JOB_PLUGINS = "HasDisableUserTransferPlugins"
 HIBERNATION: dict[str, Any] = {
     "HibernationLevel": 0, "HibernationState": "NONE", "HibernationSupportedStates": "",
     "CanHibernate": False, "IsWakeOnLanSupported": False, "IsWakeOnLanEnabled": False,
@@ -80,10 +89,29 @@ NO_ADAPTER = ("00:00:00:00:00:00", "0.0.0.0")  # noqa: S104 (a mask, not a bind 
 SIOCGIFADDR, SIOCGIFNETMASK = 0x8915, 0x891B
 
 
-def starter_abilities(job_networking: bool) -> dict[str, Any]:
-    abilities = dict(STARTER_ABILITIES)
+def starter_abilities(job_networking: bool, plugin_methods: str = "",
+                      url_transfers: bool = False,
+                      disable_job_plugins: str = "") -> dict[str, Any]:  # fmt: skip
+    """`disable_job_plugins`: STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS's text,
+    advertised (HasDisableUserTransferPlugins) as condor_starter -classad prints it;
+    the caller puts it in the ad as an expression, the value here is a placeholder."""
+    abilities: dict[str, Any] = dict(STARTER_ABILITIES)
+    if url_transfers:  # ENABLE_URL_TRANSFERS: the job's own plugins (TransferPlugins) too
+        abilities[JOB_PLUGINS] = True
+    if plugin_methods:  # condor_starter lists them where it has plugins
+        abilities[PLUGIN_METHODS] = plugin_methods
+    if url_transfers and disable_job_plugins:
+        abilities[DISABLE_JOB_PLUGINS] = disable_job_plugins
     abilities[NETWORKING] = job_networking
     return {**abilities, "StarterAbilityList": ",".join(abilities), "HasVM": False}
+
+
+def _parses(text: str) -> bool:
+    try:
+        parse_expr(text)
+    except ClassAdError:
+        return False
+    return True
 
 
 def rotational(device: int, sys_root: str = "/sys") -> bool | None:
@@ -169,6 +197,7 @@ class DaemonAttributes:
         self.latch = DynamicSlotsLatch()
         self._adapter: tuple[str, tuple[str, str, str]] | None = None
         self._static_ad: tuple[Any, WireAd] | None = None
+        self._static_methods = ""
         self._common: tuple[tuple[Any, ...], WireAd] | None = None
 
     def _adapter_of(self, address: str) -> tuple[str, str, str]:
@@ -182,17 +211,30 @@ class DaemonAttributes:
     def _static(self) -> WireAd:
         """The attributes only a reload can change (kept per Settings object)."""
         settings = self.member.daemon.settings
-        if self._static_ad is None or self._static_ad[0] is not settings:
+        plugins = self.member.plugins
+        methods = plugins.methods_attr() if plugins is not None else ""
+        if self._static_ad is None or self._static_ad[0] is not settings \
+                or self._static_methods != methods:  # fmt: skip
+            self._static_methods = methods
             config = self.member.config
             machine = machine_attributes(self.member.daemon.node.slots.facts)
+            # the job's own plugins run only in a cgroup: none, no HasJobTransferPlugins
+            cgroups = self.member.daemon.jobs.tree is not None
+            disable = (settings.get_str("STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS")
+                       or "").strip()  # fmt: skip
+            if disable and not _parses(disable):
+                disable = ""  # condor_starter prints it only when it is an expression
             values = {
                 "CondorVersion": CONDOR_VERSION, "CondorPlatform": condor_platform(machine),
                 "UidDomain": config.domain, "FileSystemDomain": config.filesystem_domain,
-                **starter_abilities(not settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE")),
+                **starter_abilities(not settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
+                                    methods, plugins is not None and cgroups, disable),
                 **HIBERNATION, "TimeToLive": INT_MAX,
                 "IsLocalStartd": settings.get_bool("IS_LOCAL_STARTD"),
             }  # fmt: skip
             ad = from_values(values)
+            if DISABLE_JOB_PLUGINS in values:
+                ad[DISABLE_JOB_PLUGINS] = disable
             ad["Unhibernate"] = settings.get_str("UNHIBERNATE") or UNHIBERNATE_DEFAULT
             self._static_ad = (settings, ad)
         return self._static_ad[1]

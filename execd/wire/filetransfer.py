@@ -8,7 +8,8 @@ the output), then the job's secret TransferKey. On that AES-GCM connection:
 - the uploader sends int final_transfer (1 for the output, 0 for the input and for an
   evicted ON_EXIT_OR_EVICT job's sandbox, which the shadow spools) + ad {SandboxSize};
 - per file: int command (1 file, 6 mkdir, 4 the job's X509 proxy, delegated:
-  execd/wire/x509_delegation.py; 0 finished), the name; before the first file
+  execd/wire/x509_delegation.py; 5 a URL the starter fetches itself with a plugin:
+  execd/wire/url_inputs.py; 0 finished), the name; before the first file
   the GoAhead exchange: the downloader reads the uploader's alive interval and sends
   {Result = 2 (go ahead always), MaxTransferBytes}, sends its own alive interval and
   reads the uploader's {Result = 2} (the uploader does the two halves in the other
@@ -27,6 +28,7 @@ consumed into nothing and fails the transfer (hold code 12, EPERM), as HTCondor 
 
 from __future__ import annotations
 
+import contextlib
 import errno as errnos
 import os
 from collections.abc import Callable
@@ -36,6 +38,8 @@ from pathlib import Path
 from execd.errors import RemoteProtocolError
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad, from_values, to_classad
 from execd.wire.shadow_syscalls import MessageChannel
+from execd.wire.transfer_plugins import SUBCODE_EXEC_FAILED, url_safe
+from execd.wire.url_inputs import CMD_DOWNLOAD_URL, UrlInputs
 from execd.wire.x509_delegation import CMD_X509, DelegationError, receive_proxy, write_proxy
 
 FILETRANS_UPLOAD = 61000
@@ -67,6 +71,8 @@ class TransferResult:
     hold_subcode: int = 0
     hold_reason: str = ""
     failures: int = 0  # files that could not be sent (the first one's reason: hold_reason)
+    url_files: int = 0  # of `files`, fetched by a plugin (not CEDAR's in TransferStats)
+    try_again: bool = False  # not the job's fault (a plugin could not be run): ack Result 1
 
     @property
     def ok(self) -> bool:
@@ -95,12 +101,12 @@ class TransferTally:
 
 def _stats(result: TransferResult) -> str:
     return (f'[ Protocols = "cedar"; CedarSizeBytes = {result.bytes}; '
-            f"CedarFilesCount = {len(result.files)} ]")  # fmt: skip
+            f"CedarFilesCount = {len(result.files) - result.url_files} ]")  # fmt: skip
 
 
 def ack_ad(result: TransferResult, sender: str = "") -> WireAd:
     """Our ack; an uploader's failure says who failed to send (`sender`: ...)."""
-    ad = {"Result": "0" if result.ok else "-1"}
+    ad = {"Result": "0" if result.ok else "1" if result.try_again else "-1"}
     if not result.ok:
         reason = f"{sender}: {result.hold_reason}" if sender else result.hold_reason
         ad.update(from_values({"HoldReasonCode": result.hold_code,
@@ -212,8 +218,11 @@ async def receive_small_file(ch: MessageChannel, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-async def _receive_file_bytes(ch: MessageChannel, target: Path | None) -> tuple[int, int]:
-    """(bytes, errno) of one file's size/chunks/marker; target None: consume only."""
+async def _receive_file_bytes(ch: MessageChannel, target: Path | None, mode: int = 0o600,
+                              owner: tuple[int, int] | None = None) -> tuple[int, int]:  # fmt: skip
+    """(bytes, errno) of one file's size/chunks/marker; target None: consume only. The
+    file gets `mode` and, given one, `owner` through its fd once written: it is the
+    job's user's before anything of the user's can run, never a setuid file of root's."""
     size = await _file_size(ch)
     error = 0
     fd = -1
@@ -238,6 +247,13 @@ async def _receive_file_bytes(ch: MessageChannel, target: Path | None) -> tuple[
                     fd = -1
         if size == 0 and await _recv_int(ch, "zero-length file marker") != ZERO_FILE_MARKER:
             raise RemoteProtocolError("zero-length file without its 666 marker")
+        if fd >= 0:
+            try:
+                if owner is not None:
+                    os.fchown(fd, *owner)
+                os.fchmod(fd, mode & 0o777)  # never setuid, setgid or sticky from the wire
+            except OSError as exc:
+                error = exc.errno or errnos.EIO
     finally:
         if fd >= 0:
             os.close(fd)
@@ -245,7 +261,8 @@ async def _receive_file_bytes(ch: MessageChannel, target: Path | None) -> tuple[
 
 
 async def _receive_delegated_proxy(ch: MessageChannel, name: str, target: Path | None,
-                                   result: TransferResult) -> None:  # fmt: skip
+                                   result: TransferResult,
+                                   owner: tuple[int, int] | None) -> None:  # fmt: skip
     """Command 4: the job's proxy, delegated (no mode, no size; not counted as a CEDAR
     file or its bytes, as HTCondor's stats do not)."""
     try:
@@ -257,16 +274,57 @@ async def _receive_delegated_proxy(ch: MessageChannel, name: str, target: Path |
     if target is None:
         return
     try:
-        write_proxy(target, text)
+        write_proxy(target, text, owner)
     except OSError as exc:
         error = exc.errno or errnos.EIO
         result.fail(HOLD_DOWNLOAD_FILE_ERROR, error,
                     f"writing to file {name}: (errno {error}) {os.strerror(error)}")
 
 
+async def _receive_url(ch: MessageChannel, name: str, target: Path | None,
+                       urls: UrlInputs | None, result: TransferResult) -> None:  # fmt: skip
+    """Command 5: the URL (its own message), deferred to its plugin's run; one that
+    cannot be fetched here fails as condor_starter's DoDownload words a file it could
+    not receive: `STARTER at <our ip> - |Error: receiving file <path>: <errors>`."""
+    dec = ch.decoder(await ch.recv())
+    url = dec.get_string("URL")
+    dec.finish("URL message")
+    if target is None:
+        return
+    failed = urls.add(name, url, target) if urls is not None else (0, (
+        "FILETRANSFER:1:URL transfers are not supported here.  Cannot transfer URL file = "
+        f"{url_safe(url)} ."))  # fmt: skip
+    if failed is not None:
+        result.fail(HOLD_DOWNLOAD_FILE_ERROR, failed[0],
+                    f"{_starter_at(ch)}receiving file {target}: {failed[1]}")
+
+
+def _starter_at(ch: MessageChannel) -> str:
+    address = getattr(ch, "local_address", None)
+    return f"STARTER at {address[0] if address else '127.0.0.1'} - |Error: "
+
+
+def _make_dir(target: Path, mode: int, owner: tuple[int, int] | None) -> None:
+    """A directory the shadow sends (one already there is kept), the owner's, never
+    one reached through a link."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(target, (mode & 0o777) or 0o700)
+    fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if owner is not None:
+            os.fchown(fd, *owner)
+    finally:
+        os.close(fd)
+
+
 async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
-                           executable: str | None = None) -> TransferResult:  # fmt: skip
-    """Receive the input sandbox the shadow uploads (after FILETRANS_UPLOAD + key)."""
+                           executable: str | None = None,
+                           urls: UrlInputs | None = None,
+                           owner: tuple[int, int] | None = None) -> TransferResult:  # fmt: skip
+    """Receive the input sandbox the shadow uploads (after FILETRANS_UPLOAD + key);
+    its URLs are fetched by `urls` once the other items are in. Given `owner`, each
+    file, directory and the proxy is that user's (fchown) as it is made, modes masked
+    to 0o777, as condor_starter receives as the job's user."""
     result = TransferResult()
     dec = ch.decoder(await ch.recv())
     dec.get_int("final transfer flag")
@@ -274,9 +332,10 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
     dec.finish("transfer header")
     first = True
     while (command := await _recv_int(ch, "file command")) != CMD_FINISHED:
-        if command not in (CMD_FILE, CMD_MKDIR, CMD_X509):
-            raise FileTransferError(f"file transfer command {command} is not supported by execd "
-                                    "(only CEDAR files, directories and X509 proxies)")  # fmt: skip
+        if command not in (CMD_FILE, CMD_MKDIR, CMD_X509, CMD_DOWNLOAD_URL):
+            raise FileTransferError(f"file transfer command {command} is not supported by "
+                                    "execd (only CEDAR files, directories, X509 proxies "
+                                    "and URLs)")  # fmt: skip
         dec = ch.decoder(await ch.recv())
         name = dec.get_string("file name")
         dec.finish("file name message")
@@ -288,28 +347,39 @@ async def download_sandbox(ch: MessageChannel, sandbox: Path, *,
             result.fail(HOLD_DOWNLOAD_FILE_ERROR, errnos.EPERM,
                         f"Attempt to write to illegal sandbox path: {name}")  # fmt: skip
         if command == CMD_X509:
-            await _receive_delegated_proxy(ch, name, target, result)
+            await _receive_delegated_proxy(ch, name, target, result, owner)
+            continue
+        if command == CMD_DOWNLOAD_URL:
+            await _receive_url(ch, name, target, urls, result)
             continue
         mode = await _recv_int(ch, "file mode")
         if command == CMD_MKDIR:
             if target is not None:
                 try:
-                    target.mkdir(mode=(mode & 0o7777) or 0o700, exist_ok=True)
+                    _make_dir(target, mode, owner)
                 except OSError as exc:
                     result.fail(HOLD_DOWNLOAD_FILE_ERROR, exc.errno or errnos.EIO,
                                 f"failed to create directory {name}: {exc.strerror}")  # fmt: skip
             continue
         if mode == MISSING_FILE_MODE:
             target = None
-        size, error = await _receive_file_bytes(ch, target)
+        exec_name = executable and os.path.basename(executable)
+        size, error = await _receive_file_bytes(
+            ch, target, 0o755 if name == exec_name else (mode & 0o777) or 0o600, owner)
         if error:
             why = f"writing to file {name}: (errno {error}) {os.strerror(error)}"
             result.fail(HOLD_DOWNLOAD_FILE_ERROR, error, why)
         elif target is not None:
-            exec_name = executable and os.path.basename(executable)
-            os.chmod(target, 0o755 if name == exec_name else (mode & 0o7777) or 0o600)
             result.files.append(name)
             result.bytes += size
+    if result.ok and urls is not None:  # the deferred URLs, before the uploader's ack
+        fetched, failure = await urls.fetch(_starter_at(ch))
+        result.files += fetched
+        result.url_files = len(fetched)
+        if failure is not None:
+            result.fail(*failure)
+            # condor_starter: "not our fault, try again elsewhere"
+            result.try_again = failure[1] == SUBCODE_EXEC_FAILED
     peer = await recv_ad(ch, "uploader's ack")
     if peer.get("Result") != 0:
         peer_failure(peer, result, HOLD_UPLOAD_FILE_ERROR,

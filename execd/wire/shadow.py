@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from execd.cgroups.tree import JobCgroup
 from execd.claims.ids import ClaimId
 from execd.log import get_logger
-from execd.starter.sandbox import walk_tree
+from execd.starter.sandbox import give_to_user
 from execd.wire.channel import Channel
 from execd.wire.chirp_config import ChirpConfig
 from execd.wire.chirp_proxy import ChirpProxy
@@ -62,6 +63,7 @@ from execd.wire.output_files import (
     sent_std_files,
     std_files,
 )
+from execd.wire.plugin_runner import PluginJob
 from execd.wire.proxy_refresh import proxy_target
 from execd.wire.sandbox_upload import upload_sandbox
 from execd.wire.security import (
@@ -77,6 +79,8 @@ from execd.wire.shadow_end import (
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_job import (
     JobProcess,
+    JobSetupError,
+    environment_of,
     job_argv,
     job_env,
     proxy_name,
@@ -98,6 +102,8 @@ from execd.wire.slot_resources import (
     provisioned_resources,
     starter_info_resources,
 )
+from execd.wire.transfer_plugins import PLUGIN_LIFETIME_S, PluginTable
+from execd.wire.url_inputs import UrlInputs
 
 log = get_logger("wire")
 SHADOW_SETTLE_S = 0.1
@@ -150,6 +156,44 @@ class ShadowOptions:
     before_removal: Callable[[], Awaitable[None]] | None = None
     # The ENABLE_CHIRP* knobs as this job's starter reads them (at its start).
     chirp: ChirpConfig = field(default_factory=ChirpConfig)
+    # The node's file transfer plugins (FILETRANSFER_PLUGINS), for URL input files;
+    # None: URL transfers are off. Each run may take plugin_timeout_s.
+    plugins: PluginTable | None = None
+    plugin_timeout_s: float = PLUGIN_LIFETIME_S
+    # The cgroup each plugin run is made in and killed with (the slot's `.plugins`
+    # slice); None: no cgroup v2 delegation, the job's own plugins are refused.
+    plugin_cgroup: JobCgroup | None = None
+    # STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS for a job (its ad's values):
+    # 0 allow, 2 ignore, else refuse its own plugins. None: allow.
+    job_plugin_mode: Callable[[dict[str, object]], int] | None = None
+
+
+# What of execd's own environment a transfer plugin gets (condor_starter passes its
+# whole environment): the site's proxies and CA locations, the locale and zone.
+PLUGIN_DAEMON_ENV = ("http_proxy", "https_proxy", "ftp_proxy", "all_proxy", "no_proxy",
+                     "HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "ALL_PROXY", "NO_PROXY",
+                     "X509_CERT_DIR", "X509_CA_FILE", "SSL_CERT_FILE", "SSL_CERT_DIR",
+                     "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "LANG", "LC_ALL", "TZ")  # fmt: skip
+
+
+def plugin_env(job: dict[str, object], sandbox: Path) -> dict[str, str]:
+    """A transfer plugin's environment: the site's settings of execd's environment
+    (PLUGIN_DAEMON_ENV), the job's ad files, its proxy if it has one."""
+    env = {name: os.environ[name] for name in PLUGIN_DAEMON_ENV if name in os.environ}
+    env |= {"PATH": os.defpath, "_CONDOR_JOB_AD": str(sandbox / ".job.ad"),
+            "_CONDOR_MACHINE_AD": str(sandbox / ".machine.ad")}  # fmt: skip
+    if (proxy := proxy_name(job)) is not None:
+        env["X509_USER_PROXY"] = str(sandbox / proxy)
+    return env
+
+
+def job_environment(job: dict[str, object]) -> dict[str, str]:
+    """The job's Environment for its plugins; one that does not parse: none (the
+    job's own setup reports it)."""
+    try:
+        return environment_of(job)
+    except JobSetupError:
+        return {}
 
 
 def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
@@ -278,8 +322,17 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                               TransferTally(report=options.on_transferred))
         executable = str(job.get("Cmd", ""))
 
+        job_plugins = job.get("TransferPlugins")
+        urls = UrlInputs(options.plugins, PluginJob(
+            sandbox, (uid, gid), plugin_env(job, sandbox), options.plugin_timeout_s,
+            options.plugin_cgroup, job_environment(job)),
+            job_plugins if isinstance(job_plugins, str) else "")  # fmt: skip
+        if options.job_plugin_mode is not None and urls.job_plugins:
+            urls.job_plugin_mode = options.job_plugin_mode(job)
+
         async def receive(ch: Channel) -> TransferResult:
-            return await download_sandbox(ch, sandbox, executable=executable)
+            return await download_sandbox(ch, sandbox, executable=executable, urls=urls,
+                                          owner=(uid, gid) if os.geteuid() == 0 else None)
 
         transfer = wants_transfer(job, options.filesystem_domain or options.uid_domain)
         # Before the input arrives, as condor_starter's WriteAdFiles in its working
@@ -310,9 +363,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             else {}  # fmt: skip
         await send_update(calls, provisioned | from_values({"_condor_JOBINFO_MAXINTERVAL": -1}),
                           options.on_update)  # fmt: skip
-        os.lchown(sandbox, uid, gid)
-        for name, _ in walk_tree(str(sandbox)):  # any depth (os.walk recursed per level)
-            os.lchown(name, uid, gid)
+        if not urls.handed_over:  # else the user's plugins ran there: no root walk
+            give_to_user(str(sandbox), uid, gid)
         proxy = await open_chirp_proxy(calls, job, gjid, sandbox, owner=(uid, gid),
                                        connected=lambda: not link.disconnected.is_set(),
                                        job_wire=job_wire, config=options.chirp)  # fmt: skip

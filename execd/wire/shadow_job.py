@@ -22,7 +22,8 @@ from execd.wire.classad_codec import WireAd, from_values, long_form
 from execd.wire.job_runner import JobExit, JobLaunch, JobSetupError, exec_failure
 from execd.wire.output_files import std_files
 
-__all__ = ["DEFAULT_PATH", "JobExit", "JobProcess", "JobSetupError", "job_argv", "job_env",
+__all__ = ["DEFAULT_PATH", "JobExit", "JobProcess", "JobSetupError", "environment_of",
+           "job_argv", "job_env",
            "proxy_name", "rss_kb", "run_as_ids", "run_as_user", "shared_fs_launch",
            "starter_job_ad", "wants_transfer", "write_job_ads"]
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -89,9 +90,10 @@ def proxy_path(job: dict[str, object], sandbox: Path, transfer: bool) -> str | N
     return os.path.join(iwd, path) if isinstance(iwd, str) and iwd else path
 
 
-def job_env(job: dict[str, object], sandbox: Path, transfer: bool = True) -> dict[str, str]:
-    env = {"PATH": DEFAULT_PATH, "_CONDOR_SCRATCH_DIR": str(sandbox), "TMPDIR": str(sandbox),
-           "HOME": str(sandbox)}  # fmt: skip
+def environment_of(job: dict[str, object]) -> dict[str, str]:
+    """The job ad's Environment (new syntax) as name -> value; JobSetupError when it
+    does not parse."""
+    env: dict[str, str] = {}
     text = job.get("Environment")
     if isinstance(text, str) and text.strip():
         try:
@@ -102,6 +104,13 @@ def job_env(job: dict[str, object], sandbox: Path, transfer: bool = True) -> dic
             name, sep, value = pair.partition("=")
             if sep and name:
                 env[name] = value
+    return env
+
+
+def job_env(job: dict[str, object], sandbox: Path, transfer: bool = True) -> dict[str, str]:
+    env = {"PATH": DEFAULT_PATH, "_CONDOR_SCRATCH_DIR": str(sandbox), "TMPDIR": str(sandbox),
+           "HOME": str(sandbox)}  # fmt: skip
+    env |= environment_of(job)
     proxy = proxy_path(job, sandbox, transfer)
     if proxy is not None:  # condor_starter's wins over the job's own Environment
         env["X509_USER_PROXY"] = proxy

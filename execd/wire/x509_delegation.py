@@ -114,11 +114,14 @@ async def receive_proxy(ch: MessageChannel) -> bytes:
     return await asyncio.to_thread(proxy_file_text, key, answer)
 
 
-def write_proxy(target: Path, text: bytes) -> None:
+def write_proxy(target: Path, text: bytes, owner: tuple[int, int] | None = None) -> None:
     """Create the proxy file, 0600, as x509_receive_delegation_finish (O_EXCL), and
-    never through a link the sandbox might hold."""
+    never through a link the sandbox might hold; given `owner`, it is that user's
+    (the job's: its plugins read it as X509_USER_PROXY)."""
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
+        if owner is not None:
+            os.fchown(fd, *owner)
         view = memoryview(text)
         while view:
             view = view[os.write(fd, view):]

@@ -119,8 +119,10 @@ def timeless(events: list[str], until: str | None = None) -> list[str]:
 
 
 def submit_files(pool: harness.Pool, text: str, files: dict[str, str],
-                 user: str = harness.SUBMITTER) -> harness.SubmittedJob:  # fmt: skip
-    """Pool.submit with subdirectories and an executable script."""
+                 user: str = harness.SUBMITTER,
+                 modes: dict[str, int] | None = None) -> harness.SubmittedJob:  # fmt: skip
+    """Pool.submit with subdirectories and an executable script (`modes`: a file's
+    own mode, else 0755 for *.sh, 0644 for the rest)."""
     pool._jobs += 1
     pool.add_user(user)
     job_dir = pool.host_path(f"/home/{user}/job{pool._jobs}")
@@ -132,7 +134,7 @@ def submit_files(pool: harness.Pool, text: str, files: dict[str, str],
         path = job_dir / name
         path.parent.mkdir(exist_ok=True)
         path.write_text(body)
-        path.chmod(0o755 if name.endswith(".sh") else 0o644)
+        path.chmod((modes or {}).get(name, 0o755 if name.endswith(".sh") else 0o644))
     for path in [job_dir, *job_dir.rglob("*")]:
         os.chown(path, uid, gid)
     out = pool.tool("condor_submit", "-terse", "job.sub", user=user,

@@ -30,10 +30,11 @@ TOOL_ATTRS = ("MyType", "Name", "Machine", "DetectedCpus", "DetectedMemory", "To
               "ExcessBackfillCpus", "ExcessBackfillMemory", "ExcessBackfillDisk",
               "ExcessBackfillGPUs", "Arch", "OpSys", "IsLocalStartd")  # fmt: skip
 # In condor_startd's daemon ad, not in execd's: the starter abilities execd's starter
-# lacks (left out of its slot ads alike; MappingMethod is common files transfer's).
+# lacks (left out of its slot ads alike; MappingMethod is common files transfer's), and
+# HasFileTransferPluginMethods: execd has no plugins here (none in the host's LIBEXEC).
 NOT_IN_EXECDS = {
     "HasCommonFilesTransfer", "HasFileTransferPluginMethods", "HasIOProxy",
-    "HasJICLocalConfig", "HasJICLocalStdin", "HasJobDeferral", "HasJobTransferPlugins",
+    "HasJICLocalConfig", "HasJICLocalStdin", "HasJobDeferral",
     "HasOsUser", "HasPerFileEncryption", "HasSelfCheckpointTransfers", "HasTDP",
     "MappingMethod",
 }  # fmt: skip

@@ -32,6 +32,16 @@ from execd.wire.security import CONDOR_VERSION
 ADDRESS = "<127.0.0.1:9618?addrs=127.0.0.1-9618>"
 
 
+def test_plugin_methods_are_a_starter_ability_listed_only_with_plugins() -> None:
+    """condor_starter prints HasFileTransferPluginMethods only when it has plugins; the
+    startd lists it in StarterAbilityList with the other Has* attributes."""
+    abilities = starter_abilities(job_networking=True, plugin_methods="data,http,https,s3,gs")
+    assert abilities["HasFileTransferPluginMethods"] == "data,http,https,s3,gs"
+    assert "HasFileTransferPluginMethods" in abilities["StarterAbilityList"].split(",")
+    assert "HasFileTransferPluginMethods" not in starter_abilities(job_networking=True)
+    assert "HasJobTransferPlugins" not in abilities  # URL transfers off (url_transfers=False)
+
+
 def test_the_ability_list_names_every_has_attribute_of_the_starter() -> None:
     abilities = starter_abilities(job_networking=True)
     assert abilities["StarterAbilityList"] == (
@@ -114,12 +124,14 @@ def daemon_attributes(tmp_path: Path, config: str = "") -> tuple[DaemonAttribute
     daemon = SimpleNamespace(startd_stats=StartdStats(), settings=load_settings(load_config(path)),
                              engine=SimpleNamespace(slots={"slot1": None, "slot1_1": None}),
                              paths=SimpleNamespace(execute=tmp_path),
-                             node=SimpleNamespace(slots=SimpleNamespace(facts=facts)))  # fmt: skip
+                             node=SimpleNamespace(slots=SimpleNamespace(facts=facts)),
+                             jobs=SimpleNamespace(tree=None))  # fmt: skip
     member = SimpleNamespace(daemon=daemon, address=ADDRESS,
                              config=SimpleNamespace(domain="pool.example",
                                                     filesystem_domain="fs.example"),
                              server=SimpleNamespace(open_connections=lambda: 0),
-                             security=SimpleNamespace(sessions={}))  # fmt: skip
+                             security=SimpleNamespace(sessions={}),
+                             plugins=None)  # fmt: skip
     return DaemonAttributes(member), daemon  # type: ignore[arg-type]
 
 
@@ -162,3 +174,15 @@ def test_within_resource_limits_follows_the_knobs(tmp_path: Path) -> None:
     attributes, _ = daemon_attributes(tmp_path, "WithinResourceLimits = Cpus > 0\n"
                                       "STARTD_JOB_HAS_REQUEST_ATTRS = true\n")  # fmt: skip
     assert attributes.limits() == {"configured": "Cpus > 0", "job_has_request_attrs": True}
+
+
+def test_job_plugins_are_advertised_with_url_transfers_and_the_knob_with_them() -> None:
+    """condor_starter -classad says HasJobTransferPlugins; with
+    STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS set, HasDisableUserTransferPlugins."""
+    on = starter_abilities(job_networking=True, url_transfers=True)
+    assert on["HasJobTransferPlugins"] is True
+    assert "HasJobTransferPlugins" in on["StarterAbilityList"].split(",")
+    assert "HasDisableUserTransferPlugins" not in on
+    knob = starter_abilities(job_networking=True, url_transfers=True,
+                             disable_job_plugins="TARGET.Owner == \"x\"")  # fmt: skip
+    assert "HasDisableUserTransferPlugins" in knob["StarterAbilityList"].split(",")

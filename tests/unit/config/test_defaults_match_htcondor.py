@@ -28,6 +28,8 @@ CODE_DEFAULTS: dict[str, Any] = {
     # condor_utils/proc_family_direct_cgroup_v2.cpp: param_boolean(..., false)
     "CGROUP_USE_PEAK_MEMORY": False,
     "UPDATE_OFFSET": 0,  # condor_startd.V6/ResMgr.cpp: param_integer("UPDATE_OFFSET", 0, 0)
+    # condor_utils/file_transfer.cpp: param_integer("FILETRANSFER_PLUGIN_CLASSAD_TIMEOUT", 20)
+    "FILETRANSFER_PLUGIN_CLASSAD_TIMEOUT": 20,
     # condor_startd.V6/ResMgr.cpp: configInsert(..., ATTR_MAX_JOB_RETIREMENT_TIME, false);
     # undefined is no retirement
     "MAXJOBRETIREMENTTIME": 0,
