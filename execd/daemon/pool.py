@@ -20,7 +20,6 @@ session is known to the server exactly while the id is live.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hmac
 import time
 from dataclasses import dataclass
@@ -34,12 +33,11 @@ from execd.daemon.pool_claimant import claimant_attributes
 from execd.daemon.pool_daemon_attrs import DaemonAttributes
 from execd.daemon.pool_job import PoolJob
 from execd.daemon.pool_job_attrs import JobAttributes
+from execd.daemon.pool_lookups import PoolLookups
 from execd.daemon.pool_settings import PoolSettings, pool_settings
 from execd.daemon.startd_daemon_ad import StartdDaemonAd
 from execd.errors import ExecdError, ProtocolError
 from execd.wire.advertiser import Advertiser, slot_name, wait_event
-from execd.wire.authz_policy import AuthzPolicy
-from execd.wire.blocking_worker import BlockingWorker
 from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import WireAd
 from execd.wire.collector import CollectorClient
@@ -49,7 +47,6 @@ from execd.wire.server import CommandServer, ServerSecurity
 from execd.wire.shared_port import SharedPortEndpoint
 from execd.wire.sinful import parse_sinful, with_alias
 from execd.wire.startd_ads import advertised_pair
-from execd.wire.transfer_plugins import PluginTable, node_plugins
 
 if TYPE_CHECKING:
     from execd.daemon.runtime import Daemon
@@ -57,7 +54,6 @@ if TYPE_CHECKING:
 logger = log.get_logger("pool")
 
 STOP_TIMEOUT_S = 20.0  # invalidating ads on shutdown never holds the daemon longer
-RESOLVE_TIMEOUT_S = 60.0  # resolving an ALLOW_/DENY_ policy's host names, all of them
 LISTEN_PORT_KEY = "pool_listen_port"  # the store's meta: the command port of the last run
 
 
@@ -104,15 +100,11 @@ class PoolMember:
         self.state_changed = asyncio.Event()
         self.closed_by_schedd: set[str] = set()  # claims whose schedd ended them
         self._notices: set[asyncio.Task[None]] = set()  # RELEASE_CLAIMs in flight
-        self._resolver = BlockingWorker("execd-authz-hosts")
-        self._authz_task: asyncio.Task[None] | None = None  # a reload's policy resolving
         self.daemon_attrs = DaemonAttributes(self)  # TotalSlots, JobStarts, MonitorSelf*, ...
         # JobId, ClientMachine, ImageSize, PublicClaimId, ... of claimed slots
         self.job_attrs = JobAttributes(daemon.jobs, lambda: daemon.settings)
-        # The file transfer plugins (asked when execd joins the pool and at each
-        # reload); None: URL transfers are off (ENABLE_URL_TRANSFERS).
-        self.plugins: PluginTable | None = None
-        self._plugins_task: asyncio.Task[None] | None = None
+        # the authz policy's host names and the transfer plugins, at join and reload
+        self.lookups = PoolLookups(self)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def run(self) -> None:
@@ -120,8 +112,8 @@ class PoolMember:
 
         self.daemon_attrs.duty.install(asyncio.get_running_loop())
         if self.config.authz.host_names():  # before the first command is judged
-            await self._resolve_authz(self.config.authz, at_start=True)
-        await self._ask_plugins()  # before the first ad
+            await self.lookups.resolve_authz(self.config.authz, at_start=True)
+        await self.lookups.ask_plugins()  # before the first ad
         await self._listen()
         self.address = self.server.address
         endpoint = None
@@ -141,8 +133,8 @@ class PoolMember:
             for task in done:
                 task.result()  # a loop that crashed takes the daemon down, as in a TaskGroup
         finally:
-            authz = [t for t in (self._authz_task, self._plugins_task) if t is not None]
-            await cancel_until_done(loops + resumed + list(self._notices) + authz)
+            await cancel_until_done(loops + resumed + list(self._notices)
+                                    + self.lookups.tasks())  # fmt: skip
             if endpoint is not None:
                 await endpoint.close()
             await self.server.close()
@@ -167,58 +159,6 @@ class PoolMember:
         await self.server.start(self.config.listen_host, port)
         if port == 0:
             store.set_meta(LISTEN_PORT_KEY, str(self.server.port))
-
-    def use_authz(self, policy: AuthzPolicy) -> None:
-        """A reload's ALLOW_/DENY_ policy: at once when it names no host to resolve;
-        else once its host names are resolved off the loop, the policy in force
-        staying until then (so a DENY by name never lapses)."""
-        if self._authz_task is not None:
-            self._authz_task.cancel()
-            self._authz_task = None
-        if not policy.host_names():
-            self.config = dataclasses.replace(self.config, authz=policy)
-            return
-        self._authz_task = asyncio.get_running_loop().create_task(self._resolve_authz(policy))
-
-    async def _resolve_authz(self, policy: AuthzPolicy, *, at_start: bool = False) -> None:
-        hosts = sorted(policy.host_names())
-        try:
-            resolved = await self._resolver.run(RESOLVE_TIMEOUT_S, policy.resolved)
-        except TimeoutError:
-            logger.warning("authz_hosts_unresolved", hosts=hosts, timeout_s=RESOLVE_TIMEOUT_S,
-                           policy="unresolved names match nothing" if at_start
-                           else "the policy in force stays")  # fmt: skip
-            if not at_start:
-                return
-            resolved = policy
-        self.config = dataclasses.replace(self.config, authz=resolved)
-        logger.info("authz_policy_applied", hosts=hosts)
-
-    async def _ask_plugins(self) -> None:
-        """FILETRANSFER_PLUGINS asked what they do, off the loop (condor_startd runs
-        `condor_starter -classad` at its start and at each reconfig)."""
-        settings = self.daemon.settings
-        if not settings.get_bool("ENABLE_URL_TRANSFERS", True):
-            self.plugins = None
-            return
-        self.plugins = await asyncio.to_thread(
-            node_plugins, settings.get_list("FILETRANSFER_PLUGINS"),
-            float(settings.get_int("FILETRANSFER_PLUGIN_CLASSAD_TIMEOUT") or 20))
-
-    def ask_plugins_again(self) -> None:
-        """A reload: the plugins asked afresh; the table in force serves until then."""
-        if self._plugins_task is not None:
-            self._plugins_task.cancel()
-
-        async def ask() -> None:
-            await self._ask_plugins()
-            self.changed()
-
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no pool running (a reload before it joined): asked at join
-            return
-        self._plugins_task = loop.create_task(ask())
 
     def changed(self) -> None:
         """A slot changed state: advertise now, not at the next UPDATE_INTERVAL."""

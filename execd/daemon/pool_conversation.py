@@ -109,7 +109,7 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         claim_held=lambda: claim.full() in member.claims  # (restore tracks it first)
         and claim.full() not in member.closed_by_schedd,
         chirp=ChirpConfig.from_settings(daemon.settings),
-        plugins=member.plugins if daemon.settings.get_bool("ENABLE_URL_TRANSFERS", True)
+        plugins=member.lookups.plugins if daemon.settings.get_bool("ENABLE_URL_TRANSFERS", True)
         else None,
         plugin_timeout_s=float(daemon.settings.get_int("MAX_FILE_TRANSFER_PLUGIN_LIFETIME")
                                or PLUGIN_LIFETIME_S),

@@ -211,7 +211,7 @@ class DaemonAttributes:
     def _static(self) -> WireAd:
         """The attributes only a reload can change (kept per Settings object)."""
         settings = self.member.daemon.settings
-        plugins = self.member.plugins
+        plugins = self.member.lookups.plugins
         methods = plugins.methods_attr() if plugins is not None else ""
         if self._static_ad is None or self._static_ad[0] is not settings \
                 or self._static_methods != methods:  # fmt: skip

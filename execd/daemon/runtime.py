@@ -171,8 +171,8 @@ class Daemon:
         self.wake.set()
         if self.pool is not None:  # as condor_startd: the pool sees the new config at once
             if new_authz is not None:
-                self.pool.use_authz(new_authz)
-            self.pool.ask_plugins_again()
+                self.pool.lookups.use_authz(new_authz)
+            self.pool.lookups.ask_plugins_again()
             self.pool.changed()
         return True
 

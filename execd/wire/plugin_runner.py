@@ -5,7 +5,7 @@ plugin's basename), the infile one `[ Url = ...; LocalFileName = ... ]` ad a URL
 
 The run is the job's user's (never root's), in the sandbox, in a session of its own
 and in a cgroup of its own (PluginJob.cgroup, entered before exec), with a small
-environment (execd/wire/shadow.py plugin_env, and the job's NAME_* variables: run_env).
+environment (execd/wire/url_inputs.py plugin_env, and the job's NAME_* variables: run_env).
 Its stdout and stderr go to a pipe of ours, read (never more than OUTPUT_KEEP bytes
 kept, for the log) so a chatty plugin never blocks, and the wait ends when the plugin
 does. After the run, or once it is past the timeout (MAX_FILE_TRANSFER_PLUGIN_LIFETIME),

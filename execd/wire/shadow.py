@@ -63,7 +63,6 @@ from execd.wire.output_files import (
     sent_std_files,
     std_files,
 )
-from execd.wire.plugin_runner import PluginJob
 from execd.wire.proxy_refresh import proxy_target
 from execd.wire.sandbox_upload import upload_sandbox
 from execd.wire.security import (
@@ -79,8 +78,6 @@ from execd.wire.shadow_end import (
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_job import (
     JobProcess,
-    JobSetupError,
-    environment_of,
     job_argv,
     job_env,
     proxy_name,
@@ -103,7 +100,7 @@ from execd.wire.slot_resources import (
     starter_info_resources,
 )
 from execd.wire.transfer_plugins import PLUGIN_LIFETIME_S, PluginTable
-from execd.wire.url_inputs import UrlInputs
+from execd.wire.url_inputs import job_url_inputs
 
 log = get_logger("wire")
 SHADOW_SETTLE_S = 0.1
@@ -166,34 +163,6 @@ class ShadowOptions:
     # STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS for a job (its ad's values):
     # 0 allow, 2 ignore, else refuse its own plugins. None: allow.
     job_plugin_mode: Callable[[dict[str, object]], int] | None = None
-
-
-# What of execd's own environment a transfer plugin gets (condor_starter passes its
-# whole environment): the site's proxies and CA locations, the locale and zone.
-PLUGIN_DAEMON_ENV = ("http_proxy", "https_proxy", "ftp_proxy", "all_proxy", "no_proxy",
-                     "HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "ALL_PROXY", "NO_PROXY",
-                     "X509_CERT_DIR", "X509_CA_FILE", "SSL_CERT_FILE", "SSL_CERT_DIR",
-                     "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "LANG", "LC_ALL", "TZ")  # fmt: skip
-
-
-def plugin_env(job: dict[str, object], sandbox: Path) -> dict[str, str]:
-    """A transfer plugin's environment: the site's settings of execd's environment
-    (PLUGIN_DAEMON_ENV), the job's ad files, its proxy if it has one."""
-    env = {name: os.environ[name] for name in PLUGIN_DAEMON_ENV if name in os.environ}
-    env |= {"PATH": os.defpath, "_CONDOR_JOB_AD": str(sandbox / ".job.ad"),
-            "_CONDOR_MACHINE_AD": str(sandbox / ".machine.ad")}  # fmt: skip
-    if (proxy := proxy_name(job)) is not None:
-        env["X509_USER_PROXY"] = str(sandbox / proxy)
-    return env
-
-
-def job_environment(job: dict[str, object]) -> dict[str, str]:
-    """The job's Environment for its plugins; one that does not parse: none (the
-    job's own setup reports it)."""
-    try:
-        return environment_of(job)
-    except JobSetupError:
-        return {}
 
 
 def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
@@ -322,13 +291,10 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                               TransferTally(report=options.on_transferred))
         executable = str(job.get("Cmd", ""))
 
-        job_plugins = job.get("TransferPlugins")
-        urls = UrlInputs(options.plugins, PluginJob(
-            sandbox, (uid, gid), plugin_env(job, sandbox), options.plugin_timeout_s,
-            options.plugin_cgroup, job_environment(job)),
-            job_plugins if isinstance(job_plugins, str) else "")  # fmt: skip
-        if options.job_plugin_mode is not None and urls.job_plugins:
-            urls.job_plugin_mode = options.job_plugin_mode(job)
+        urls = job_url_inputs(job, sandbox, (uid, gid), plugins=options.plugins,
+                              timeout_s=options.plugin_timeout_s,
+                              cgroup=options.plugin_cgroup,
+                              job_plugin_mode=options.job_plugin_mode)  # fmt: skip
 
         async def receive(ch: Channel) -> TransferResult:
             return await download_sandbox(ch, sandbox, executable=executable, urls=urls,

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from execd.starter.sandbox import give_to_user
 from execd.wire.plugin_runner import (
@@ -35,6 +37,7 @@ from execd.wire.plugin_runner import (
     run_plugin,
     run_single,
 )
+from execd.wire.shadow_job import JobSetupError, environment_of, proxy_name
 from execd.wire.transfer_plugins import (
     HOLD_DOWNLOAD_FILE_ERROR,
     SUBCODE_NOT_OPERATIONAL,
@@ -46,6 +49,9 @@ from execd.wire.transfer_plugins import (
     url_method,
     url_safe,
 )
+
+if TYPE_CHECKING:
+    from execd.cgroups.tree import JobCgroup
 
 CMD_DOWNLOAD_URL = 5  # TransferCommand::DownloadUrl
 ALLOW_JOB_PLUGINS, IGNORE_JOB_PLUGINS = 0, 2  # FileTransfer::UserPluginDisableMode
@@ -157,3 +163,47 @@ class UrlInputs:
         if subcode is None:
             remove_run_files(plugin, self.job.sandbox)
         return subcode, errors
+
+
+# What of execd's own environment a transfer plugin gets (condor_starter passes its
+# whole environment): the site's proxies and CA locations, the locale and zone.
+PLUGIN_DAEMON_ENV = ("http_proxy", "https_proxy", "ftp_proxy", "all_proxy", "no_proxy",
+                     "HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "ALL_PROXY", "NO_PROXY",
+                     "X509_CERT_DIR", "X509_CA_FILE", "SSL_CERT_FILE", "SSL_CERT_DIR",
+                     "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "LANG", "LC_ALL", "TZ")  # fmt: skip
+
+
+def plugin_env(job: dict[str, object], sandbox: Path) -> dict[str, str]:
+    """A transfer plugin's environment: the site's settings of execd's environment
+    (PLUGIN_DAEMON_ENV), the job's ad files, its proxy if it has one."""
+    env = {name: os.environ[name] for name in PLUGIN_DAEMON_ENV if name in os.environ}
+    env |= {"PATH": os.defpath, "_CONDOR_JOB_AD": str(sandbox / ".job.ad"),
+            "_CONDOR_MACHINE_AD": str(sandbox / ".machine.ad")}  # fmt: skip
+    if (proxy := proxy_name(job)) is not None:
+        env["X509_USER_PROXY"] = str(sandbox / proxy)
+    return env
+
+
+def job_environment(job: dict[str, object]) -> dict[str, str]:
+    """The job's Environment for its plugins; one that does not parse: none (the
+    job's own setup reports it)."""
+    try:
+        return environment_of(job)
+    except JobSetupError:
+        return {}
+
+
+def job_url_inputs(job: dict[str, object], sandbox: Path, ids: tuple[int, int], *,
+                   plugins: PluginTable | None, timeout_s: float, cgroup: JobCgroup | None,
+                   job_plugin_mode: Callable[[dict[str, object]], int] | None,
+                   ) -> UrlInputs:  # fmt: skip
+    """A job's URL inputs: the node's plugins (None: URL transfers off) and the job's
+    own (TransferPlugins, as STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS allows),
+    each run as the job's user (`ids`) in `cgroup`."""
+    own = job.get("TransferPlugins")
+    urls = UrlInputs(plugins, PluginJob(sandbox, ids, plugin_env(job, sandbox), timeout_s,
+                                        cgroup, job_environment(job)),
+                     own if isinstance(own, str) else "")  # fmt: skip
+    if job_plugin_mode is not None and urls.job_plugins:
+        urls.job_plugin_mode = job_plugin_mode(job)
+    return urls

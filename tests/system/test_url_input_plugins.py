@@ -251,7 +251,7 @@ def test_a_plugin_gets_the_jobs_variables_named_for_it_and_the_sites_proxy(
         place: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """condor's mergePluginSpecificEnvironment: the job's TEST_* variables reach
     test_plugin (any case), its others do not; execd's http_proxy does."""
-    from execd.wire.shadow import job_environment, plugin_env
+    from execd.wire.url_inputs import job_environment, plugin_env
 
     monkeypatch.setenv("http_proxy", "http://proxy.site:3128")
     body = GOOD.replace('echo "$url as $(id -u) in $(pwd)" > "$local"',
