@@ -131,7 +131,7 @@ def daemon_attributes(tmp_path: Path, config: str = "") -> tuple[DaemonAttribute
                                                     filesystem_domain="fs.example"),
                              server=SimpleNamespace(open_connections=lambda: 0),
                              security=SimpleNamespace(sessions={}),
-                             plugins=None)  # fmt: skip
+                             lookups=SimpleNamespace(plugins=None))  # fmt: skip
     return DaemonAttributes(member), daemon  # type: ignore[arg-type]
 
 
