@@ -9,12 +9,13 @@ pool's collector and its monitoring: what the node's startd is, not what one slo
   file transfer, the shadow's reconnect, input files the shadow renames
   (`transfer_input_files = a -> b`, a name with a directory arrives as that path) and
   the network (false with EXECD_JOB_NETWORK_NAMESPACE, as condor_starter's
-  NO_JOB_NETWORKING). An ability condor_starter lacks is left out of its ad (HasJava,
-  HasDocker, HasSingularity) except condor_ssh_to_job's, `HasSshd = false` when it
-  has no sshd: execd's starter has none of TDP, job deferral, OsUser, URL plugins,
-  per-file encryption, common files, self-checkpoint transfers or the local JICs, so
-  they are left out, and HasSshd is false. `HasVM` is the startd's own (its VM
-  universe manager publishes false without a VM universe), not the starter's;
+  NO_JOB_NETWORKING) and condor_ssh_to_job (`HasSshd`: whether SSH_TO_JOB_SSHD can be
+  executed, as condor_starter -classad says it). An ability condor_starter lacks is
+  left out of its ad (HasJava, HasDocker, HasSingularity): execd's starter has none of
+  TDP, job deferral, OsUser, URL plugins, per-file encryption, common files,
+  self-checkpoint transfers or the local JICs, so they are left out. `HasVM` is the
+  startd's own (its VM universe manager publishes false without a VM universe), not
+  the starter's;
 - hibernation as condor_startd publishes it where the machine cannot hibernate
   (execd never does): level 0, state "NONE", no supported states, `CanHibernate`
   false; the network adapter of the advertised address (`HardwareAddress`,
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 INT_MAX = 2**31 - 1
 # What execd's starter does (module docstring); the order is condor_starter's.
 STARTER_ABILITIES: dict[str, bool] = {
-    "HasSshd": False,  # no condor_ssh_to_job: condor_starter says false without an sshd
+    "HasSshd": False,  # condor_ssh_to_job: SSH_TO_JOB_SSHD is executable (has_sshd)
     "HasReconnect": True,
     "HasFileTransfer": True,
     "HasTransferInputRemaps": True,
@@ -80,8 +81,10 @@ NO_ADAPTER = ("00:00:00:00:00:00", "0.0.0.0")  # noqa: S104 (a mask, not a bind 
 SIOCGIFADDR, SIOCGIFNETMASK = 0x8915, 0x891B
 
 
-def starter_abilities(job_networking: bool) -> dict[str, Any]:
+def starter_abilities(job_networking: bool, sshd: str = "") -> dict[str, Any]:
+    """`sshd`: SSH_TO_JOB_SSHD, HasSshd when it can be executed (an empty one cannot)."""
     abilities = dict(STARTER_ABILITIES)
+    abilities["HasSshd"] = bool(sshd) and os.access(sshd, os.X_OK)
     abilities[NETWORKING] = job_networking
     return {**abilities, "StarterAbilityList": ",".join(abilities), "HasVM": False}
 
@@ -188,7 +191,8 @@ class DaemonAttributes:
             values = {
                 "CondorVersion": CONDOR_VERSION, "CondorPlatform": condor_platform(machine),
                 "UidDomain": config.domain, "FileSystemDomain": config.filesystem_domain,
-                **starter_abilities(not settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE")),
+                **starter_abilities(not settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
+                                   settings.get_str("SSH_TO_JOB_SSHD") or ""),
                 **HIBERNATION, "TimeToLive": INT_MAX,
                 "IsLocalStartd": settings.get_bool("IS_LOCAL_STARTD"),
             }  # fmt: skip
