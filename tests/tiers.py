@@ -47,6 +47,8 @@ VM_KERNEL_META = "linux-image-amd64"
 POOL_SUITE = "sid"
 POOL_DEFAULT_MIRROR = "http://deb.debian.org/debian"
 POOL_CONDOR_PACKAGE = "condor"
+# condor_ssh_to_job's client (tests/pool/test_pool_ssh_to_job.py); condor pulls the server.
+POOL_EXTRA_PACKAGES = ("openssh-client",)
 # The container-image test's base (tests/system/test_container_image.py): a bookworm
 # rootfs with the image's Python already in it, so that building the Dockerfile needs
 # neither a registry nor apt. Cached and stamped like the pool chroot.
@@ -380,7 +382,8 @@ def _finish_pool(root: Path) -> str:
         # sid's Release files may be older than their Valid-Until on a snapshot mirror.
         _run("chroot", root, *env, "apt-get", "-o", "Acquire::Check-Valid-Until=false", "update")
         _run("chroot", root, *env, "apt-get", "-f", "install", "-y", "-q")
-        _run("chroot", root, *env, "apt-get", "install", "-y", "-q", POOL_CONDOR_PACKAGE)
+        _run("chroot", root, *env, "apt-get", "install", "-y", "-q", POOL_CONDOR_PACKAGE,
+             *POOL_EXTRA_PACKAGES)
         _run("chroot", root, *env, "apt-get", "clean")
         return _run("chroot", root, "condor_version").splitlines()[0]
     finally:
@@ -392,6 +395,13 @@ def _setup_pool(apt: _Apt) -> None:
     root = pool_root()
     if not pool_built(root):
         built_stamp(root).unlink(missing_ok=True)
+    elif not (root / "usr" / "bin" / "ssh").exists():  # built before the ssh client was
+        _run("mount", "-t", "proc", "proc", root / "proc")
+        try:
+            _run("chroot", root, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get",
+                 "install", "-y", "-q", *POOL_EXTRA_PACKAGES)
+        finally:
+            unmount_all(root)
     _build_rootfs(root, POOL_SUITE, (), _finish_pool)
 
 

@@ -240,6 +240,7 @@ _group(
     ("SSH_TO_JOB_SSHD_CONFIG_TEMPLATE", P, None, "The sshd_config template condor_ssh_to_job_sshd_setup fills in (HTCondor's file); unset: $(LIB)/condor_ssh_to_job_sshd_config_template, as condor_starter."),
     ("SSH_TO_JOB_SSH_KEYGEN", P, "/usr/bin/ssh-keygen", "The ssh-keygen that makes each session's key."),
     ("SSH_TO_JOB_SSH_KEYGEN_ARGS", S, '"-N \'\' -C \'\' -q -f %f -t rsa"', "ssh-keygen's arguments in double quotes (V2 syntax inside); %f is the key file. condor_ssh_to_job's -keygen-options are appended."),
+    ("CONDOR_SSH_TO_JOB_FAKE_PASSWD_ENTRY", B, "true", "Preload $(LIB)/libgetpwnam.so (HTCondor's, where installed) into condor_ssh_to_job's setup and sshd, so that sshd sees the job's user with no password lock, the sandbox as home and the preferred shell: needed where jobs run as a user sshd would refuse (nobody)."),
     ("ENABLE_CHIRP", B, "true", "Whether jobs may use condor_chirp at all: false gives no job a Chirp proxy or .chirp.config (nor do ENABLE_CHIRP_IO, ENABLE_CHIRP_UPDATES and ENABLE_CHIRP_DELAYED all false). Read as each job starts."),
     ("ENABLE_CHIRP_IO", B, "true", "Whether a job with WantIOProxy = true may use condor_chirp's file I/O; false also denies updates to a job that asked for them only through WantIOProxy. Read as each job starts."),
     ("ENABLE_CHIRP_UPDATES", B, "true", "Whether a job with WantRemoteUpdates (else WantIOProxy) = true may use condor_chirp set_job_attr, get_job_attr, ulog and version. Read as each job starts."),

@@ -65,6 +65,10 @@ class SshToJobConfig:
     sshd_args: str
     keygen: str
     keygen_args: str
+    # $(LIB)/libgetpwnam.so, preloaded into the setup and sshd where it exists
+    # (CONDOR_SSH_TO_JOB_FAKE_PASSWD_ENTRY): the job's user as sshd sees it has no
+    # password lock, the sandbox as home and _CONDOR_SHELL (else /bin/bash) as shell.
+    fake_passwd: str = ""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SshToJobConfig:
@@ -73,9 +77,12 @@ class SshToJobConfig:
 
         template = text("SSH_TO_JOB_SSHD_CONFIG_TEMPLATE") or (
             f"{text('LIB')}/condor_ssh_to_job_sshd_config_template" if text("LIB") else "")
+        fake = f"{text('LIB')}/libgetpwnam.so" \
+            if settings.get_bool("CONDOR_SSH_TO_JOB_FAKE_PASSWD_ENTRY", True) else ""  # fmt: skip
         return cls(text("LIBEXEC"), template,
                    text("SSH_TO_JOB_SSHD"), text("SSH_TO_JOB_SSHD_ARGS"),
-                   text("SSH_TO_JOB_SSH_KEYGEN"), text("SSH_TO_JOB_SSH_KEYGEN_ARGS"))  # fmt: skip
+                   text("SSH_TO_JOB_SSH_KEYGEN"), text("SSH_TO_JOB_SSH_KEYGEN_ARGS"),
+                   fake)  # fmt: skip
 
 
 @dataclass
@@ -197,7 +204,18 @@ def _sshd_cgroup(shell: JobShell) -> Path | None:
     return shell.cgroup
 
 
-async def run_setup(shell: JobShell, config: SshToJobConfig, request_env: dict[str, str],
+def setup_env(shell: JobShell, config: SshToJobConfig,
+              request_env: dict[str, str]) -> dict[str, str]:  # fmt: skip
+    """The environment of the setup script and of sshd: the job's, with the request's
+    additions, its pids and the fake passwd entry's preload."""
+    env = {**shell.env, **request_env}
+    env["_CONDOR_JOB_PIDS"] = " ".join(str(pid) for pid in shell.pids)
+    if config.fake_passwd and os.path.exists(config.fake_passwd):
+        env["LD_PRELOAD"] = config.fake_passwd
+    return env
+
+
+async def run_setup(shell: JobShell, config: SshToJobConfig, env: dict[str, str],
                     keygen_extra: str) -> bytes:  # fmt: skip
     """condor_ssh_to_job_sshd_setup's output (SshdRefusedError when it failed)."""
     setup = f"{config.libexec}/condor_ssh_to_job_sshd_setup"
@@ -218,8 +236,6 @@ async def run_setup(shell: JobShell, config: SshToJobConfig, request_env: dict[s
         keygen += split_args_v2(keygen_extra)
     except ValueError as exc:
         raise SshdRefusedError(f"Failed to produce ssh-keygen arg list: {exc}") from None
-    env = {**shell.env, **request_env}
-    env["_CONDOR_JOB_PIDS"] = " ".join(str(pid) for pid in shell.pids)
     argv = [setup, str(shell.sandbox), shell_setup, config.config_template,
             " ".join(shlex.quote(arg) for arg in keygen)]  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
@@ -288,8 +304,8 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
                      request: dict[str, object], job: str) -> None:  # fmt: skip
     """Set up the session, answer the client, and hand its connection to sshd."""
     extra = request.get("SSHKeyGenArgs")
-    output = await run_setup(shell, config, request_env(request),
-                             extra if isinstance(extra, str) else "")  # fmt: skip
+    env = setup_env(shell, config, request_env(request))
+    output = await run_setup(shell, config, env, extra if isinstance(extra, str) else "")
     session_dir = delimited(output, "condor_ssh_to_job_sshd_setup SSHD DIR BEGIN\n",
                             "\ncondor_ssh_to_job_sshd_setup SSHD DIR END\n").decode(
         errors="surrogateescape")  # fmt: skip
@@ -323,7 +339,7 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
         proc = await asyncio.create_subprocess_exec(
             *_helper(shell, _sshd_cgroup(shell), str(session / "sshd.log"), argv),
             stdin=fd, stdout=fd, stderr=asyncio.subprocess.DEVNULL,
-            env=_sshd_env(shell), close_fds=True)  # fmt: skip
+            env=env, close_fds=True)  # fmt: skip
     except (OSError, SshdRefusedError) as exc:
         log.warning("sshd_not_started", job=job, error=str(exc))
         _remove_session(session)
@@ -333,11 +349,6 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
     shell.sshds[proc.pid] = asyncio.get_running_loop().create_task(
         _reap(shell, proc, session, job))  # fmt: skip
     log.info("sshd_started", job=job, pid=proc.pid, session=session.name, user=user)
-
-
-def _sshd_env(shell: JobShell) -> dict[str, str]:
-    """sshd cleans the environment; the shell gets the job's back from env.sh."""
-    return dict(shell.env)
 
 
 async def _reap(shell: JobShell, proc: asyncio.subprocess.Process, session: Path,
