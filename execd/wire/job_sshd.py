@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 log = get_logger("wire")
 EXEC_HELPER = str(Path(__file__).with_name("sshd_exec.py"))
 SETUP_TIMEOUT_S = 60.0  # condor_starter waits without limit; a hung setup must not pile up
+REAP_WAIT_S = 5.0  # for killed sshds to be reaped at the job's end
 SUCCESS = b"condor_ssh_to_job_sshd_setup SUCCESS"
 REQUEST_ATTRS = ("Name", "Shell", "SSHKeyGenArgs")
 REQUEST_TEXT_BYTES = 4096  # a longer value is left out
@@ -103,6 +104,25 @@ class JobShell:
         for pid in list(self.sshds):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+
+    async def close(self) -> None:
+        """The job has exited: its ssh sessions end and their directories go before
+        the output is sent back (condor_starter reaps its sshd first). A session an
+        earlier image of execd started (a restart in place) is not its child: its
+        directory is removed all the same."""
+        self.end()
+        if self.sshds:
+            await asyncio.wait(list(self.sshds.values()), timeout=REAP_WAIT_S)
+        await asyncio.to_thread(remove_sessions, self.sandbox)
+
+
+def remove_sessions(sandbox: Path) -> None:
+    """Every `.condor_ssh_to_job_N` directory in the sandbox (links are left alone)."""
+    with contextlib.suppress(OSError), os.scandir(sandbox) as entries:
+        for entry in entries:
+            if entry.name.startswith(".condor_ssh_to_job_") and \
+                    entry.is_dir(follow_symlinks=False):  # fmt: skip
+                _remove_session(Path(entry.path))
 
 
 class SshdRefusedError(Exception):

@@ -369,6 +369,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             proc = options.runner(launch if transfer else shared_fs_launch(launch))
             done = await _run_job(calls, proc, options, started)
             link.job_done = True  # condor_tail is refused from now on, as condor_starter
+            if link.shell is not None:  # its ssh sessions end before the output goes
+                await link.shell.close()
         except JobHeldError as exc:
             await report_hold(calls, job, gjid, exc)
             return

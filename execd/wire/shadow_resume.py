@@ -155,6 +155,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         try:
             done = await watch(calls, proc, options, 0)  # its first call waits for the shadow
             link.job_done = True
+            if link.shell is not None:  # ssh sessions end before the output goes
+                await link.shell.close()
         except JobHeldError as exc:
             await report_hold(calls, job_values(state.job_wire), state.global_job_id, exc)
             return

@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -30,7 +32,7 @@ from typing import Any
 import pool_harness as harness
 import pytest
 from test_pool_daemon import WAIT_S
-from test_pool_jobs import PLAIN_SUBMIT, on_both, submit_files
+from test_pool_jobs import PLAIN_SUBMIT, on_both, pool_node, submit_files
 
 SCRIPT = """#!/bin/sh
 ready="$1"; release="$2"
@@ -140,6 +142,20 @@ def ssh(pool: harness.Pool, job: str, command: str) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr.replace(RETRY_NOTE, "")
 
 
+def open_session(pool: harness.Pool, job: str) -> subprocess.Popen[str]:
+    """condor_ssh_to_job running a shell that waits, once it has said "open"."""
+    script = shlex.join(["condor_ssh_to_job", "-auto-retry", job, "echo open; sleep 600"])
+    user = harness.SUBMITTER
+    session = subprocess.Popen(
+        ["chroot", f"--userspec={user}:{user}", str(pool.root), "env", "-i",
+         f"PATH={harness.CHROOT_PATH}", f"HOME=/home/{user}", f"USER={user}",
+         "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, start_new_session=True)  # fmt: skip
+    assert session.stdout is not None
+    assert session.stdout.readline() == "open\n"  # blocks until the shell runs
+    return session
+
+
 def sessions_of_a_running_job(pool: harness.Pool) -> dict[str, Any]:
     """COMMAND and the shell's cgroup over condor_ssh_to_job; then the job's end."""
     with waiting_job(pool) as (job, release):
@@ -222,3 +238,32 @@ def test_enable_ssh_to_job_false_refuses_as_on_condor_startd(
     assert ours == theirs
     assert ours[0] != 0
     assert "Rejecting request, because ENABLE_SSH_TO_JOB=false" in ours[2]
+
+
+def test_a_session_open_as_the_job_exits_ends_with_it(running_pool: harness.RunningPool,
+                                                       ssh_config: str) -> None:  # fmt: skip
+    """execd only: the job exits while an ssh session waits in it; the session ends
+    (its sshd is killed with the job's slice), its directory is not sent back and
+    the job terminates at once. condor_starter 25.14.1 differs here (docs/pool.md,
+    Differences): it finishes the job only once the last session has closed."""
+    pool = running_pool.get(with_startd=False)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = pool_node(pool, tmp, ssh_config)
+        try:
+            with waiting_job(pool) as (job, release):
+                session = open_session(pool, f"{job.cluster}.0")
+                try:
+                    release.touch()
+                    log = job.wait_for_event("005", WAIT_S)
+                    assert session.wait(WAIT_S) is not None  # its connection closed
+                finally:
+                    if session.poll() is None:
+                        os.killpg(session.pid, signal.SIGKILL)
+                        session.wait()
+                    if session.stdout is not None:
+                        session.stdout.close()
+        finally:
+            node.stop(signal.SIGQUIT)
+    assert "(1) Normal termination (return value 0)" in log
+    assert job.output("out.txt") == "released\n"
+    assert not [p.name for p in job.host_dir.iterdir() if "ssh_to_job" in p.name]
