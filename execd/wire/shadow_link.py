@@ -176,8 +176,6 @@ class ShadowLink:
     def close(self) -> None:
         """The conversation ended: every reconnect connection may close."""
         self.closed = True
-        if self.shell is not None:  # its ssh sessions end with it
-            self.shell.end()
         for forget in self.on_close:
             forget()
         self.on_close.clear()

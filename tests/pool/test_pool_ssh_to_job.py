@@ -267,3 +267,38 @@ def test_a_session_open_as_the_job_exits_ends_with_it(running_pool: harness.Runn
     assert "(1) Normal termination (return value 0)" in log
     assert job.output("out.txt") == "released\n"
     assert not [p.name for p in job.host_dir.iterdir() if "ssh_to_job" in p.name]
+
+
+def test_a_session_goes_on_through_execds_restart_in_place(
+        running_pool: harness.RunningPool, ssh_config: str) -> None:  # fmt: skip
+    """execd only: SIGUSR2 (restart in place) while a session is open. Its sshd is the
+    daemon's child, not the image's: the session stays open, a new condor_ssh_to_job
+    after the restart works, and the job's exit ends the old session as usual."""
+    pool = running_pool.get(with_startd=False)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = pool_node(pool, tmp, ssh_config)
+        try:
+            with waiting_job(pool) as (job, release):
+                job_id = f"{job.cluster}.0"
+                session = open_session(pool, job_id)
+                try:
+                    node.send(signal.SIGUSR2)
+                    node.wait_for("execd_stopped", how="restart")
+                    node.wait_for("shadow_conversation_resumed")
+                    after = ssh(pool, job_id, "cat note.txt; exit 4")
+                    still_open = session.poll() is None
+                    release.touch()
+                    log = job.wait_for_event("005", WAIT_S)
+                    assert session.wait(WAIT_S) is not None
+                finally:
+                    if session.poll() is None:
+                        os.killpg(session.pid, signal.SIGKILL)
+                        session.wait()
+                    if session.stdout is not None:
+                        session.stdout.close()
+        finally:
+            node.stop(signal.SIGQUIT)
+    assert still_open
+    assert after == (4, "a note from the job\n", "")
+    assert "(1) Normal termination (return value 0)" in log
+    assert not [p.name for p in job.host_dir.iterdir() if "ssh_to_job" in p.name]
