@@ -85,7 +85,8 @@ struct passwd *getpwuid(uid_t uid) { (void)uid; return getpwnam("condor-user"); 
 """
 RETRY_NOTE = "Waiting for job to start...\n"
 SSH_OFF = "ENABLE_SSH_TO_JOB = TARGET.User =!= \"nobody@nowhere\" && MY.Cpus < 0\n"
-SSH_OFF_FILE = "/etc/condor/config.d/95-execd-ssh-off.conf"
+SSH_CONF_FILE = "/etc/condor/config.d/95-execd-ssh.conf"
+NO_SSHD = "SSH_TO_JOB_SSHD = /nonexistent/sshd\n"
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +213,7 @@ def test_condor_ssh_to_job_runs_in_the_job_as_on_condor_startd(
 @contextlib.contextmanager
 def starters_reading(pool: harness.Pool, text: str) -> Iterator[None]:
     """condor_starters started meanwhile read `text` (each starter reads the config)."""
-    path = pool.host_path(SSH_OFF_FILE)
+    path = pool.host_path(SSH_CONF_FILE)
     path.write_text(text)
     try:
         yield
@@ -238,6 +239,18 @@ def test_enable_ssh_to_job_false_refuses_as_on_condor_startd(
     assert ours == theirs
     assert ours[0] != 0
     assert "Rejecting request, because ENABLE_SSH_TO_JOB=false" in ours[2]
+
+
+def test_an_sshd_that_cannot_be_executed_is_refused_as_on_condor_startd(
+        running_pool: harness.RunningPool, ssh_config: str) -> None:  # fmt: skip
+    """SSH_TO_JOB_SSHD naming no program, on both: the setup runs, then the request is
+    refused with condor_starter's words; the job goes on to its normal end."""
+    ours, theirs = on_both(running_pool, ssh_to_a_job_not_to_be_entered, ssh_config + NO_SSHD,
+                           lambda pool: starters_reading(pool, NO_SSHD))  # fmt: skip
+    assert ours == theirs
+    assert ours[0] != 0
+    assert ("Failed, because sshd not correctly configured "
+            "(SSH_TO_JOB_SSHD=/nonexistent/sshd): No such file or directory.") in ours[2]
 
 
 def test_a_session_open_as_the_job_exits_ends_with_it(running_pool: harness.RunningPool,
