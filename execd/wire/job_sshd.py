@@ -51,6 +51,9 @@ log = get_logger("wire")
 EXEC_HELPER = str(Path(__file__).with_name("sshd_exec.py"))
 SETUP_TIMEOUT_S = 60.0  # condor_starter waits without limit; a hung setup must not pile up
 REAP_WAIT_S = 5.0  # for killed sshds to be reaped at the job's end
+# The setup's keys are a few KiB; -keygen-options -b 16384 makes them ~25 KiB.
+SETUP_OUTPUT_BYTES = 1 << 20
+SETUP_ERROR_BYTES = 4096  # of a failed setup's output, in ErrorString and the log
 SUCCESS = b"condor_ssh_to_job_sshd_setup SUCCESS"
 REQUEST_ATTRS = ("Name", "Shell", "SSHKeyGenArgs")
 REQUEST_TEXT_BYTES = 4096  # a longer value is left out
@@ -159,10 +162,47 @@ def _cannot_execute(path: str) -> str | None:
         return exc.strerror or str(exc)
 
 
+HELPER_ENV = {"PATH": "/usr/bin:/bin"}  # the root helper's own: nothing of the job's
+ENV_FD_MARK = "{env_fd}"  # replaced by the number of the pipe's read end
+
+
 def _helper(shell: JobShell, cgroup: Path | None, stderr: str, program: list[str]) -> list[str]:
     procs = str(cgroup / "cgroup.procs") if cgroup is not None else "-"
-    return [sys.executable, "-S", EXEC_HELPER, procs, shell.user, str(shell.uid),
+    return [sys.executable, "-I", "-S", EXEC_HELPER, ENV_FD_MARK, procs, str(shell.uid),
             str(shell.gid), str(shell.sandbox), stderr, "--", *program]  # fmt: skip
+
+
+def _environment_bytes(env: dict[str, str]) -> bytes:
+    return b"".join(os.fsencode(name) + b"=" + os.fsencode(value) + b"\0"
+                    for name, value in env.items() if name and "=" not in name)  # fmt: skip
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    with contextlib.suppress(OSError):  # the helper failed before reading: it says why
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    os.close(fd)
+
+
+async def _spawn_helper(argv: list[str], env: dict[str, str], *, stdin: int,
+                        stdout: int, stderr: int) -> asyncio.subprocess.Process:  # fmt: skip
+    """The root helper, started with a fixed environment; `env` (the job's, its owner's
+    to choose) goes to it on descriptor 3 and only reaches the program it execs as the
+    job's user."""
+    read_end, write_end = os.pipe()
+    try:
+        argv = [str(read_end) if arg == ENV_FD_MARK else arg for arg in argv[:5]] + argv[5:]
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=HELPER_ENV, close_fds=True, pass_fds=(read_end,),
+            stdin=stdin, stdout=stdout, stderr=stderr)  # fmt: skip
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    await asyncio.to_thread(_write_all, write_end, _environment_bytes(env))
+    return proc
 
 
 def _sshd_cgroup(shell: JobShell) -> Path | None:
@@ -210,22 +250,61 @@ async def run_setup(shell: JobShell, config: SshToJobConfig, env: dict[str, str]
         raise SshdRefusedError(f"Failed to produce ssh-keygen arg list: {exc}") from None
     argv = [setup, str(shell.sandbox), shell_setup, config.config_template,
             " ".join(shlex.quote(arg) for arg in keygen)]  # fmt: skip
-    proc = await asyncio.create_subprocess_exec(
-        *_helper(shell, _sshd_cgroup(shell), "-", argv), stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
-        close_fds=True)  # fmt: skip
+    read_end, write_end = os.pipe()
     try:
-        output, _ = await asyncio.wait_for(proc.communicate(), SETUP_TIMEOUT_S)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
+        proc = await _spawn_helper(
+            _helper(shell, _sshd_cgroup(shell), "-", argv), env,
+            stdin=asyncio.subprocess.DEVNULL, stdout=write_end,
+            stderr=asyncio.subprocess.STDOUT)  # fmt: skip
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    try:
+        output = await asyncio.wait_for(_read_capped(read_end, proc), SETUP_TIMEOUT_S)
+    except BaseException as exc:  # also cancelled (the job ends): the setup ends too
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+        if not isinstance(exc, (TimeoutError, SetupOutputTooLongError)):
+            raise
         await proc.wait()
-        raise SshdRefusedError(f"condor_ssh_to_job_sshd_setup failed: no answer within "
-                          f"{SETUP_TIMEOUT_S:.0f} s") from None  # fmt: skip
+        why = (f"no answer within {SETUP_TIMEOUT_S:.0f} s" if isinstance(exc, TimeoutError)
+               else f"output over {SETUP_OUTPUT_BYTES} bytes")  # fmt: skip
+        raise SshdRefusedError(f"condor_ssh_to_job_sshd_setup failed: {why}") from None
     if SUCCESS not in output:
-        text = output.decode(errors="replace")
+        text = output[:SETUP_ERROR_BYTES].decode(errors="replace")
+        if len(output) > SETUP_ERROR_BYTES:
+            text += f" ... ({len(output)} bytes)"
         raise SshdRefusedError(f"condor_ssh_to_job_sshd_setup failed: {text}")
     return output
+
+
+class SetupOutputTooLongError(Exception):
+    """The setup wrote more than SETUP_OUTPUT_BYTES."""
+
+
+async def _read_capped(read_end: int, proc: asyncio.subprocess.Process) -> bytes:
+    """The setup's output to its end and its exit, or SetupOutputTooLongError past the
+    cap: it runs as the job's user, who can make it write without end (a link to
+    /dev/zero). The pipe is the daemon's own, closed here whatever happens, so that
+    waiting for the killed setup does not wait for the pipe's end too."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(loop=loop)
+    pipe = os.fdopen(read_end, "rb", buffering=0)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)  # fmt: skip
+    try:
+        chunks, size = [], 0
+        while chunk := await reader.read(65536):
+            size += len(chunk)
+            if size > SETUP_OUTPUT_BYTES:
+                raise SetupOutputTooLongError
+            chunks.append(chunk)
+    finally:
+        transport.close()
+    await proc.wait()
+    return b"".join(chunks)
 
 
 def sshd_argv(config: SshToJobConfig, sshd_config: str) -> list[str]:
@@ -308,10 +387,9 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
     try:
         channel.writer.close()  # the daemon's side: nothing more is read or written here
         os.set_blocking(fd, True)  # as sshd gets a ReliSock's descriptor from condor
-        proc = await asyncio.create_subprocess_exec(
-            *_helper(shell, _sshd_cgroup(shell), str(session / "sshd.log"), argv),
-            stdin=fd, stdout=fd, stderr=asyncio.subprocess.DEVNULL,
-            env=env, close_fds=True)  # fmt: skip
+        proc = await _spawn_helper(
+            _helper(shell, _sshd_cgroup(shell), str(session / "sshd.log"), argv), env,
+            stdin=fd, stdout=fd, stderr=asyncio.subprocess.DEVNULL)  # fmt: skip
     except (OSError, SshdRefusedError) as exc:
         log.warning("sshd_not_started", job=job, error=str(exc))
         _remove_session(session)
