@@ -101,6 +101,7 @@ class JobShell:
     pids: list[int]
     cgroup: Path | None  # the sshd's cgroup directory, made on first use; None: none
     sshds: dict[int, asyncio.Task[None]] = field(default_factory=dict)  # by pid
+    iwd: Path | None = None  # the job's working directory (_CONDOR_JOB_IWD); None: sandbox
 
     def end(self) -> None:
         """The job's conversation ended: its ssh sessions end too."""
@@ -218,9 +219,11 @@ def _sshd_cgroup(shell: JobShell) -> Path | None:
 
 def setup_env(shell: JobShell, config: SshToJobConfig,
               request_env: dict[str, str]) -> dict[str, str]:  # fmt: skip
-    """The environment of the setup script and of sshd: the job's, with the request's
-    additions, its pids and the fake passwd entry's preload."""
+    """The environment of the setup script and of sshd: the job's (as the starter
+    gave it), with the request's additions, its working directory and pids and the
+    fake passwd entry's preload, as condor_starter's GetJobEnv and startSSHD."""
     env = {**shell.env, **request_env}
+    env["_CONDOR_JOB_IWD"] = str(shell.iwd or shell.sandbox)  # the session's start
     env["_CONDOR_JOB_PIDS"] = " ".join(str(pid) for pid in shell.pids)
     if config.fake_passwd and os.path.exists(config.fake_passwd):
         env["LD_PRELOAD"] = config.fake_passwd

@@ -240,11 +240,12 @@ def ssh_policy(link: ShadowLink, options: ShadowOptions, job: dict[str, object])
 
 
 def job_shell(options: ShadowOptions, user: pwd.struct_passwd, sandbox: Path,
-              env: dict[str, str], pid: int) -> JobShell:  # fmt: skip
+              env: dict[str, str], pid: int, *,
+              iwd: Path | None = None) -> JobShell:  # fmt: skip
     """What condor_ssh_to_job needs of the running job (execd.wire.job_sshd)."""
     cgroup = options.sshd_cgroup() if options.sshd_cgroup is not None else None
     return JobShell(sandbox, user.pw_name, user.pw_uid, user.pw_gid, dict(env),
-                    [pid] if pid > 0 else [], cgroup)  # fmt: skip
+                    [pid] if pid > 0 else [], cgroup, iwd=iwd or sandbox)  # fmt: skip
 
 
 def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
@@ -352,8 +353,9 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         link.file_transfer, link.proxy_name = transfer, proxy_name(job) if transfer else None
         link.proxy = proxy_target(str(sandbox), link.proxy_name)
 
-        def started(pid: int) -> None:
-            link.shell = job_shell(options, user, sandbox, env, pid)  # ssh may come in now
+        def started(pid: int) -> None:  # ssh may come in now, with the job's environment
+            link.shell = job_shell(options, user, sandbox, proc.environment(), pid,
+                                   iwd=launch.workdir)  # fmt: skip
             if options.on_running is not None:
                 options.on_running(dataclasses.replace(state, started=int(time.time())))
 

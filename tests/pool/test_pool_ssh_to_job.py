@@ -43,12 +43,19 @@ touch "$ready"
 while [ ! -e "$release" ]; do sleep 0.2; done
 echo "released"
 """
-EXTRA = 'environment = "GREETING=hello_from_the_job_env"'
+EXTRA = 'environment = "GREETING=hello_from_the_job_env T=$$(CondorScratchDir)/x"'
+# What the starter adds to the job's environment (condor_starter's GetJobEnv), which the
+# session gets as the job does.
+STARTER_ENV = ("T", "_CONDOR_JOB_IWD", "_CONDOR_SLOT", "_CONDOR_SCRATCH_DIR", "BATCH_SYSTEM",
+               "TMP", "TEMP", "TMPDIR", "OMP_NUM_THREADS")  # fmt: skip
 # What the ssh session runs in the job: where it is, as whom, the job's files and
 # environment; then an exit code of its own.
 COMMAND = ('pwd; id -un; cat note.txt; echo "scratch=$_CONDOR_SCRATCH_DIR"; '
            'echo "greeting=$GREETING"; test -n "$_CONDOR_JOB_PIDS" && echo pids; '
-           'ls -a | grep -c condor_ssh_to_job_; exit 3')  # fmt: skip
+           'tr "\\0" " " < /proc/$_CONDOR_JOB_PIDS/cmdline | grep -c job.sh; '
+           'kill -0 $_CONDOR_JOB_PIDS && echo the job is ours; '
+           'ls -a | grep -c condor_ssh_to_job_; '
+           f'env | grep -E "^({"|".join(STARTER_ENV)})=" | sort; exit 3')  # fmt: skip
 CGROUP = "grep '^0::' /proc/self/cgroup"
 WRAPPER = """#!/bin/sh
 R={root}
@@ -198,8 +205,12 @@ def test_condor_ssh_to_job_runs_in_the_job_as_on_condor_startd(
     assert ours_generic["command"] == theirs_generic["command"]
     code, out, _err = ours_generic["command"]
     assert code == 3
-    assert out == ("<sandbox>\n" "<user>\n" "a note from the job\n"
-                   "scratch=<sandbox>\n" "greeting=hello_from_the_job_env\n" "pids\n" "1\n")
+    assert out.startswith("<sandbox>\n" "<user>\n" "a note from the job\n"
+                          "scratch=<sandbox>\n" "greeting=hello_from_the_job_env\n" "pids\n"
+                          "1\n" "the job is ours\n" "1\n")  # fmt: skip
+    for line in ("T=<sandbox>/x", "_CONDOR_JOB_IWD=<sandbox>", "BATCH_SYSTEM=HTCondor",
+                 "TMPDIR=<sandbox>", "OMP_NUM_THREADS=1"):  # fmt: skip
+        assert f"\n{line}\n" in out, out
     assert ours["ended"] == theirs["ended"] == "(1) Normal termination (return value 0)"
     assert ours["out"] == theirs["out"] == "released\n"
     assert ours["returned"] == theirs["returned"] == []
