@@ -9,12 +9,14 @@ import os
 import resource
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from execd.wire.job_sshd import (
+    EXEC_HELPER,
     SETUP_OUTPUT_BYTES,
     JobShell,
     SshdRefusedError,
@@ -129,3 +131,45 @@ def test_a_failed_setups_output_is_cut_in_the_error(workdir: Path) -> None:
         asyncio.run(run_setup(job_shell(workdir, {}), config, {}, ""))
     assert str(refusal.value) == ("condor_ssh_to_job_sshd_setup failed: " + "x" * 4096
                                   + " ... (100000 bytes)")  # fmt: skip
+
+
+def helper(workdir: Path, args: list[str], env: bytes = b"") -> subprocess.CompletedProcess[str]:
+    """sshd_exec.py run as the daemon runs it, its environment on a pipe."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, env)
+    os.close(write_end)
+    try:
+        return subprocess.run([sys.executable, "-I", "-S", EXEC_HELPER, str(read_end), *args],
+                              pass_fds=(read_end,), env={"PATH": "/usr/bin:/bin"},
+                              capture_output=True, text=True, check=False)  # fmt: skip
+    finally:
+        os.close(read_end)
+
+
+def test_the_helper_refuses_to_run_a_program_as_root(workdir: Path) -> None:
+    done = helper(workdir, ["-", "0", "0", str(workdir), "-", "--", "/bin/true"])
+    assert (done.returncode, done.stderr) == (127, "sshd_exec: refusing to run as root\n")
+
+
+def test_the_helper_enters_the_cgroup_before_it_switches_ids(workdir: Path) -> None:
+    """CGROUP_PROCS is written as root (a file only root may write here): then the
+    program runs as the user, with the pid written there and the piped environment."""
+    procs = workdir / "cgroup.procs"
+    procs.write_text("")
+    procs.chmod(0o644)
+    done = helper(workdir, [str(procs), str(NOBODY), str(NOBODY), str(workdir / "iwd"), "-",
+                            "--", "/bin/sh", "-c", 'echo $$ $(id -u) "$A"'],
+                  env=b"A=b c\0B=\0")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pid, uid, value = done.stdout.split(maxsplit=2)
+    assert (pid, uid, value) == (procs.read_text(), str(NOBODY), "b c\n")
+
+
+def test_the_helpers_stderr_is_never_a_link_the_user_put_there(workdir: Path) -> None:
+    link = workdir / "iwd" / "sshd.log"
+    link.symlink_to(workdir / "root-owned")
+    done = helper(workdir, ["-", str(NOBODY), str(NOBODY), str(workdir / "iwd"), str(link),
+                            "--", "/bin/true"])  # fmt: skip
+    assert done.returncode == 127
+    assert "Too many levels of symbolic links" in done.stderr
+    assert not (workdir / "root-owned").exists()
