@@ -57,6 +57,8 @@ SETUP_ERROR_BYTES = 4096  # of a failed setup's output, in ErrorString and the l
 SUCCESS = b"condor_ssh_to_job_sshd_setup SUCCESS"
 REQUEST_ATTRS = ("Name", "Shell", "SSHKeyGenArgs")
 REQUEST_TEXT_BYTES = 4096  # a longer value is left out
+HELPER_ERROR_BYTES = 4096  # of what sshd_exec.py says before its stderr is sshd.log
+FINISHED = "Rejecting request, because the job is finished."
 
 
 @dataclass(frozen=True)
@@ -102,12 +104,16 @@ class JobShell:
     cgroup: Path | None  # the sshd's cgroup directory, made on first use; None: none
     sshds: dict[int, asyncio.Task[None]] = field(default_factory=dict)  # by pid
     iwd: Path | None = None  # the job's working directory (_CONDOR_JOB_IWD); None: sandbox
+    setups: set[int] = field(default_factory=set)  # setups running now, by pid
+    closing: bool = False  # the job exited or its conversation ended: no new session
 
     def end(self) -> None:
-        """The job's conversation ended: its ssh sessions end too."""
-        for pid in list(self.sshds):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+        """The job's conversation ended: its ssh sessions end too, a setup still
+        running is killed and no START_SSHD starts anything from now on."""
+        self.closing = True
+        for pid in [*self.sshds, *self.setups]:
+            kill_session(pid)
+
 
     async def close(self) -> None:
         """The job has exited: its ssh sessions end and their directories go before
@@ -118,6 +124,14 @@ class JobShell:
         if self.sshds:
             await asyncio.wait(list(self.sshds.values()), timeout=REAP_WAIT_S)
         await asyncio.to_thread(remove_sessions, self.sandbox)
+
+
+def kill_session(pid: int) -> None:
+    """SIGKILL to a helper's process group, and to the helper itself: one that has not
+    yet made its session (setsid) is still in the daemon's group."""
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            kill(pid, signal.SIGKILL)
 
 
 def remove_sessions(sandbox: Path) -> None:
@@ -264,17 +278,19 @@ async def run_setup(shell: JobShell, config: SshToJobConfig, env: dict[str, str]
         raise
     finally:
         os.close(write_end)
+    shell.setups.add(proc.pid)
     try:
         output = await asyncio.wait_for(_read_capped(read_end, proc), SETUP_TIMEOUT_S)
     except BaseException as exc:  # also cancelled (the job ends): the setup ends too
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_session(proc.pid)
         if not isinstance(exc, (TimeoutError, SetupOutputTooLongError)):
             raise
         await proc.wait()
         why = (f"no answer within {SETUP_TIMEOUT_S:.0f} s" if isinstance(exc, TimeoutError)
                else f"output over {SETUP_OUTPUT_BYTES} bytes")  # fmt: skip
         raise SshdRefusedError(f"condor_ssh_to_job_sshd_setup failed: {why}") from None
+    finally:
+        shell.setups.discard(proc.pid)
     if SUCCESS not in output:
         text = output[:SETUP_ERROR_BYTES].decode(errors="replace")
         if len(output) > SETUP_ERROR_BYTES:
@@ -357,6 +373,8 @@ def request_env(request: dict[str, object]) -> dict[str, str]:
 async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
                      request: dict[str, object], job: str) -> None:  # fmt: skip
     """Set up the session, answer the client, and hand its connection to sshd."""
+    if shell.closing:
+        raise SshdRefusedError(FINISHED)
     extra = request.get("SSHKeyGenArgs")
     env = setup_env(shell, config, request_env(request))
     output = await run_setup(shell, config, env, extra if isinstance(extra, str) else "")
@@ -374,6 +392,8 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
         raise SshdRefusedError(f"condor_ssh_to_job_sshd_setup named {session_dir}, "
                           f"not a session directory in {shell.sandbox}")  # fmt: skip
     try:
+        if shell.closing:  # the job exited while the setup ran
+            raise SshdRefusedError(FINISHED)
         argv = sshd_argv(config, str(session / "sshd_config"))
     except SshdRefusedError:
         _remove_session(session)
@@ -383,7 +403,7 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
                          "SSHPrivateClientKey": condor_base64(client_key)})  # fmt: skip
     await channel.send(encode_ad(channel.encoder(), reply).payload())
     sock = channel.writer.get_extra_info("socket")
-    if sock is None:
+    if sock is None or shell.closing:
         _remove_session(session)
         return
     fd = os.dup(sock.fileno())
@@ -392,7 +412,7 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
         os.set_blocking(fd, True)  # as sshd gets a ReliSock's descriptor from condor
         proc = await _spawn_helper(
             _helper(shell, _sshd_cgroup(shell), str(session / "sshd.log"), argv), env,
-            stdin=fd, stdout=fd, stderr=asyncio.subprocess.DEVNULL)  # fmt: skip
+            stdin=fd, stdout=fd, stderr=asyncio.subprocess.PIPE)  # fmt: skip
     except (OSError, SshdRefusedError) as exc:
         log.warning("sshd_not_started", job=job, error=str(exc))
         _remove_session(session)
@@ -401,15 +421,26 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
         os.close(fd)
     shell.sshds[proc.pid] = asyncio.get_running_loop().create_task(
         _reap(shell, proc, session, job))  # fmt: skip
+    if shell.closing:  # the job exited while it was started: end() did not see it
+        kill_session(proc.pid)
     log.info("sshd_started", job=job, pid=proc.pid, session=session.name, user=user)
 
 
 async def _reap(shell: JobShell, proc: asyncio.subprocess.Process, session: Path,
                 job: str) -> None:  # fmt: skip
+    # The helper's stderr until it redirects it to sshd.log: why it failed, if it did
+    # (entering the cgroup, the ids, the directory; exit 127). One line; capped.
+    assert proc.stderr is not None
+    said = b""
+    while chunk := await proc.stderr.read(4096):
+        said = (said + chunk)[:HELPER_ERROR_BYTES]
     status = await proc.wait()
     shell.sshds.pop(proc.pid, None)
     await asyncio.to_thread(_remove_session, session)
     log.info("sshd_exited", job=job, pid=proc.pid, status=status, session=session.name)
+    if said:
+        log.warning("sshd_not_started", job=job, pid=proc.pid,
+                    error=said.decode(errors="replace").strip())  # fmt: skip
 
 
 def _remove_session(session: Path) -> None:
@@ -434,7 +465,7 @@ async def serve_start_sshd(channel: Channel, shell: JobShell | None, *, job: str
             raise SshdRefusedError("Retrying request, because the job execution environment "
                               "is not yet ready.", retry=True)  # fmt: skip
         if finished or shell is None:
-            raise SshdRefusedError("Rejecting request, because the job is finished.")
+            raise SshdRefusedError(FINISHED)
         if suspended:
             raise SshdRefusedError("This slot is currently suspended.", retry=True)
         await start_sshd(channel, shell, config, wanted, job)

@@ -12,9 +12,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from execd.wire.channel import Channel
 from execd.wire.job_sshd import (
     EXEC_HELPER,
     SETUP_OUTPUT_BYTES,
@@ -22,6 +24,7 @@ from execd.wire.job_sshd import (
     SshdRefusedError,
     SshToJobConfig,
     run_setup,
+    start_sshd,
 )
 from tests.starter_dirs import job_workdir
 
@@ -173,3 +176,26 @@ def test_the_helpers_stderr_is_never_a_link_the_user_put_there(workdir: Path) ->
     assert done.returncode == 127
     assert "Too many levels of symbolic links" in done.stderr
     assert not (workdir / "root-owned").exists()
+
+
+def test_a_setup_running_when_the_job_ends_is_killed_and_no_session_starts(
+        workdir: Path) -> None:  # fmt: skip
+    """JobShell.end (the job exited or its conversation ended) kills a setup still
+    running; START_SSHD after it is refused before anything runs."""
+    config = libexec(workdir, "echo $$ > pid; exec sleep 600\n")
+    shell = job_shell(workdir, {})
+
+    async def setup_then_end() -> str:
+        running = asyncio.ensure_future(run_setup(shell, config, {}, ""))
+        while not shell.setups:  # spawned: the daemon knows its pid
+            await asyncio.sleep(0)
+        shell.end()
+        with pytest.raises(SshdRefusedError) as refused:
+            await asyncio.wait_for(running, 20)
+        return str(refused.value)
+
+    assert asyncio.run(setup_then_end()).startswith("condor_ssh_to_job_sshd_setup failed")
+    assert not shell.setups
+    with pytest.raises(SshdRefusedError, match=r"^Rejecting request, because the job is "
+                                               r"finished\.$"):  # fmt: skip
+        asyncio.run(start_sshd(cast(Channel, None), shell, config, {}, "1.0"))
