@@ -32,8 +32,6 @@ import contextlib
 import os
 import shlex
 import shutil
-import signal
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,12 +41,18 @@ from execd.log import get_logger
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import decode_ad, encode_ad, from_values, to_classad
 from execd.wire.condor_args import condor_base64, split_args_v2, split_quoted_args
+from execd.wire.sshd_helper import (
+    OutputTooLongError,
+    helper_argv,
+    kill_session,
+    read_capped,
+    spawn_helper,
+)
 
 if TYPE_CHECKING:
     from execd.config.settings import Settings
 
 log = get_logger("wire")
-EXEC_HELPER = str(Path(__file__).with_name("sshd_exec.py"))
 SETUP_TIMEOUT_S = 60.0  # condor_starter waits without limit; a hung setup must not pile up
 REAP_WAIT_S = 5.0  # for killed sshds to be reaped at the job's end
 # The setup's keys are a few KiB; -keygen-options -b 16384 makes them ~25 KiB.
@@ -126,14 +130,6 @@ class JobShell:
         await asyncio.to_thread(remove_sessions, self.sandbox)
 
 
-def kill_session(pid: int) -> None:
-    """SIGKILL to a helper's process group, and to the helper itself: one that has not
-    yet made its session (setsid) is still in the daemon's group."""
-    for kill in (os.killpg, os.kill):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            kill(pid, signal.SIGKILL)
-
-
 def remove_sessions(sandbox: Path) -> None:
     """Every `.condor_ssh_to_job_N` directory in the sandbox (links are left alone)."""
     with contextlib.suppress(OSError), os.scandir(sandbox) as entries:
@@ -177,47 +173,9 @@ def _cannot_execute(path: str) -> str | None:
         return exc.strerror or str(exc)
 
 
-HELPER_ENV = {"PATH": "/usr/bin:/bin"}  # the root helper's own: nothing of the job's
-ENV_FD_MARK = "{env_fd}"  # replaced by the number of the pipe's read end
-
-
 def _helper(shell: JobShell, cgroup: Path | None, stderr: str, program: list[str]) -> list[str]:
     procs = str(cgroup / "cgroup.procs") if cgroup is not None else "-"
-    return [sys.executable, "-I", "-S", EXEC_HELPER, ENV_FD_MARK, procs, str(shell.uid),
-            str(shell.gid), str(shell.sandbox), stderr, "--", *program]  # fmt: skip
-
-
-def _environment_bytes(env: dict[str, str]) -> bytes:
-    return b"".join(os.fsencode(name) + b"=" + os.fsencode(value) + b"\0"
-                    for name, value in env.items() if name and "=" not in name)  # fmt: skip
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    with contextlib.suppress(OSError):  # the helper failed before reading: it says why
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    os.close(fd)
-
-
-async def _spawn_helper(argv: list[str], env: dict[str, str], *, stdin: int,
-                        stdout: int, stderr: int) -> asyncio.subprocess.Process:  # fmt: skip
-    """The root helper, started with a fixed environment; `env` (the job's, its owner's
-    to choose) goes to it on descriptor 3 and only reaches the program it execs as the
-    job's user."""
-    read_end, write_end = os.pipe()
-    try:
-        argv = [str(read_end) if arg == ENV_FD_MARK else arg for arg in argv[:5]] + argv[5:]
-        proc = await asyncio.create_subprocess_exec(
-            *argv, env=HELPER_ENV, close_fds=True, pass_fds=(read_end,),
-            stdin=stdin, stdout=stdout, stderr=stderr)  # fmt: skip
-    except BaseException:
-        os.close(write_end)
-        raise
-    finally:
-        os.close(read_end)
-    await asyncio.to_thread(_write_all, write_end, _environment_bytes(env))
-    return proc
+    return helper_argv(procs, (shell.uid, shell.gid), str(shell.sandbox), stderr, program)
 
 
 def _sshd_cgroup(shell: JobShell) -> Path | None:
@@ -269,7 +227,7 @@ async def run_setup(shell: JobShell, config: SshToJobConfig, env: dict[str, str]
             " ".join(shlex.quote(arg) for arg in keygen)]  # fmt: skip
     read_end, write_end = os.pipe()
     try:
-        proc = await _spawn_helper(
+        proc = await spawn_helper(
             _helper(shell, _sshd_cgroup(shell), "-", argv), env,
             stdin=asyncio.subprocess.DEVNULL, stdout=write_end,
             stderr=asyncio.subprocess.STDOUT)  # fmt: skip
@@ -280,10 +238,11 @@ async def run_setup(shell: JobShell, config: SshToJobConfig, env: dict[str, str]
         os.close(write_end)
     shell.setups.add(proc.pid)
     try:
-        output = await asyncio.wait_for(_read_capped(read_end, proc), SETUP_TIMEOUT_S)
+        output = await asyncio.wait_for(read_capped(read_end, proc, SETUP_OUTPUT_BYTES),
+                                        SETUP_TIMEOUT_S)  # fmt: skip
     except BaseException as exc:  # also cancelled (the job ends): the setup ends too
         kill_session(proc.pid)
-        if not isinstance(exc, (TimeoutError, SetupOutputTooLongError)):
+        if not isinstance(exc, (TimeoutError, OutputTooLongError)):
             raise
         await proc.wait()
         why = (f"no answer within {SETUP_TIMEOUT_S:.0f} s" if isinstance(exc, TimeoutError)
@@ -297,33 +256,6 @@ async def run_setup(shell: JobShell, config: SshToJobConfig, env: dict[str, str]
             text += f" ... ({len(output)} bytes)"
         raise SshdRefusedError(f"condor_ssh_to_job_sshd_setup failed: {text}")
     return output
-
-
-class SetupOutputTooLongError(Exception):
-    """The setup wrote more than SETUP_OUTPUT_BYTES."""
-
-
-async def _read_capped(read_end: int, proc: asyncio.subprocess.Process) -> bytes:
-    """The setup's output to its end and its exit, or SetupOutputTooLongError past the
-    cap: it runs as the job's user, who can make it write without end (a link to
-    /dev/zero). The pipe is the daemon's own, closed here whatever happens, so that
-    waiting for the killed setup does not wait for the pipe's end too."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(loop=loop)
-    pipe = os.fdopen(read_end, "rb", buffering=0)
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)  # fmt: skip
-    try:
-        chunks, size = [], 0
-        while chunk := await reader.read(65536):
-            size += len(chunk)
-            if size > SETUP_OUTPUT_BYTES:
-                raise SetupOutputTooLongError
-            chunks.append(chunk)
-    finally:
-        transport.close()
-    await proc.wait()
-    return b"".join(chunks)
 
 
 def sshd_argv(config: SshToJobConfig, sshd_config: str) -> list[str]:
@@ -410,7 +342,7 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
     try:
         channel.writer.close()  # the daemon's side: nothing more is read or written here
         os.set_blocking(fd, True)  # as sshd gets a ReliSock's descriptor from condor
-        proc = await _spawn_helper(
+        proc = await spawn_helper(
             _helper(shell, _sshd_cgroup(shell), str(session / "sshd.log"), argv), env,
             stdin=fd, stdout=fd, stderr=asyncio.subprocess.PIPE)  # fmt: skip
     except (OSError, SshdRefusedError) as exc:

@@ -18,7 +18,6 @@ import pytest
 
 from execd.wire.channel import Channel
 from execd.wire.job_sshd import (
-    EXEC_HELPER,
     SETUP_OUTPUT_BYTES,
     JobShell,
     SshdRefusedError,
@@ -26,6 +25,7 @@ from execd.wire.job_sshd import (
     run_setup,
     start_sshd,
 )
+from execd.wire.sshd_helper import EXEC_HELPER
 from tests.starter_dirs import job_workdir
 
 NOBODY = 65534
