@@ -11,6 +11,7 @@ Under EXECD_REQUIRE_ALL_TIERS=1 (CI) a tier that cannot run fails instead of ski
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -47,6 +48,8 @@ VM_KERNEL_META = "linux-image-amd64"
 POOL_SUITE = "sid"
 POOL_DEFAULT_MIRROR = "http://deb.debian.org/debian"
 POOL_CONDOR_PACKAGE = "condor"
+# condor_ssh_to_job's client (tests/pool/test_pool_ssh_to_job.py); condor pulls the server.
+POOL_EXTRA_PACKAGES = ("openssh-client",)
 # The container-image test's base (tests/system/test_container_image.py): a bookworm
 # rootfs with the image's Python already in it, so that building the Dockerfile needs
 # neither a registry nor apt. Cached and stamped like the pool chroot.
@@ -195,7 +198,7 @@ def _pool() -> str | None:
     built = pool_built(root)
     # debootstrap only builds the chroot: a machine given a built one (the GPU bundle,
     # tests/gpu/) runs the tier without it.
-    tools = (("chroot", "coreutils"), ("mount", "mount"), ("umount", "mount"))
+    tools = (("chroot", "coreutils"), ("mount", "mount"), ("umount", "mount"), ("gcc", "gcc"))
     if not built:
         tools = (("debootstrap", "debootstrap"), *tools)
     for tool, package in tools:
@@ -380,18 +383,42 @@ def _finish_pool(root: Path) -> str:
         # sid's Release files may be older than their Valid-Until on a snapshot mirror.
         _run("chroot", root, *env, "apt-get", "-o", "Acquire::Check-Valid-Until=false", "update")
         _run("chroot", root, *env, "apt-get", "-f", "install", "-y", "-q")
-        _run("chroot", root, *env, "apt-get", "install", "-y", "-q", POOL_CONDOR_PACKAGE)
+        _run("chroot", root, *env, "apt-get", "install", "-y", "-q", POOL_CONDOR_PACKAGE,
+             *POOL_EXTRA_PACKAGES)
         _run("chroot", root, *env, "apt-get", "clean")
         return _run("chroot", root, "condor_version").splitlines()[0]
     finally:
         unmount_all(root)
 
 
+def _add_pool_packages(root: Path) -> None:
+    """POOL_EXTRA_PACKAGES into a chroot built before they were listed, under the lock
+    its pool runs take (pool_harness.Pool._lock): no pool runs in it meanwhile."""
+    fd = os.open(root.with_name(root.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        env = ["env", "DEBIAN_FRONTEND=noninteractive"]
+        _run("mount", "-t", "proc", "proc", root / "proc")
+        try:
+            # As _finish_pool: the lists may be gone (apt-get clean) or past Valid-Until.
+            _run("chroot", root, *env, "apt-get", "-o", "Acquire::Check-Valid-Until=false",
+                 "update")  # fmt: skip
+            _run("chroot", root, *env, "apt-get", "install", "-y", "-q", *POOL_EXTRA_PACKAGES)
+            _run("chroot", root, *env, "apt-get", "clean")
+        finally:
+            unmount_all(root)
+    finally:
+        os.close(fd)
+
+
 def _setup_pool(apt: _Apt) -> None:
-    apt.install(("debootstrap",))
+    # gcc: test_pool_ssh_to_job builds the libgetpwnam.so Debian does not ship.
+    apt.install(("debootstrap", "gcc"))
     root = pool_root()
     if not pool_built(root):
         built_stamp(root).unlink(missing_ok=True)
+    elif not (root / "usr" / "bin" / "ssh").exists():  # built before the ssh client was
+        _add_pool_packages(root)
     _build_rootfs(root, POOL_SUITE, (), _finish_pool)
 
 

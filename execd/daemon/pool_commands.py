@@ -44,10 +44,11 @@ from execd.wire.classad_codec import to_classad
 from execd.wire.commands import COMMAND_PERMISSION, Command, Reply
 from execd.wire.job_owner_session import (
     OwnerSessions,
-    refuse_sshd,
     serve_create_owner_session,
     serve_owner_peek,
+    serve_owner_sshd,
 )
+from execd.wire.job_sshd import SshToJobConfig
 from execd.wire.peer_names import PeerNames
 from execd.wire.proxy_refresh import serve_proxy_refresh, serve_proxy_update
 from execd.wire.server import Handler, Peer
@@ -328,7 +329,8 @@ class PoolCommands:
         elif command == Command.STARTER_PEEK:
             await serve_owner_peek(channel, peer, self.owners)
         else:
-            await refuse_sshd(channel, peer, self.owners)
+            config = SshToJobConfig.from_settings(self.member.daemon.settings)
+            await serve_owner_sshd(channel, peer, self.owners, config)
 
     async def release_claim(self, channel: Channel, command: int, peer: Peer) -> None:
         claim_id = decode_claim_only(channel.decoder(await channel.recv()), "RELEASE_CLAIM")

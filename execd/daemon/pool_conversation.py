@@ -106,6 +106,10 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         on_transferred=transferred, on_update=job.note_update,
         before_removal=job.close_update_ad,
         peek_enabled=lambda job_values: peek_enabled(daemon.settings, ad, job_values),
+        ssh_enabled=lambda job_values: peek_enabled(daemon.settings, ad, job_values,
+                                                    "ENABLE_SSH_TO_JOB"),
+        sshd_cgroup=lambda: sshd_cgroup(member, slot),
+        suspended=lambda: job.job is not None and job.job.suspended is not None,
         claim_held=lambda: claim.full() in member.claims  # (restore tracks it first)
         and claim.full() not in member.closed_by_schedd,
         chirp=ChirpConfig.from_settings(daemon.settings),
@@ -148,16 +152,29 @@ def plugin_cgroup(tree: CgroupTree | None, slot: str) -> JobCgroup | None:
         return None
 
 
-def peek_enabled(settings: Settings, slot_ad: Any, job: dict[str, object]) -> bool:
-    """ENABLE_PEEK_JOB as condor_starter's param_boolean reads it: the expression over
-    the slot's ad (MY) and the job's (TARGET); a value that is not a boolean or a
-    number counts as the default, true."""
-    value = evaluate(settings.get_expr("ENABLE_PEEK_JOB") or "true", slot_ad, new_ad(job))
+def peek_enabled(settings: Settings, slot_ad: Any, job: dict[str, object],
+                 knob: str = "ENABLE_PEEK_JOB") -> bool:  # fmt: skip
+    """ENABLE_PEEK_JOB (or ENABLE_SSH_TO_JOB) as condor_starter's param_boolean reads
+    it: the expression over the slot's ad (MY) and the job's (TARGET); a value that is
+    not a boolean or a number counts as the default, true."""
+    value = evaluate(settings.get_expr(knob) or "true", slot_ad, new_ad(job))
     if isinstance(value, bool):
         return value
     if isinstance(value, int | float):
         return value != 0
     return True
+
+
+def sshd_cgroup(member: PoolMember, slot: str) -> Path | None:
+    """Where the job's sshd runs: `<slot>.slice/sshd`, next to the job's own leaf (so
+    the job's limits, freeze and kill cover it); None without execd's cgroup tree."""
+    tree = member.daemon.jobs.tree
+    if tree is None or not slot:
+        return None
+    try:
+        return tree.job(slot).slice / "sshd"
+    except CgroupError:
+        return None
 
 
 def _ended(member: PoolMember, claim: ClaimId, handed_over: list[bool]) -> None:

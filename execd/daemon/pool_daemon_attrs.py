@@ -13,13 +13,12 @@ pool's collector and its monitoring: what the node's startd is, not what one slo
   job's own plugins (`HasJobTransferPlugins`, with ENABLE_URL_TRANSFERS and a cgroup
   tree, as they run only in a cgroup) and
   the network (false with EXECD_JOB_NETWORK_NAMESPACE, as condor_starter's
-  NO_JOB_NETWORKING). An ability condor_starter lacks is left out of its ad (HasJava,
-  HasDocker, HasSingularity) except condor_ssh_to_job's, `HasSshd = false` when it
-  has no sshd: execd's starter has none of TDP, job deferral, OsUser, per-file
-  encryption, common files, self-checkpoint
-  transfers or the local JICs, so they are left out, and HasSshd is false. `HasVM` is
-  the startd's own (its VM universe manager publishes false without a VM universe),
-  not the starter's;
+  NO_JOB_NETWORKING) and condor_ssh_to_job (`HasSshd`: whether SSH_TO_JOB_SSHD can be
+  executed, as condor_starter -classad says it). An ability condor_starter lacks is
+  left out of its ad (HasJava, HasDocker, HasSingularity): execd's starter has none of
+  TDP, job deferral, OsUser, per-file encryption, common files, self-checkpoint
+  transfers or the local JICs, so they are left out. `HasVM` is the startd's own (its
+  VM universe manager publishes false without a VM universe), not the starter's;
 - hibernation as condor_startd publishes it where the machine cannot hibernate
   (execd never does): level 0, state "NONE", no supported states, `CanHibernate`
   false; the network adapter of the advertised address (`HardwareAddress`,
@@ -70,7 +69,7 @@ if TYPE_CHECKING:
 INT_MAX = 2**31 - 1
 # What execd's starter does (module docstring); the order is condor_starter's.
 STARTER_ABILITIES: dict[str, bool] = {
-    "HasSshd": False,  # no condor_ssh_to_job: condor_starter says false without an sshd
+    "HasSshd": False,  # condor_ssh_to_job: SSH_TO_JOB_SSHD is executable (has_sshd)
     "HasReconnect": True,
     "HasFileTransfer": True,
     "HasTransferInputRemaps": True,
@@ -90,12 +89,14 @@ SIOCGIFADDR, SIOCGIFNETMASK = 0x8915, 0x891B
 
 
 def starter_abilities(job_networking: bool, plugin_methods: str = "",
-                      url_transfers: bool = False,
-                      disable_job_plugins: str = "") -> dict[str, Any]:  # fmt: skip
+                      url_transfers: bool = False, disable_job_plugins: str = "",
+                      sshd: str = "") -> dict[str, Any]:  # fmt: skip
     """`disable_job_plugins`: STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS's text,
     advertised (HasDisableUserTransferPlugins) as condor_starter -classad prints it;
-    the caller puts it in the ad as an expression, the value here is a placeholder."""
+    the caller puts it in the ad as an expression, the value here is a placeholder.
+    `sshd`: SSH_TO_JOB_SSHD, HasSshd when it can be executed (an empty one cannot)."""
     abilities: dict[str, Any] = dict(STARTER_ABILITIES)
+    abilities["HasSshd"] = bool(sshd) and os.access(sshd, os.X_OK)
     if url_transfers:  # ENABLE_URL_TRANSFERS: the job's own plugins (TransferPlugins) too
         abilities[JOB_PLUGINS] = True
     if plugin_methods:  # condor_starter lists them where it has plugins
@@ -228,7 +229,8 @@ class DaemonAttributes:
                 "CondorVersion": CONDOR_VERSION, "CondorPlatform": condor_platform(machine),
                 "UidDomain": config.domain, "FileSystemDomain": config.filesystem_domain,
                 **starter_abilities(not settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
-                                    methods, plugins is not None and cgroups, disable),
+                                    methods, plugins is not None and cgroups, disable,
+                                    settings.get_str("SSH_TO_JOB_SSHD") or ""),
                 **HIBERNATION, "TimeToLive": INT_MAX,
                 "IsLocalStartd": settings.get_bool("IS_LOCAL_STARTD"),
             }  # fmt: skip

@@ -26,6 +26,7 @@ from execd import log
 from execd.daemon.control import ControlError
 from execd.daemon.pool_job_attrs import read_status, starter_update
 from execd.daemon.update_ad import SandboxIdentity, UpdateAdFile, copy_update_attrs, update_attrs
+from execd.starter.sandbox import job_environment
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobSetupError, spawn_failure
 
@@ -210,7 +211,20 @@ class PoolJob:
         self.started = int(time.time())
         if job.done.is_set():
             self._raise_if_held(job.report or {})
-        return job.handle.pid if job.handle is not None else 0
+        # The job's pid (condor_starter publishes its job's, which _CONDOR_JOB_PIDS of
+        # condor_ssh_to_job names), not the starter's.
+        pid = self._status().get("JobPid")
+        return pid if isinstance(pid, int) and pid > 0 else 0
+
+    def environment(self) -> dict[str, str]:
+        """The environment the starter gave the job: the shadow's with what it adds for
+        every job (_CONDOR_SLOT, TMPDIR, BATCH_SYSTEM, thread counts, assigned
+        resources, $$(CondorScratchDir) expanded), as condor_starter's GetJobEnv."""
+        job = self._job()
+        if job.handle is None:
+            return dict(self.launch.env) if self.launch is not None else {}
+        spec = job.handle.spec  # pool jobs' scratch is their sandbox (adopt_scratch)
+        return job_environment(spec, spec.sandbox or "")
 
     async def wait(self, timeout_s: float) -> JobExit | None:
         """The exit; None after timeout_s, or sooner when the job was suspended or

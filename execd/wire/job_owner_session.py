@@ -16,10 +16,8 @@ until then; execd keeps a job's SESSIONS_PER_JOB most recently used ones (each
 condor_tail run makes one; a `condor_tail -f` uses its own every few seconds, so only
 sessions left idle longest go). Its key is in no log: only the session id is logged.
 
-START_SSHD gets condor_starter's answer for a starter built without ssh support
-(Result = false and an ErrorString, no Retry): execd runs no sshd for a job
-(condor_ssh_to_job_sshd_setup is HTCondor's), so condor_ssh_to_job prints that and
-exits at once.
+START_SSHD on it starts an sshd in the job (execd.wire.job_sshd), as condor_starter
+does for condor_ssh_to_job.
 """
 
 from __future__ import annotations
@@ -37,13 +35,12 @@ from execd.wire.claim_session import ClaimSession
 from execd.wire.classad_codec import decode_ad, encode_ad, from_values, to_classad
 from execd.wire.crypto import hkdf_key
 from execd.wire.job_peek import serve_peek
+from execd.wire.job_sshd import SshToJobConfig, serve_start_sshd
 from execd.wire.security import CONDOR_VERSION
 from execd.wire.server import Peer, ServerSecurity
 from execd.wire.shadow_link import LIVE_LINKS, ShadowLink, ShadowLinks, session_id
 
 log = get_logger("wire")
-NO_SSH = ("execd does not support ssh access to jobs (condor_ssh_to_job): "
-          "this execute point runs no sshd for a job")  # fmt: skip
 DUMMY_OWNER = "job-owner@submit-domain"  # condor_starter's name for a job without User
 # Each condor_tail run makes a session; a job keeps the ones used last, the idlest go.
 SESSIONS_PER_JOB = 64
@@ -140,13 +137,13 @@ async def serve_owner_peek(channel: Channel, peer: Peer, sessions: OwnerSessions
                      enabled=link.peek_enabled, job=link.global_job_id)  # fmt: skip
 
 
-async def refuse_sshd(channel: Channel, peer: Peer, sessions: OwnerSessions) -> None:
-    """START_SSHD: condor_starter's answer where ssh access is not built in."""
+async def serve_owner_sshd(channel: Channel, peer: Peer, sessions: OwnerSessions,
+                           config: SshToJobConfig) -> None:  # fmt: skip
+    """START_SSHD on a job owner's session: condor_ssh_to_job into the running job."""
     owner = sessions.holder(peer)
     if owner is None:
         raise RemoteProtocolError(f"{peer.user} may not start an sshd for a job")
-    decode_ad(channel.decoder(await channel.recv()), "START_SSHD ad")
-    log.info("start_sshd_refused", job=owner.link.global_job_id, user=owner.user,
-             why="execd runs no sshd")  # fmt: skip
-    reply = from_values({"Result": False, "ErrorString": NO_SSH})
-    await channel.send(encode_ad(channel.encoder(), reply).payload())
+    link = owner.link
+    await serve_start_sshd(channel, link.shell, job=link.global_job_id,
+                           enabled=link.ssh_enabled, finished=link.closed or link.job_done,
+                           suspended=link.suspended(), config=config)  # fmt: skip

@@ -34,6 +34,7 @@ import asyncio
 import dataclasses
 import functools
 import os
+import pwd
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -58,6 +59,7 @@ from execd.wire.filetransfer import (
 )
 from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
+from execd.wire.job_sshd import JobShell
 from execd.wire.output_files import (
     expand_outputs,
     sent_std_files,
@@ -142,6 +144,12 @@ class ShadowOptions:
     # Asked at each condor_tail request with the job's ad: may its files be read
     # (ENABLE_PEEK_JOB)? None: always.
     peek_enabled: Callable[[dict[str, object]], bool] | None = None
+    # The same for condor_ssh_to_job (ENABLE_SSH_TO_JOB); None: always.
+    ssh_enabled: Callable[[dict[str, object]], bool] | None = None
+    # The cgroup directory a job's sshd runs in (created at its first use); None: none.
+    sshd_cgroup: Callable[[], Path | None] | None = None
+    # Is the job suspended now? (condor_ssh_to_job is told to retry.) None: never.
+    suspended: Callable[[], bool] | None = None
     # Told each job update sent to the shadow (register_job_info's ad), as condor_starter
     # sends it to its startd too: the startd's copy of the job ad (its history record).
     on_update: Callable[[WireAd], None] | None = None
@@ -231,13 +239,30 @@ async def watch(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOptions,
 
 
 async def _run_job(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOptions,
-                   started: Callable[[], None] | None = None) -> JobExit:  # fmt: skip
+                   started: Callable[[int], None] | None = None) -> JobExit:  # fmt: skip
     await calls.begin_execution()  # before the process, as HTCondor's starter (001 event)
-    await proc.start()
+    pid = await proc.start()
     if started is not None:
-        started()
+        started(pid)
     return await watch(calls, proc, options,
                        min(options.initial_update_s, options.update_interval_s))  # fmt: skip
+
+
+def ssh_policy(link: ShadowLink, options: ShadowOptions, job: dict[str, object]) -> None:
+    """ENABLE_SSH_TO_JOB and the job's suspension, as condor_ssh_to_job is answered."""
+    if options.ssh_enabled is not None:
+        link.ssh_enabled = functools.partial(options.ssh_enabled, job)
+    if options.suspended is not None:
+        link.suspended = options.suspended
+
+
+def job_shell(options: ShadowOptions, user: pwd.struct_passwd, sandbox: Path,
+              env: dict[str, str], pid: int, *,
+              iwd: Path | None = None) -> JobShell:  # fmt: skip
+    """What condor_ssh_to_job needs of the running job (execd.wire.job_sshd)."""
+    cgroup = options.sshd_cgroup() if options.sshd_cgroup is not None else None
+    return JobShell(sandbox, user.pw_name, user.pw_uid, user.pw_gid, dict(env),
+                    [pid] if pid > 0 else [], cgroup, iwd=iwd or sandbox)  # fmt: skip
 
 
 def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
@@ -277,6 +302,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     link.owner = str(job.get("User") or "")
     if options.peek_enabled is not None:  # condor_tail is refused at once, not retried
         link.peek_enabled = functools.partial(options.peek_enabled, job)
+    ssh_policy(link, options, job)
     calls.attach(link)
     options.links.add(link)
     handed_over = False
@@ -349,7 +375,9 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         link.file_transfer, link.proxy_name = transfer, proxy_name(job) if transfer else None
         link.proxy = proxy_target(str(sandbox), link.proxy_name)
 
-        def started() -> None:
+        def started(pid: int) -> None:  # ssh may come in now, with the job's environment
+            link.shell = job_shell(options, user, sandbox, proc.environment(), pid,
+                                   iwd=launch.workdir)  # fmt: skip
             if options.on_running is not None:
                 options.on_running(dataclasses.replace(state, started=int(time.time())))
 
@@ -365,6 +393,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             proc = options.runner(launch if transfer else shared_fs_launch(launch))
             done = await _run_job(calls, proc, options, started)
             link.job_done = True  # condor_tail is refused from now on, as condor_starter
+            if link.shell is not None:  # its ssh sessions end before the output goes
+                await link.shell.close()
         except JobHeldError as exc:
             await report_hold(calls, job, gjid, exc)
             return

@@ -130,10 +130,13 @@ async def close_conversation(options: ShadowOptions, link: ShadowLink,
                              proxy: ChirpProxy | None, sandbox: Path,
                              handed_over: bool) -> None:  # fmt: skip
     """What ends every conversation, its job done or not: its Chirp proxy closed, its
-    link forgotten and closed, its sandbox removed (remove_sandbox)."""
+    ssh sessions ended, its link forgotten and closed, its sandbox removed
+    (remove_sandbox)."""
     if proxy is not None:
         await proxy.close()
     options.links.remove(link)
+    if link.shell is not None and not handed_over:  # (a restart in place keeps them)
+        link.shell.end()  # its ssh sessions end with the conversation
     link.close()
     await remove_sandbox(sandbox, options, handed_over)
 

@@ -216,6 +216,9 @@ class JobProcess:
         proc.stdio = (launch.stdout_name, launch.stderr_name)
         return proc
 
+    def environment(self) -> dict[str, str]:
+        return dict(self.env)
+
     async def start(self) -> int:
         uid, gid = self.ids
         stdin_path = self.sandbox / self.stdin_name if self.stdin_name else Path(os.devnull)

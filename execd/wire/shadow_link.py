@@ -39,6 +39,7 @@ from execd.wire.server import Peer
 from execd.wire.shadow_syscalls import MessageChannel
 
 if TYPE_CHECKING:
+    from execd.wire.job_sshd import JobShell
     from execd.wire.proxy_refresh import ProxyTarget
 
 log = get_logger("wire")
@@ -82,6 +83,11 @@ class ShadowLink:
         self.proxy_name: str | None = None
         self.job_done = False  # the job has exited (its output may still be on its way)
         self.peek_enabled: Callable[[], bool] = lambda: True  # ENABLE_PEEK_JOB for this job
+        # condor_ssh_to_job (execd.wire.job_sshd): the running job's user, sandbox,
+        # environment and the sshd's cgroup; ENABLE_SSH_TO_JOB; is the job suspended?
+        self.shell: JobShell | None = None
+        self.ssh_enabled: Callable[[], bool] = lambda: True
+        self.suspended: Callable[[], bool] = lambda: False
         self.on_close: list[Callable[[], None]] = []  # e.g. forget its owner sessions
 
     def claim_matches(self, claim_id: str) -> bool:

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import pwd
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,17 @@ from execd.wire.filetransfer import TransferTally
 from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobHeldError, JobRunner, JobSetupError
 from execd.wire.proxy_refresh import ProxyTarget, proxy_target
-from execd.wire.shadow import Conversation, ShadowOptions, hand_over, watch
+from execd.wire.shadow import (
+    Conversation,
+    ShadowOptions,
+    hand_over,
+    job_shell,
+    ssh_policy,
+    watch,
+)
 from execd.wire.shadow_end import close_conversation, conclude, report_hold
 from execd.wire.shadow_file_calls import ShadowFileCalls
-from execd.wire.shadow_job import proxy_name, run_as_ids
+from execd.wire.shadow_job import job_env, proxy_name, run_as_ids
 from execd.wire.shadow_link import ShadowLink
 from execd.wire.shadow_syscalls import MessageChannel
 from execd.wire.shadow_transfers import Transfers, job_values
@@ -120,6 +128,12 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
     link.proxy = resumed_proxy_target(state, link.proxy_name, job_uid)
     if options.peek_enabled is not None:
         link.peek_enabled = functools.partial(options.peek_enabled, job)
+    ssh_policy(link, options, job)
+    with contextlib.suppress(KeyError, OSError):  # condor_ssh_to_job: the job's user
+        user = pwd.getpwuid(job_uid if job_uid is not None else os.lstat(state.sandbox).st_uid)
+        sandbox = Path(state.sandbox)  # (its environment less the Chirp proxy's config)
+        link.shell = job_shell(options, user, sandbox, job_env(job, sandbox, state.transfer),
+                               0)  # fmt: skip
     calls.attach(link)
     options.links.add(link)
     if options.claim_held is not None and not options.claim_held():
@@ -141,6 +155,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         try:
             done = await watch(calls, proc, options, 0)  # its first call waits for the shadow
             link.job_done = True
+            if link.shell is not None:  # ssh sessions end before the output goes
+                await link.shell.close()
         except JobHeldError as exc:
             await report_hold(calls, job_values(state.job_wire), state.global_job_id, exc)
             return

@@ -1,5 +1,5 @@
-"""`condor_tail` of a running job (STARTER_PEEK) and `condor_ssh_to_job` (START_SSHD),
-on `execd run` and on the pool's own condor_startd.
+"""`condor_tail` of a running job (STARTER_PEEK), on `execd run` and on the pool's own
+condor_startd (condor_ssh_to_job: test_pool_ssh_to_job.py).
 
 The job writes known lines to its stdout, stderr and a file it names in
 transfer_output_files, says so by creating a marker, and waits for a release file
@@ -50,7 +50,6 @@ TAILS = {
     "symlink-out": ["-no-stdout", "{job}", "escape.txt"],
     "directory": ["-no-stdout", "{job}", "outdir"],  # put_file sends it empty, counted
 }
-SSH_WAIT_S = 30
 PEEK_OFF = "ENABLE_PEEK_JOB = TARGET.User =!= \"nobody@nowhere\" && MY.Cpus < 0\n"
 PEEK_OFF_FILE = "/etc/condor/config.d/95-execd-peek-off.conf"
 
@@ -88,10 +87,6 @@ def tails_of_a_running_job(pool: harness.Pool) -> dict[str, Any]:
     with waiting_job(pool) as (job, release):
         job_id = f"{job.cluster}.0"
         seen: dict[str, Any] = {name: tail(pool, job_id, args) for name, args in TAILS.items()}
-        started = time.monotonic()
-        ssh = pool.tool("condor_ssh_to_job", job_id, "true", user=harness.SUBMITTER,
-                        timeout_s=SSH_WAIT_S)  # fmt: skip
-        seen["ssh"] = (ssh.returncode, ssh.stdout, ssh.stderr, time.monotonic() - started)
         release.touch()
         log = job.wait_for_event("005", WAIT_S)
         seen["ended"] = next(line.strip() for line in log.splitlines() if "termination" in line)
@@ -119,11 +114,6 @@ def test_condor_tail_prints_the_same_as_on_condor_startd(
     # the job ran on after every request, to its normal end
     assert ours["ended"] == theirs["ended"] == "(1) Normal termination (return value 0)"
     assert ours["out"] == theirs["out"]
-    # condor_ssh_to_job: a quick, plain refusal from execd, the job untouched
-    code, _out, err, took = ours["ssh"]
-    assert code != 0
-    assert "execd does not support ssh access to jobs" in err
-    assert took < SSH_WAIT_S
 
 
 @contextlib.contextmanager

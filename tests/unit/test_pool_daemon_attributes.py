@@ -49,11 +49,21 @@ def test_the_ability_list_names_every_has_attribute_of_the_starter() -> None:
     listed = abilities["StarterAbilityList"].split(",")
     assert all(name in abilities for name in listed)
     assert abilities["HasReconnect"] is True and abilities["HasTransferInputRemaps"] is True
-    # condor_starter's words for an absent condor_ssh_to_job, the startd's for no VM
+    # no SSH_TO_JOB_SSHD given: no condor_ssh_to_job; the startd's words for no VM
     assert abilities["HasSshd"] is False and abilities["HasVM"] is False
     # abilities execd's starter lacks are absent, as condor_starter leaves them out
     assert not {"HasTDP", "HasJobDeferral", "HasOsUser", "HasPerFileEncryption",
                 "HasJobTransferPlugins", "HasSelfCheckpointTransfers"} & set(abilities)
+
+
+def test_has_sshd_says_whether_the_sshd_can_be_executed(tmp_path: Path) -> None:
+    # as condor_starter -classad: access(SSH_TO_JOB_SSHD, X_OK)
+    sshd = tmp_path / "sshd"
+    assert starter_abilities(True, sshd=str(sshd))["HasSshd"] is False
+    sshd.write_text("#!/bin/sh\n")
+    assert starter_abilities(True, sshd=str(sshd))["HasSshd"] is False
+    sshd.chmod(0o755)
+    assert starter_abilities(True, sshd=str(sshd))["HasSshd"] is True
 
 
 def test_jobs_in_their_own_network_namespace_have_no_networking() -> None:

@@ -51,6 +51,11 @@ CODE_DEFAULTS: dict[str, Any] = {
     "STARTER_ALLOW_RUNAS_OWNER": True,
     # condor_starter.V6.1/starter.cpp: param_boolean("ENABLE_PEEK_JOB", true, true, ...)
     "ENABLE_PEEK_JOB": "True",
+    # condor_starter.V6.1/starter.cpp (startSSHD): the ssh knobs' defaults in its param()s
+    "SSH_TO_JOB_SSHD": "/usr/sbin/sshd",
+    "SSH_TO_JOB_SSHD_ARGS": '"-i -e -f %f"',
+    "SSH_TO_JOB_SSH_KEYGEN": "/usr/bin/ssh-keygen",
+    "SSH_TO_JOB_SSH_KEYGEN_ARGS": '"-N \'\' -C \'\' -q -f %f -t rsa"',
     # condor_starter.V6.1/starter.cpp: param_boolean("AUTO_SET_NVIDIA_VISIBLE_DEVICES", true)
     "AUTO_SET_NVIDIA_VISIBLE_DEVICES": True,
     "FetchWorkDelay": "300",  # condor_startd.V6/Resource.cpp: evalNextFetchWorkDelay, 300

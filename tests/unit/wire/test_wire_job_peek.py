@@ -16,7 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from execd.classads import new_ad
-from execd.config.loader import load_config
+from execd.config.loader import load_config, parse_config_text
 from execd.config.settings import load_settings
 from execd.daemon.pool_commands import PoolCommands
 from execd.daemon.pool_conversation import peek_enabled
@@ -29,7 +29,6 @@ from execd.wire.commands import Command
 from execd.wire.crypto import hkdf_key
 from execd.wire.job_owner_session import (
     DUMMY_OWNER,
-    NO_SSH,
     SESSIONS_PER_JOB,
     OwnerSessions,
 )
@@ -134,7 +133,8 @@ def serve(links: ShadowLinks) -> tuple[CommandServer, OwnerSessions]:
     security = ServerSecurity(domain="test", timeout_s=5)
     config = SimpleNamespace(authz=AuthzPolicy.from_config(
         {"EXECD_POOL_SCHEDULERS": "condor@*", "EXECD_POOL_ADMINISTRATORS": "root@*"}.get))
-    commands = PoolCommands(cast(Any, SimpleNamespace(config=config, daemon=None,
+    daemon = SimpleNamespace(settings=load_settings(parse_config_text("", filename="x", env={})))
+    commands = PoolCommands(cast(Any, SimpleNamespace(config=config, daemon=daemon,
                                                       security=security)))  # fmt: skip
     commands.owners = OwnerSessions(security, links)
     security.authorize = commands.authorize
@@ -230,7 +230,10 @@ def test_the_claims_schedd_gets_an_owner_session_that_peeks_only_at_the_jobs_fil
                                    "Rejecting request, because ENABLE_PEEK_JOB=false"}  # fmt: skip
     assert seen["done"][0] == {"Result": False, "ErrorString":
                                "Rejecting request, because the job is finished."}  # fmt: skip
-    assert seen["sshd"][0] == {"Result": False, "ErrorString": NO_SSH}
+    # START_SSHD before the job runs: condor_starter's retry (execd.wire.job_sshd)
+    assert seen["sshd"][0] == {"Result": False, "Retry": True, "ErrorString":
+                               "Retrying request, because the job execution environment is "
+                               "not yet ready."}  # fmt: skip
     assert len(owners) == 0
     secret = seen["owner"].rsplit("]", 1)[1]
     assert not any(secret in str(e) or SECRET in str(e) or "d" * 64 in str(e) for e in events)
