@@ -231,23 +231,29 @@ def test_a_directory_where_the_run_files_go_holds_the_job(place: Path) -> None:
 
 
 
-def test_the_hand_over_follows_no_link_and_leaves_hard_links_alone(place: Path) -> None:
-    """give_to_user opens each entry by its directory's fd, never through a link: a
-    link to a file or a directory of root's is not followed, and a file with more than
-    one link (a hard link the user could have made to a file of root's) is left."""
-    from execd.starter.sandbox import give_to_user
+def test_the_hand_over_gives_nothing_moved_into_the_sandbox_away(place: Path) -> None:
+    """The starter's adoption of a sandbox where user code ran changes the directory
+    alone: a directory and a file of root's the user renamed in (stood in for here by
+    ones made in place), a link to root's and a hard link all stay root's."""
+    from execd.starter.sandbox import JobUser, adopt_scratch
 
     outside = place / "roots"
     outside.mkdir()
     (outside / "secret").write_text("root's\n")
     sandbox = place / "sandbox"
-    (sandbox / "deep" / "er").mkdir(parents=True)
-    (sandbox / "deep" / "er" / "file").write_text("x")
+    sandbox.chmod(0o755)
+    moved_in = sandbox / "r"
+    moved_in.mkdir()
+    (moved_in / "s").write_text("root's\n")
+    os.chmod(moved_in / "s", 0o600)
     (sandbox / "to_file").symlink_to(outside / "secret")
-    (sandbox / "deep" / "to_dir").symlink_to(outside)
-    os.link(outside / "secret", sandbox / "deep" / "hard")
-    give_to_user(str(sandbox), NOBODY, NOBODY)
-    for path in (sandbox, sandbox / "deep", sandbox / "deep" / "er",
-                 sandbox / "deep" / "er" / "file"):  # fmt: skip
-        assert os.lstat(path).st_uid == NOBODY, path
-    assert os.stat(outside).st_uid == 0 and os.stat(outside / "secret").st_uid == 0
+    os.link(outside / "secret", sandbox / "hard")
+    adopt_scratch(str(sandbox), JobUser("nobody", NOBODY, NOBODY, ()))
+    top = os.lstat(sandbox)
+    assert (top.st_uid, top.st_gid, stat.S_IMODE(top.st_mode)) == (NOBODY, NOBODY, 0o700)
+    for path in (moved_in, moved_in / "s", outside, outside / "secret"):
+        assert os.lstat(path).st_uid == 0, path
+    (sandbox / "link").symlink_to(outside)
+    with pytest.raises(NotADirectoryError):  # a link in the sandbox's place is refused
+        adopt_scratch(str(sandbox / "link"), JobUser("nobody", NOBODY, NOBODY, ()))
+    assert os.stat(outside).st_uid == 0
