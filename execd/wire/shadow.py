@@ -64,7 +64,7 @@ from execd.wire.output_files import (
     std_files,
 )
 from execd.wire.proxy_refresh import proxy_target
-from execd.wire.sandbox_upload import upload_sandbox
+from execd.wire.sandbox_upload import sandbox_baseline, upload_sandbox
 from execd.wire.security import (
     CONDOR_VERSION,
 )
@@ -336,7 +336,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                                        connected=lambda: not link.disconnected.is_set(),
                                        job_wire=job_wire, config=options.chirp)  # fmt: skip
         inputs = [n.split("/", 1)[0] for n in got.files]
-        before = {e.name: e.stat().st_mtime for e in sandbox.iterdir() if e.is_file()}
+        before = await sandbox_baseline(sandbox, gjid)
         stdin = job.get("In")
         stdin_name = os.path.basename(stdin) if isinstance(stdin, str) and stdin != "/dev/null" \
             and os.path.basename(stdin) in inputs else None  # fmt: skip

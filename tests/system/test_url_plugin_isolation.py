@@ -257,3 +257,39 @@ def test_the_hand_over_gives_nothing_moved_into_the_sandbox_away(place: Path) ->
     with pytest.raises(NotADirectoryError):  # a link in the sandbox's place is refused
         adopt_scratch(str(sandbox / "link"), JobUser("nobody", NOBODY, NOBODY, ()))
     assert os.stat(outside).st_uid == 0
+
+
+def test_the_changed_files_baseline_is_the_users_view_and_survives_any_stat_error(
+        place: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The baseline of the sandbox's files (what decides which files go back as
+    changed) is taken after a plugin may have left links in it: as the job's user, off
+    the loop, an entry whose stat fails left out. A link to a file of root's the user
+    cannot reach is not seen through; one whose stat fails with EACCES or ENOTCONN (a
+    FUSE mount without allow_other, a dead one: os.stat made to fail so here) does not
+    end the conversation."""
+    import errno
+
+    from execd.wire.sandbox_upload import sandbox_baseline
+
+    sandbox = place / "sandbox"
+    os.chown(sandbox, NOBODY, NOBODY)
+    (sandbox / "input").write_text("x")
+    os.chown(sandbox / "input", NOBODY, NOBODY)
+    private = place / "private"
+    private.mkdir(mode=0o700)
+    (private / "f").write_text("root's\n")
+    (sandbox / "to_root").symlink_to(private / "f")
+    (sandbox / "fuse").symlink_to("/fuse/f")
+    (sandbox / "dead").symlink_to("/dead/f")
+    real_stat = os.stat
+
+    def failing_stat(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        name = os.fspath(path)  # type: ignore[call-overload]
+        for suffix, code in (("/fuse", errno.EACCES), ("/dead", errno.ENOTCONN)):
+            if isinstance(name, str) and name.endswith(suffix):
+                raise OSError(code, os.strerror(code), name)
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", failing_stat)
+    before = asyncio.run(sandbox_baseline(sandbox, "job"))
+    assert before == {"input": real_stat(sandbox / "input").st_mtime}
