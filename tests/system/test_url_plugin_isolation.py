@@ -293,3 +293,19 @@ def test_the_changed_files_baseline_is_the_users_view_and_survives_any_stat_erro
     monkeypatch.setattr(os, "stat", failing_stat)
     before = asyncio.run(sandbox_baseline(sandbox, "job"))
     assert before == {"input": real_stat(sandbox / "input").st_mtime}
+
+
+def test_a_file_of_roots_renamed_onto_the_outfile_is_not_read(place: Path) -> None:
+    """The plugin's outfile is its user's after the run: one that renames a file of
+    root's (0600, from a directory it may write) onto its name gets nothing of it into
+    the hold reason; the outfile is read as the user and only if it is still a file of
+    the user's with one link."""
+    secret = place / "pids" / "secret.ad"  # pids: 0777, not sticky
+    secret.write_text('[ TransferSuccess = false; TransferError = "SECRET"; Url = "x"; '
+                      'LocalFileName = "data.txt" ]\n')  # fmt: skip
+    secret.chmod(0o600)
+    table = node_plugin(place, GOOD.replace("sed -n", f'mv {secret} "$4"; exit 1\nsed -n'))
+    result = download(place, [("url", "data.txt", "test://x/data.txt")], table=table)
+    assert result.hold_code == 12, result.hold_reason
+    assert "SECRET" not in result.hold_reason
+    assert os.stat(place / "sandbox" / ".test_plugin.out").st_uid == 0  # it was moved there
