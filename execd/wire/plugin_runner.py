@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import os
 import re
 import signal
@@ -43,6 +44,7 @@ QUERY = re.compile(r"\?[^\s\"']*")  # a URL's query in a plugin's output: never 
 MAX_OUTFILE = 4 * 1024 * 1024
 KILL_WAIT_S = 3.0
 OUTFILE_READ_TIMEOUT_S = 60.0
+_RUN_NUMBERS = itertools.count(1)  # each run's cgroup's name (run_cgroup)
 OUTFILE_RESERVE = 16 * 1204  # condor_starter's (sic) preallocation
 
 
@@ -198,17 +200,27 @@ async def _bounded(awaitable: Awaitable[Any]) -> None:
         await asyncio.wait_for(awaitable, KILL_WAIT_S)
 
 
+def run_cgroup(base: JobCgroup) -> JobCgroup:
+    """The cgroup of one run: `<slot>.plugins.<n>.slice` next to `base` (the slot's
+    `<slot>.plugins.slice`), a name no other run has, so that removing one after a
+    cancelled conversation never races the next job's run. One a crash leaves is an
+    orphan recovery removes."""
+    name = base.slice.name.removesuffix(".slice")
+    return JobCgroup(base.fs, base.slice.with_name(f"{name}.{next(_RUN_NUMBERS)}.slice"),
+                     base.controllers)  # fmt: skip
+
+
 async def _run(argv: list[str], job: PluginJob, env: dict[str, str]) -> tuple[PluginRun, str]:
     """Run one plugin command as the job's user in a cgroup of its own; how it ended
     and its output's tail. Whatever it started is killed after it, success or not."""
-    cgroup = job.cgroup
+    cgroup = run_cgroup(job.cgroup) if job.cgroup is not None else None
     if cgroup is not None:
         try:
             await asyncio.to_thread(cgroup.create)
         except (OSError, CgroupError) as exc:
             return PluginRun(exec_error=f"cannot make its cgroup: {exc}", outfile=None), ""
     try:
-        return await _run_in(argv, job, env)
+        return await _run_in(argv, job, env, cgroup)
     finally:
         if cgroup is not None:
             try:
@@ -218,14 +230,15 @@ async def _run(argv: list[str], job: PluginJob, env: dict[str, str]) -> tuple[Pl
                           error=str(exc))  # fmt: skip
 
 
-async def _run_in(argv: list[str], job: PluginJob, env: dict[str, str]) -> tuple[PluginRun, str]:
+async def _run_in(argv: list[str], job: PluginJob, env: dict[str, str],
+                  cgroup: JobCgroup | None) -> tuple[PluginRun, str]:  # fmt: skip
     owner = job.owner if os.geteuid() == 0 else None
     write_end, stream, transport = await _output_pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=write_end, stderr=write_end,
             cwd=job.sandbox, env=env, start_new_session=True,
-            preexec_fn=_enter(job.cgroup, owner))  # fmt: skip
+            preexec_fn=_enter(cgroup, owner))  # fmt: skip
     except OSError as exc:
         transport.close()
         return PluginRun(exec_error=exc.strerror or str(exc), outfile=None), ""
@@ -242,7 +255,7 @@ async def _run_in(argv: list[str], job: PluginJob, env: dict[str, str]) -> tuple
     except TimeoutError:
         timed_out = True
     finally:
-        _kill_run(proc.pid, job.cgroup)  # what it left too, success or not
+        _kill_run(proc.pid, cgroup)  # what it left too, success or not
         if proc.returncode is None and not timed_out:  # cancelled
             reader.cancel()
             transport.close()

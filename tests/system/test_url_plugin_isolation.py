@@ -154,7 +154,24 @@ def test_what_a_plugin_leaves_running_is_killed_with_its_cgroup(
                       table=node_plugin(place, body), cgroup=cgroup)  # fmt: skip
     assert result.ok, result.hold_reason
     assert not alive(int(pids.read_text()))
-    assert not cgroup.slice.exists()  # made for the run, removed after it
+    assert not list(cgroup.slice.parent.glob("slot1.plugins*"))  # removed after the run
+
+
+def test_each_plugin_run_has_a_cgroup_of_its_own_name(place: Path, cgroup: JobCgroup) -> None:
+    """`<slot>.plugins.<n>.slice`, a new n a run: removing one run's cgroup (after a
+    cancelled conversation) never removes the next run's."""
+    seen = place / "pids" / "cgroups"
+    body = GOOD.replace("\nsed", f"\ncat /proc/self/cgroup >> {seen}\nsed", 1)
+    for _ in range(2):
+        (place / "sandbox" / "data.txt").unlink(missing_ok=True)
+        result = download(place, [("url", "data.txt", "test://x/data.txt")],
+                          table=node_plugin(place, body), cgroup=cgroup)  # fmt: skip
+        assert result.ok, result.hold_reason
+    names = [line.rsplit("/", 2)[-2] for line in seen.read_text().splitlines()
+             if line.startswith("0::")]  # fmt: skip
+    assert len(names) == 2 and names[0] != names[1], names
+    assert all(n.startswith("slot1.plugins.") and n.endswith(".slice") for n in names), names
+    assert not list(cgroup.slice.parent.glob("slot1.plugins*"))
 
 
 def test_a_plugin_past_its_time_whose_child_holds_its_output_ends_at_once(
