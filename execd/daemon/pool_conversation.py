@@ -141,9 +141,10 @@ def job_plugin_mode(settings: Settings, slot_ad: Any, job: dict[str, object]) ->
 
 
 def plugin_cgroup(tree: CgroupTree | None, slot: str) -> JobCgroup | None:
-    """The cgroup a slot's transfer plugins run in, one run at a time (`<slot>.plugins`
-    .slice, next to the job's; made and removed around each run; one left by a
-    crash is an orphan recovery removes). None without a delegated cgroup tree."""
+    """Where a slot's transfer plugins run: each run in `<slot>.plugins.<n>.slice`
+    next to the job's (plugin_runner.run_cgroup: made and removed around the run; one
+    left by a crash is an orphan recovery removes). None without a delegated cgroup
+    tree."""
     if tree is None or not slot:
         return None
     try:

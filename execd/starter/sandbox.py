@@ -58,53 +58,26 @@ def make_scratch(execute_dir: str, starter_pid: int, user: JobUser) -> str:
 
 def adopt_scratch(path: str, user: JobUser) -> str:
     """A sandbox made before the starter (the shadow's, where a user's plugin may
-    have run): everything in it becomes the job user's (give_to_user)."""
+    have run): only the directory itself is handed over (give_to_user); what is in it
+    is already the job user's, made so as it was made."""
     give_to_user(path, user.uid, user.gid)
-    os.chmod(path, 0o700)
     return path
 
 
 def give_to_user(path: str, uid: int, gid: int) -> None:
-    """`path` and everything under it become the job user's, safely even where the
-    user has written: each entry is opened relative to its directory's fd, never
-    through a link (O_NOFOLLOW), and changed on that fd (fchown) after fstat says what
-    it is: a directory is changed and walked; a file only when it has one link (a
-    hard link the user made to a file of root's is left alone); a symbolic link,
-    socket or anything that cannot be opened is left as it is. Depth first with a
-    stack of its own (one fd a level), so any depth."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    top = os.open(path, flags)
-    os.fchown(top, uid, gid)
-    stack: list[tuple[int, Iterator[str]]] = [(top, _names(top))]
-    while stack:
-        fd, names = stack[-1]
-        name = next(names, None)
-        if name is None:
-            os.close(fd)
-            stack.pop()
-            continue
-        try:
-            child = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
-                            | os.O_CLOEXEC, dir_fd=fd)  # fmt: skip
-        except OSError:  # a link (ELOOP), a socket, gone
-            continue
-        info = os.fstat(child)
-        if stat.S_ISDIR(info.st_mode):
-            os.fchown(child, uid, gid)
-            stack.append((child, _names(child)))
-            continue
-        if info.st_uid != uid and info.st_nlink == 1:
-            os.fchown(child, uid, gid)
-        os.close(child)
-
-
-def _names(fd: int) -> Iterator[str]:
+    """The sandbox directory `path` becomes the job user's, mode 0700, changed on a
+    descriptor opened with O_NOFOLLOW | O_DIRECTORY (a link there is refused). Nothing
+    under it is touched: every entry in a sandbox is made the user's as it is made (the
+    shadow's files and directories, the proxy, the job ad files, a plugin's run files),
+    and once user code may have run, a walk as root would give away whatever the user
+    moved in (a directory or a file of root's renamed in from elsewhere on the same
+    file system)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        with os.scandir(fd) as found:
-            listed = [e.name for e in found]
-    except OSError:
-        listed = []
-    return iter(listed)
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
 
 
 def walk_tree(path: str) -> Iterator[tuple[str, os.stat_result]]:

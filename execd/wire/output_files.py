@@ -334,3 +334,25 @@ def output_items(sandbox: Path, job: Mapping[str, object], inputs: Sequence[str]
                 continue
             changed.append(name)
     return expand_outputs(sandbox, changed + std)
+
+
+def input_baseline(sandbox: str) -> dict[str, float]:
+    """The sandbox's top-level regular files and their mtimes before the job (what
+    output_items compares against), as condor_starter's BuildFileCatalog: listed and
+    stat'ed in the caller's thread, run with the job user's file-access ids (a link is
+    followed as the user follows it); an entry that cannot be stat'ed (EACCES from a
+    FUSE mount, ENOTCONN, a dangling link) is left out, never an error."""
+    found: dict[str, float] = {}
+    try:
+        entries = os.scandir(sandbox)
+    except OSError:
+        return found
+    with entries:
+        for entry in entries:
+            try:
+                info = os.stat(entry.path)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                found[entry.name] = info.st_mtime
+    return found

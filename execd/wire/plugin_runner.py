@@ -11,8 +11,9 @@ kept, for the log) so a chatty plugin never blocks, and the wait ends when the p
 does. After the run, or once it is past the timeout (MAX_FILE_TRANSFER_PLUGIN_LIFETIME),
 its session and its cgroup (cgroup.kill) are killed and the cgroup removed: nothing it
 started outlives it; the waits after a kill are bounded (KILL_WAIT_S). The outfile is
-read off the loop, never through a link, at most MAX_OUTFILE bytes. On success the two
-files are removed, as condor_starter does; after a failure they stay.
+read off the loop as the job's user, never through a link, at most MAX_OUTFILE bytes,
+and only while it is a file of the user's with one link. On success the two files are
+removed, as condor_starter does; after a failure they stay.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import os
 import re
 import signal
@@ -33,6 +35,7 @@ from typing import Any
 from execd.cgroups.tree import JobCgroup
 from execd.errors import CgroupError
 from execd.log import get_logger
+from execd.wire.owner_thread import OwnerThread
 from execd.wire.transfer_plugins import Plugin, PluginRun
 
 log = get_logger("wire")
@@ -40,6 +43,8 @@ OUTPUT_KEEP = 16 * 1024
 QUERY = re.compile(r"\?[^\s\"']*")  # a URL's query in a plugin's output: never logged
 MAX_OUTFILE = 4 * 1024 * 1024
 KILL_WAIT_S = 3.0
+OUTFILE_READ_TIMEOUT_S = 60.0
+_RUN_NUMBERS = itertools.count(1)  # each run's cgroup's name (run_cgroup)
 OUTFILE_RESERVE = 16 * 1204  # condor_starter's (sic) preallocation
 
 
@@ -101,21 +106,38 @@ def _create_owned(path: Path, text: str, owner: tuple[int, int]) -> None:
         os.close(fd)
 
 
-def read_outfile(path: Path) -> str | None:
+def read_outfile(path: Path, uid: int) -> str | None:
     """The outfile's text (the first MAX_OUTFILE bytes); None when it is missing, a
-    link, not a regular file or unreadable."""
+    link, not a regular file, unreadable, or not the one we made: another owner's than
+    `uid` or with more than one link (a file of root's the plugin renamed or
+    hard-linked onto its name). Called with the job user's file-access ids
+    (read_outfile_as_user), as condor_starter reads it as the user."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != uid or info.st_nlink != 1:
             return None
         return os.read(fd, MAX_OUTFILE).decode(errors="replace")
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+async def read_outfile_as_user(path: Path, owner: tuple[int, int]) -> str | None:
+    """read_outfile in a thread with the job user's file-access ids (the daemon's own
+    when it is not root), off the loop, bounded in time (None past it)."""
+    ids = owner if os.geteuid() == 0 else (os.geteuid(), os.getegid())
+    worker = OwnerThread(ids, name="outfile-as-owner", timeout_s=OUTFILE_READ_TIMEOUT_S)
+    try:
+        return await worker.call(read_outfile, path, ids[0])
+    except OSError:
+        return None
+    finally:
+        worker.close()
 
 
 async def _drain(stream: asyncio.StreamReader, kept: bytearray) -> None:
@@ -178,17 +200,27 @@ async def _bounded(awaitable: Awaitable[Any]) -> None:
         await asyncio.wait_for(awaitable, KILL_WAIT_S)
 
 
+def run_cgroup(base: JobCgroup) -> JobCgroup:
+    """The cgroup of one run: `<slot>.plugins.<n>.slice` next to `base` (the slot's
+    `<slot>.plugins.slice`), a name no other run has, so that removing one after a
+    cancelled conversation never races the next job's run. One a crash leaves is an
+    orphan recovery removes."""
+    name = base.slice.name.removesuffix(".slice")
+    return JobCgroup(base.fs, base.slice.with_name(f"{name}.{next(_RUN_NUMBERS)}.slice"),
+                     base.controllers)  # fmt: skip
+
+
 async def _run(argv: list[str], job: PluginJob, env: dict[str, str]) -> tuple[PluginRun, str]:
     """Run one plugin command as the job's user in a cgroup of its own; how it ended
     and its output's tail. Whatever it started is killed after it, success or not."""
-    cgroup = job.cgroup
+    cgroup = run_cgroup(job.cgroup) if job.cgroup is not None else None
     if cgroup is not None:
         try:
             await asyncio.to_thread(cgroup.create)
         except (OSError, CgroupError) as exc:
             return PluginRun(exec_error=f"cannot make its cgroup: {exc}", outfile=None), ""
     try:
-        return await _run_in(argv, job, env)
+        return await _run_in(argv, job, env, cgroup)
     finally:
         if cgroup is not None:
             try:
@@ -198,14 +230,15 @@ async def _run(argv: list[str], job: PluginJob, env: dict[str, str]) -> tuple[Pl
                           error=str(exc))  # fmt: skip
 
 
-async def _run_in(argv: list[str], job: PluginJob, env: dict[str, str]) -> tuple[PluginRun, str]:
+async def _run_in(argv: list[str], job: PluginJob, env: dict[str, str],
+                  cgroup: JobCgroup | None) -> tuple[PluginRun, str]:  # fmt: skip
     owner = job.owner if os.geteuid() == 0 else None
     write_end, stream, transport = await _output_pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=write_end, stderr=write_end,
             cwd=job.sandbox, env=env, start_new_session=True,
-            preexec_fn=_enter(job.cgroup, owner))  # fmt: skip
+            preexec_fn=_enter(cgroup, owner))  # fmt: skip
     except OSError as exc:
         transport.close()
         return PluginRun(exec_error=exc.strerror or str(exc), outfile=None), ""
@@ -222,7 +255,7 @@ async def _run_in(argv: list[str], job: PluginJob, env: dict[str, str]) -> tuple
     except TimeoutError:
         timed_out = True
     finally:
-        _kill_run(proc.pid, job.cgroup)  # what it left too, success or not
+        _kill_run(proc.pid, cgroup)  # what it left too, success or not
         if proc.returncode is None and not timed_out:  # cancelled
             reader.cancel()
             transport.close()
@@ -272,7 +305,7 @@ async def run_plugin(plugin: Plugin, items: Sequence[tuple[str, str]],
     _logged(plugin, len(items), run, output)
     if run.exec_error:
         return run
-    return dataclasses.replace(run, outfile=await asyncio.to_thread(read_outfile, outfile))
+    return dataclasses.replace(run, outfile=await read_outfile_as_user(outfile, job.owner))
 
 
 async def run_single(plugin: Plugin, url: str, local: str, job: PluginJob) -> tuple[PluginRun, str]:

@@ -13,6 +13,7 @@ import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from execd.log import get_logger
 from execd.wire.classad_codec import encode_ad
 from execd.wire.filetransfer import (
     CHUNK_BYTES,
@@ -31,12 +32,13 @@ from execd.wire.filetransfer import (
     recv_ad,
     send_int,
 )
-from execd.wire.output_files import OutputItem, OutputListError
+from execd.wire.output_files import OutputItem, OutputListError, input_baseline
 from execd.wire.owner_thread import OwnerThread, OwnerThreadTimeoutError
 from execd.wire.shadow_syscalls import MessageChannel
 
 # Seconds one open, read or the listing may take in the upload's thread: HTCondor's
 # STARTER_UPLOAD_TIMEOUT default. Past it the job is held (13, ETIMEDOUT) naming it.
+log = get_logger("wire")
 OUTPUT_IO_TIMEOUT_S = 200.0
 
 
@@ -176,6 +178,22 @@ async def upload_sandbox(ch: MessageChannel, sandbox: Path, select: Selection, *
     if peer.get("Result") != 0:
         peer_failure(peer, result, HOLD_DOWNLOAD_FILE_ERROR)
     return result
+
+
+async def sandbox_baseline(sandbox: Path, gjid: str,
+                           io_timeout_s: float = OUTPUT_IO_TIMEOUT_S) -> dict[str, float]:
+    """input_baseline, off the event loop in a thread with the job user's file-access
+    ids (a plugin may have left links to anywhere): a listing that fails or takes longer
+    than `io_timeout_s` (a hung file system) is logged and the baseline is empty (every
+    file then counts as changed)."""
+    worker = OwnerThread(_owner(sandbox), name="baseline-as-owner", timeout_s=io_timeout_s)
+    try:
+        return await worker.call(input_baseline, str(sandbox))
+    except OSError as exc:
+        log.warning("sandbox_baseline_not_listed", job=gjid, error=str(exc))
+        return {}
+    finally:
+        worker.close()
 
 
 def _owner(sandbox: Path) -> tuple[int, int]:

@@ -66,7 +66,7 @@ from execd.wire.output_files import (
     std_files,
 )
 from execd.wire.proxy_refresh import proxy_target
-from execd.wire.sandbox_upload import upload_sandbox
+from execd.wire.sandbox_upload import sandbox_baseline, upload_sandbox
 from execd.wire.security import (
     CONDOR_VERSION,
 )
@@ -330,7 +330,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         # Before the input arrives, as condor_starter's WriteAdFiles in its working
         # directory's setup: an input file of either name replaces them, as on condor.
         write_job_ads(sandbox, starter_job_ad(job_wire, job, sandbox, transfer, user.pw_dir),
-                      options.published_slot_ad or starter_ad, gjid)  # fmt: skip
+                      options.published_slot_ad or starter_ad, gjid,
+                      (uid, gid) if os.geteuid() == 0 else (os.getuid(), os.getgid()))
         got = await transfers.run(FILETRANS_UPLOAD, receive) if transfer else TransferResult()
         if not got.ok:
             log.warning("shadow_input_transfer_failed", job=gjid, code=got.hold_code,
@@ -355,13 +356,13 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             else {}  # fmt: skip
         await send_update(calls, provisioned | from_values({"_condor_JOBINFO_MAXINTERVAL": -1}),
                           options.on_update)  # fmt: skip
-        if not urls.handed_over:  # else the user's plugins ran there: no root walk
+        if not urls.handed_over and os.geteuid() == 0:  # the directory only: no walk
             give_to_user(str(sandbox), uid, gid)
         proxy = await open_chirp_proxy(calls, job, gjid, sandbox, owner=(uid, gid),
                                        connected=lambda: not link.disconnected.is_set(),
                                        job_wire=job_wire, config=options.chirp)  # fmt: skip
         inputs = [n.split("/", 1)[0] for n in got.files]
-        before = {e.name: e.stat().st_mtime for e in sandbox.iterdir() if e.is_file()}
+        before = await sandbox_baseline(sandbox, gjid)
         stdin = job.get("In")
         stdin_name = os.path.basename(stdin) if isinstance(stdin, str) and stdin != "/dev/null" \
             and os.path.basename(stdin) in inputs else None  # fmt: skip

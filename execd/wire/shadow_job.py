@@ -143,15 +143,15 @@ def starter_job_ad(job_wire: WireAd, job: dict[str, object], sandbox: Path, tran
     return dict(job_wire) | from_values(edits)
 
 
-def write_job_ads(sandbox: Path, job: WireAd, machine: WireAd, gjid: str) -> None:
+def write_job_ads(sandbox: Path, job: WireAd, machine: WireAd, gjid: str,
+                  owner: tuple[int, int]) -> None:  # fmt: skip
     """`.job.ad` (the shadow's job ad) and `.machine.ad` (the slot's public ad, as the
     startd hands it to its starter) in the sandbox, private attributes left out
-    (execd/starter/ad_files.py). Written as root while the sandbox is still root's
-    (before it is given to the job's user, who gets the files with it). A failure is
-    logged and the job runs without them, as condor_starter's."""
+    (execd/starter/ad_files.py), made the job's user's (`owner`) on their descriptors:
+    nothing in a sandbox is handed over by a walk later. A failure is logged and the
+    job runs without them, as condor_starter's."""
     try:
-        write_ad_files(str(sandbox), long_form(job), long_form(machine), os.getuid(),
-                       os.getgid())  # fmt: skip
+        write_ad_files(str(sandbox), long_form(job), long_form(machine), *owner)
     except OSError as exc:
         log.warning("job_ad_files_not_written", job=gjid, error=str(exc))
 

@@ -11,10 +11,10 @@ run. A URL whose scheme no plugin handles, or any URL while URL transfers are of
 
 The plugins write into the sandbox as the job's user. Every file, directory and the
 proxy the shadow sent is already the user's (made so as received, modes masked to
-0o777: execd/wire/filetransfer.py); before the first plugin runs, the rest of the
-sandbox (itself, the job ad files) is handed over too, walked by directory fds
-(execd/starter/sandbox.py give_to_user), so that no walk as root follows any user code
-(`handed_over`). Each run is in a cgroup of its own, killed whole after it: nothing
+0o777: execd/wire/filetransfer.py), the job ad files too; before the first plugin
+runs the sandbox directory itself is handed over (execd/starter/sandbox.py
+give_to_user: that directory alone, never a walk; `handed_over`).
+Each run is in a cgroup of its own, killed whole after it: nothing
 a plugin starts outlives it. Without a cgroup (no cgroup v2 delegation) the job's own
 plugins are refused as STARTER_DISABLE_USER_SUPPLIED_TRANSFER_PLUGINS = true refuses
 them (subcode -1002, "user-supplied plugin P not allowed"); the node's (the admin's)

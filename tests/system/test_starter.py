@@ -60,8 +60,10 @@ def test_job_runs_as_nobody_inside_its_cgroup_with_htcondor_environment(
 def test_a_premade_sandbox_is_given_to_the_job_user_and_left_for_its_maker(
     workdir: Path, make_spec: Callable[..., StarterSpec]
 ) -> None:
-    """A pool job's sandbox (the shadow's input already in it): the job runs there as
-    its user, reads the input, writes its output there; the sandbox stays afterwards."""
+    """A pool job's sandbox (the shadow's input already in it, made the user's as it
+    arrived): the job runs there as its user, reads the input, writes its output there;
+    the sandbox stays afterwards. Only the directory itself is handed over: what is in
+    it is never walked and chowned (a file of root's stays root's)."""
     sandbox = workdir / "execute" / "dir_transferred"
     (sandbox / "data").mkdir(parents=True)
     (sandbox / "data" / "in.txt").write_text("input\n")
@@ -71,7 +73,7 @@ def test_a_premade_sandbox_is_given_to_the_job_user_and_left_for_its_maker(
     assert report["ExitReason"] == "exited" and report["ExitCode"] == 0
     assert (sandbox / "_condor_stdout").read_text() == "input\nnobody 700\n"
     assert (sandbox / "uid.txt").read_text() == f"{NOBODY}\n"
-    assert (sandbox / "data" / "in.txt").stat().st_uid == NOBODY
+    assert (sandbox / "data" / "in.txt").stat().st_uid == 0
     assert not [p for p in (workdir / "execute").iterdir() if p != sandbox]
 
 

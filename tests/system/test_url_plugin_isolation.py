@@ -154,7 +154,24 @@ def test_what_a_plugin_leaves_running_is_killed_with_its_cgroup(
                       table=node_plugin(place, body), cgroup=cgroup)  # fmt: skip
     assert result.ok, result.hold_reason
     assert not alive(int(pids.read_text()))
-    assert not cgroup.slice.exists()  # made for the run, removed after it
+    assert not list(cgroup.slice.parent.glob("slot1.plugins*"))  # removed after the run
+
+
+def test_each_plugin_run_has_a_cgroup_of_its_own_name(place: Path, cgroup: JobCgroup) -> None:
+    """`<slot>.plugins.<n>.slice`, a new n a run: removing one run's cgroup (after a
+    cancelled conversation) never removes the next run's."""
+    seen = place / "pids" / "cgroups"
+    body = GOOD.replace("\nsed", f"\ncat /proc/self/cgroup >> {seen}\nsed", 1)
+    for _ in range(2):
+        (place / "sandbox" / "data.txt").unlink(missing_ok=True)
+        result = download(place, [("url", "data.txt", "test://x/data.txt")],
+                          table=node_plugin(place, body), cgroup=cgroup)  # fmt: skip
+        assert result.ok, result.hold_reason
+    names = [line.rsplit("/", 2)[-2] for line in seen.read_text().splitlines()
+             if line.startswith("0::")]  # fmt: skip
+    assert len(names) == 2 and names[0] != names[1], names
+    assert all(n.startswith("slot1.plugins.") and n.endswith(".slice") for n in names), names
+    assert not list(cgroup.slice.parent.glob("slot1.plugins*"))
 
 
 def test_a_plugin_past_its_time_whose_child_holds_its_output_ends_at_once(
@@ -231,23 +248,81 @@ def test_a_directory_where_the_run_files_go_holds_the_job(place: Path) -> None:
 
 
 
-def test_the_hand_over_follows_no_link_and_leaves_hard_links_alone(place: Path) -> None:
-    """give_to_user opens each entry by its directory's fd, never through a link: a
-    link to a file or a directory of root's is not followed, and a file with more than
-    one link (a hard link the user could have made to a file of root's) is left."""
-    from execd.starter.sandbox import give_to_user
+def test_the_hand_over_gives_nothing_moved_into_the_sandbox_away(place: Path) -> None:
+    """The starter's adoption of a sandbox where user code ran changes the directory
+    alone: a directory and a file of root's the user renamed in (stood in for here by
+    ones made in place), a link to root's and a hard link all stay root's."""
+    from execd.starter.sandbox import JobUser, adopt_scratch
 
     outside = place / "roots"
     outside.mkdir()
     (outside / "secret").write_text("root's\n")
     sandbox = place / "sandbox"
-    (sandbox / "deep" / "er").mkdir(parents=True)
-    (sandbox / "deep" / "er" / "file").write_text("x")
+    sandbox.chmod(0o755)
+    moved_in = sandbox / "r"
+    moved_in.mkdir()
+    (moved_in / "s").write_text("root's\n")
+    os.chmod(moved_in / "s", 0o600)
     (sandbox / "to_file").symlink_to(outside / "secret")
-    (sandbox / "deep" / "to_dir").symlink_to(outside)
-    os.link(outside / "secret", sandbox / "deep" / "hard")
-    give_to_user(str(sandbox), NOBODY, NOBODY)
-    for path in (sandbox, sandbox / "deep", sandbox / "deep" / "er",
-                 sandbox / "deep" / "er" / "file"):  # fmt: skip
-        assert os.lstat(path).st_uid == NOBODY, path
-    assert os.stat(outside).st_uid == 0 and os.stat(outside / "secret").st_uid == 0
+    os.link(outside / "secret", sandbox / "hard")
+    adopt_scratch(str(sandbox), JobUser("nobody", NOBODY, NOBODY, ()))
+    top = os.lstat(sandbox)
+    assert (top.st_uid, top.st_gid, stat.S_IMODE(top.st_mode)) == (NOBODY, NOBODY, 0o700)
+    for path in (moved_in, moved_in / "s", outside, outside / "secret"):
+        assert os.lstat(path).st_uid == 0, path
+    (sandbox / "link").symlink_to(outside)
+    with pytest.raises(NotADirectoryError):  # a link in the sandbox's place is refused
+        adopt_scratch(str(sandbox / "link"), JobUser("nobody", NOBODY, NOBODY, ()))
+    assert os.stat(outside).st_uid == 0
+
+
+def test_the_changed_files_baseline_is_the_users_view_and_survives_any_stat_error(
+        place: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The baseline of the sandbox's files (what decides which files go back as
+    changed) is taken after a plugin may have left links in it: as the job's user, off
+    the loop, an entry whose stat fails left out. A link to a file of root's the user
+    cannot reach is not seen through; one whose stat fails with EACCES or ENOTCONN (a
+    FUSE mount without allow_other, a dead one: os.stat made to fail so here) does not
+    end the conversation."""
+    import errno
+
+    from execd.wire.sandbox_upload import sandbox_baseline
+
+    sandbox = place / "sandbox"
+    os.chown(sandbox, NOBODY, NOBODY)
+    (sandbox / "input").write_text("x")
+    os.chown(sandbox / "input", NOBODY, NOBODY)
+    private = place / "private"
+    private.mkdir(mode=0o700)
+    (private / "f").write_text("root's\n")
+    (sandbox / "to_root").symlink_to(private / "f")
+    (sandbox / "fuse").symlink_to("/fuse/f")
+    (sandbox / "dead").symlink_to("/dead/f")
+    real_stat = os.stat
+
+    def failing_stat(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        name = os.fspath(path)  # type: ignore[call-overload]
+        for suffix, code in (("/fuse", errno.EACCES), ("/dead", errno.ENOTCONN)):
+            if isinstance(name, str) and name.endswith(suffix):
+                raise OSError(code, os.strerror(code), name)
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", failing_stat)
+    before = asyncio.run(sandbox_baseline(sandbox, "job"))
+    assert before == {"input": real_stat(sandbox / "input").st_mtime}
+
+
+def test_a_file_of_roots_renamed_onto_the_outfile_is_not_read(place: Path) -> None:
+    """The plugin's outfile is its user's after the run: one that renames a file of
+    root's (0600, from a directory it may write) onto its name gets nothing of it into
+    the hold reason; the outfile is read as the user and only if it is still a file of
+    the user's with one link."""
+    secret = place / "pids" / "secret.ad"  # pids: 0777, not sticky
+    secret.write_text('[ TransferSuccess = false; TransferError = "SECRET"; Url = "x"; '
+                      'LocalFileName = "data.txt" ]\n')  # fmt: skip
+    secret.chmod(0o600)
+    table = node_plugin(place, GOOD.replace("sed -n", f'mv {secret} "$4"; exit 1\nsed -n'))
+    result = download(place, [("url", "data.txt", "test://x/data.txt")], table=table)
+    assert result.hold_code == 12, result.hold_reason
+    assert "SECRET" not in result.hold_reason
+    assert os.stat(place / "sandbox" / ".test_plugin.out").st_uid == 0  # it was moved there
