@@ -31,13 +31,14 @@ import asyncio
 import contextlib
 import os
 import shlex
-import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from execd.log import get_logger
+from execd.starter.sandbox import rm_argv, rm_error
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import decode_ad, encode_ad, from_values, to_classad
 from execd.wire.condor_args import condor_base64, split_args_v2, split_quoted_args
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 log = get_logger("wire")
 SETUP_TIMEOUT_S = 60.0  # condor_starter waits without limit; a hung setup must not pile up
 REAP_WAIT_S = 5.0  # for killed sshds to be reaped at the job's end
+REMOVE_TIMEOUT_S = 60.0  # a session directory's removal (a hung mount must not hold it)
 # The setup's keys are a few KiB; -keygen-options -b 16384 makes them ~25 KiB.
 SETUP_OUTPUT_BYTES = 1 << 20
 SETUP_ERROR_BYTES = 4096  # of a failed setup's output, in ErrorString and the log
@@ -328,7 +330,7 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
             raise SshdRefusedError(FINISHED)
         argv = sshd_argv(config, str(session / "sshd_config"))
     except SshdRefusedError:
-        _remove_session(session)
+        await asyncio.to_thread(_remove_session, session)
         raise
     reply = from_values({"Result": True, "RemoteUser": user,
                          "SSHPublicServerKey": condor_base64(host_key),
@@ -336,7 +338,7 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
     await channel.send(encode_ad(channel.encoder(), reply).payload())
     sock = channel.writer.get_extra_info("socket")
     if sock is None or shell.closing:
-        _remove_session(session)
+        await asyncio.to_thread(_remove_session, session)
         return
     fd = os.dup(sock.fileno())
     try:
@@ -347,7 +349,7 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
             stdin=fd, stdout=fd, stderr=asyncio.subprocess.PIPE)  # fmt: skip
     except (OSError, SshdRefusedError) as exc:
         log.warning("sshd_not_started", job=job, error=str(exc))
-        _remove_session(session)
+        await asyncio.to_thread(_remove_session, session)
         return
     finally:
         os.close(fd)
@@ -376,9 +378,17 @@ async def _reap(shell: JobShell, proc: asyncio.subprocess.Process, session: Path
 
 
 def _remove_session(session: Path) -> None:
-    """The session directory goes with its sshd (condor_starter's SSHDProc::JobReaper);
-    rmtree does not follow links the job's user may have put in it."""
-    shutil.rmtree(session, ignore_errors=True)
+    """The session directory goes with its sshd (condor_starter's SSHDProc::JobReaper),
+    as a sandbox goes (rm_argv: any depth, no link followed, no other file system);
+    blocking, bounded (call it off the event loop). What rm cannot remove is logged."""
+    try:
+        done = subprocess.run(rm_argv(session), capture_output=True, check=False,
+                              timeout=REMOVE_TIMEOUT_S)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("sshd_session_not_removed", session=session.name, error=str(exc))
+        return
+    if (error := rm_error(done.stderr, done.returncode)) is not None:
+        log.warning("sshd_session_not_removed", session=session.name, error=error)
 
 
 async def serve_start_sshd(channel: Channel, shell: JobShell | None, *, job: str,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import itertools
 import os
@@ -35,6 +36,7 @@ from typing import Any
 from execd.cgroups.tree import JobCgroup
 from execd.errors import CgroupError
 from execd.log import get_logger
+from execd.starter.child import PR_SET_NO_NEW_PRIVS
 from execd.wire.owner_thread import OwnerThread
 from execd.wire.transfer_plugins import Plugin, PluginRun
 
@@ -171,6 +173,8 @@ def _enter(cgroup: JobCgroup | None, owner: tuple[int, int] | None) -> Callable[
     """What the forked plugin does before exec: enter the run's cgroup (as root, so
     nothing it starts is outside it), then become the job's user."""
     procs = str(cgroup.procs_file) if cgroup is not None else None
+    # resolved here, in the parent: the forked child imports nothing
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
 
     def enter() -> None:
         if procs is not None:
@@ -183,6 +187,10 @@ def _enter(cgroup: JobCgroup | None, owner: tuple[int, int] | None) -> Callable[
             os.setgroups([])
             os.setgid(owner[1])
             os.setuid(owner[0])
+            # as the job itself (execd/starter/child.py): no setuid or file-capability
+            # program it runs gives it more than the job has
+            if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
 
     return enter
 

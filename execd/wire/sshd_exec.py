@@ -22,6 +22,10 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 USAGE = "usage: sshd_exec.py ENV_FD CGROUP_PROCS|- UID GID CWD STDERR|- -- PROGRAM ARG..."
 
@@ -40,6 +44,21 @@ def read_environment(fd: int) -> dict[str, str]:
     return env
 
 
+def no_new_privs() -> Callable[[], None]:
+    """prctl(PR_SET_NO_NEW_PRIVS), as execd/starter/child.py sets it for every job:
+    resolved now, as root (the interpreter's files may be root's alone), set when
+    called (after the id switch)."""
+    import ctypes  # noqa: PLC0415 - this helper imports nothing until it needs it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def set_it() -> None:
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+    return set_it
+
+
 def become_and_exec(argv: list[str], env: dict[str, str]) -> None:
     if len(argv) < 7 or argv[5] != "--":
         raise ValueError(USAGE)
@@ -50,10 +69,12 @@ def become_and_exec(argv: list[str], env: dict[str, str]) -> None:
     if procs != "-":
         with open(procs, "w", encoding="ascii") as cgroup:
             cgroup.write(str(os.getpid()))
+    set_no_new_privs = no_new_privs()
     os.setsid()
     os.setgroups([])
     os.setgid(int(gid))
     os.setuid(int(uid))
+    set_no_new_privs()  # as the job itself: no setuid program gives the session more
     os.chdir(cwd)
     if stderr != "-":  # opened as the user: a link there leads nowhere it may not write
         fd = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)

@@ -61,11 +61,14 @@ def job_shell(workdir: Path, env: dict[str, str]) -> JobShell:
 
 def test_the_setup_runs_as_the_job_user_with_the_jobs_environment_and_no_groups(
         workdir: Path) -> None:  # fmt: skip
-    config = libexec(workdir, SUCCESS + 'id -u; id -G; pwd; echo "$FROM_JOB"\n')
+    config = libexec(workdir, SUCCESS + 'id -u; id -G; pwd; echo "$FROM_JOB"; '
+                              'grep NoNewPrivs /proc/self/status\n')  # fmt: skip
     output = asyncio.run(run_setup(job_shell(workdir, {"FROM_JOB": "yes"}), config,
                                    {"FROM_JOB": "yes"}, ""))  # fmt: skip
     lines = output.decode().splitlines()
-    assert lines[1:] == [str(NOBODY), str(NOBODY), str(workdir / "iwd"), "yes"]
+    # no setuid program gives it more than the job has (no_new_privs, as the job's)
+    assert lines[1:] == [str(NOBODY), str(NOBODY), str(workdir / "iwd"), "yes",
+                         "NoNewPrivs:\t1"]  # fmt: skip
 
 
 def test_a_pythonpath_in_the_jobs_environment_does_not_reach_the_root_helper(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import shutil
 import signal
 import stat
@@ -104,6 +105,16 @@ def node_plugin(place: Path, body: str) -> PluginTable:
 
 
 def alive(pid: int) -> bool:
+    """Whether `pid` is still running (a zombie is not), once a SIGKILL sent to it has
+    had up to 10 s to land: its pidfd turns readable as it exits."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    try:
+        select.select([pidfd], [], [], 10)
+    finally:
+        os.close(pidfd)
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
