@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import os
 import stat
 import time
@@ -42,9 +41,10 @@ from execd.classads import ClassAdError, parse_expr
 from execd.starter.ad_files import AD_FILE_MODE, UPDATE_AD_FILES
 from execd.wire.blocking_worker import BlockingWorker
 from execd.wire.classad_codec import WireAd, is_private, long_form
+from execd.wire.sandbox_file import replace_sandbox_file
 
 logger = log.get_logger("pool")
-UPDATE_AD, UPDATE_AD_TMP = UPDATE_AD_FILES
+UPDATE_AD = UPDATE_AD_FILES[0]  # and its .tmp (replace_sandbox_file)
 WRITE_TIMEOUT_S = 30.0  # one write; a slower one is logged (it goes on in its thread)
 # The sandbox's removal waits this long for a write in flight, then goes on regardless.
 CLOSE_TIMEOUT_S = 60.0
@@ -83,32 +83,8 @@ def write_update_ad(sandbox: SandboxIdentity, text: str) -> None:
     """`text` to .update.ad.tmp in the sandbox (the job's user's, 0644), renamed over
     .update.ad; OSError if the sandbox is not the recorded directory owned by the job's
     user (never root), or where the job's directory does not allow it."""
-    dir_fd = os.open(sandbox.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        st = os.fstat(dir_fd)
-        if (st.st_dev, st.st_ino) != (sandbox.dev, sandbox.ino) or st.st_uid != sandbox.uid \
-                or st.st_uid == 0:  # fmt: skip
-            raise PermissionError(errno.EPERM, "the sandbox is not the job's own directory")
-        with contextlib.suppress(FileNotFoundError):  # a stale one (unlink follows nothing)
-            os.unlink(UPDATE_AD_TMP, dir_fd=dir_fd)
-        fd = os.open(UPDATE_AD_TMP, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, AD_FILE_MODE, dir_fd=dir_fd)  # fmt: skip
-        try:
-            try:
-                os.fchown(fd, sandbox.uid, sandbox.gid)
-                os.fchmod(fd, AD_FILE_MODE)
-                view = memoryview(text.encode())
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
-            os.rename(UPDATE_AD_TMP, UPDATE_AD, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(UPDATE_AD_TMP, dir_fd=dir_fd)
-            raise
-    finally:
-        os.close(dir_fd)
+    replace_sandbox_file(sandbox.path, (sandbox.dev, sandbox.ino, sandbox.uid), UPDATE_AD,
+                         text.encode(), mode=AD_FILE_MODE, gid=sandbox.gid)  # fmt: skip
 
 
 def update_attrs(settings: Any) -> list[str]:

@@ -27,8 +27,6 @@ off, late, larger than 1 MiB: not read beyond its size) or written is answered 0
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import stat
 from collections.abc import Coroutine
@@ -39,6 +37,7 @@ from execd.errors import ProtocolError
 from execd.log import get_logger
 from execd.wire.channel import Channel
 from execd.wire.filetransfer import receive_small_file
+from execd.wire.sandbox_file import replace_sandbox_file
 from execd.wire.server import Peer
 from execd.wire.shadow_link import LIVE_LINKS, ShadowLink, ShadowLinks
 from execd.wire.x509_delegation import DelegationError, receive_proxy
@@ -77,32 +76,8 @@ def replace_proxy(target: ProxyTarget, text: bytes) -> None:
     """Write `text` to <name>.tmp in the sandbox (the job's user and the sandbox's
     group, 0600) and rename it over <name>; OSError if the sandbox is not the recorded
     directory or the job's directory does not allow it. No .tmp is left behind."""
-    name, tmp = target.name, f"{target.name}.tmp"
-    dir_fd = os.open(target.sandbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        st = os.fstat(dir_fd)
-        if (st.st_dev, st.st_ino) != (target.dev, target.ino) or st.st_uid != target.uid \
-                or st.st_uid == 0:  # fmt: skip
-            raise PermissionError(errno.EPERM, "the sandbox is not the job's own directory")
-        with contextlib.suppress(FileNotFoundError):  # a stale one (unlink follows nothing)
-            os.unlink(tmp, dir_fd=dir_fd)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
-                     dir_fd=dir_fd)  # fmt: skip
-        try:
-            try:
-                view = memoryview(text)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fchown(fd, target.uid, st.st_gid)
-            finally:
-                os.close(fd)
-            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            with contextlib.suppress(OSError):  # it holds (part of) a private key
-                os.unlink(tmp, dir_fd=dir_fd)
-            raise
-    finally:
-        os.close(dir_fd)
+    replace_sandbox_file(target.sandbox, (target.dev, target.ino, target.uid), target.name,
+                         text, mode=0o600)  # fmt: skip
 
 
 def _live_target(link: ShadowLink | None) -> ProxyTarget | None:
