@@ -98,6 +98,7 @@ from execd.wire.slot_resources import (
     provisioned_resources,
     starter_info_resources,
 )
+from execd.wire.stream_output import StreamedOutput
 
 log = get_logger("wire")
 SHADOW_SETTLE_S = 0.1
@@ -264,6 +265,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     options.links.add(link)
     handed_over = False
     proxy: ChirpProxy | None = None
+    streams = StreamedOutput.for_job(calls, job, sandbox, gjid)
     try:
         user = run_as_user(str(job.get("Owner", "")), options.run_as_fallback)
         uid, gid = user.pw_uid, user.pw_gid
@@ -328,10 +330,12 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         link.proxy = proxy_target(str(sandbox), link.proxy_name)
 
         def started() -> None:
+            streams.started()
             if options.on_running is not None:
                 options.on_running(dataclasses.replace(state, started=int(time.time())))
 
         try:
+            await streams.open(uid, gid)  # the shadow's files of streamed Out/Err
             stdout, stderr = std_files(job)
             chirp_env = {"_CONDOR_CHIRP_CONFIG": str(proxy.config_path)} \
                 if proxy is not None else {}  # fmt: skip
@@ -340,8 +344,11 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             launch = JobLaunch(job, job_argv(job, sandbox, got.files), sandbox,
                                env, (uid, gid), stdin_name,
                                stdout or os.devnull, stderr or os.devnull)  # fmt: skip
-            proc = options.runner(launch if transfer else shared_fs_launch(launch))
-            done = await _run_job(calls, proc, options, started)
+            launch = launch if transfer else shared_fs_launch(launch)
+            proc = options.runner(dataclasses.replace(
+                launch, stdout_name=streams.fifo("Out") or launch.stdout_name,
+                stderr_name=streams.fifo("Err") or launch.stderr_name))
+            done = await streams.alongside(_run_job(calls, proc, options, started), proc.kill)
             link.job_done = True  # condor_tail is refused from now on, as condor_starter
         except JobHeldError as exc:
             await report_hold(calls, job, gjid, exc)
@@ -352,4 +359,5 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         handed_over = hand_over(calls, link, options, proxy)
         raise
     finally:
+        streams.close()
         await close_conversation(options, link, proxy, sandbox, handed_over)

@@ -1,0 +1,279 @@
+"""Streamed output: a job's stdout/stderr written to the shadow's files while it runs.
+
+With `stream_output = true` (StreamOut) or `stream_error = true` (StreamErr) in the job
+ad, condor_starter gives the job a pipe instead of a sandbox file and writes what comes
+out of it into the job ad's Out/Err on the submit side with the shadow's remote system
+calls (condor_starter.V6.1/stream_handler.cpp): CONDOR_open of the ad's path as it is
+(the shadow resolves a relative one in the job's Iwd), O_CREAT|O_TRUNC|O_WRONLY, mode
+0666, before the job starts (where that fails the job is held, code 9
+UnableToOpenOutputStream: "unable to establish standard output stream"); then, for each
+piece read from the pipe, CONDOR_lseek to the offset written so far and CONDOR_write;
+at the end of the stream CONDOR_fsync and CONDOR_close. A write or seek the shadow
+refuses holds the job (code 9, condor_starter's vacate reason). After a lost connection
+it waits for the shadow's reconnect, opens the file again without O_TRUNC, checks that
+it still holds what was written (its size is not below the offset) and writes the
+piece it had again at its offset (StreamHandler::Reconnect).
+
+Here the pipe is a FIFO next to the sandbox (`<sandbox>.stdout`, `.stderr`: not in the
+sandbox, where the job would see it), owned by the job's user, which the starter opens
+as the job's stdout. The daemon reads it: one piece of at most CHUNK bytes at a time,
+the next only once the shadow has answered the last write, so a job that writes faster
+than the shadow stores blocks in its write() (the kernel's pipe buffer) and the daemon
+holds one piece per stream. Until the job has started, the daemon holds a write end of
+its own, so that the FIFO's end of stream means the job's last writer has closed it.
+condor_starter's pieces are 4096 bytes (STREAM_BUFFER_SIZE); these are 64 KiB: the
+file's bytes are the same, with fewer round trips to the shadow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno as errnos
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from execd.log import get_logger
+from execd.wire.chirp_files import CLOSE, LSEEK, O_CREAT, O_TRUNC, O_WRONLY, OPEN, WRITE
+from execd.wire.job_runner import JobExit, JobHeldError
+from execd.wire.shadow_file_calls import ShadowFileCalls
+from execd.wire.shadow_syscalls import ShadowConnectionLostError, SyscallError
+
+__all__ = ["CHUNK", "OutputStream", "StreamedOutput", "streamed"]
+log = get_logger("wire")
+
+FSYNC = 26
+CHUNK = 65536
+SEEK_SET, SEEK_END = 0, 2
+MODE = 0o666
+# CONDOR_HOLD_CODE::UnableToOpenOutputStream
+HOLD_UNABLE_TO_OPEN_OUTPUT_STREAM = 9
+# After the job has exited, how long the rest of its output may take to reach the shadow
+# (a process that outlived the job could hold the pipe open: its cgroup is killed, but
+# a job run without one is not).
+DRAIN_S = 300.0
+STREAMS = (("Out", "StreamOut", "stdout", "standard output"),
+           ("Err", "StreamErr", "stderr", "standard error"))  # fmt: skip
+
+
+def streamed(job: dict[str, object], attr: str) -> bool:
+    """Whether the job's Out or Err is streamed: its StreamOut/StreamErr is true and it
+    names a file (not /dev/null), as condor_starter's getStdFile decides."""
+    flag = dict((a, s) for a, s, _, _ in STREAMS)[attr]
+    path = job.get(attr)
+    return job.get(flag) is True and isinstance(path, str) and path not in ("", os.devnull)
+
+
+class OutputStream:
+    """One streamed std file: the FIFO the job writes, the shadow's file it goes to."""
+
+    def __init__(self, calls: ShadowFileCalls, path: str, name: str, fifo: Path,
+                 gjid: str) -> None:  # fmt: skip
+        self.calls, self.path, self.name, self.fifo, self.gjid = calls, path, name, fifo, gjid
+        self.remote_fd = -1
+        self.offset = 0
+        self.pending = b""  # the piece read from the job, not yet written
+        self.read_fd = -1
+        self.hold_fd = -1  # the daemon's own write end, until the job has started
+
+    def make_fifo(self, uid: int, gid: int) -> None:
+        """The FIFO, the job's user's, opened for reading (and a write end held)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fifo.unlink()
+        os.mkfifo(self.fifo, 0o600)
+        os.chown(self.fifo, uid, gid)
+        self.read_fd = os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        self.hold_fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def release_hold(self) -> None:
+        if self.hold_fd >= 0:
+            os.close(self.hold_fd)
+            self.hold_fd = -1
+
+    def close(self) -> None:
+        self.release_hold()
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+            self.read_fd = -1
+        with contextlib.suppress(OSError):
+            self.fifo.unlink()
+
+    def _held(self, what: str, exc: SyscallError | None = None) -> JobHeldError:
+        errno = exc.errno if exc is not None else 0
+        detail = f": {os.strerror(errno)}" if errno else ""
+        return JobHeldError(f"StreamHandler: {self.name}: {what}{detail}",
+                            HOLD_UNABLE_TO_OPEN_OUTPUT_STREAM, errno)  # fmt: skip
+
+    async def open(self, phrase: str) -> None:
+        """Opens (creates, truncates) the shadow's file; JobHeldError where it cannot."""
+        try:
+            self.remote_fd = await self.calls.file_call(
+                OPEN, "open", O_CREAT | O_TRUNC | O_WRONLY, MODE, self.path)
+        except SyscallError as exc:
+            log.warning("stream_open_failed", job=self.gjid, stream=self.name,
+                        errno=exc.errno)  # fmt: skip
+            raise JobHeldError(f"unable to establish {phrase} stream",
+                               HOLD_UNABLE_TO_OPEN_OUTPUT_STREAM, 0) from None
+        log.info("stream_opened", job=self.gjid, stream=self.name, path=self.path)
+
+    async def run(self) -> None:
+        """Copies the FIFO to the shadow's file until the job's end of stream, then
+        fsync and close there."""
+        while True:
+            if not self.pending:
+                data = await self._read()
+                if not data:
+                    break
+                self.pending = data
+            await self._sent(self._write_pending)
+        await self._sent(self._finish)
+
+    async def _read(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return os.read(self.read_fd, CHUNK)
+            except BlockingIOError:
+                pass
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(self.read_fd, _set_once, ready)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(self.read_fd)
+
+    async def _write_pending(self) -> None:
+        try:
+            await self.calls.file_call(LSEEK, "lseek", self.remote_fd, self.offset, SEEK_SET)
+        except SyscallError as exc:
+            raise self._held(f"couldn't lseek on {self.path} to {self.offset}", exc) from None
+        size = len(self.pending)
+        try:
+            written = await self.calls.file_call(WRITE, "write", self.remote_fd, size,
+                                                 self.pending)  # fmt: skip
+        except SyscallError as exc:
+            raise self._held(f"write of {size} bytes to {self.path} failed", exc) from None
+        if written != size:
+            raise self._held(f"short write to {self.path}: only {written} of {size} "
+                             f"bytes written")  # fmt: skip
+        self.offset += written
+        self.pending = b""
+
+    async def _finish(self) -> None:
+        try:
+            await self.calls.file_call(FSYNC, "fsync", self.remote_fd)
+        except SyscallError as exc:
+            raise self._held(f"couldn't fsync {self.path}", exc) from None
+        # A close that fails is no matter (condor_starter's neither): the bytes are stored.
+        with contextlib.suppress(ShadowConnectionLostError, SyscallError):
+            await self.calls.file_call(CLOSE, "close", self.remote_fd)
+        log.info("stream_closed", job=self.gjid, stream=self.name, bytes=self.offset)
+
+    async def _sent(self, step: Callable[[], Awaitable[None]]) -> None:
+        """A step, made again after each reconnect (re-opened, checked) until it is done."""
+        while True:
+            try:
+                await step()
+                return
+            except ShadowConnectionLostError as exc:
+                await self._reconnect(exc)
+
+    async def _reconnect(self, lost: ShadowConnectionLostError) -> None:
+        """Waits for the shadow's reconnect (ProtocolError where none comes within the
+        lease), opens the file again (not truncated) and checks its size."""
+        link = self.calls.link
+        if link is None:
+            raise lost
+        while True:
+            if link.disconnected.is_set():
+                await link.wait_for_reconnect(lost)
+            log.info("stream_reconnecting", job=self.gjid, stream=self.name, offset=self.offset)
+            try:
+                self.remote_fd = await self.calls.file_call(OPEN, "open", O_WRONLY, MODE,
+                                                            self.path)  # fmt: skip
+                size = await self.calls.file_call(LSEEK, "lseek", self.remote_fd, 0, SEEK_END)
+            except ShadowConnectionLostError as again:
+                lost = again
+                continue
+            except SyscallError as exc:
+                raise self._held(f"couldn't reopen {self.path} to stream {self.name}",
+                                 exc) from None  # fmt: skip
+            if size < self.offset:
+                raise JobHeldError(f"StreamHandler: {self.name}: {self.path} is {size} bytes, "
+                                   f"shorter than the {self.offset} written to it",
+                                   HOLD_UNABLE_TO_OPEN_OUTPUT_STREAM, errnos.EIO)  # fmt: skip
+            return
+
+
+def _set_once(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
+
+
+class StreamedOutput:
+    """The job's streamed std files (none, one or both) around its run."""
+
+    def __init__(self, streams: dict[str, OutputStream]) -> None:
+        self.streams = streams  # by attribute: "Out", "Err"
+
+    @classmethod
+    def for_job(cls, calls: ShadowFileCalls, job: dict[str, object], sandbox: Path,
+                gjid: str) -> StreamedOutput:  # fmt: skip
+        streams = {}
+        for attr, _, name, _ in STREAMS:
+            if streamed(job, attr):
+                fifo = sandbox.with_name(f"{sandbox.name}.{name}")
+                streams[attr] = OutputStream(calls, str(job[attr]), name, fifo, gjid)
+        return cls(streams)
+
+    def fifo(self, attr: str) -> str | None:
+        stream = self.streams.get(attr)
+        return str(stream.fifo) if stream is not None else None
+
+    async def open(self, uid: int, gid: int) -> None:
+        """The shadow's files opened (JobHeldError where one cannot be), the FIFOs made."""
+        for attr, _, _, phrase in STREAMS:
+            if (stream := self.streams.get(attr)) is not None:
+                await stream.open(phrase)
+                stream.make_fifo(uid, gid)
+
+    def started(self) -> None:
+        """The job has its std files open: end of stream now means its end."""
+        for stream in self.streams.values():
+            stream.release_hold()
+
+    async def alongside(self, run: Awaitable[JobExit], kill: Callable[[], None]) -> JobExit:
+        """The job's run with its streams copied meanwhile; once it has exited, the rest
+        of its output (DRAIN_S at most). A stream that fails (the job held, the shadow
+        gone) ends the job: its error is raised."""
+        job: asyncio.Future[JobExit] = asyncio.ensure_future(run)
+        if not self.streams:
+            return await job
+        copies = [asyncio.ensure_future(s.run()) for s in self.streams.values()]
+        try:
+            waiting: set[asyncio.Future[Any]] = {job, *copies}
+            while not job.done():
+                done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task is not job and (error := task.exception()) is not None:
+                        kill()
+                        raise error
+            exit_ = job.result()
+            self.started()  # a job that never started: its streams end now
+            await asyncio.wait_for(asyncio.gather(*copies), DRAIN_S)
+            return exit_
+        except TimeoutError:
+            log.warning("stream_not_drained", streams=list(self.streams), after_s=DRAIN_S)
+            return job.result()
+        finally:
+            job.cancel()
+            for copy in copies:
+                copy.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.gather(job, *copies, return_exceptions=True)
+
+    def close(self) -> None:
+        for stream in self.streams.values():
+            stream.close()

@@ -1,0 +1,86 @@
+"""Streamed output (`stream_output = true`, `stream_error = true`): the job's stdout and
+stderr reach the submit side's Out/Err while it runs, on `execd run` as on the pool's
+own condor_startd (whose starter writes them there with the shadow's remote open,
+lseek, write, fsync, close).
+
+The first job prints a line on each stream, then waits for a marker in the shared
+/tmp that the test creates only once it has read that line in the submit side's output
+file; then it prints more and exits 3. Without streaming the line arrives only after
+the job's end, so the job would time out waiting (and print that it did). The second
+job writes several MB to its stdout: the file must hold exactly those bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pool_harness as harness
+from test_pool_daemon import WAIT_S
+from test_pool_jobs import on_both, submit_files
+
+WAITING = """#!/bin/sh
+echo first line
+echo first error >&2
+i=0
+while [ ! -e "$1" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
+if [ -e "$1" ]; then echo marker seen; else echo marker not seen; fi
+echo last error >&2
+exit 3
+"""
+LINES = 800_000  # seq's lines: about 5.4 MB
+BULK = f"#!/bin/sh\nseq 1 {LINES}\nseq 1 1000 >&2\n"
+SUBMIT = ("executable = job.sh\n{args}output = out.txt\nerror = err.txt\nlog = job.log\n"
+          "stream_output = true\nstream_error = true\nshould_transfer_files = YES\n"
+          "when_to_transfer_output = ON_EXIT\nrequest_memory = 64\nqueue\n")  # fmt: skip
+
+
+def ended(log: str) -> str:
+    return next(line.strip() for line in log.splitlines() if "termination" in line)
+
+
+def streamed_while_running(pool: harness.Pool) -> tuple[object, ...]:
+    """(first line seen while the job ran, out.txt, err.txt, its end, its user log's
+    events, the files in its directory)."""
+    with tempfile.TemporaryDirectory(prefix="execd-stream-", dir="/tmp") as shared:
+        os.chmod(shared, 0o755)
+        marker = Path(shared) / "go"
+        job = submit_files(pool, SUBMIT.format(args=f"arguments = {marker}\n"),
+                           {"job.sh": WAITING})  # fmt: skip
+        out = job.host_dir / "out.txt"
+        harness.wait_for("the job's first line in out.txt",
+                         lambda: out.exists() and "first line" in out.read_text(), WAIT_S)
+        # The job waits for the marker: it is still running (no end in its log).
+        running = "005" not in job.events() and "first error" in job.output("err.txt")
+        marker.write_text("")
+        log = job.wait_for_event("005", WAIT_S)
+        return (running, job.output("out.txt"), job.output("err.txt"), ended(log),
+                job.events(), sorted(p.name for p in job.host_dir.iterdir()))
+
+
+def bulk(pool: harness.Pool) -> tuple[object, ...]:
+    job = submit_files(pool, SUBMIT.format(args=""), {"job.sh": BULK})
+    log = job.wait_for_event("005", WAIT_S)
+    return ((job.host_dir / "out.txt").read_bytes(), job.output("err.txt"), ended(log),
+            job.events(), sorted(p.name for p in job.host_dir.iterdir()))
+
+
+def test_streamed_output_arrives_while_the_job_runs_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    ours, theirs = on_both(running_pool, streamed_while_running)
+    assert ours == theirs
+    assert ours[:4] == (True, "first line\nmarker seen\n", "first error\nlast error\n",
+                        "(1) Normal termination (return value 3)")  # fmt: skip
+
+
+def test_megabytes_of_streamed_output_arrive_whole_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    ours, theirs = on_both(running_pool, bulk)
+    expected = "".join(f"{i}\n" for i in range(1, LINES + 1)).encode()
+    assert (len(ours[0]), len(theirs[0])) == (len(expected), len(expected))
+    assert ours[0] == expected
+    assert theirs[0] == expected
+    assert ours[1:] == theirs[1:]
+    assert ours[1] == "".join(f"{i}\n" for i in range(1, 1001))
+    assert ours[2] == "(1) Normal termination (return value 0)"
