@@ -128,7 +128,9 @@ class ShadowOptions:
     # restarts in place and its next image goes on with the conversation (and with the
     # proxy's listening socket: ChirpProxy.export_listener; execd/wire/shadow_resume.py);
     # the sandbox then stays.
-    handover: Callable[[MessageChannel | None, ChirpProxy | None], bool] | None = None
+    # (connection, Chirp proxy, streamed output's records: StreamedOutput.export)
+    handover: Callable[[MessageChannel | None, ChirpProxy | None, dict[str, Any] | None],
+                       bool] | None = None  # fmt: skip
     # The claimed slot's ad (a classad2 ClassAd): its resources go to the shadow, which
     # shows them in the user log (slot_resources.py). None: none are sent.
     slot_ad: Any = None
@@ -225,13 +227,13 @@ async def _run_job(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOption
 
 
 def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
-              proxy: ChirpProxy | None) -> bool:  # fmt: skip
+              proxy: ChirpProxy | None, streams: StreamedOutput) -> bool:  # fmt: skip
     """The conversation was cancelled: does the daemon's next image go on with it (and
-    with its Chirp proxy's listening socket)?"""
+    with its Chirp proxy's listening socket, its streamed output's FIFOs)?"""
     if options.handover is None:
         return False
     idle = not calls.in_call and not link.disconnected.is_set()
-    return options.handover(calls.channel if idle else None, proxy)
+    return options.handover(calls.channel if idle else None, proxy, streams.export())
 
 
 async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
@@ -356,8 +358,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         await conclude(calls, transfers, state, done, options.on_update,
                        usage=await proc.usage())
     except asyncio.CancelledError:
-        handed_over = hand_over(calls, link, options, proxy)
+        handed_over = hand_over(calls, link, options, proxy, streams)
         raise
     finally:
-        streams.close()
+        streams.close(handed_over)
         await close_conversation(options, link, proxy, sandbox, handed_over)

@@ -47,6 +47,7 @@ from execd.wire.shadow_job import proxy_name, run_as_ids
 from execd.wire.shadow_link import ShadowLink
 from execd.wire.shadow_syscalls import MessageChannel
 from execd.wire.shadow_transfers import Transfers, job_values
+from execd.wire.stream_output import StreamedOutput
 
 log = get_logger("wire")
 
@@ -93,11 +94,13 @@ def resumed_proxy_target(state: Conversation, name: str | None,
 async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
                         options: ShadowOptions,
                         channel: MessageChannel | None = None, *,
-                        chirp_listener: dict[str, Any] | None = None) -> None:  # fmt: skip
+                        chirp_listener: dict[str, Any] | None = None,
+                        streams: dict[str, Any] | None = None) -> None:  # fmt: skip
     """The rest of the conversation of `state`'s job (run by `proc`, adopted by the new
     daemon) to job_exit: on `channel`, the connection the old image handed over, else
     once the shadow has reconnected; the job's Chirp proxy again on `chirp_listener`,
-    the listening socket the old image handed over, if any. Raises ProtocolError when
+    the listening socket the old image handed over, if any; its streamed output from
+    `streams`, the FIFOs and positions it handed over. Raises ProtocolError when
     the shadow does not come back within the job lease."""
     address = claim_id.split("#", 1)[0]
     channel = channel or LostConnection()
@@ -128,6 +131,7 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
              connection="kept" if not isinstance(channel, LostConnection) else "lost")
     handed_over = False
     proxy: ChirpProxy | None = None
+    streamed = StreamedOutput.adopted(calls, streams, state.global_job_id)
     try:
         if chirp_listener is not None:
             proxy = await adopt_chirp_proxy(
@@ -139,7 +143,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         if not isinstance(channel, LostConnection):  # the kept connection: the file
             await calls.get_sec_session_info()  # transfer session, as after a reconnect
         try:
-            done = await watch(calls, proc, options, 0)  # its first call waits for the shadow
+            # its first call waits for the shadow
+            done = await streamed.alongside(watch(calls, proc, options, 0), proc.kill)
             link.job_done = True
         except JobHeldError as exc:
             await report_hold(calls, job_values(state.job_wire), state.global_job_id, exc)
@@ -147,7 +152,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         await conclude(calls, transfers, state, done, options.on_update,
                        usage=await proc.usage())
     except asyncio.CancelledError:  # restarting again?
-        handed_over = hand_over(calls, link, options, proxy)
+        handed_over = hand_over(calls, link, options, proxy, streamed)
         raise
     finally:
+        streamed.close(handed_over)
         await close_conversation(options, link, proxy, Path(state.sandbox), handed_over)

@@ -14,6 +14,12 @@ it waits for the shadow's reconnect, opens the file again without O_TRUNC, check
 it still holds what was written (its size is not below the offset) and writes the
 piece it had again at its offset (StreamHandler::Reconnect).
 
+A restart in place (`execd restart`) hands each stream to the next image (`export`,
+`StreamedOutput.adopted`): the FIFO's reading end survives the exec (so the job never
+writes to a pipe without a reader), with the shadow's descriptor, the offset and the
+piece not yet written; the next image writes that piece again at its offset (on the
+connection handed over, else after the shadow's reconnect, the file opened again).
+
 Here the pipe is a FIFO next to the sandbox (`<sandbox>.stdout`, `.stderr`: not in the
 sandbox, where the job would see it), owned by the job's user, which the starter opens
 as the job's stdout. The daemon reads it: one piece of at most CHUNK bytes at a time,
@@ -28,9 +34,11 @@ file's bytes are the same, with fewer round trips to the shadow.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import errno as errnos
 import os
+import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -41,7 +49,7 @@ from execd.wire.job_runner import JobExit, JobHeldError
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_syscalls import ShadowConnectionLostError, SyscallError
 
-__all__ = ["CHUNK", "OutputStream", "StreamedOutput", "streamed"]
+__all__ = ["CHUNK", "OutputStream", "StreamedOutput", "release_streams", "streamed"]
 log = get_logger("wire")
 
 FSYNC = 26
@@ -92,8 +100,42 @@ class OutputStream:
             os.close(self.hold_fd)
             self.hold_fd = -1
 
-    def close(self) -> None:
+    def export(self) -> dict[str, Any] | None:
+        """What the next image needs to go on (its reading end made inheritable)."""
+        if self.read_fd < 0:
+            return None
+        os.set_inheritable(self.read_fd, True)
+        return {"pid": os.getpid(), "fd": self.read_fd, "inode": os.fstat(self.read_fd).st_ino,
+                "path": self.path, "name": self.name, "fifo": str(self.fifo),
+                "remote_fd": self.remote_fd, "offset": self.offset,
+                "pending": base64.b64encode(self.pending).decode()}  # fmt: skip
+
+    @classmethod
+    def adopted(cls, calls: ShadowFileCalls, record: dict[str, Any], gjid: str,
+                ) -> OutputStream | None:  # fmt: skip
+        """The stream the old image exported, if this process inherited its FIFO through
+        its own exec (else None: its descriptor is closed if it is ours)."""
+        fd = inherited_fifo(record)
+        if fd is None:
+            return None
+        try:
+            stream = cls(calls, str(record["path"]), str(record["name"]),
+                         Path(str(record["fifo"])), gjid)  # fmt: skip
+            stream.remote_fd, stream.offset = int(record["remote_fd"]), int(record["offset"])
+            stream.pending = base64.b64decode(str(record["pending"]), validate=True)
+        except (KeyError, ValueError, TypeError) as exc:
+            log.error("stream_not_adopted", job=gjid, error=str(exc))
+            os.close(fd)
+            return None
+        os.set_inheritable(fd, False)
+        stream.read_fd = fd
+        return stream
+
+    def close(self, handed_over: bool = False) -> None:
+        """The FIFO closed and removed; kept for the next image when `handed_over`."""
         self.release_hold()
+        if handed_over and self.read_fd >= 0:
+            return
         if self.read_fd >= 0:
             os.close(self.read_fd)
             self.read_fd = -1
@@ -212,6 +254,27 @@ def _set_once(ready: asyncio.Future[None]) -> None:
         ready.set_result(None)
 
 
+def inherited_fifo(record: dict[str, Any]) -> int | None:
+    """The record's FIFO descriptor if this process inherited it through its own exec."""
+    fd = record.get("fd")
+    if record.get("pid") != os.getpid() or not isinstance(fd, int):
+        return None
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return None
+    if not stat.S_ISFIFO(info.st_mode) or info.st_ino != record.get("inode"):
+        return None
+    return fd
+
+
+def release_streams(records: dict[str, Any] | None) -> None:
+    """Inherited streams nobody goes on with: their FIFOs closed."""
+    for record in (records or {}).values():
+        if isinstance(record, dict) and (fd := inherited_fifo(record)) is not None:
+            os.close(fd)
+
+
 class StreamedOutput:
     """The job's streamed std files (none, one or both) around its run."""
 
@@ -227,6 +290,24 @@ class StreamedOutput:
                 fifo = sandbox.with_name(f"{sandbox.name}.{name}")
                 streams[attr] = OutputStream(calls, str(job[attr]), name, fifo, gjid)
         return cls(streams)
+
+    @classmethod
+    def adopted(cls, calls: ShadowFileCalls, records: dict[str, Any] | None,
+                gjid: str) -> StreamedOutput:  # fmt: skip
+        """The streams the old image handed over (export), those this process has."""
+        streams = {}
+        for attr, record in (records or {}).items():
+            if isinstance(record, dict) and \
+                    (stream := OutputStream.adopted(calls, record, gjid)) is not None:
+                streams[attr] = stream
+                log.info("stream_adopted", job=gjid, stream=stream.name, offset=stream.offset)
+        return cls(streams)
+
+    def export(self) -> dict[str, Any] | None:
+        """Each stream's record for the next image (None: no stream)."""
+        records = {attr: record for attr, stream in self.streams.items()
+                   if (record := stream.export()) is not None}  # fmt: skip
+        return records or None
 
     def fifo(self, attr: str) -> str | None:
         stream = self.streams.get(attr)
@@ -274,6 +355,6 @@ class StreamedOutput:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.gather(job, *copies, return_exceptions=True)
 
-    def close(self) -> None:
+    def close(self, handed_over: bool = False) -> None:
         for stream in self.streams.values():
-            stream.close()
+            stream.close(handed_over)

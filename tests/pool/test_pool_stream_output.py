@@ -7,18 +7,20 @@ The first job prints a line on each stream, then waits for a marker in the share
 /tmp that the test creates only once it has read that line in the submit side's output
 file; then it prints more and exits 3. Without streaming the line arrives only after
 the job's end, so the job would time out waiting (and print that it did). The second
-job writes several MB to its stdout: the file must hold exactly those bytes.
+job writes several MB to its stdout: the file must hold exactly those bytes (on
+condor_startd, a prefix of them: it was seen to lose the stream's last ~37 kB).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
 
 import pool_harness as harness
 from test_pool_daemon import WAIT_S
-from test_pool_jobs import on_both, submit_files
+from test_pool_jobs import on_both, pool_node, submit_files
 
 WAITING = """#!/bin/sh
 echo first line
@@ -78,9 +80,51 @@ def test_megabytes_of_streamed_output_arrive_whole_as_on_condor_startd(
         running_pool: harness.RunningPool) -> None:  # fmt: skip
     ours, theirs = on_both(running_pool, bulk)
     expected = "".join(f"{i}\n" for i in range(1, LINES + 1)).encode()
-    assert (len(ours[0]), len(theirs[0])) == (len(expected), len(expected))
+    assert len(ours[0]) == len(expected)
     assert ours[0] == expected
-    assert theirs[0] == expected
+    # condor_startd 25.14.1 now and then loses the stream's end (seen: 5,451,776 of
+    # 5,488,895 bytes): what it delivers is still the job's bytes, from the start.
+    assert expected.startswith(theirs[0]) and len(theirs[0]) > len(expected) // 2
     assert ours[1:] == theirs[1:]
     assert ours[1] == "".join(f"{i}\n" for i in range(1, 1001))
     assert ours[2] == "(1) Normal termination (return value 0)"
+
+
+RESTARTED = """#!/bin/sh
+echo first line
+i=0
+while [ ! -e "$1" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
+seq 1 300000
+echo done >&2
+exit 3
+"""
+
+
+def test_streamed_output_goes_on_through_execds_restart_in_place(pool: harness.Pool) -> None:
+    """SIGUSR2 while the job streams (released to write 2 MB as execd restarts): the
+    FIFO's reading end, the shadow's descriptor and the offset go to the new image, the
+    job is never without a reader (no SIGPIPE) and out.txt holds every byte once."""
+    with tempfile.TemporaryDirectory(prefix="execd-stream-", dir="/tmp") as shared, \
+            tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:  # fmt: skip
+        os.chmod(shared, 0o755)
+        marker = Path(shared) / "go"
+        node = pool_node(pool, tmp)
+        try:
+            job = submit_files(pool, SUBMIT.format(args=f"arguments = {marker}\n"),
+                               {"job.sh": RESTARTED})  # fmt: skip
+            out = job.host_dir / "out.txt"
+            harness.wait_for("the job's first line in out.txt",
+                             lambda: out.exists() and out.read_text() == "first line\n",
+                             WAIT_S)  # fmt: skip
+            node.send(signal.SIGUSR2)
+            marker.write_text("")  # the job writes while execd restarts
+            node.wait_for("execd_stopped", how="restart")
+            adopted = node.wait_for("stream_adopted", stream="stdout")
+            assert adopted["offset"] >= len("first line\n"), adopted
+            log = job.wait_for_event("005", WAIT_S)
+            node.wait_for("shadow_job_exited")
+        finally:
+            node.stop(signal.SIGQUIT)
+    assert out.read_text() == "first line\n" + "".join(f"{i}\n" for i in range(1, 300_001))
+    assert job.output("err.txt") == "done\n"
+    assert ended(log) == "(1) Normal termination (return value 3)"
