@@ -70,6 +70,9 @@ class ShadowLink:
         self.adopt: Callable[[], Awaitable[None]] | None = None
         self.disconnected = asyncio.Event()  # set while a call waits for a reconnect
         self._offered: MessageChannel | None = None
+        # Connections taken after the first (reconnects): what the shadow opened for the
+        # job (streamed output's descriptors) is gone with the old one's shadow side.
+        self.connections = 0
         self._arrived = asyncio.Event()
         self._released = asyncio.Event()  # the schedd released the claim: no shadow comes
         self._held: dict[int, asyncio.Event] = {}  # reconnect connections still in use
@@ -118,9 +121,15 @@ class ShadowLink:
         self.disconnected.clear()
         self._release(self.channel)
         self.channel = fresh
+        self.connections += 1
         self.rpc_done()
         log.info("shadow_reconnected", job=self.global_job_id)
         return fresh
+
+    @property
+    def offered(self) -> bool:
+        """A reconnect's connection waits to be taken by the next call."""
+        return self._offered is not None
 
     def lost(self, reason: Exception) -> None:
         """The connection failed under a call that is not sent again: the calls that

@@ -85,6 +85,7 @@ class OutputStream:
         self.pending = b""  # the piece read from the job, not yet written
         self.read_fd = -1
         self.hold_fd = -1  # the daemon's own write end, until the job has started
+        self.connection = self._connection()  # the connection remote_fd was opened on
 
     def make_fifo(self, uid: int, gid: int) -> None:
         """The FIFO, the job's user's, opened for reading (and a write end held)."""
@@ -148,11 +149,23 @@ class OutputStream:
         return JobHeldError(f"StreamHandler: {self.name}: {what}{detail}",
                             HOLD_UNABLE_TO_OPEN_OUTPUT_STREAM, errno)  # fmt: skip
 
+    def _connection(self) -> int:
+        link = self.calls.link
+        return link.connections if link is not None else 0
+
+    def _stale(self) -> bool:
+        """Whether the shadow's descriptor is of a connection a reconnect replaced (the
+        reconnect may have been taken by another call: condor_starter's ReconnectAll
+        re-opens every stream whatever call noticed)."""
+        link = self.calls.link
+        return link is not None and (link.connections != self.connection or link.offered)
+
     async def open(self, phrase: str) -> None:
         """Opens (creates, truncates) the shadow's file; JobHeldError where it cannot."""
         try:
             self.remote_fd = await self.calls.file_call(
                 OPEN, "open", O_CREAT | O_TRUNC | O_WRONLY, MODE, self.path)
+            self.connection = self._connection()
         except SyscallError as exc:
             log.warning("stream_open_failed", job=self.gjid, stream=self.name,
                         errno=exc.errno)  # fmt: skip
@@ -214,32 +227,44 @@ class OutputStream:
         log.info("stream_closed", job=self.gjid, stream=self.name, bytes=self.offset)
 
     async def _sent(self, step: Callable[[], Awaitable[None]]) -> None:
-        """A step, made again after each reconnect (re-opened, checked) until it is done."""
+        """A step, made again after each reconnect (re-opened, checked) until it is done;
+        a refusal on a descriptor a reconnect replaced meanwhile is not the file's."""
         while True:
             try:
+                if self._stale():
+                    await self._reconnect(None)
                 await step()
                 return
             except ShadowConnectionLostError as exc:
                 await self._reconnect(exc)
+            except JobHeldError:
+                if not self._stale():
+                    raise
 
-    async def _reconnect(self, lost: ShadowConnectionLostError) -> None:
-        """Waits for the shadow's reconnect (ProtocolError where none comes within the
-        lease), opens the file again (not truncated) and checks its size."""
+    async def _reconnect(self, lost: ShadowConnectionLostError | None) -> None:
+        """Waits for the shadow's reconnect if the connection is lost (ProtocolError
+        where none comes within the lease), opens the file again (not truncated) and
+        checks its size."""
         link = self.calls.link
         if link is None:
-            raise lost
+            if lost is not None:
+                raise lost
+            return
         while True:
             if link.disconnected.is_set():
-                await link.wait_for_reconnect(lost)
+                await link.wait_for_reconnect(lost or ShadowConnectionLostError("lost"))
             log.info("stream_reconnecting", job=self.gjid, stream=self.name, offset=self.offset)
             try:
                 self.remote_fd = await self.calls.file_call(OPEN, "open", O_WRONLY, MODE,
                                                             self.path)  # fmt: skip
                 size = await self.calls.file_call(LSEEK, "lseek", self.remote_fd, 0, SEEK_END)
+                self.connection = self._connection()
             except ShadowConnectionLostError as again:
                 lost = again
                 continue
             except SyscallError as exc:
+                if self._stale():  # a reconnect came between the open and the seek
+                    continue
                 raise self._held(f"couldn't reopen {self.path} to stream {self.name}",
                                  exc) from None  # fmt: skip
             if size < self.offset:
