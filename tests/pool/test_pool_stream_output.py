@@ -125,6 +125,32 @@ def test_streamed_output_goes_on_after_the_shadows_reconnect_as_on_condor_startd
                                      "first error\nfirst error\nlast error\n"))
 
 
+def unopenable(pool: harness.Pool) -> tuple[object, ...]:
+    """Submitted held; its output's directory removed, then released: the shadow
+    cannot open `gone/out.txt`, so the job is held before it runs."""
+    job = submit_files(pool, SUBMIT.replace("output = out.txt", "output = gone/out.txt")
+                       .format(args="hold = true\n"), {"job.sh": WAITING, "gone/keep": ""})
+    (job.host_dir / "gone" / "keep").unlink()
+    (job.host_dir / "gone").rmdir()
+    pool.tool("condor_release", str(job.cluster), user=harness.SUBMITTER).check()
+    harness.wait_for("the job held again",
+                     lambda: (ad := job.ad()) is not None and ad.get("HoldReasonCode") == 9,
+                     WAIT_S)  # fmt: skip
+    held = job.ad()
+    assert held is not None
+    reason = str(held["HoldReason"])  # "Error from slot1_1@HOST: ..."
+    pool.tool("condor_rm", str(job.cluster), user=harness.SUBMITTER).check()
+    return (held["HoldReasonCode"], held["HoldReasonSubCode"], reason.split("@", 1)[0],
+            reason.split(":", 1)[-1], [e for e in job.events() if e != "006"])
+
+
+def test_an_output_stream_the_shadow_cannot_open_holds_the_job_as_on_condor_startd(
+        running_pool: harness.RunningPool) -> None:  # fmt: skip
+    ours, theirs = on_both(running_pool, unopenable)
+    assert ours == theirs
+    assert ours[:4] == (9, 0, "Error from slot1_1", " unable to establish standard output stream")
+
+
 RESTARTED = """#!/bin/sh
 echo first line
 i=0
