@@ -115,7 +115,8 @@ class OutputStream:
     def adopted(cls, calls: ShadowFileCalls, record: dict[str, Any], gjid: str,
                 ) -> OutputStream | None:  # fmt: skip
         """The stream the old image exported, if this process inherited its FIFO through
-        its own exec (else None: its descriptor is closed if it is ours)."""
+        its own exec (pid and inode as recorded); else None. A record that does not
+        parse: logged, its descriptor closed, None."""
         fd = inherited_fifo(record)
         if fd is None:
             return None
