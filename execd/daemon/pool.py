@@ -32,11 +32,12 @@ from execd.claims.ids import ClaimId, ClaimIdFactory
 from execd.daemon.control import ControlError
 from execd.daemon.pool_claimant import claimant_attributes
 from execd.daemon.pool_daemon_attrs import DaemonAttributes
+from execd.daemon.pool_job import PoolJob
 from execd.daemon.pool_job_attrs import JobAttributes
 from execd.daemon.pool_settings import PoolSettings, pool_settings
 from execd.daemon.startd_daemon_ad import StartdDaemonAd
 from execd.errors import ExecdError, ProtocolError
-from execd.wire.advertiser import Advertiser, wait_event
+from execd.wire.advertiser import Advertiser, slot_name, wait_event
 from execd.wire.authz_policy import AuthzPolicy
 from execd.wire.blocking_worker import BlockingWorker
 from execd.wire.claim_session import claim_session
@@ -89,7 +90,8 @@ class PoolMember:
         self.server = CommandServer(self.commands.handlers(), self.security)
         self.collector = CollectorClient(config.collector, self.client)
         self.startd_ad = StartdDaemonAd(self)  # the node's StartD ad besides its slot ads
-        self.advertiser = Advertiser(self.collector, self.ad_pairs, interval_s=config.interval_s,
+        self.advertiser = Advertiser(self.collector, self.advertised_pairs,
+                                     interval_s=config.interval_s,
                                      started=lambda: (daemon.started, daemon.reconfigured),
                                      daemon_ad=self.startd_ad)  # fmt: skip
         self.address = ""
@@ -309,14 +311,37 @@ class PoolMember:
         return claimant_attributes(slot, self.config.domain) | self.job_attrs.attributes(slot)
 
     def ad_pairs(self) -> list[tuple[WireAd, WireAd]]:
+        """Every slot's ads, as each publish or direct query makes them."""
         ads = self.slot_ads()
         self._sync_claims(list(ads))
         return [self.pair(name, ad) for name, ad in ads.items()]
+
+    def advertised_pairs(self) -> list[tuple[WireAd, WireAd]]:
+        """The advertiser's round: ad_pairs, and a running job's slot ad to its
+        `.update.ad` when that slot's update is due (UpdateAdFile.publish), as
+        condor_startd's get_update_ads does; a direct query writes nothing."""
+        pairs = self.ad_pairs()
+        by_slot = {slot_name(public).split("@")[0]: public for public, _ in pairs}
+        for runner in self.daemon.jobs.conversations:
+            if isinstance(runner, PoolJob) and runner.job is not None \
+                    and runner.job.slot in by_slot:  # fmt: skip
+                runner.publish_slot_ad(by_slot[runner.job.slot], self.config.interval_s)
+        return pairs
 
     def public_ad(self, name: str) -> WireAd:
         ads = self.slot_ads()
         self._sync_claims(list(ads))
         return self.pair(name, ads[name])[0]
+
+    def one_public_ad(self, name: str) -> WireAd | None:
+        """A claimed slot's public ad built for it alone (Daemon.slot_ad: a job's start
+        builds no other slot's); None if the slot or its claim is gone."""
+        if not any(slot == name for slot, _ in self.daemon.jobs.claims.values()):
+            return None
+        resource_ad = self.daemon.node.slots.resource_ad(name, int(time.time()),
+                                                         self.daemon.node.load)  # fmt: skip
+        return None if resource_ad is None else \
+            self.pair(name, self.daemon.slot_ad(name, resource_ad))[0]  # fmt: skip
 
     # -- ALIVE to the schedds ----------------------------------------------------------
     def track(self, claim: ClaimId, slot: str, schedd: str, lease_s: int) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import pwd
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from execd import log
 from execd.claims.ids import ClaimId
 from execd.classads import evaluate, new_ad
 from execd.daemon.pool_job import PoolJob
+from execd.daemon.update_ad import SandboxIdentity
 from execd.errors import ExecdError, ProtocolError
 from execd.wire.channel import Channel
 from execd.wire.chirp_config import ChirpConfig
@@ -105,6 +107,7 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         runner=job.runner, on_running=on_running, handover=handover, slot_ad=ad,
         published_slot_ad=published,
         on_transferred=transferred, on_update=job.note_update,
+        before_removal=job.close_update_ad,
         peek_enabled=lambda job_values: peek_enabled(daemon.settings, ad, job_values),
         claim_held=lambda: claim.full() in member.claims  # (restore tracks it first)
         and claim.full() not in member.closed_by_schedd,
@@ -214,6 +217,26 @@ def _release(connection: Handed, listener: Handed, streams: Handed) -> None:
     release_streams(streams)
 
 
+def _gid_of(uid: int) -> int:
+    """The primary group of the job's user (the sandbox's group, else the uid's), for
+    a record made before the job's group was kept."""
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return uid
+
+
+def recorded_sandbox(state: Conversation) -> SandboxIdentity | None:
+    """The sandbox as the conversation recorded it at the job's start, whose
+    `.update.ad` goes on being written; None for a record older than that. The job's
+    group as recorded; a record made before it was: its user's primary group."""
+    if state.sandbox_dev is None or state.sandbox_ino is None or state.job_uid is None:
+        return None
+    gid = state.job_gid if state.job_gid is not None else _gid_of(state.job_uid)
+    return SandboxIdentity(state.sandbox, state.sandbox_dev, state.sandbox_ino,
+                           state.job_uid, gid)  # fmt: skip
+
+
 def _job_of(member: PoolMember, claim: ClaimId) -> Job | None:
     """The claim's latest job (running, or ended while execd restarted)."""
     jobs = [job for job in member.daemon.jobs.jobs.values()
@@ -225,7 +248,7 @@ async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: 
                   connection: Handed, *, listener: Handed, streams: Handed) -> None:
     runner = PoolJob.adopted(member.daemon.jobs, claim.full(), job, state.started,
                              Path(state.sandbox) if state.transfer else None,
-                             wire=state.job_wire)  # fmt: skip
+                             wire=state.job_wire, identity=recorded_sandbox(state))  # fmt: skip
     handed_over: list[bool] = []
     options = shadow_options(member, claim, runner, handed_over)
     try:

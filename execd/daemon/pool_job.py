@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from execd import log
 from execd.daemon.control import ControlError
 from execd.daemon.pool_job_attrs import read_status, starter_update
+from execd.daemon.update_ad import SandboxIdentity, UpdateAdFile, copy_update_attrs, update_attrs
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobSetupError, spawn_failure
 
@@ -86,6 +87,7 @@ class PoolJob:
         self.started = 0
         self.reported_suspended = False  # what the shadow was last told
         self.sandbox: Path | None = None  # an adopted job's transferred sandbox
+        self.update_ad: UpdateAdFile | None = None  # its slot's ad in its sandbox
 
     def activate(self, job_ad: dict[str, Any], wire: Iterable[tuple[str, str]] | None = None,
                  ) -> None:  # fmt: skip
@@ -122,10 +124,11 @@ class PoolJob:
     @classmethod
     def adopted(cls, jobs: JobManager, claim_id: str, job: Job, started: int,
                 sandbox: Path | None = None, *, wire: WireAd | None = None,
-                ) -> PoolJob:  # fmt: skip
+                identity: SandboxIdentity | None = None) -> PoolJob:  # fmt: skip
         """The runner of a job a restarted daemon adopted (it runs, or ended meanwhile);
         `sandbox`: where its input was transferred (None: a shared filesystem); `wire`:
-        the shadow's job ad the conversation kept."""
+        the shadow's job ad the conversation kept; `identity`: its sandbox as recorded
+        at the job's start (None: no `.update.ad` is written)."""
         runner = cls(jobs, claim_id)
         cls._keep_history(job, wire)
         runner.sandbox = sandbox
@@ -133,12 +136,54 @@ class PoolJob:
         runner.job = job
         runner.started = started
         jobs.conversations.add(runner)
+        if identity is not None and not job.done.is_set():
+            # it sent updates before the restart: its .update.ad is written again at
+            # once, as at its start, so that its next update has CpusUsage
+            runner.update_ad = UpdateAdFile(identity, job.job_id)
+            runner._first_update_ad(job.slot)
         return runner
 
     def runner(self, launch: JobLaunch) -> PoolJob:
         """The conversation's runner factory: the input is in `launch.sandbox`."""
         self.launch = launch
+        identity = SandboxIdentity.of(str(launch.sandbox), *launch.ids)
+        if identity is not None and self.job is not None:
+            self.update_ad = UpdateAdFile(identity, self.job.job_id)
         return self
+
+    def _first_update_ad(self, slot: str) -> None:
+        """The job is being started: condor_starter's first update to its startd
+        (the provisioned resources) follows the spawn, and condor_startd writes
+        .update.ad from then on, first as it publishes the slot Busy, which that update
+        precedes (a job that exits at once has it too); here at once, with the slot's
+        ad as it is then (the job still running in it: the slot ad drops the job's
+        attributes once its starter has exited). That slot's ad alone is built: this
+        is the launch path. An optional file: a slot ad that cannot be built now is
+        logged, and the job (its start, or its adoption after a restart) goes on."""
+        assert self.update_ad is not None
+        self.update_ad.enabled = True
+        pool = self.jobs.daemon.pool
+        try:
+            public = pool.one_public_ad(slot) if pool is not None else None
+        except Exception:  # the job must not depend on it
+            logger.exception("update_ad_first_write_failed", slot=slot)
+            return
+        if public is not None:
+            self.update_ad.publish(public)
+
+    def publish_slot_ad(self, public: WireAd, interval_s: float | None = None) -> None:
+        """The advertiser published the slot: its ad goes to the job's `.update.ad`,
+        from the job's start until its end, when due (UpdateAdFile.publish)."""
+        if self.update_ad is None:
+            return
+        if self.job is None or self.job.done.is_set():
+            self.update_ad.enabled = False
+        self.update_ad.publish(public, interval_s)
+
+    async def close_update_ad(self) -> None:
+        """Before the sandbox is removed (or kept, or handed over): no more writes."""
+        if self.update_ad is not None:
+            await self.update_ad.close()
 
     # -- the runner ------------------------------------------------------------------
     def _job(self) -> Job:
@@ -155,6 +200,8 @@ class PoolJob:
                 "stderr": launch.stderr_name, "iwd": str(launch.workdir),
                 "sandbox": str(launch.sandbox),
             })  # fmt: skip
+        if self.update_ad is not None:
+            self._first_update_ad(job.slot)
         # The starter publishes its first status once the job has exec'd; a job that
         # could not be started ends instead.
         while not job.done.is_set() and not self._status():
@@ -207,10 +254,15 @@ class PoolJob:
         # The sandbox's walk off the event loop: the job decides how many entries it
         # has, and every other job's conversation, claim and command waits on the loop.
         update = await asyncio.to_thread(self._update_values, status)
+        # condor_starter copies CpusUsage (and the cron metrics' usage) from the last
+        # .update.ad its startd wrote: none before the first.
+        written = None
+        if self.update_ad is not None:
+            await self.update_ad.first_written()  # the first (briefly, once) is in
+            written = self.update_ad.written
+        copy_update_attrs(update, written, update_attrs(self.jobs.daemon.settings))
         pool = self.jobs.daemon.pool
         if pool is not None:
-            # condor_starter copies its slot's CPUsUsage into each update (CpusUsage)
-            update["CpusUsage"] = pool.job_attrs.cpus_usage(job.job_id, status)
             pool.job_attrs.updated(self.claim_id, job.job_id, update)
         return from_values(update)
 

@@ -22,7 +22,8 @@ Where each comes from, and for how long it is there:
 - the activation, from the job's start until its starter exits: `JobId`
   (`<cluster>.<proc>`), `GlobalJobId`, `StarterPid`, and, from the startd's own
   measurements of the job (here the starter's status file, read as the ad is made),
-  `ImageSize` (KiB) and `CPUsUsage` (cores busy between its last two measurements).
+  `ImageSize` (KiB) and `CPUsUsage` (cores busy between its last two measurements; 0
+  until the first two).
 
 The starter's update (register_job_info to the shadow; condor_starter sends the same
 ad to its startd) carries the usage, and, for a job with file transfer, the sandbox's
@@ -253,6 +254,9 @@ class JobAttributes:
         if job.handle is not None and job.handle.pid:
             out["StarterPid"] = job.handle.pid
         status = read_status(self.jobs, job)
+        # condor_startd's active claim publishes its CPUsUsage from the activation on, 0
+        # until measured (and .update.ad, the job updates' CpusUsage, carries it)
+        out["CPUsUsage"] = 0.0
         if status:
             out["ImageSize"] = int(status.get("ImageSize", 0))
             out["CPUsUsage"] = self.cpus_usage(job.job_id, status)

@@ -19,7 +19,7 @@ import os
 
 JOB_AD_FILE = ".job.ad"
 MACHINE_AD_FILE = ".machine.ad"
-# condor_startd's copy of the slot's ad as it publishes it (not written by execd yet) and
+# condor_startd's copy of the slot's ad as it publishes it (execd/daemon/update_ad.py) and
 # its temporary name: never sent back either.
 UPDATE_AD_FILES = (".update.ad", ".update.ad.tmp")
 NEVER_SENT_BACK = frozenset({JOB_AD_FILE, MACHINE_AD_FILE, *UPDATE_AD_FILES})

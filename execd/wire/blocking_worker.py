@@ -3,8 +3,10 @@
 asyncio's executors are ThreadPoolExecutors, whose threads the interpreter joins at
 exit: a call stuck in the kernel (a read on a hung NFS or FUSE mount) would then hold
 the daemon's own end. This worker's thread is a daemon thread, never joined; its calls
-run one at a time, in order, and the caller awaits each with a time limit. A call
-still queued when its caller stops waiting is skipped.
+run one at a time, in order. `run` awaits a call with a time limit, and a call still
+queued when its caller stops waiting is skipped; `submit` hands back a future the thread
+settles when the call returns, however long that takes (no limit: a call is skipped only
+if that future is cancelled while it waits in the queue).
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ class BlockingWorker:
 
     async def run(self, timeout_s: float, work: Callable[..., T], *args: Any) -> T:
         """`work(*args)` on the thread; TimeoutError after `timeout_s`."""
+        return await asyncio.wait_for(self.submit(work, *args), timeout_s)
+
+    def submit(self, work: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """`work(*args)` queued on the thread; its future is settled by the thread once
+        the call has returned (never skipped unless the future is cancelled)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._start:
@@ -45,7 +52,7 @@ class BlockingWorker:
                                                 daemon=True)  # fmt: skip
                 self._thread.start()
         self._queue.put((loop, future, work, args))
-        return await asyncio.wait_for(future, timeout_s)
+        return future
 
     def _serve(self) -> None:
         while True:

@@ -36,7 +36,7 @@ import functools
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,6 +148,9 @@ class ShadowOptions:
     # Asked as a restarted daemon resumes the conversation: does the schedd still hold
     # the claim? False: it released it meanwhile (no shadow comes back). None: always.
     claim_held: Callable[[], bool] | None = None
+    # Awaited before the sandbox is removed (or kept, or handed over): whatever writes
+    # into it from outside the conversation (the slot's .update.ad) stops first.
+    before_removal: Callable[[], Awaitable[None]] | None = None
     # The ENABLE_CHIRP* knobs as this job's starter reads them (at its start).
     chirp: ChirpConfig = field(default_factory=ChirpConfig)
 
@@ -183,6 +186,7 @@ class Conversation:
     sandbox_dev: int | None = None
     sandbox_ino: int | None = None
     job_uid: int | None = None
+    job_gid: int | None = None  # the job's group (its .update.ad's): None before recorded
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -326,7 +330,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         state = Conversation(gjid, dict(job_wire), str(sandbox), inputs, before, transfer,
                              dict(starter_ad), link.lease_s, int(time.time()),
                              transfers.tally.received, sandbox_dev=made.st_dev,
-                             sandbox_ino=made.st_ino, job_uid=uid)  # fmt: skip
+                             sandbox_ino=made.st_ino, job_uid=uid, job_gid=gid)  # fmt: skip
         link.files = job_files(job, sandbox, transfer, uid)  # condor_tail may read them now
         link.file_transfer, link.proxy_name = transfer, proxy_name(job) if transfer else None
         link.proxy = proxy_target(str(sandbox), link.proxy_name)

@@ -141,7 +141,10 @@ async def close_conversation(options: ShadowOptions, link: ShadowLink,
 async def remove_sandbox(sandbox: Path, options: ShadowOptions, handed_over: bool) -> None:
     """After the conversation, unless the sandbox is kept or handed over (a restart).
     The starter's way (rm_argv, rm_error), as a subprocess of its own: conversations
-    remove theirs concurrently and a hung removal holds only its own."""
+    remove theirs concurrently and a hung removal holds only its own. Whatever writes
+    into the sandbox from outside (options.before_removal) has stopped first."""
+    if options.before_removal is not None:
+        await options.before_removal()
     if options.keep_sandbox or handed_over:
         return
     try:

@@ -48,10 +48,11 @@ NOT_STARTED_ONLY_CONDOR = {"ScratchDirFileCount", "CondorScratchDir", "CpusUsage
                            "ExecuteDirWasEncrypted"}  # fmt: skip
 ONLY_EXECD: set[str] = set()
 # ... and names condor_startd's records have only when a timer was quicker than the job:
-# condor_starter copies CpusUsage into its updates from the slot's `.update.ad`, which
-# condor_startd writes into the job's directory as it next publishes the slot, so a run
-# evicted soon after it began (the vacated job's first) may have none; execd's starter
-# measures it itself and always sends it.
+# both starters copy CpusUsage into their updates from the slot's `.update.ad`, which
+# condor_startd writes into the job's directory as it next publishes the slot after its
+# starter's first update, so a run evicted soon after it began (the vacated job's first)
+# may have none; execd writes the first as it starts the job, so each run that started
+# has it.
 TIMED_ONLY_EXECD = {"CpusUsage"}
 CASES = [("exit 0", ""), ("exit 3", ""), ("signal 9", ""), ("exit 0", "in.txt")]
 

@@ -14,11 +14,11 @@ measures every CGROUP_POLLING_INTERVAL, 1 s here too.
   written after the free (its `DiskUsage`).
 - `RemoteUserCpu` / `RemoteSysCpu` in the schedd's history are whole seconds on both
   (condor_starter's ProcFamilyUsage counts CPU in whole seconds, truncated).
-- `ScratchDirFileCount` for the same job: condor_starter's is 4 more, the entries of
+- `ScratchDirFileCount` for the same job: condor_starter's is 3 more, the entries of
   its own layout of the job's directory (STARTER_NESTED_SCRATCH: `scratch/`,
-  `htcondor/`, `user/`) and the `htcondor/.update.ad` condor_startd writes there, which
-  execd's sandbox does not have; the job's own files, `.chirp.config`, `.job.ad` and
-  `.machine.ad` are counted alike (docs/pool.md "Differences").
+  `htcondor/`, `user/`), which execd's sandbox does not have; the job's own files,
+  `.chirp.config`, `.job.ad`, `.machine.ad` and `.update.ad` (condor's in `htcondor/`)
+  are counted alike (docs/pool.md "Differences").
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ while [ ! -e "$1" ]; do sleep 0.2; done
 """
 MIB_KB = 1024
 # What condor_starter's count has and execd's does not (by name, in its dir_<pid>)
-CONDOR_LAYOUT = Counter({"scratch": 1, "htcondor": 1, "user": 1, ".update.ad": 1})
+CONDOR_LAYOUT = Counter({"scratch": 1, "htcondor": 1, "user": 1})
 # execd's starter measures every CGROUP_POLLING_INTERVAL (5 s by default): 1 s so that
 # the 8 s of the buffer are measured several times
 EXTRA = "CGROUP_POLLING_INTERVAL = 1\n"
