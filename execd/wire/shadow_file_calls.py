@@ -35,10 +35,14 @@ STAT_LINE_BYTES = 1024  # CONDOR_stat's answer: the stat line in a 1024-byte buf
 class ShadowFileCalls(ShadowSyscalls):
     """The shadow's syscalls with its file calls (what the Chirp proxy passes on)."""
 
-    async def file_call(self, number: int, name: str, *args: str | int | bytes) -> int:
+    async def file_call(self, number: int, name: str, *args: str | int | bytes,
+                        connection: int | None = None) -> int:  # fmt: skip
         """A file call that answers an rval only (unlink, chmod, open, write, ...): its
-        arguments (strings, integers, raw bytes) in the order NTsenders sends them."""
-        dec = await self._exchange(_arguments(number, args), replay=False)
+        arguments (strings, integers, raw bytes) in the order NTsenders sends them.
+        `connection`: the link's connection count a descriptor argument was opened on;
+        where a reconnect replaced it the call is not sent (StaleDescriptorError)."""
+        dec = await self._exchange(_arguments(number, args), replay=False,
+                                   connection=connection)  # fmt: skip
         assert dec is not None
         return _answer(dec, name)
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from execd.errors import RemoteProtocolError
+from execd.wire.channel import Channel
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad
 from execd.wire.encoding import Decoder, Encoder
 
@@ -94,6 +95,11 @@ class ShadowConnectionLostError(RemoteProtocolError):
     """Sending a call or reading its answer failed: the shadow is gone (for now)."""
 
 
+class StaleDescriptorError(ShadowConnectionLostError):
+    """A call on a shadow descriptor opened on a connection a reconnect replaced: not
+    sent (the new shadow's descriptor of that number is another file, or none)."""
+
+
 @dataclass(frozen=True)
 class SecSessionInfo:
     """The sessions the shadow made for this starter (keys stay out of repr)."""
@@ -119,6 +125,7 @@ class ShadowSyscalls:
         # True while a call is under way, and after one that did not complete (cancelled
         # or failed): the connection may then hold half a message.
         self.in_call = False
+        self._cancelled_channel: MessageChannel | None = None  # given up mid-call
         # What each register_job_info carries besides its ad (Chirp's delayed updates).
         self.update_extra: Callable[[], WireAd] | None = None
 
@@ -145,12 +152,23 @@ class ShadowSyscalls:
             payload = await channel.recv(self.timeout_s) if answer else None
         except RemoteProtocolError as exc:
             raise ShadowConnectionLostError(str(exc)) from None
+        except asyncio.CancelledError:
+            # Cancelled between sending and reading the answer: the next call would
+            # read this one's answer. The connection is given up (the shadow
+            # reconnects), as one lost under a call.
+            if isinstance(channel, Channel):
+                channel.writer.close()
+            if self.link is not None:
+                self.link.lost(ShadowConnectionLostError("a call was cancelled in flight"))
+            self._cancelled_channel = channel
+            raise
         if self.link is not None:
             self.link.rpc_done()
         return None if payload is None else channel.decoder(payload)
 
     async def _exchange(self, build: Callable[[Encoder], Encoder], *, answer: bool = True,
-                        replay: bool = True) -> Decoder | None:  # fmt: skip
+                        replay: bool = True, connection: int | None = None,
+                        ) -> Decoder | None:  # fmt: skip
         """One call; after a lost connection it is sent again on the reconnect's, unless
         `replay` is False (a call that changes or consumes something on the shadow:
         it may have run there), which fails at once as condor_starter's REMOTE_CONDOR_*
@@ -160,9 +178,19 @@ class ShadowSyscalls:
                 try:
                     self.in_call = True
                     await self._take_offered()
+                    if self._cancelled_channel is self.channel:
+                        raise ShadowConnectionLostError("a call was cancelled in flight")
+                    if connection is not None and self.link is not None and \
+                            self.link.connections != connection:
+                        self.in_call = False
+                        raise StaleDescriptorError(
+                            f"a descriptor of connection {connection}, now "
+                            f"{self.link.connections}")  # fmt: skip
                     answered = await self._once(build, answer)
                     self.in_call = False
                     return answered
+                except StaleDescriptorError:
+                    raise
                 except ShadowConnectionLostError as exc:
                     if self.link is None:
                         raise

@@ -202,13 +202,12 @@ class OutputStream:
 
     async def _write_pending(self) -> None:
         try:
-            await self.calls.file_call(LSEEK, "lseek", self.remote_fd, self.offset, SEEK_SET)
+            await self._call(LSEEK, "lseek", self.remote_fd, self.offset, SEEK_SET)
         except SyscallError as exc:
             raise self._held(f"couldn't lseek on {self.path} to {self.offset}", exc) from None
         size = len(self.pending)
         try:
-            written = await self.calls.file_call(WRITE, "write", self.remote_fd, size,
-                                                 self.pending)  # fmt: skip
+            written = await self._call(WRITE, "write", self.remote_fd, size, self.pending)
         except SyscallError as exc:
             raise self._held(f"write of {size} bytes to {self.path} failed", exc) from None
         if written != size:
@@ -219,13 +218,22 @@ class OutputStream:
 
     async def _finish(self) -> None:
         try:
-            await self.calls.file_call(FSYNC, "fsync", self.remote_fd)
+            await self._call(FSYNC, "fsync", self.remote_fd)
         except SyscallError as exc:
             raise self._held(f"couldn't fsync {self.path}", exc) from None
         # A close that fails is no matter (condor_starter's neither): the bytes are stored.
         with contextlib.suppress(ShadowConnectionLostError, SyscallError):
-            await self.calls.file_call(CLOSE, "close", self.remote_fd)
+            await self._call(CLOSE, "close", self.remote_fd)
         log.info("stream_closed", job=self.gjid, stream=self.name, bytes=self.offset)
+
+    async def _call(self, number: int, name: str, *args: str | int | bytes,
+                    connection: int | None = None) -> int:  # fmt: skip
+        """A call on the shadow's descriptor, not sent where a reconnect replaced the
+        connection it was opened on (StaleDescriptorError), and shielded: a cancel (the
+        job held, the drain over) lands once its answer is read, never between the call
+        and its answer, which the next call would read as its own."""
+        on = self.connection if connection is None else connection
+        return await asyncio.shield(self.calls.file_call(number, name, *args, connection=on))
 
     async def _sent(self, step: Callable[[], Awaitable[None]]) -> None:
         """A step, made again after each reconnect (re-opened, checked) until it is done;
@@ -255,11 +263,15 @@ class OutputStream:
             if link.disconnected.is_set():
                 await link.wait_for_reconnect(lost or ShadowConnectionLostError("lost"))
             log.info("stream_reconnecting", job=self.gjid, stream=self.name, offset=self.offset)
+            # Both calls on the connection current now: where a reconnect replaces it
+            # between them, the seek is not sent (the descriptor is the old shadow's).
+            on = self._connection()
             try:
-                self.remote_fd = await self.calls.file_call(OPEN, "open", O_WRONLY, MODE,
-                                                            self.path)  # fmt: skip
-                size = await self.calls.file_call(LSEEK, "lseek", self.remote_fd, 0, SEEK_END)
-                self.connection = self._connection()
+                self.remote_fd = await self._call(OPEN, "open", O_WRONLY, MODE, self.path,
+                                                  connection=on)  # fmt: skip
+                size = await self._call(LSEEK, "lseek", self.remote_fd, 0, SEEK_END,
+                                        connection=on)  # fmt: skip
+                self.connection = on
             except ShadowConnectionLostError as again:
                 lost = again
                 continue
