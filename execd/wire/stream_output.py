@@ -88,13 +88,25 @@ class OutputStream:
         self.connection = self._connection()  # the connection remote_fd was opened on
 
     def make_fifo(self, uid: int, gid: int) -> None:
-        """The FIFO, the job's user's, opened for reading (and a write end held)."""
+        """The FIFO, the job's user's, opened for reading (and a write end held).
+
+        Opened before it is given to the user (O_NOFOLLOW, checked to be the FIFO just
+        made), its owner changed through the descriptor and the write end opened through
+        it: in an EXECUTE of mode 1777 the user may rename the path and plant a symlink
+        there once it is theirs, which a root open by path would follow."""
         with contextlib.suppress(FileNotFoundError):
             self.fifo.unlink()
         os.mkfifo(self.fifo, 0o600)
-        os.chown(self.fifo, uid, gid)
-        self.read_fd = os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        self.hold_fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        made = os.lstat(self.fifo)
+        fd = os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+        info = os.fstat(fd)
+        if not stat.S_ISFIFO(info.st_mode) or info.st_uid != os.geteuid() or \
+                (info.st_dev, info.st_ino) != (made.st_dev, made.st_ino):  # fmt: skip
+            os.close(fd)
+            raise OSError(errnos.EEXIST, f"{self.fifo} was replaced before it was opened")
+        self.read_fd = fd
+        os.fchown(fd, uid, gid)
+        self.hold_fd = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
 
     def release_hold(self) -> None:
         if self.hold_fd >= 0:

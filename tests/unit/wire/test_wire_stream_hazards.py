@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 import types
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from wire_pairs import channel_pair
 
 from execd.wire.chirp_files import LSEEK, OPEN, WRITE
@@ -142,3 +145,36 @@ async def _hold_while_a_write_waits(tmp_path: Path) -> None:
     await theirs.close()
 
 
+
+
+def test_a_fifo_swapped_for_a_symlink_once_it_is_the_users_is_not_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """In an EXECUTE of mode 1777 the job's user owns the FIFO once it is given to them
+    and may replace it with a symlink before the daemon opens it: the daemon's ends must
+    still be the FIFO it made (never the symlink's target)."""
+    execute = tmp_path / "execute"
+    execute.mkdir()
+    execute.chmod(0o1777)
+    secret = tmp_path / "shadow-file"
+    secret.write_bytes(b"root:secret\n")
+    fifo = execute / "dir_1.stdout"
+
+    def swapped(real: Callable[..., None]) -> Callable[..., None]:
+        def change_owner(target: object, uid: int, gid: int) -> None:
+            real(target, uid, gid)
+            fifo.rename(execute / "moved")  # what the user may do now
+            fifo.symlink_to(secret)
+        return change_owner
+
+    monkeypatch.setattr(os, "chown", swapped(os.chown))
+    monkeypatch.setattr(os, "fchown", swapped(os.fchown))
+    stream = OutputStream(ShadowFileCalls(None), "out.txt", "stdout", fifo, "j")  # type: ignore[arg-type]
+    stream.make_fifo(os.getuid(), os.getgid())
+    try:
+        assert stat.S_ISFIFO(os.fstat(stream.read_fd).st_mode)
+        assert stat.S_ISFIFO(os.fstat(stream.hold_fd).st_mode)
+        os.write(stream.hold_fd, b"from the job\n")
+        assert os.read(stream.read_fd, 100) == b"from the job\n"
+        assert secret.read_bytes() == b"root:secret\n"
+    finally:
+        stream.close()
