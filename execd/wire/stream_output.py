@@ -58,9 +58,9 @@ SEEK_SET, SEEK_END = 0, 2
 MODE = 0o666
 # CONDOR_HOLD_CODE::UnableToOpenOutputStream
 HOLD_UNABLE_TO_OPEN_OUTPUT_STREAM = 9
-# After the job has exited, how long the rest of its output may take to reach the shadow
-# (a process that outlived the job could hold the pipe open: its cgroup is killed, but
-# a job run without one is not).
+# After the job has exited, how long its writers' end of stream is awaited (a process
+# that outlived the job could hold the pipe open: its cgroup is killed, but a job run
+# without one is not). Writes to the shadow and waits for its reconnect do not count.
 DRAIN_S = 300.0
 STREAMS = (("Out", "StreamOut", "stdout", "standard output"),
            ("Err", "StreamErr", "stderr", "standard error"))  # fmt: skip
@@ -86,6 +86,9 @@ class OutputStream:
         self.read_fd = -1
         self.hold_fd = -1  # the daemon's own write end, until the job has started
         self.connection = self._connection()  # the connection remote_fd was opened on
+        self.drain_left: float | None = None  # once the job has exited: see drain
+        self._waiting: asyncio.Timeout | None = None  # a read waiting for the job
+        self._wait_since = 0.0
 
     def make_fifo(self, uid: int, gid: int) -> None:
         """The FIFO, the job's user's, opened for reading (and a write end held).
@@ -198,6 +201,15 @@ class OutputStream:
             await self._sent(self._write_pending)
         await self._sent(self._finish)
 
+    def drain(self, budget_s: float) -> None:
+        """The job has exited: from now on its writers' end of stream is awaited for
+        `budget_s` in all (time spent writing to the shadow or waiting for its reconnect
+        does not count); then the stream ends as if they had closed it."""
+        self.drain_left = budget_s
+        if self._waiting is not None:
+            self._wait_since = asyncio.get_running_loop().time()
+            self._waiting.reschedule(self._wait_since + budget_s)
+
     async def _read(self) -> bytes:
         loop = asyncio.get_running_loop()
         while True:
@@ -207,10 +219,21 @@ class OutputStream:
                 pass
             ready: asyncio.Future[None] = loop.create_future()
             loop.add_reader(self.read_fd, _set_once, ready)
+            self._wait_since = loop.time()
+            left = self.drain_left
             try:
-                await ready
+                async with asyncio.timeout_at(None if left is None else self._wait_since + left
+                                           ) as self._waiting:  # fmt: skip
+                    await ready
+            except TimeoutError:
+                log.warning("stream_not_drained", job=self.gjid, stream=self.name,
+                            bytes=self.offset)  # fmt: skip
+                return b""
             finally:
+                self._waiting = None
                 loop.remove_reader(self.read_fd)
+                if self.drain_left is not None:
+                    self.drain_left -= loop.time() - self._wait_since
 
     async def _write_pending(self) -> None:
         try:
@@ -377,8 +400,9 @@ class StreamedOutput:
 
     async def alongside(self, run: Awaitable[JobExit], kill: Callable[[], None]) -> JobExit:
         """The job's run with its streams copied meanwhile; once it has exited, the rest
-        of its output (DRAIN_S at most). A stream that fails (the job held, the shadow
-        gone) ends the job: its error is raised."""
+        of its output (its writers' end of stream awaited DRAIN_S at most; what they
+        wrote is sent in full, after a reconnect if need be). A stream that fails (the
+        job held, the shadow gone) ends the job: its error is raised."""
         job: asyncio.Future[JobExit] = asyncio.ensure_future(run)
         if not self.streams:
             return await job
@@ -393,11 +417,10 @@ class StreamedOutput:
                         raise error
             exit_ = job.result()
             self.started()  # a job that never started: its streams end now
-            await asyncio.wait_for(asyncio.gather(*copies), DRAIN_S)
+            for stream in self.streams.values():
+                stream.drain(DRAIN_S)
+            await asyncio.gather(*copies)
             return exit_
-        except TimeoutError:
-            log.warning("stream_not_drained", streams=list(self.streams), after_s=DRAIN_S)
-            return job.result()
         finally:
             job.cancel()
             for copy in copies:

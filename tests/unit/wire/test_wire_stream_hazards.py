@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 from wire_pairs import channel_pair
 
-from execd.wire.chirp_files import LSEEK, OPEN, WRITE
+from execd.wire import stream_output
+from execd.wire.channel import Channel
+from execd.wire.chirp_files import CLOSE, LSEEK, OPEN, WRITE
 from execd.wire.job_runner import JobExit, JobHeldError
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_link import ShadowLink
-from execd.wire.stream_output import OutputStream, StreamedOutput
+from execd.wire.stream_output import CHUNK, FSYNC, OutputStream, StreamedOutput
 
 NAMES = {OPEN: "open", LSEEK: "lseek", WRITE: "write"}
 SEC_SESSION_INFO = 288
@@ -178,3 +180,138 @@ def test_a_fifo_swapped_for_a_symlink_once_it_is_the_users_is_not_followed(
         assert secret.read_bytes() == b"root:secret\n"
     finally:
         stream.close()
+
+
+class NewShadow:
+    """A reconnected shadow's side of the stream's calls: one file, by offset."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.calls: list[str] = []
+
+    async def serve(self, channel: Channel) -> None:
+        names = {OPEN: "open", LSEEK: "lseek", WRITE: "write", FSYNC: "fsync", CLOSE: "close"}
+        position = 0
+        while True:
+            dec = channel.decoder(await channel.recv(timeout_s=30))
+            number = dec.get_int()
+            self.calls.append(names.get(number, str(number)))
+            rval = 0
+            if number == OPEN:
+                dec.get_int(), dec.get_int(), dec.get_string()
+                rval = 7
+            elif number == LSEEK:
+                _, offset, whence = dec.get_int(), dec.get_int(), dec.get_int()
+                position = rval = len(self.data) if whence == 2 else offset
+            elif number == WRITE:
+                _, size = dec.get_int(), dec.get_int()
+                self.data[position:position + size] = dec.get_bytes(size)
+                rval = size
+                position += size
+            enc = channel.encoder().put_int(rval)
+            if number == SEC_SESSION_INFO:
+                for _ in range(6):
+                    enc.put_string("x")
+            await channel.send(enc.payload())
+
+
+def test_output_sent_after_a_reconnect_that_outlasts_the_drain_is_sent_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The job has written and exited; the shadow's connection is lost under the first
+    write and its reconnect comes after DRAIN_S: the output still reaches the new
+    shadow whole, fsync and close after it (the drain bounds only the wait for the
+    job's writers)."""
+    monkeypatch.setattr(stream_output, "DRAIN_S", 0.05)
+    asyncio.run(_reconnect_during_the_drain(tmp_path))
+
+
+async def _reconnect_during_the_drain(tmp_path: Path) -> None:
+    ours, old = await channel_pair()
+    fresh, new = await channel_pair()
+    link = ShadowLink(ours, claim_id="<1.2.3.4:5>#1#1#x", global_job_id="j", lease_s=600.0,
+                      starter_ad={}, starter_address="<1.2.3.4:5>")  # fmt: skip
+    calls = ShadowFileCalls(ours)
+    calls.attach(link)
+    lost = asyncio.Event()
+
+    async def old_shadow() -> None:  # answers the open, then the connection drops
+        dec = old.decoder(await old.recv(timeout_s=30))
+        dec.get_int()
+        await old.send(old.encoder().put_int(5).payload())
+        await old.recv(timeout_s=30)
+        await old.close()
+        lost.set()
+
+    shadow = NewShadow()
+    peers = [asyncio.create_task(old_shadow()), asyncio.create_task(shadow.serve(new))]
+    sandbox = tmp_path / "dir_1"
+    sandbox.mkdir()
+    streams = StreamedOutput.for_job(calls, {"Out": "out.txt", "StreamOut": True}, sandbox, "j")
+    await streams.open(os.getuid(), os.getgid())
+    fifo = streams.fifo("Out")
+    assert fifo is not None
+    output = b"".join(b"line %d\n" % i for i in range(20000))
+
+    async def run() -> JobExit:
+        writer = os.open(fifo, os.O_WRONLY)
+        streams.started()
+        os.write(writer, output[:CHUNK])
+        os.close(writer)
+        return JobExit(0, 0.0)
+
+    async def reconnect() -> None:
+        await lost.wait()
+        await asyncio.sleep(0.3)  # longer than DRAIN_S: what is under test
+        request = types.SimpleNamespace(transfer_socket=None, transfer_key=None)
+        await link.offer(fresh, request)  # type: ignore[arg-type]
+
+    offering = asyncio.create_task(reconnect())
+    exit_ = await asyncio.wait_for(streams.alongside(run(), lambda: None), 10)
+    assert exit_.code == 0
+    assert bytes(shadow.data) == output[:CHUNK]
+    assert shadow.calls[-2:] == ["fsync", "close"]
+    streams.close()
+    link.close()
+    for task in (*peers, offering):
+        task.cancel()
+    await asyncio.gather(*peers, offering, return_exceptions=True)
+    for channel in (ours, old, fresh, new):
+        await channel.close()
+
+
+def test_a_writer_that_outlives_the_job_ends_the_stream_after_the_drain(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A process still holding the FIFO open after the job exited: what it wrote is
+    sent, and after DRAIN_S the stream ends (fsync, close) and the job's exit stands."""
+    monkeypatch.setattr(stream_output, "DRAIN_S", 0.2)
+    asyncio.run(_lingering_writer(tmp_path))
+
+
+async def _lingering_writer(tmp_path: Path) -> None:
+    ours, theirs = await channel_pair()
+    shadow = NewShadow()
+    peer = asyncio.create_task(shadow.serve(theirs))
+    sandbox = tmp_path / "dir_1"
+    sandbox.mkdir()
+    streams = StreamedOutput.for_job(ShadowFileCalls(ours), {"Out": "out.txt", "StreamOut": True},
+                                     sandbox, "j")  # fmt: skip
+    await streams.open(os.getuid(), os.getgid())
+    fifo = streams.fifo("Out")
+    assert fifo is not None
+    lingering = os.open(fifo, os.O_WRONLY)
+
+    async def run() -> JobExit:
+        streams.started()
+        os.write(lingering, b"before the exit\n")
+        return JobExit(3 << 8, 0.0)
+
+    exit_ = await asyncio.wait_for(streams.alongside(run(), lambda: None), 10)
+    assert exit_.code == 3
+    assert bytes(shadow.data) == b"before the exit\n"
+    assert shadow.calls[-2:] == ["fsync", "close"]
+    os.close(lingering)
+    streams.close()
+    peer.cancel()
+    await asyncio.gather(peer, return_exceptions=True)
+    await ours.close()
+    await theirs.close()
