@@ -98,7 +98,7 @@ from execd.wire.slot_resources import (
     provisioned_resources,
     starter_info_resources,
 )
-from execd.wire.stream_output import StreamedOutput
+from execd.wire.streamed_output import StreamedOutput
 
 log = get_logger("wire")
 SHADOW_SETTLE_S = 0.1

@@ -47,7 +47,7 @@ from execd.wire.shadow_job import proxy_name, run_as_ids
 from execd.wire.shadow_link import ShadowLink
 from execd.wire.shadow_syscalls import MessageChannel
 from execd.wire.shadow_transfers import Transfers, job_values
-from execd.wire.stream_output import StreamedOutput
+from execd.wire.streamed_output import StreamedOutput
 
 log = get_logger("wire")
 

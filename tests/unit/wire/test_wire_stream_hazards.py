@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 from wire_pairs import channel_pair
 
-from execd.wire import stream_output
+from execd.wire import streamed_output
 from execd.wire.channel import Channel
 from execd.wire.chirp_files import CLOSE, LSEEK, OPEN, WRITE
 from execd.wire.job_runner import JobExit, JobHeldError
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_link import ShadowLink
-from execd.wire.stream_output import CHUNK, FSYNC, OutputStream, StreamedOutput
+from execd.wire.stream_output import CHUNK, FSYNC, OutputStream
+from execd.wire.streamed_output import StreamedOutput
 
 NAMES = {OPEN: "open", LSEEK: "lseek", WRITE: "write"}
 SEC_SESSION_INFO = 288
@@ -221,7 +222,7 @@ def test_output_sent_after_a_reconnect_that_outlasts_the_drain_is_sent_whole(
     write and its reconnect comes after DRAIN_S: the output still reaches the new
     shadow whole, fsync and close after it (the drain bounds only the wait for the
     job's writers)."""
-    monkeypatch.setattr(stream_output, "DRAIN_S", 0.05)
+    monkeypatch.setattr(streamed_output, "DRAIN_S", 0.05)
     asyncio.run(_reconnect_during_the_drain(tmp_path))
 
 
@@ -283,7 +284,7 @@ def test_a_writer_that_outlives_the_job_ends_the_stream_after_the_drain(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """A process still holding the FIFO open after the job exited: what it wrote is
     sent, and after DRAIN_S the stream ends (fsync, close) and the job's exit stands."""
-    monkeypatch.setattr(stream_output, "DRAIN_S", 0.2)
+    monkeypatch.setattr(streamed_output, "DRAIN_S", 0.2)
     asyncio.run(_lingering_writer(tmp_path))
 
 

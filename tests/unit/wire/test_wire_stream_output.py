@@ -21,7 +21,8 @@ from execd.wire.channel import Channel
 from execd.wire.chirp_files import CLOSE, LSEEK, OPEN, WRITE
 from execd.wire.job_runner import JobExit, JobHeldError
 from execd.wire.shadow_file_calls import ShadowFileCalls
-from execd.wire.stream_output import CHUNK, FSYNC, StreamedOutput
+from execd.wire.stream_output import CHUNK, FSYNC
+from execd.wire.streamed_output import StreamedOutput
 
 JOB = {"Out": "out.txt", "StreamOut": True, "Err": "err.txt", "StreamErr": False}
 

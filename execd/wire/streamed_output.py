@@ -1,0 +1,109 @@
+"""The job's streamed std files (stream_output, stream_error) around its run: made
+before it starts, copied while it runs, drained after it exits, handed to the next image
+on a restart in place. One stream's copy is OutputStream (execd/wire/stream_output.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from execd.log import get_logger
+from execd.wire.job_runner import JobExit
+from execd.wire.shadow_file_calls import ShadowFileCalls
+from execd.wire.stream_output import STREAMS, OutputStream, streamed
+
+__all__ = ["DRAIN_S", "StreamedOutput"]
+log = get_logger("wire")
+
+# After the job has exited, how long its writers' end of stream is awaited (a process
+# that outlived the job could hold the pipe open: its cgroup is killed, but a job run
+# without one is not). Writes to the shadow and waits for its reconnect do not count.
+DRAIN_S = 300.0
+
+
+class StreamedOutput:
+    """The job's streamed std files (none, one or both) around its run."""
+
+    def __init__(self, streams: dict[str, OutputStream]) -> None:
+        self.streams = streams  # by attribute: "Out", "Err"
+
+    @classmethod
+    def for_job(cls, calls: ShadowFileCalls, job: dict[str, object], sandbox: Path,
+                gjid: str) -> StreamedOutput:  # fmt: skip
+        streams = {}
+        for attr, _, name, _ in STREAMS:
+            if streamed(job, attr):
+                fifo = sandbox.with_name(f"{sandbox.name}.{name}")
+                streams[attr] = OutputStream(calls, str(job[attr]), name, fifo, gjid)
+        return cls(streams)
+
+    @classmethod
+    def adopted(cls, calls: ShadowFileCalls, records: dict[str, Any] | None,
+                gjid: str) -> StreamedOutput:  # fmt: skip
+        """The streams the old image handed over (export), those this process has."""
+        streams = {}
+        for attr, record in (records or {}).items():
+            if isinstance(record, dict) and \
+                    (stream := OutputStream.adopted(calls, record, gjid)) is not None:
+                streams[attr] = stream
+                log.info("stream_adopted", job=gjid, stream=stream.name, offset=stream.offset)
+        return cls(streams)
+
+    def export(self) -> dict[str, Any] | None:
+        """Each stream's record for the next image (None: no stream)."""
+        records = {attr: record for attr, stream in self.streams.items()
+                   if (record := stream.export()) is not None}  # fmt: skip
+        return records or None
+
+    def fifo(self, attr: str) -> str | None:
+        stream = self.streams.get(attr)
+        return str(stream.fifo) if stream is not None else None
+
+    async def open(self, uid: int, gid: int) -> None:
+        """The shadow's files opened (JobHeldError where one cannot be), the FIFOs made."""
+        for attr, _, _, phrase in STREAMS:
+            if (stream := self.streams.get(attr)) is not None:
+                await stream.open(phrase)
+                stream.make_fifo(uid, gid)
+
+    def started(self) -> None:
+        """The job has its std files open: end of stream now means its end."""
+        for stream in self.streams.values():
+            stream.release_hold()
+
+    async def alongside(self, run: Awaitable[JobExit], kill: Callable[[], None]) -> JobExit:
+        """The job's run with its streams copied meanwhile; once it has exited, the rest
+        of its output (its writers' end of stream awaited DRAIN_S at most; what they
+        wrote is sent in full, after a reconnect if need be). A stream that fails (the
+        job held, the shadow gone) ends the job: its error is raised."""
+        job: asyncio.Future[JobExit] = asyncio.ensure_future(run)
+        if not self.streams:
+            return await job
+        copies = [asyncio.ensure_future(s.run()) for s in self.streams.values()]
+        try:
+            waiting: set[asyncio.Future[Any]] = {job, *copies}
+            while not job.done():
+                done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task is not job and (error := task.exception()) is not None:
+                        kill()
+                        raise error
+            exit_ = job.result()
+            self.started()  # a job that never started: its streams end now
+            for stream in self.streams.values():
+                stream.drain(DRAIN_S)
+            await asyncio.gather(*copies)
+            return exit_
+        finally:
+            job.cancel()
+            for copy in copies:
+                copy.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.gather(job, *copies, return_exceptions=True)
+
+    def close(self, handed_over: bool = False) -> None:
+        for stream in self.streams.values():
+            stream.close(handed_over)
