@@ -50,7 +50,7 @@ from execd.wire.job_runner import JobHeldError
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_syscalls import ShadowConnectionLostError, SyscallError
 
-__all__ = ["CHUNK", "STREAMS", "OutputStream", "release_streams", "streamed"]
+__all__ = ["CHUNK", "STREAMS", "OutputStream", "open_flags", "release_streams", "streamed"]
 log = get_logger("wire")
 
 FSYNC = 26
@@ -61,6 +61,17 @@ MODE = 0o666
 HOLD_UNABLE_TO_OPEN_OUTPUT_STREAM = 9
 STREAMS = (("Out", "StreamOut", "stdout", "standard output"),
            ("Err", "StreamErr", "stderr", "standard error"))  # fmt: skip
+
+
+def open_flags(job: dict[str, object]) -> int:
+    """The streamed files' open flags, as condor_starter's VanillaProc::streamingOpenFlags:
+    appended to (O_APPEND, which StreamHandler::Init turns into a seek to the end) for a
+    job that checkpoints (WantCheckpointSignal, WantFTOnCheckpoint) or keeps its output
+    on a restart (EraseOutputAndErrorOnRestart = false); else created and truncated."""
+    if job.get("WantCheckpointSignal") is True or job.get("WantFTOnCheckpoint") is True \
+            or job.get("EraseOutputAndErrorOnRestart") is False:  # fmt: skip
+        return O_CREAT | O_WRONLY
+    return O_CREAT | O_TRUNC | O_WRONLY
 
 
 def streamed(job: dict[str, object], attr: str) -> bool:
@@ -83,6 +94,7 @@ class OutputStream:
         self.read_fd = -1
         self.hold_fd = -1  # the daemon's own write end, until the job has started
         self.connection = self._connection()  # the connection remote_fd was opened on
+        self.flags = O_CREAT | O_TRUNC | O_WRONLY  # the open's: see open_flags
         self.drain_left: float | None = None  # once the job has exited: see drain
         self._waiting: asyncio.Timeout | None = None  # a read waiting for the job
         self._wait_since = 0.0
@@ -120,7 +132,7 @@ class OutputStream:
         os.set_inheritable(self.read_fd, True)
         return {"pid": os.getpid(), "fd": self.read_fd, "inode": os.fstat(self.read_fd).st_ino,
                 "path": self.path, "name": self.name, "fifo": str(self.fifo),
-                "remote_fd": self.remote_fd, "offset": self.offset,
+                "remote_fd": self.remote_fd, "offset": self.offset, "flags": self.flags,
                 "pending": base64.b64encode(self.pending).decode()}  # fmt: skip
 
     @classmethod
@@ -136,6 +148,7 @@ class OutputStream:
             stream = cls(calls, str(record["path"]), str(record["name"]),
                          Path(str(record["fifo"])), gjid)  # fmt: skip
             stream.remote_fd, stream.offset = int(record["remote_fd"]), int(record["offset"])
+            stream.flags = int(record.get("flags", O_CREAT | O_WRONLY))
             stream.pending = base64.b64decode(str(record["pending"]), validate=True)
         except (KeyError, ValueError, TypeError) as exc:
             log.error("stream_not_adopted", job=gjid, error=str(exc))
@@ -156,10 +169,11 @@ class OutputStream:
         with contextlib.suppress(OSError):
             self.fifo.unlink()
 
-    def _held(self, what: str, exc: SyscallError | None = None) -> JobHeldError:
+    def _held(self, what: str, exc: SyscallError | None = None,
+              prefix: str = "StreamHandler:") -> JobHeldError:  # fmt: skip
         errno = exc.errno if exc is not None else 0
         detail = f": {os.strerror(errno)}" if errno else ""
-        return JobHeldError(f"StreamHandler: {self.name}: {what}{detail}",
+        return JobHeldError(f"{prefix} {self.name}: {what}{detail}",
                             HOLD_UNABLE_TO_OPEN_OUTPUT_STREAM, errno)  # fmt: skip
 
     def _connection(self) -> int:
@@ -174,11 +188,14 @@ class OutputStream:
         return link is not None and (link.connections != self.connection or link.offered)
 
     async def open(self, phrase: str) -> None:
-        """Opens (creates, truncates) the shadow's file; JobHeldError where it cannot."""
+        """Opens the shadow's file with `flags` (an appending stream: then sought to its
+        end, the offset starting there); JobHeldError where it cannot."""
         try:
-            self.remote_fd = await self.calls.file_call(
-                OPEN, "open", O_CREAT | O_TRUNC | O_WRONLY, MODE, self.path)
+            self.remote_fd = await self.calls.file_call(OPEN, "open", self.flags, MODE,
+                                                        self.path)  # fmt: skip
             self.connection = self._connection()
+            if not self.flags & O_TRUNC:
+                self.offset = await self._call(LSEEK, "lseek", self.remote_fd, 0, SEEK_END)
         except SyscallError as exc:
             log.warning("stream_open_failed", job=self.gjid, stream=self.name,
                         errno=exc.errno)  # fmt: skip
@@ -252,7 +269,9 @@ class OutputStream:
         try:
             await self._call(FSYNC, "fsync", self.remote_fd)
         except SyscallError as exc:
-            raise self._held(f"couldn't fsync {self.path}", exc) from None
+            # condor_starter's text has the double colon
+            raise self._held(f"couldn't fsync {self.path}", exc, prefix="StreamHandler::") \
+                from None  # fmt: skip
         # A close that fails is no matter (condor_starter's neither): the bytes are stored.
         with contextlib.suppress(ShadowConnectionLostError, SyscallError):
             await self._call(CLOSE, "close", self.remote_fd)
@@ -299,8 +318,11 @@ class OutputStream:
             # between them, the seek is not sent (the descriptor is the old shadow's).
             on = self._connection()
             try:
-                self.remote_fd = await self._call(OPEN, "open", O_WRONLY, MODE, self.path,
-                                                  connection=on)  # fmt: skip
+                step = "open"
+                # never truncated again (condor_starter: its flags minus O_TRUNC)
+                self.remote_fd = await self._call(OPEN, "open", self.flags & ~O_TRUNC, MODE,
+                                                  self.path, connection=on)  # fmt: skip
+                step = "lseek"
                 size = await self._call(LSEEK, "lseek", self.remote_fd, 0, SEEK_END,
                                         connection=on)  # fmt: skip
                 self.connection = on
@@ -310,13 +332,22 @@ class OutputStream:
             except SyscallError as exc:
                 if self._stale():  # a reconnect came between the open and the seek
                     continue
-                raise self._held(f"couldn't reopen {self.path} to stream {self.name}",
-                                 exc) from None  # fmt: skip
+                raise self._reopen_failed(step, exc) from None
             if size < self.offset:
-                raise JobHeldError(f"StreamHandler: {self.name}: {self.path} is {size} bytes, "
-                                   f"shorter than the {self.offset} written to it",
-                                   HOLD_UNABLE_TO_OPEN_OUTPUT_STREAM, errnos.EIO)  # fmt: skip
+                raise JobHeldError(f"StreamHandler: output file {self.path} is length {size}, "
+                                   f"expected at least {self.offset}",
+                                   HOLD_UNABLE_TO_OPEN_OUTPUT_STREAM, 0)  # fmt: skip
             return
+
+    def _reopen_failed(self, step: str, exc: SyscallError) -> JobHeldError:
+        """condor_starter's words for a reopen (StreamHandler::Reconnect) or its size
+        check's seek (VerifyOutputFile) the shadow refused."""
+        if step == "open":
+            text = f"Couldn't reopen {self.path} to stream {self.name}: {os.strerror(exc.errno)}"
+        else:
+            text = f"StreamHandler: cannot lseek to output file {self.path} on reconnect: " \
+                f"{exc.errno}"  # fmt: skip
+        return JobHeldError(text, HOLD_UNABLE_TO_OPEN_OUTPUT_STREAM, exc.errno)
 
 
 def _set_once(ready: asyncio.Future[None]) -> None:

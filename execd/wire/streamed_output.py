@@ -13,7 +13,7 @@ from typing import Any
 from execd.log import get_logger
 from execd.wire.job_runner import JobExit
 from execd.wire.shadow_file_calls import ShadowFileCalls
-from execd.wire.stream_output import STREAMS, OutputStream, streamed
+from execd.wire.stream_output import STREAMS, OutputStream, open_flags, streamed
 
 __all__ = ["DRAIN_S", "StreamedOutput"]
 log = get_logger("wire")
@@ -37,7 +37,9 @@ class StreamedOutput:
         for attr, _, name, _ in STREAMS:
             if streamed(job, attr):
                 fifo = sandbox.with_name(f"{sandbox.name}.{name}")
-                streams[attr] = OutputStream(calls, str(job[attr]), name, fifo, gjid)
+                stream = OutputStream(calls, str(job[attr]), name, fifo, gjid)
+                stream.flags = open_flags(job)
+                streams[attr] = stream
         return cls(streams)
 
     @classmethod

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import stat
 import types
@@ -17,7 +18,7 @@ from wire_pairs import channel_pair
 
 from execd.wire import streamed_output
 from execd.wire.channel import Channel
-from execd.wire.chirp_files import CLOSE, LSEEK, OPEN, WRITE
+from execd.wire.chirp_files import CLOSE, LSEEK, O_CREAT, O_TRUNC, O_WRONLY, OPEN, WRITE
 from execd.wire.job_runner import JobExit, JobHeldError
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_link import ShadowLink
@@ -186,9 +187,11 @@ def test_a_fifo_swapped_for_a_symlink_once_it_is_the_users_is_not_followed(
 class NewShadow:
     """A reconnected shadow's side of the stream's calls: one file, by offset."""
 
-    def __init__(self) -> None:
-        self.data = bytearray()
+    def __init__(self, data: bytes = b"", refuse_open: int | None = None) -> None:
+        self.data = bytearray(data)
         self.calls: list[str] = []
+        self.opens: list[int] = []  # the flags of each open
+        self.refuse_open = refuse_open  # an errno for every open
 
     async def serve(self, channel: Channel) -> None:
         names = {OPEN: "open", LSEEK: "lseek", WRITE: "write", FSYNC: "fsync", CLOSE: "close"}
@@ -197,10 +200,15 @@ class NewShadow:
             dec = channel.decoder(await channel.recv(timeout_s=30))
             number = dec.get_int()
             self.calls.append(names.get(number, str(number)))
-            rval = 0
+            rval, failed = 0, 0
             if number == OPEN:
-                dec.get_int(), dec.get_int(), dec.get_string()
+                flags, _, _ = dec.get_int(), dec.get_int(), dec.get_string()
+                self.opens.append(flags)
+                if flags & O_TRUNC:
+                    del self.data[:]
                 rval = 7
+                if self.refuse_open is not None:
+                    rval, failed = -1, self.refuse_open
             elif number == LSEEK:
                 _, offset, whence = dec.get_int(), dec.get_int(), dec.get_int()
                 position = rval = len(self.data) if whence == 2 else offset
@@ -210,6 +218,8 @@ class NewShadow:
                 rval = size
                 position += size
             enc = channel.encoder().put_int(rval)
+            if rval < 0:
+                enc.put_int(failed)
             if number == SEC_SESSION_INFO:
                 for _ in range(6):
                     enc.put_string("x")
@@ -316,3 +326,88 @@ async def _lingering_writer(tmp_path: Path) -> None:
     await asyncio.gather(peer, return_exceptions=True)
     await ours.close()
     await theirs.close()
+
+
+def _stream_into(tmp_path: Path, shadow: NewShadow, job: dict[str, object],
+                 output: bytes) -> None:  # fmt: skip
+    async def scenario() -> None:
+        ours, theirs = await channel_pair()
+        peer = asyncio.create_task(shadow.serve(theirs))
+        sandbox = tmp_path / "dir_1"
+        sandbox.mkdir()
+        streams = StreamedOutput.for_job(ShadowFileCalls(ours), job, sandbox, "j")
+        await streams.open(os.getuid(), os.getgid())
+        fifo = streams.fifo("Out")
+        assert fifo is not None
+
+        async def run() -> JobExit:
+            writer = os.open(fifo, os.O_WRONLY)
+            streams.started()
+            os.write(writer, output)
+            os.close(writer)
+            return JobExit(0, 0.0)
+
+        await asyncio.wait_for(streams.alongside(run(), lambda: None), 10)
+        streams.close()
+        peer.cancel()
+        await asyncio.gather(peer, return_exceptions=True)
+        await ours.close()
+        await theirs.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("attrs", "kept"), [
+    ({}, False),
+    ({"EraseOutputAndErrorOnRestart": True}, False),
+    ({"EraseOutputAndErrorOnRestart": False}, True),
+    ({"WantCheckpointSignal": True}, True),
+    ({"WantFTOnCheckpoint": True}, True),
+])  # fmt: skip
+def test_the_streamed_file_is_appended_to_where_condor_starter_appends(
+        tmp_path: Path, attrs: dict[str, object], kept: bool) -> None:  # fmt: skip
+    """condor_starter's VanillaProc::streamingOpenFlags: O_APPEND (turned into a seek to
+    the end) where the job checkpoints or keeps its output on a restart; else O_TRUNC.
+    A rerun job's earlier output stays in the first case."""
+    shadow = NewShadow(b"earlier run\n")
+    _stream_into(tmp_path, shadow, {"Out": "out.txt", "StreamOut": True, **attrs}, b"this run\n")
+    assert shadow.opens == [O_CREAT | O_WRONLY if kept else O_CREAT | O_TRUNC | O_WRONLY]
+    assert bytes(shadow.data) == (b"earlier run\n" if kept else b"") + b"this run\n"
+
+
+def _reconnected(shadow: NewShadow, offset: int) -> JobHeldError | None:
+    """A stream that wrote `offset` bytes opened again on `shadow`'s connection."""
+    async def scenario() -> JobHeldError | None:
+        ours, theirs = await channel_pair()
+        peer = asyncio.create_task(shadow.serve(theirs))
+        calls = ShadowFileCalls(ours)
+        calls.attach(ShadowLink(ours, claim_id="<1.2.3.4:5>#1#1#x", global_job_id="j",
+                                lease_s=600.0, starter_ad={},
+                                starter_address="<1.2.3.4:5>"))  # fmt: skip
+        stream = OutputStream(calls, "out.txt", "stdout", Path("/nonexistent"), "j")
+        stream.offset = offset
+        try:
+            await stream._reconnect(None)
+            return None
+        except JobHeldError as exc:
+            return exc
+        finally:
+            peer.cancel()
+            await asyncio.gather(peer, return_exceptions=True)
+            await ours.close()
+            await theirs.close()
+
+    return asyncio.run(scenario())
+
+
+def test_a_reconnect_reopens_with_the_flags_less_o_trunc_and_condor_starters_hold_texts(
+        ) -> None:  # fmt: skip
+    shadow = NewShadow(b"0123456789")
+    assert _reconnected(shadow, 10) is None
+    assert shadow.opens == [O_CREAT | O_WRONLY]  # created again if it went missing
+    short = _reconnected(NewShadow(b"0123"), 10)
+    assert short is not None and (str(short), short.code, short.subcode) == (
+        "StreamHandler: output file out.txt is length 4, expected at least 10", 9, 0)
+    refused = _reconnected(NewShadow(refuse_open=errno.EACCES), 10)
+    assert refused is not None and (str(refused), refused.code, refused.subcode) == (
+        "Couldn't reopen out.txt to stream stdout: Permission denied", 9, errno.EACCES)
