@@ -252,8 +252,12 @@ async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: 
     handed_over: list[bool] = []
     options = shadow_options(member, claim, runner, handed_over)
     try:
-        channel = None if connection is None else \
-            await adopt_connection(connection, timeout_s=member.security.timeout_s)  # fmt: skip
+        try:
+            channel = None if connection is None else \
+                await adopt_connection(connection, timeout_s=member.security.timeout_s)  # fmt: skip
+        except BaseException:
+            release_streams(streams)  # resume_shadow, which would adopt them, never runs
+            raise
         await resume_shadow(claim.full(), state, runner, options, channel,
                             chirp_listener=listener, streams=streams)
     except (ProtocolError, ExecdError, OSError) as exc:

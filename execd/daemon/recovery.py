@@ -219,11 +219,18 @@ def remove_orphans(jobs: JobManager) -> int:
     kept = {os.path.basename(job.handle.spec.sandbox) for job in jobs.jobs.values()
             if job.handle is not None and job.handle.spec.sandbox}  # fmt: skip
     for entry in _listdir(execute):
-        pid = entry.removeprefix("dir_")
-        if entry.startswith("dir_") and pid.isdigit() and int(pid) not in starters \
-                and entry not in kept:
-            remove_tree(execute / entry)
-            logger.warning("orphan_sandbox_removed", sandbox=str(execute / entry))
+        # a sandbox, or a streamed stdout/stderr FIFO made next to one (stream_output)
+        sandbox, dot, suffix = entry.partition(".")
+        pid = sandbox.removeprefix("dir_")
+        if sandbox.startswith("dir_") and pid.isdigit() and int(pid) not in starters \
+                and sandbox not in kept and suffix in (("stdout", "stderr") if dot else ("",)):
+            if dot:
+                with contextlib.suppress(FileNotFoundError):
+                    (execute / entry).unlink()
+                logger.warning("orphan_stream_fifo_removed", fifo=str(execute / entry))
+            else:
+                remove_tree(execute / entry)
+                logger.warning("orphan_sandbox_removed", sandbox=str(execute / entry))
             removed += 1
     known = {jobs.workdir(job_id).name for job_id in jobs.jobs}
     spool_jobs = jobs.daemon.paths.spool / "jobs"

@@ -370,7 +370,9 @@ def inherited_fifo(record: dict[str, Any]) -> int | None:
 
 
 def release_streams(records: dict[str, Any] | None) -> None:
-    """Inherited streams nobody goes on with: their FIFOs closed."""
+    """Inherited streams nobody goes on with: their FIFOs closed and removed."""
     for record in (records or {}).values():
         if isinstance(record, dict) and (fd := inherited_fifo(record)) is not None:
             os.close(fd)
+            with contextlib.suppress(OSError, TypeError):
+                os.unlink(record["fifo"])

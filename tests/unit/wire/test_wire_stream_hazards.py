@@ -22,7 +22,7 @@ from execd.wire.chirp_files import CLOSE, LSEEK, O_CREAT, O_TRUNC, O_WRONLY, OPE
 from execd.wire.job_runner import JobExit, JobHeldError
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_link import ShadowLink
-from execd.wire.stream_output import CHUNK, FSYNC, OutputStream
+from execd.wire.stream_output import CHUNK, FSYNC, OutputStream, inherited_fifo, release_streams
 from execd.wire.streamed_output import StreamedOutput
 
 NAMES = {OPEN: "open", LSEEK: "lseek", WRITE: "write"}
@@ -411,3 +411,17 @@ def test_a_reconnect_reopens_with_the_flags_less_o_trunc_and_condor_starters_hol
     refused = _reconnected(NewShadow(refuse_open=errno.EACCES), 10)
     assert refused is not None and (str(refused), refused.code, refused.subcode) == (
         "Couldn't reopen out.txt to stream stdout: Permission denied", 9, errno.EACCES)
+
+
+def test_inherited_streams_nobody_goes_on_with_are_closed_and_removed(tmp_path: Path) -> None:
+    """release_streams (the next image's conversation could not resume): the FIFO the
+    old image handed over is closed and no longer next to the sandbox."""
+    fifo = tmp_path / "dir_1.stdout"
+    stream = OutputStream(ShadowFileCalls(None), "out.txt", "stdout", fifo, "j")  # type: ignore[arg-type]
+    stream.make_fifo(os.getuid(), os.getgid())
+    stream.release_hold()
+    record = stream.export()
+    assert record is not None
+    release_streams({"Out": record})
+    assert not fifo.exists()
+    assert inherited_fifo(record) is None  # the descriptor is closed
