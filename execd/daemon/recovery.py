@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from execd import log
@@ -225,9 +227,8 @@ def remove_orphans(jobs: JobManager) -> int:
         if sandbox.startswith("dir_") and pid.isdigit() and int(pid) not in starters \
                 and sandbox not in kept and suffix in (("stdout", "stderr") if dot else ("",)):
             if dot:
-                with contextlib.suppress(FileNotFoundError):
-                    (execute / entry).unlink()
-                logger.warning("orphan_stream_fifo_removed", fifo=str(execute / entry))
+                if not _remove_stream_fifo(execute / entry):
+                    continue
             else:
                 remove_tree(execute / entry)
                 logger.warning("orphan_sandbox_removed", sandbox=str(execute / entry))
@@ -240,6 +241,26 @@ def remove_orphans(jobs: JobManager) -> int:
             logger.info("orphan_job_dir_removed", directory=str(spool_jobs / entry))
             removed += 1
     return removed
+
+
+def _remove_stream_fifo(path: Path) -> bool:
+    """A crashed stream's FIFO removed (or a symlink in its place): in an EXECUTE of
+    mode 1777 a job's user may have made anything there, and a directory or a regular
+    file by that name is not the daemon's to remove; logged and left (False)."""
+    try:
+        mode = os.lstat(path).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISLNK(mode)):
+            logger.warning("orphan_stream_fifo_kept", path=str(path),
+                           why="not a FIFO")  # fmt: skip
+            return False
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        logger.warning("orphan_stream_fifo_kept", path=str(path), why=str(exc))
+        return False
+    logger.warning("orphan_stream_fifo_removed", fifo=str(path))
+    return True
 
 
 def _is_starter(pid: int) -> bool:

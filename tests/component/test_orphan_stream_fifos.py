@@ -25,3 +25,22 @@ def test_a_crashed_streams_fifos_are_removed_with_its_sandbox(tmp_path: Path) ->
             assert sorted(os.listdir(execute)) == ["dir_999999.notes"]
 
     asyncio.run(scenario())
+
+
+def test_a_directory_named_like_a_streams_fifo_is_left_and_recovery_goes_on(
+        tmp_path: Path) -> None:  # fmt: skip
+    """In an EXECUTE of mode 1777 a job's user can make a directory (or a file) named
+    `dir_N.stdout`: recovery logs it and leaves it, the FIFOs beside it still go, and
+    the daemon's start (remove_orphans, from recover) does not fail."""
+    async def scenario() -> None:
+        with open_daemon(tmp_path, restarting=True) as daemon:
+            execute = daemon.paths.execute
+            (execute / "dir_999997.stdout").mkdir()
+            (execute / "dir_999997.stdout" / "inside").write_text("the user's\n")
+            (execute / "dir_999996.stderr").write_text("a user's file\n")
+            os.mkfifo(execute / "dir_999995.stdout")
+            assert remove_orphans(daemon.jobs) == 1
+            assert sorted(os.listdir(execute)) == ["dir_999996.stderr", "dir_999997.stdout"]
+            assert (execute / "dir_999997.stdout" / "inside").read_text() == "the user's\n"
+
+    asyncio.run(scenario())
