@@ -18,8 +18,9 @@ A restart in place (`execd restart`) hands each stream to the next image (`expor
 `StreamedOutput.adopted` in execd/wire/streamed_output.py): the FIFO's reading end
 survives the exec (so the job never writes to a pipe without a reader), with the
 shadow's descriptor, the offset and the piece not yet written; the next image writes
-that piece again at its offset (on the connection handed over, else after the shadow's
-reconnect, the file opened again).
+that piece again at its offset, having opened the file again (not truncated, its size
+checked) on the connection handed over, else after the shadow's reconnect: the old
+image's descriptor may be of a shadow a reconnect replaced while the stream was quiet.
 
 Here the pipe is a FIFO next to the sandbox (`<sandbox>.stdout`, `.stderr`: not in the
 sandbox, where the job would see it), owned by the job's user, which the starter opens
@@ -56,6 +57,7 @@ log = get_logger("wire")
 FSYNC = 26
 CHUNK = 65536
 SEEK_SET, SEEK_END = 0, 2
+REOPEN = -1  # a stream's connection that is no connection: it opens its file again first
 MODE = 0o666
 # CONDOR_HOLD_CODE::UnableToOpenOutputStream
 HOLD_UNABLE_TO_OPEN_OUTPUT_STREAM = 9
@@ -148,6 +150,11 @@ class OutputStream:
             stream = cls(calls, str(record["path"]), str(record["name"]),
                          Path(str(record["fifo"])), gjid)  # fmt: skip
             stream.remote_fd, stream.offset = int(record["remote_fd"]), int(record["offset"])
+            # The shadow's descriptor is never used again: a reconnect the old image took
+            # while the stream was quiet (or one this image takes) may have made it the
+            # old shadow's. The file is opened again (flags less O_TRUNC, size checked)
+            # before the first write, as after a reconnect.
+            stream.connection = REOPEN
             stream.flags = int(record.get("flags", O_CREAT | O_WRONLY))
             stream.pending = base64.b64decode(str(record["pending"]), validate=True)
         except (KeyError, ValueError, TypeError) as exc:
