@@ -69,6 +69,8 @@ class ShadowLink:
         # shadow's sessions first, as HTCondor's starter does in its reconnect handler).
         self.adopt: Callable[[], Awaitable[None]] | None = None
         self.disconnected = asyncio.Event()  # set while a call waits for a reconnect
+        self._down_since: float | None = None  # when `disconnected` was set
+        self._down_s = 0.0  # the time it was set before, in all
         self._offered: MessageChannel | None = None
         # Connections taken after the first (reconnects): what the shadow opened for the
         # job (streamed output's descriptors) is gone with the old one's shadow side.
@@ -118,7 +120,7 @@ class ShadowLink:
         if fresh is None:
             return None
         self._arrived.clear()
-        self.disconnected.clear()
+        self._set_up()
         self._release(self.channel)
         self.channel = fresh
         self.connections += 1
@@ -136,7 +138,7 @@ class ShadowLink:
         come after it wait for a reconnect (wait_for_reconnect)."""
         if not self.disconnected.is_set():
             log.warning("shadow_disconnected", job=self.global_job_id, reason=str(reason))
-        self.disconnected.set()
+        self._set_down()
 
     async def wait_for_reconnect(self, lost: Exception) -> None:
         """The connection failed: wait for a reconnect for what is left of the lease;
@@ -147,7 +149,7 @@ class ShadowLink:
             self.last_rpc + self.lease_s - time.monotonic()  # fmt: skip
         log.warning("shadow_disconnected", job=self.global_job_id, reason=str(lost),
                     wait_s=round(max(remaining, 0.0), 1))  # fmt: skip
-        self.disconnected.set()
+        self._set_down()
         try:
             if remaining <= 0 or self.closed:
                 raise TimeoutError
@@ -169,6 +171,24 @@ class ShadowLink:
             log.warning("shadow_lease_expired", job=self.global_job_id, lease_s=self.lease_s)
             raise ProtocolError(f"the shadow of {self.global_job_id} did not reconnect within "
                                 f"the job lease ({self.lease_s} s): {lost}") from None  # fmt: skip
+
+    def down_s(self) -> float:
+        """How long the job has been without a connection in all (from a lost one to
+        the reconnect's taken), up to now: what a wait measured in the job's time
+        leaves out (streamed output's drain)."""
+        since = self._down_since
+        return self._down_s + (0.0 if since is None else time.monotonic() - since)
+
+    def _set_down(self) -> None:
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+        self.disconnected.set()
+
+    def _set_up(self) -> None:
+        if self._down_since is not None:
+            self._down_s += time.monotonic() - self._down_since
+            self._down_since = None
+        self.disconnected.clear()
 
     def claim_released(self) -> None:
         """The schedd released the claim (RELEASE_CLAIM): no shadow can reconnect to the

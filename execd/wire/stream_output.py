@@ -97,9 +97,12 @@ class OutputStream:
         self.hold_fd = -1  # the daemon's own write end, until the job has started
         self.connection = self._connection()  # the connection remote_fd was opened on
         self.flags = O_CREAT | O_TRUNC | O_WRONLY  # the open's: see open_flags
-        self.drain_left: float | None = None  # once the job has exited: see drain
+        # Once the job has exited (see drain): the loop's time its writers' end of stream
+        # is awaited until, and the link's down_s then (time without a connection after
+        # it moves that deadline on).
+        self.drain_until: float | None = None
+        self._down_at_drain = 0.0
         self._waiting: asyncio.Timeout | None = None  # a read waiting for the job
-        self._wait_since = 0.0
 
     def make_fifo(self, uid: int, gid: int) -> None:
         """The FIFO, the job's user's, opened for reading (and a write end held).
@@ -223,38 +226,49 @@ class OutputStream:
         await self._sent(self._finish)
 
     def drain(self, budget_s: float) -> None:
-        """The job has exited: from now on its writers' end of stream is awaited for
-        `budget_s` in all (time spent writing to the shadow or waiting for its reconnect
-        does not count); then the stream ends as if they had closed it."""
-        self.drain_left = budget_s
+        """The job has exited: from now on the stream ends `budget_s` later (time
+        without a connection to the shadow, waiting for its reconnect, does not count),
+        whether its writers have closed it or not: a process that outlived the job and
+        writes without end (run without a cgroup, which would have killed it) is cut
+        off there, its output ending with what was read until then."""
+        loop = asyncio.get_running_loop()
+        self.drain_until = loop.time() + budget_s
+        self._down_at_drain = self._down_s()
         if self._waiting is not None:
-            self._wait_since = asyncio.get_running_loop().time()
-            self._waiting.reschedule(self._wait_since + budget_s)
+            self._waiting.reschedule(self.drain_until)
+
+    def _down_s(self) -> float:
+        link = self.calls.link
+        return link.down_s() if link is not None else 0.0
+
+    def _drain_deadline(self) -> float | None:
+        if self.drain_until is None:
+            return None
+        return self.drain_until + self._down_s() - self._down_at_drain
 
     async def _read(self) -> bytes:
+        """The job's next piece; b"" at its end of stream or once the drain is over."""
         loop = asyncio.get_running_loop()
         while True:
+            deadline = self._drain_deadline()
+            if deadline is not None and loop.time() >= deadline:
+                log.warning("stream_not_drained", job=self.gjid, stream=self.name,
+                            bytes=self.offset)  # fmt: skip
+                return b""
             try:
                 return os.read(self.read_fd, CHUNK)
             except BlockingIOError:
                 pass
             ready: asyncio.Future[None] = loop.create_future()
             loop.add_reader(self.read_fd, _set_once, ready)
-            self._wait_since = loop.time()
-            left = self.drain_left
-            try:
-                async with asyncio.timeout_at(None if left is None else self._wait_since + left
-                                           ) as self._waiting:  # fmt: skip
+            try:  # a timeout is checked again at the top (a reconnect moves it on)
+                async with asyncio.timeout_at(deadline) as self._waiting:
                     await ready
             except TimeoutError:
-                log.warning("stream_not_drained", job=self.gjid, stream=self.name,
-                            bytes=self.offset)  # fmt: skip
-                return b""
+                pass
             finally:
                 self._waiting = None
                 loop.remove_reader(self.read_fd)
-                if self.drain_left is not None:
-                    self.drain_left -= loop.time() - self._wait_since
 
     async def _write_pending(self) -> None:
         try:

@@ -18,9 +18,10 @@ from execd.wire.stream_output import STREAMS, OutputStream, open_flags, streamed
 __all__ = ["DRAIN_S", "StreamedOutput"]
 log = get_logger("wire")
 
-# After the job has exited, how long its writers' end of stream is awaited (a process
-# that outlived the job could hold the pipe open: its cgroup is killed, but a job run
-# without one is not). Writes to the shadow and waits for its reconnect do not count.
+# After the job has exited, how long its streams go on at most (a process that outlived
+# the job could hold the pipe open, and write without end: its cgroup is killed, but a
+# job run without one is not; condor_starter kills the job's process family at its exit).
+# Time without a connection to the shadow, waiting for its reconnect, does not count.
 DRAIN_S = 300.0
 
 
@@ -78,8 +79,9 @@ class StreamedOutput:
 
     async def alongside(self, run: Awaitable[JobExit], kill: Callable[[], None]) -> JobExit:
         """The job's run with its streams copied meanwhile; once it has exited, the rest
-        of its output (its writers' end of stream awaited DRAIN_S at most; what they
-        wrote is sent in full, after a reconnect if need be). A stream that fails (the
+        of its output (until its writers' end of stream, DRAIN_S at most, not counting
+        waits for the shadow's reconnect; what was read is sent in full, after a
+        reconnect if need be). A stream that fails (the
         job held, the shadow gone) ends the job: its error is raised."""
         job: asyncio.Future[JobExit] = asyncio.ensure_future(run)
         if not self.streams:
