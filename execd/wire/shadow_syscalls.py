@@ -125,7 +125,10 @@ class ShadowSyscalls:
         # True while a call is under way, and after one that did not complete (cancelled
         # or failed): the connection may then hold half a message.
         self.in_call = False
-        self._cancelled_channel: MessageChannel | None = None  # given up mid-call
+        # A call cancelled before its answer came: its exchange goes on, reading the
+        # answer for nothing; the next call on that connection waits for it.
+        self._unfinished: tuple[MessageChannel, asyncio.Future[bytes | None]] | None = None
+        self._given_up: MessageChannel | None = None  # such an exchange failed on it
         # What each register_job_info carries besides its ad (Chirp's delayed updates).
         self.update_extra: Callable[[], WireAd] | None = None
 
@@ -146,25 +149,59 @@ class ShadowSyscalls:
             self.sessions = await self._sessions_once("", "")
 
     async def _once(self, build: Callable[[Encoder], Encoder], answer: bool) -> Decoder | None:
+        """One message and its answer on the current connection (under the lock).
+
+        The exchange is a task of its own: a call cancelled meanwhile (the job held,
+        the conversation ending) does not stop it, so that its answer is read, and
+        dropped, before the next call on the connection sends (which would otherwise
+        read it as its own); the connection stays in use. A message is written whole
+        at once (Channel.send), so no cancel leaves half of one on the connection. Only
+        where that exchange then fails (no answer within timeout_s) is the connection
+        given up: closed, the link told (the shadow reconnects)."""
         channel = self.channel
+        await self._after_unfinished(channel)
+        message = build(channel.encoder()).payload()
+        exchange = asyncio.ensure_future(self._send_and_read(channel, message, answer))
         try:
-            await channel.send(build(channel.encoder()).payload())
-            payload = await channel.recv(self.timeout_s) if answer else None
-        except RemoteProtocolError as exc:
-            raise ShadowConnectionLostError(str(exc)) from None
+            payload = await asyncio.shield(exchange)
         except asyncio.CancelledError:
-            # Cancelled between sending and reading the answer: the next call would
-            # read this one's answer. The connection is given up (the shadow
-            # reconnects), as one lost under a call.
-            if isinstance(channel, Channel):
-                channel.writer.close()
-            if self.link is not None:
-                self.link.lost(ShadowConnectionLostError("a call was cancelled in flight"))
-            self._cancelled_channel = channel
+            if not exchange.done():
+                self._unfinished = (channel, exchange)
+                exchange.add_done_callback(lambda done: self._unfinished_ended(channel, done))
             raise
         if self.link is not None:
             self.link.rpc_done()
         return None if payload is None else channel.decoder(payload)
+
+    async def _send_and_read(self, channel: MessageChannel, message: bytes,
+                             answer: bool) -> bytes | None:  # fmt: skip
+        try:
+            await channel.send(message)
+            return await channel.recv(self.timeout_s) if answer else None
+        except RemoteProtocolError as exc:
+            raise ShadowConnectionLostError(str(exc)) from None
+
+    async def _after_unfinished(self, channel: MessageChannel) -> None:
+        """Waits for a cancelled call's exchange on `channel` to end (its answer read);
+        ShadowConnectionLostError where it failed and the connection was given up."""
+        if self._unfinished is not None and self._unfinished[0] is channel:
+            await asyncio.wait({self._unfinished[1]})  # a cancel here leaves it be
+            self._unfinished = None
+        if self._given_up is channel:
+            raise ShadowConnectionLostError("a cancelled call's answer did not come")
+
+    def _unfinished_ended(self, channel: MessageChannel,
+                          exchange: asyncio.Future[bytes | None]) -> None:  # fmt: skip
+        if not exchange.cancelled() and exchange.exception() is None:
+            if self.link is not None:
+                self.link.rpc_done()
+            return
+        # Its answer may still come, where the next call would read it: given up.
+        if isinstance(channel, Channel):
+            channel.writer.close()
+        self._given_up = channel
+        if self.link is not None and channel is self.channel:
+            self.link.lost(ShadowConnectionLostError("a cancelled call's answer did not come"))
 
     async def _exchange(self, build: Callable[[Encoder], Encoder], *, answer: bool = True,
                         replay: bool = True, connection: int | None = None,
@@ -178,8 +215,6 @@ class ShadowSyscalls:
                 try:
                     self.in_call = True
                     await self._take_offered()
-                    if self._cancelled_channel is self.channel:
-                        raise ShadowConnectionLostError("a call was cancelled in flight")
                     if connection is not None and self.link is not None and \
                             self.link.connections != connection:
                         self.in_call = False
