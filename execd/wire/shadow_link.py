@@ -77,6 +77,7 @@ class ShadowLink:
         self.connections = 0
         self._arrived = asyncio.Event()
         self._released = asyncio.Event()  # the schedd released the claim: no shadow comes
+        self._ended = asyncio.Event()  # the conversation ended (close): nobody waits on
         self._held: dict[int, asyncio.Event] = {}  # reconnect connections still in use
         self.owner = ""  # the job ad's User: whom a job owner's session is made for
         self.files: JobFiles | None = None  # what condor_tail may read, once the job runs
@@ -151,17 +152,24 @@ class ShadowLink:
                     wait_s=round(max(remaining, 0.0), 1))  # fmt: skip
         self._set_down()
         try:
-            if remaining <= 0 or self.closed:
+            if self.closed:
+                raise ProtocolError(f"the conversation of {self.global_job_id} ended: no "
+                                    f"shadow reconnects to it ({lost})")  # fmt: skip
+            if remaining <= 0:
                 raise TimeoutError
-            arrived = asyncio.ensure_future(self._arrived.wait())
-            released = asyncio.ensure_future(self._released.wait())
+            # A call that outlived its conversation (shielded, its caller cancelled)
+            # waits no longer than the conversation: close() ends the wait.
+            waits = [asyncio.ensure_future(event.wait())
+                     for event in (self._arrived, self._released, self._ended)]  # fmt: skip
             try:
-                await asyncio.wait_for(asyncio.wait((arrived, released),
-                                                    return_when=asyncio.FIRST_COMPLETED),
+                await asyncio.wait_for(asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED),
                                        remaining)  # fmt: skip
             finally:
-                arrived.cancel()
-                released.cancel()
+                for wait in waits:
+                    wait.cancel()
+            if self._offered is None and self._ended.is_set():
+                raise ProtocolError(f"the conversation of {self.global_job_id} ended: no "
+                                    f"shadow reconnects to it ({lost})")  # fmt: skip
             if self._offered is None and self._released.is_set():
                 log.info("shadow_wait_ended", job=self.global_job_id,
                          why="the schedd released the claim")  # fmt: skip
@@ -199,6 +207,7 @@ class ShadowLink:
     def close(self) -> None:
         """The conversation ended: every reconnect connection may close."""
         self.closed = True
+        self._ended.set()
         for forget in self.on_close:
             forget()
         self.on_close.clear()
