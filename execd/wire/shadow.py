@@ -236,8 +236,12 @@ def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
     with its Chirp proxy's listening socket, its streamed output's FIFOs)?"""
     if options.handover is None:
         return False
-    idle = not calls.in_call and not link.disconnected.is_set()
-    return options.handover(calls.channel if idle else None, proxy, streams.export())
+    # Idle: no call under way, queued on the lock, or cut off with its answer pending
+    # (the next image would read that answer as its own first call's).
+    channel = calls.channel if calls.idle and not link.disconnected.is_set() else None
+    if channel is not None:
+        calls.retire()  # a call queued meanwhile (a stream's, shielded) must not send on it
+    return options.handover(channel, proxy, streams.export())
 
 
 async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,

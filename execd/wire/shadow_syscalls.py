@@ -129,6 +129,7 @@ class ShadowSyscalls:
         # answer for nothing; the next call on that connection waits for it.
         self._unfinished: tuple[MessageChannel, asyncio.Future[bytes | None]] | None = None
         self._given_up: MessageChannel | None = None  # such an exchange failed on it
+        self._handed_over = False  # the connection is the next image's (retire)
         # What each register_job_info carries besides its ad (Chirp's delayed updates).
         self.update_extra: Callable[[], WireAd] | None = None
 
@@ -137,11 +138,28 @@ class ShadowSyscalls:
         self.link = link
         link.adopt = self.adopt_reconnect
 
+    @property
+    def idle(self) -> bool:
+        """No call under way or held back (nor one that did not complete): the
+        connection is between messages, and may be handed to the next image."""
+        return not self.in_call and not self._lock.locked()
+
+    def retire(self) -> None:
+        """The connection goes to the next image (a restart in place): no call sends on
+        it from now on (one still queued fails as on a lost connection)."""
+        self._handed_over = True
+
     async def adopt_reconnect(self) -> None:
         """Move to the connection a reconnect offered, if any, and get its sessions."""
         async with self._lock:
+            if self.link is None or not self.link.offered:
+                return
+            # get_sec_session_info's answer is awaited on the new connection: not idle
+            # (a call cut off on the old one no longer matters once it is taken)
+            self.in_call = True
             with contextlib.suppress(ShadowConnectionLostError):  # the next call waits again
                 await self._take_offered()
+                self.in_call = False
 
     async def _take_offered(self) -> None:
         if self.link is not None and (fresh := self.link.take_offered()):
@@ -158,6 +176,8 @@ class ShadowSyscalls:
         at once (Channel.send), so no cancel leaves half of one on the connection. Only
         where that exchange then fails (no answer within timeout_s) is the connection
         given up: closed, the link told (the shadow reconnects)."""
+        if self._handed_over:
+            raise ShadowConnectionLostError("the connection was handed to the next image")
         channel = self.channel
         await self._after_unfinished(channel)
         message = build(channel.encoder()).payload()
