@@ -51,7 +51,7 @@ from execd.wire.job_runner import JobHeldError
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_syscalls import ShadowConnectionLostError, SyscallError
 
-__all__ = ["CHUNK", "STREAMS", "OutputStream", "open_flags", "release_streams", "streamed"]
+__all__ = ["CHUNK", "OutputStream", "release_streams"]
 log = get_logger("wire")
 
 FSYNC = 26
@@ -61,29 +61,6 @@ REOPEN = -1  # a stream's connection that is no connection: it opens its file ag
 MODE = 0o666
 # CONDOR_HOLD_CODE::UnableToOpenOutputStream
 HOLD_UNABLE_TO_OPEN_OUTPUT_STREAM = 9
-STREAMS = (("Out", "StreamOut", "stdout", "standard output"),
-           ("Err", "StreamErr", "stderr", "standard error"))  # fmt: skip
-
-
-def open_flags(job: dict[str, object]) -> int:
-    """The streamed files' open flags, as condor_starter's VanillaProc::streamingOpenFlags:
-    appended to (O_APPEND, which StreamHandler::Init turns into a seek to the end) for a
-    job that checkpoints (WantCheckpointSignal, WantFTOnCheckpoint) or keeps its output
-    on a restart (EraseOutputAndErrorOnRestart = false); else created and truncated."""
-    if job.get("WantCheckpointSignal") is True or job.get("WantFTOnCheckpoint") is True \
-            or job.get("EraseOutputAndErrorOnRestart") is False:  # fmt: skip
-        return O_CREAT | O_WRONLY
-    return O_CREAT | O_TRUNC | O_WRONLY
-
-
-def streamed(job: dict[str, object], attr: str) -> bool:
-    """Whether the job's Out or Err is streamed: its StreamOut/StreamErr is true and it
-    names a file (not /dev/null), as condor_starter's getStdFile decides."""
-    flag = dict((a, s) for a, s, _, _ in STREAMS)[attr]
-    path = job.get(attr)
-    return job.get(flag) is True and isinstance(path, str) and path not in ("", os.devnull)
-
-
 class OutputStream:
     """One streamed std file: the FIFO the job writes, the shadow's file it goes to."""
 
@@ -96,7 +73,7 @@ class OutputStream:
         self.read_fd = -1
         self.hold_fd = -1  # the daemon's own write end, until the job has started
         self.connection = self._connection()  # the connection remote_fd was opened on
-        self.flags = O_CREAT | O_TRUNC | O_WRONLY  # the open's: see open_flags
+        self.flags = O_CREAT | O_TRUNC | O_WRONLY  # the open's: see streamed_output.open_flags
         # Once the job has exited (see drain): the loop's time its writers' end of stream
         # is awaited until, and the link's down_s then (time without a connection after
         # it moves that deadline on).

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from execd.log import get_logger
+from execd.wire.chirp_files import O_CREAT, O_TRUNC, O_WRONLY
 from execd.wire.job_runner import JobExit
 from execd.wire.shadow_file_calls import ShadowFileCalls
-from execd.wire.stream_output import STREAMS, OutputStream, open_flags, streamed
+from execd.wire.stream_output import OutputStream
 
-__all__ = ["DRAIN_S", "StreamedOutput"]
+__all__ = ["DRAIN_S", "STREAMS", "StreamedOutput", "open_flags", "streamed"]
 log = get_logger("wire")
 
 # After the job has exited, how long its streams go on at most (a process that outlived
@@ -23,6 +25,44 @@ log = get_logger("wire")
 # job run without one is not; condor_starter kills the job's process family at its exit).
 # Time without a connection to the shadow, waiting for its reconnect, does not count.
 DRAIN_S = 300.0
+
+
+STREAMS = (("Out", "StreamOut", "stdout", "standard output"),
+           ("Err", "StreamErr", "stderr", "standard error"))  # fmt: skip
+
+
+def open_flags(job: dict[str, object]) -> int:
+    """The streamed files' open flags, as condor_starter's VanillaProc::streamingOpenFlags:
+    appended to (O_APPEND, which StreamHandler::Init turns into a seek to the end) for a
+    job that checkpoints (WantCheckpointSignal, WantFTOnCheckpoint) or keeps its output
+    on a restart (EraseOutputAndErrorOnRestart = false); else created and truncated.
+    Each is read as condor's LookupBool reads it: a number is true where it is not 0."""
+    if _bool_equiv(job.get("WantCheckpointSignal")) is True \
+            or _bool_equiv(job.get("WantFTOnCheckpoint")) is True \
+            or _bool_equiv(job.get("EraseOutputAndErrorOnRestart")) is False:  # fmt: skip
+        return O_CREAT | O_WRONLY
+    return O_CREAT | O_TRUNC | O_WRONLY
+
+
+def _bool_equiv(value: object) -> bool | None:
+    """A job ad value as a boolean the way ClassAd's LookupBool takes it (classad's
+    IsBooleanValueEquiv: a boolean, or an integer or real, true where not 0); None for
+    anything else (the attribute's default then holds)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value != 0
+    return None
+
+
+def streamed(job: dict[str, object], attr: str) -> bool:
+    """Whether the job's Out or Err is streamed: its StreamOut/StreamErr is true (as
+    LookupBool takes it: jic_shadow's streamOutput) and it names a file (not
+    /dev/null), as condor_starter's getStdFile decides."""
+    flag = dict((a, s) for a, s, _, _ in STREAMS)[attr]
+    path = job.get(attr)
+    return _bool_equiv(job.get(flag)) is True and isinstance(path, str) \
+        and path not in ("", os.devnull)  # fmt: skip
 
 
 class StreamedOutput:

@@ -363,6 +363,11 @@ def _stream_into(tmp_path: Path, shadow: NewShadow, job: dict[str, object],
     ({"EraseOutputAndErrorOnRestart": False}, True),
     ({"WantCheckpointSignal": True}, True),
     ({"WantFTOnCheckpoint": True}, True),
+    ({"WantCheckpointSignal": 1}, True),  # LookupBool takes numbers too
+    ({"WantFTOnCheckpoint": 0.5}, True),
+    ({"EraseOutputAndErrorOnRestart": 0}, True),
+    ({"EraseOutputAndErrorOnRestart": 1, "WantCheckpointSignal": 0}, False),
+    ({"WantCheckpointSignal": "yes"}, False),  # a string is not a boolean there
 ])  # fmt: skip
 def test_the_streamed_file_is_appended_to_where_condor_starter_appends(
         tmp_path: Path, attrs: dict[str, object], kept: bool) -> None:  # fmt: skip
@@ -425,3 +430,4 @@ def test_inherited_streams_nobody_goes_on_with_are_closed_and_removed(tmp_path: 
     release_streams({"Out": record})
     assert not fifo.exists()
     assert inherited_fifo(record) is None  # the descriptor is closed
+
