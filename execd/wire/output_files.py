@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from execd.classads import lookup_bool
 from execd.starter.ad_files import NEVER_SENT_BACK
 from execd.wire.owner_thread import file_access_ids
 
@@ -91,9 +92,9 @@ def std_files(job: Mapping[str, object]) -> tuple[str | None, str | None]:
     streamed (StreamOut/StreamErr: written to the shadow's file as the job runs,
     execd/wire/stream_output.py, never in the sandbox)."""
     out, err = (job.get(attr) for attr in ("Out", "Err"))
-    if job.get("StreamOut") is True:
+    if lookup_bool(job.get("StreamOut")) is True:
         out = None
-    if job.get("StreamErr") is True:
+    if lookup_bool(job.get("StreamErr")) is True:
         err = None
     stdout = STD_FILES[0] if isinstance(out, str) and out not in ("", NULL_FILE) else None
     if not isinstance(err, str) or err in ("", NULL_FILE):

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from execd.classads import lookup_bool
 from execd.log import get_logger
 from execd.wire.chirp_files import O_CREAT, O_TRUNC, O_WRONLY
 from execd.wire.job_runner import JobExit
@@ -37,22 +38,11 @@ def open_flags(job: dict[str, object]) -> int:
     job that checkpoints (WantCheckpointSignal, WantFTOnCheckpoint) or keeps its output
     on a restart (EraseOutputAndErrorOnRestart = false); else created and truncated.
     Each is read as condor's LookupBool reads it: a number is true where it is not 0."""
-    if _bool_equiv(job.get("WantCheckpointSignal")) is True \
-            or _bool_equiv(job.get("WantFTOnCheckpoint")) is True \
-            or _bool_equiv(job.get("EraseOutputAndErrorOnRestart")) is False:  # fmt: skip
+    if lookup_bool(job.get("WantCheckpointSignal")) is True \
+            or lookup_bool(job.get("WantFTOnCheckpoint")) is True \
+            or lookup_bool(job.get("EraseOutputAndErrorOnRestart")) is False:  # fmt: skip
         return O_CREAT | O_WRONLY
     return O_CREAT | O_TRUNC | O_WRONLY
-
-
-def _bool_equiv(value: object) -> bool | None:
-    """A job ad value as a boolean the way ClassAd's LookupBool takes it (classad's
-    IsBooleanValueEquiv: a boolean, or an integer or real, true where not 0); None for
-    anything else (the attribute's default then holds)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | float):
-        return value != 0
-    return None
 
 
 def streamed(job: dict[str, object], attr: str) -> bool:
@@ -61,7 +51,7 @@ def streamed(job: dict[str, object], attr: str) -> bool:
     /dev/null), as condor_starter's getStdFile decides."""
     flag = dict((a, s) for a, s, _, _ in STREAMS)[attr]
     path = job.get(attr)
-    return _bool_equiv(job.get(flag)) is True and isinstance(path, str) \
+    return lookup_bool(job.get(flag)) is True and isinstance(path, str) \
         and path not in ("", os.devnull)  # fmt: skip
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from execd.wire.output_files import std_files
 from execd.wire.streamed_output import streamed
 
 
@@ -16,3 +17,13 @@ def test_stream_output_is_read_as_lookupbool_reads_it(value: object, streams: bo
     true (stream_output = 1 streams, as on condor_starter)."""
     job = {"Out": "out.txt", "StreamOut": value}
     assert streamed(job, "Out") is streams
+
+
+@pytest.mark.parametrize(("value", "sandbox_file"), [
+    (1, None), (True, None), (0, "_condor_stdout"), (False, "_condor_stdout"),
+])  # fmt: skip
+def test_a_streamed_stdout_is_no_sandbox_file_whichever_way_true_is_written(
+        value: object, sandbox_file: str | None) -> None:  # fmt: skip
+    """The stream and the sandbox's std files agree: stdout streamed (StreamOut 1) is
+    neither written to nor sent back from `_condor_stdout`."""
+    assert std_files({"Out": "out.txt", "StreamOut": value}) == (sandbox_file, None)
