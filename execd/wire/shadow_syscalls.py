@@ -32,9 +32,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno as errnos
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from execd.errors import RemoteProtocolError
 from execd.wire.channel import Channel
@@ -60,6 +60,8 @@ JOB_EXITED = 100
 JOB_COREDUMPED = 103
 JOB_SHOULD_REQUEUE = 107  # killed on request (vacate, remove): os_proc.cpp JobExit
 JOB_SHOULD_HOLD = 112
+
+T = TypeVar("T")
 
 
 class MessageChannel(Protocol):
@@ -130,6 +132,7 @@ class ShadowSyscalls:
         self._unfinished: tuple[MessageChannel, asyncio.Future[bytes | None]] | None = None
         self._given_up: MessageChannel | None = None  # such an exchange failed on it
         self._handed_over = False  # the connection is the next image's (retire)
+        self._owned: set[asyncio.Task[Any]] = set()  # shielded calls nobody may await
         # What each register_job_info carries besides its ad (Chirp's delayed updates).
         self.update_extra: Callable[[], WireAd] | None = None
 
@@ -181,13 +184,19 @@ class ShadowSyscalls:
         channel = self.channel
         await self._after_unfinished(channel)
         message = build(channel.encoder()).payload()
-        exchange = asyncio.ensure_future(self._send_and_read(channel, message, answer))
+        exchange = self.owned(self._send_and_read(channel, message, answer))
         try:
             payload = await asyncio.shield(exchange)
         except asyncio.CancelledError:
             if not exchange.done():
                 self._unfinished = (channel, exchange)
                 exchange.add_done_callback(lambda done: self._unfinished_ended(channel, done))
+            raise
+        except ShadowConnectionLostError:
+            # No answer in time (or the send failed): a late answer would be read as the
+            # next call's, and the shadow reconnects only once the connection is gone
+            # (condor_starter's syscall_sock_disconnect closes it on any failure).
+            self.give_up(channel)
             raise
         if self.link is not None:
             self.link.rpc_done()
@@ -208,7 +217,8 @@ class ShadowSyscalls:
             await asyncio.wait({self._unfinished[1]})  # a cancel here leaves it be
             self._unfinished = None
         if self._given_up is channel:
-            raise ShadowConnectionLostError("a cancelled call's answer did not come")
+            raise ShadowConnectionLostError("the connection was given up (a call's answer "
+                                            "did not come)")  # fmt: skip
 
     def _unfinished_ended(self, channel: MessageChannel,
                           exchange: asyncio.Future[bytes | None]) -> None:  # fmt: skip
@@ -217,11 +227,30 @@ class ShadowSyscalls:
                 self.link.rpc_done()
             return
         # Its answer may still come, where the next call would read it: given up.
+        self.give_up(channel)
+        if self.link is not None and channel is self.channel and not self._handed_over:
+            self.link.lost(ShadowConnectionLostError("a cancelled call's answer did not come"))
+
+    def give_up(self, channel: MessageChannel) -> None:
+        """Nothing more is sent or read on `channel`: closed (the shadow sees it gone and
+        reconnects), and a call that comes to it fails as on a lost connection."""
         if isinstance(channel, Channel):
             channel.writer.close()
         self._given_up = channel
-        if self.link is not None and channel is self.channel:
-            self.link.lost(ShadowConnectionLostError("a cancelled call's answer did not come"))
+
+    def owned(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """`work` as a task this object holds until it ends, its failure retrieved: a
+        call shielded from its caller's cancel (a stream's write, a cancelled call's
+        exchange) that then fails has nobody else to read its error."""
+        task = asyncio.ensure_future(work)
+        self._owned.add(task)
+        task.add_done_callback(self._forget)
+        return task
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self._owned.discard(task)
+        if not task.cancelled():
+            task.exception()
 
     async def _exchange(self, build: Callable[[Encoder], Encoder], *, answer: bool = True,
                         replay: bool = True, connection: int | None = None,
@@ -247,8 +276,8 @@ class ShadowSyscalls:
                 except StaleDescriptorError:
                     raise
                 except ShadowConnectionLostError as exc:
-                    if self.link is None:
-                        raise
+                    if self.link is None or self._handed_over:
+                        raise  # handed over: not lost, the next image goes on with it
                     if not replay:
                         self.link.lost(exc)
                         raise

@@ -282,7 +282,8 @@ class OutputStream:
         job held, the drain over) lands once its answer is read, never between the call
         and its answer, which the next call would read as its own."""
         on = self.connection if connection is None else connection
-        return await asyncio.shield(self.calls.file_call(number, name, *args, connection=on))
+        call = self.calls.owned(self.calls.file_call(number, name, *args, connection=on))
+        return await asyncio.shield(call)
 
     async def _sent(self, step: Callable[[], Awaitable[None]]) -> None:
         """A step, made again after each reconnect (re-opened, checked) until it is done;
