@@ -358,8 +358,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             proc = options.runner(dataclasses.replace(
                 launch, stdout_name=streams.fifo("Out") or launch.stdout_name,
                 stderr_name=streams.fifo("Err") or launch.stderr_name))
-            done = await streams.alongside(_run_job(calls, proc, options, started), proc.kill)
-            link.job_done = True  # condor_tail is refused from now on, as condor_starter
+            done = await streams.alongside(_run_job(calls, proc, options, started), proc.kill,
+                                           link.job_exited)  # fmt: skip
         except JobHeldError as exc:
             await report_hold(calls, job, gjid, exc)
             return

@@ -93,6 +93,11 @@ class ShadowLink:
     def claim_matches(self, claim_id: str) -> bool:
         return hmac.compare_digest(self._claim_id.encode(), claim_id.encode())
 
+    def job_exited(self) -> None:
+        """The job has exited (called before its streamed output's drain): condor_tail
+        is refused from now on, as condor_starter."""
+        self.job_done = True
+
     def rpc_done(self) -> None:
         self.last_rpc = time.monotonic()
 

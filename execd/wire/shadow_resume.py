@@ -144,8 +144,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
             await calls.get_sec_session_info()  # transfer session, as after a reconnect
         try:
             # its first call waits for the shadow
-            done = await streamed.alongside(watch(calls, proc, options, 0), proc.kill)
-            link.job_done = True
+            done = await streamed.alongside(watch(calls, proc, options, 0), proc.kill,
+                                            link.job_exited)  # fmt: skip
         except JobHeldError as exc:
             await report_hold(calls, job_values(state.job_wire), state.global_job_id, exc)
             return

@@ -107,15 +107,20 @@ class StreamedOutput:
         for stream in self.streams.values():
             stream.release_hold()
 
-    async def alongside(self, run: Awaitable[JobExit], kill: Callable[[], None]) -> JobExit:
-        """The job's run with its streams copied meanwhile; once it has exited, the rest
-        of its output (until its writers' end of stream, DRAIN_S at most, not counting
-        waits for the shadow's reconnect; what was read is sent in full, after a
-        reconnect if need be). A stream that fails (the
-        job held, the shadow gone) ends the job: its error is raised."""
+    async def alongside(self, run: Awaitable[JobExit], kill: Callable[[], None],
+                        exited: Callable[[], None] | None = None) -> JobExit:  # fmt: skip
+        """The job's run with its streams copied meanwhile; once it has exited,
+        `exited()` (what must end with the job, not with its output: condor_tail, ssh
+        to the job), then the rest of its output (until its writers' end of stream,
+        DRAIN_S at most, not counting waits for the shadow's reconnect; what was read
+        is sent in full, after a reconnect if need be). A stream that fails (the job
+        held, the shadow gone) ends the job: its error is raised."""
         job: asyncio.Future[JobExit] = asyncio.ensure_future(run)
         if not self.streams:
-            return await job
+            exit_ = await job
+            if exited is not None:
+                exited()
+            return exit_
         copies = [asyncio.ensure_future(s.run()) for s in self.streams.values()]
         try:
             waiting: set[asyncio.Future[Any]] = {job, *copies}
@@ -126,6 +131,8 @@ class StreamedOutput:
                         kill()
                         raise error
             exit_ = job.result()
+            if exited is not None:
+                exited()
             self.started()  # a job that never started: its streams end now
             for stream in self.streams.values():
                 stream.drain(DRAIN_S)

@@ -154,3 +154,52 @@ async def _reconnect_after_the_exit(tmp_path: Path) -> None:
     await asyncio.gather(*peers, offering, return_exceptions=True)
     for channel in (ours, old, fresh, new):
         await channel.close()
+
+
+def test_what_ends_with_the_job_ends_before_its_output_is_drained(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A process left by the job holds the FIFO open after the job's exit: the stream
+    drains on, but `exited` (condor_tail refused: ShadowLink.job_done) came at the
+    exit, not once the drain is over."""
+    monkeypatch.setattr(streamed_output, "DRAIN_S", 30.0)
+    asyncio.run(_exited_before_the_drain(tmp_path))
+
+
+async def _exited_before_the_drain(tmp_path: Path) -> None:
+    ours, theirs = await channel_pair()
+    shadow = NewShadow()
+    peer = asyncio.create_task(shadow.serve(theirs))
+    link = ShadowLink(ours, claim_id="<1.2.3.4:5>#1#1#x", global_job_id="j", lease_s=600.0,
+                      starter_ad={}, starter_address="<1.2.3.4:5>")  # fmt: skip
+    calls = ShadowFileCalls(ours)
+    calls.attach(link)
+    sandbox = tmp_path / "dir_1"
+    sandbox.mkdir()
+    streams = StreamedOutput.for_job(calls, {"Out": "out.txt", "StreamOut": True}, sandbox, "j")
+    await streams.open(os.getuid(), os.getgid())
+    fifo = streams.fifo("Out")
+    assert fifo is not None
+    left_behind = os.open(fifo, os.O_WRONLY)  # the job's child, still alive
+
+    async def run() -> JobExit:
+        streams.started()
+        os.write(left_behind, b"last words\n")
+        return JobExit(0, 0.0)
+
+    running = asyncio.ensure_future(streams.alongside(run(), lambda: None, link.job_exited))
+    async def first_piece() -> None:  # the job's output goes on streaming after its exit
+        while not shadow.data:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(first_piece(), 10)
+    assert link.job_done and not running.done()  # before: only once the drain was over
+    os.write(left_behind, b"more\n")
+    os.close(left_behind)
+    await asyncio.wait_for(running, 10)
+    assert bytes(shadow.data) == b"last words\nmore\n"
+    streams.close()
+    link.close()
+    peer.cancel()
+    await asyncio.gather(peer, return_exceptions=True)
+    await ours.close()
+    await theirs.close()
