@@ -69,8 +69,11 @@ class ShadowLink:
         # shadow's sessions first, as HTCondor's starter does in its reconnect handler).
         self.adopt: Callable[[], Awaitable[None]] | None = None
         self.disconnected = asyncio.Event()  # set while a call waits for a reconnect
-        self._down_since: float | None = None  # when `disconnected` was set
-        self._down_s = 0.0  # the time it was set before, in all
+        # Since when the job is without a connection (from the last answered call, as
+        # the lease counts: a shadow that stopped answering is noticed only timeout_s
+        # later), and the earlier such spans (start, end).
+        self._down_since: float | None = None
+        self._downs: list[tuple[float, float]] = []
         self._offered: MessageChannel | None = None
         # Connections taken after the first (reconnects): what the shadow opened for the
         # job (streamed output's descriptors) is gone with the old one's shadow side.
@@ -185,21 +188,23 @@ class ShadowLink:
             raise ProtocolError(f"the shadow of {self.global_job_id} did not reconnect within "
                                 f"the job lease ({self.lease_s} s): {lost}") from None  # fmt: skip
 
-    def down_s(self) -> float:
-        """How long the job has been without a connection in all (from a lost one to
-        the reconnect's taken), up to now: what a wait measured in the job's time
-        leaves out (streamed output's drain)."""
-        since = self._down_since
-        return self._down_s + (0.0 if since is None else time.monotonic() - since)
+    def down_s(self, since: float = 0.0) -> float:
+        """How long the job has been without a connection after `since` (monotonic
+        time), up to now: from the last call the shadow answered before a loss to the
+        reconnect's taken. What a wait measured in the job's time leaves out
+        (streamed output's drain)."""
+        now = time.monotonic()
+        spans = [*self._downs] + ([] if self._down_since is None else [(self._down_since, now)])
+        return sum(max(0.0, end - max(start, since)) for start, end in spans)
 
     def _set_down(self) -> None:
         if self._down_since is None:
-            self._down_since = time.monotonic()
+            self._down_since = min(time.monotonic(), self.last_rpc)
         self.disconnected.set()
 
     def _set_up(self) -> None:
         if self._down_since is not None:
-            self._down_s += time.monotonic() - self._down_since
+            self._downs.append((self._down_since, time.monotonic()))
             self._down_since = None
         self.disconnected.clear()
 

@@ -75,10 +75,10 @@ class OutputStream:
         self.connection = self._connection()  # the connection remote_fd was opened on
         self.flags = O_CREAT | O_TRUNC | O_WRONLY  # the open's: see streamed_output.open_flags
         # Once the job has exited (see drain): the loop's time its writers' end of stream
-        # is awaited until, and the link's down_s then (time without a connection after
-        # it moves that deadline on).
+        # is awaited until, and when the drain began (time without a connection after
+        # that moves the deadline on).
         self.drain_until: float | None = None
-        self._down_at_drain = 0.0
+        self._drain_began = 0.0
         self._waiting: asyncio.Timeout | None = None  # a read waiting for the job
 
     def make_fifo(self, uid: int, gid: int) -> None:
@@ -209,19 +209,17 @@ class OutputStream:
         writes without end (run without a cgroup, which would have killed it) is cut
         off there, its output ending with what was read until then."""
         loop = asyncio.get_running_loop()
-        self.drain_until = loop.time() + budget_s
-        self._down_at_drain = self._down_s()
+        self._drain_began = loop.time()
+        self.drain_until = self._drain_began + budget_s
         if self._waiting is not None:
             self._waiting.reschedule(self.drain_until)
-
-    def _down_s(self) -> float:
-        link = self.calls.link
-        return link.down_s() if link is not None else 0.0
 
     def _drain_deadline(self) -> float | None:
         if self.drain_until is None:
             return None
-        return self.drain_until + self._down_s() - self._down_at_drain
+        link = self.calls.link
+        down_s = link.down_s(since=self._drain_began) if link is not None else 0.0
+        return self.drain_until + down_s
 
     async def _read(self) -> bytes:
         """The job's next piece; b"" at its end of stream or once the drain is over."""

@@ -24,7 +24,8 @@ log = get_logger("wire")
 # After the job has exited, how long its streams go on at most (a process that outlived
 # the job could hold the pipe open, and write without end: its cgroup is killed, but a
 # job run without one is not; condor_starter kills the job's process family at its exit).
-# Time without a connection to the shadow, waiting for its reconnect, does not count.
+# Time without a connection to the shadow does not count: from the last call it answered
+# (a shadow that stopped answering is noticed a call's timeout later) to its reconnect.
 DRAIN_S = 300.0
 
 

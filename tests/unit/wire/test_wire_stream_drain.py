@@ -203,3 +203,70 @@ async def _exited_before_the_drain(tmp_path: Path) -> None:
     await asyncio.gather(peer, return_exceptions=True)
     await ours.close()
     await theirs.close()
+
+
+def test_the_time_to_notice_a_shadow_that_stopped_answering_does_not_count_in_the_drain(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The shadow's host stops answering (no answer, no close) under the stream's first
+    write, while the job writes two pieces and exits: the call's timeout (timeout_s,
+    300 s in production, as long as DRAIN_S) passes before the loss is noticed, then
+    the shadow reconnects. Both pieces reach it: the time from the last answered call
+    to the reconnect does not count in the drain."""
+    monkeypatch.setattr(streamed_output, "DRAIN_S", 0.5)  # the call's timeout: 1 s
+    asyncio.run(_hung_shadow_after_the_exit(tmp_path))
+
+
+async def _hung_shadow_after_the_exit(tmp_path: Path) -> None:
+    ours, old = await channel_pair()
+    fresh, new = await channel_pair()
+    link = ShadowLink(ours, claim_id="<1.2.3.4:5>#1#1#x", global_job_id="j", lease_s=600.0,
+                      starter_ad={}, starter_address="<1.2.3.4:5>")  # fmt: skip
+    calls = ShadowFileCalls(ours, timeout_s=1.0)
+    calls.attach(link)
+
+    async def old_shadow() -> None:  # answers the open, then answers nothing, keeps it open
+        dec = old.decoder(await old.recv(timeout_s=30))
+        dec.get_int()
+        await old.send(old.encoder().put_int(5).payload())
+        await asyncio.Event().wait()
+
+    shadow = NewShadow()
+    peers = [asyncio.create_task(old_shadow()), asyncio.create_task(shadow.serve(new))]
+    sandbox = tmp_path / "dir_1"
+    sandbox.mkdir()
+    streams = StreamedOutput.for_job(calls, {"Out": "out.txt", "StreamOut": True}, sandbox, "j")
+    await streams.open(os.getuid(), os.getgid())
+    fifo = streams.fifo("Out")
+    assert fifo is not None
+    output = b"".join(b"line %d\n" % i for i in range(40000))[:2 * 65536]
+    writer = os.open(fifo, os.O_WRONLY)
+
+    def write_all() -> None:
+        with contextlib.suppress(OSError):
+            os.write(writer, output)
+        os.close(writer)  # the job's last writer is gone: all it wrote is in the pipe
+
+    thread = threading.Thread(target=write_all, daemon=True)
+
+    async def run() -> JobExit:
+        streams.started()
+        thread.start()
+        return JobExit(0, 0.0)
+
+    async def reconnect() -> None:
+        await link.disconnected.wait()
+        request = types.SimpleNamespace(transfer_socket=None, transfer_key=None)
+        await link.offer(fresh, request)  # type: ignore[arg-type]
+
+    offering = asyncio.create_task(reconnect())
+    await asyncio.wait_for(streams.alongside(run(), lambda: None), 10)
+    streams.close()
+    thread.join(10)
+    assert len(shadow.data) == len(output)  # before: 65536 (the pipe's rest dropped)
+    assert bytes(shadow.data) == output and shadow.calls[-2:] == ["fsync", "close"]
+    link.close()
+    for task in (*peers, offering):
+        task.cancel()
+    await asyncio.gather(*peers, offering, return_exceptions=True)
+    for channel in (ours, old, fresh, new):
+        await channel.close()
