@@ -239,6 +239,10 @@ def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
     # Idle: no call under way, queued on the lock, or cut off with its answer pending
     # (the next image would read that answer as its own first call's).
     channel = calls.channel if calls.idle and not link.disconnected.is_set() else None
+    # A reconnect not taken yet goes, not the old connection (the next image asks the
+    # new shadow's sessions first, as adopt_reconnect would have).
+    if calls.idle and (fresh := link.take_offered()) is not None:
+        channel = calls.channel = fresh
     if channel is not None:
         calls.retire()  # a call queued meanwhile (a stream's, shielded) must not send on it
     return options.handover(channel, proxy, streams.export())

@@ -94,3 +94,31 @@ async def _call_after_the_handover() -> None:
     link.close()
     await ours.close()
     await theirs.close()
+
+
+def test_a_reconnect_offered_but_not_taken_yet_is_the_one_handed_over() -> None:
+    asyncio.run(_handover_between_offer_and_adopt())
+
+
+async def _handover_between_offer_and_adopt() -> None:
+    """The shadow reconnects and `execd restart` cancels the conversation before the
+    reconnect is taken (offer() closing the old connection, adopt() not yet run): the
+    reconnect's connection goes to the next image, which asks its sessions first; not
+    the old one, closing (no connection at all: the shadow had to reconnect again)."""
+    ours, old = await channel_pair()
+    fresh, new = await channel_pair()
+    link = _link(ours)
+    calls = ShadowFileCalls(ours)
+    calls.attach(link)
+    request = types.SimpleNamespace(transfer_socket=None, transfer_key=None)
+    offered = asyncio.create_task(link.offer(fresh, request))  # type: ignore[arg-type]
+    await asyncio.sleep(0)  # offer() runs to its close of the old connection
+    assert link.offered and calls.idle and not link.disconnected.is_set()
+    handed: list[MessageChannel | None] = []
+    assert hand_over(calls, link, _options(handed), None, StreamedOutput({}))
+    link.close()
+    offered.cancel()
+    await asyncio.gather(offered, return_exceptions=True)
+    for channel in (ours, old, fresh, new):
+        await channel.close()
+    assert handed == [fresh]  # before: the old, closing connection
