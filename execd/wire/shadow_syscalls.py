@@ -193,9 +193,8 @@ class ShadowSyscalls:
                 exchange.add_done_callback(lambda done: self._unfinished_ended(channel, done))
             raise
         except ShadowConnectionLostError:
-            # No answer in time (or the send failed): a late answer would be read as the
-            # next call's, and the shadow reconnects only once the connection is gone
-            # (condor_starter's syscall_sock_disconnect closes it on any failure).
+            # No answer in time, or the send failed: a late answer would be read as the next
+            # call's; the shadow reconnects once it is closed (syscall_sock_disconnect's).
             self.give_up(channel)
             raise
         if self.link is not None:
@@ -217,8 +216,7 @@ class ShadowSyscalls:
             await asyncio.wait({self._unfinished[1]})  # a cancel here leaves it be
             self._unfinished = None
         if self._given_up is channel:
-            raise ShadowConnectionLostError("the connection was given up (a call's answer "
-                                            "did not come)")  # fmt: skip
+            raise ShadowConnectionLostError("the connection was given up (no answer came)")
 
     def _unfinished_ended(self, channel: MessageChannel,
                           exchange: asyncio.Future[bytes | None]) -> None:  # fmt: skip
@@ -239,9 +237,8 @@ class ShadowSyscalls:
         self._given_up = channel
 
     def owned(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """`work` as a task this object holds until it ends, its failure retrieved: a
-        call shielded from its caller's cancel (a stream's write, a cancelled call's
-        exchange) that then fails has nobody else to read its error."""
+        """`work` as a task held until it ends, its failure retrieved: a call shielded from
+        its caller's cancel (a stream's write, a call's exchange) may have nobody else."""
         task = asyncio.ensure_future(work)
         self._owned.add(task)
         task.add_done_callback(self._forget)
