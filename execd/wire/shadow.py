@@ -55,6 +55,7 @@ from execd.wire.filetransfer import (
     TransferTally,
     download_sandbox,
 )
+from execd.wire.handover import hand_over
 from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
 from execd.wire.output_files import (
@@ -228,24 +229,6 @@ async def _run_job(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOption
         started()
     return await watch(calls, proc, options,
                        min(options.initial_update_s, options.update_interval_s))  # fmt: skip
-
-
-def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
-              proxy: ChirpProxy | None, streams: StreamedOutput) -> bool:  # fmt: skip
-    """The conversation was cancelled: does the daemon's next image go on with it (and
-    with its Chirp proxy's listening socket, its streamed output's FIFOs)?"""
-    if options.handover is None:
-        return False
-    # Idle: no call under way, queued on the lock, or cut off with its answer pending
-    # (the next image would read that answer as its own first call's).
-    channel = calls.channel if calls.idle and not link.disconnected.is_set() else None
-    # A reconnect not taken yet goes, not the old connection (the next image asks the
-    # new shadow's sessions first, as adopt_reconnect would have).
-    if calls.idle and (fresh := link.take_offered()) is not None:
-        channel = calls.channel = fresh
-    if channel is not None:
-        calls.retire()  # a call queued meanwhile (a stream's, shielded) must not send on it
-    return options.handover(channel, proxy, streams.export())
 
 
 async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,

@@ -37,10 +37,11 @@ from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.chirp_start import adopt_chirp_proxy
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.filetransfer import TransferTally
+from execd.wire.handover import hand_over
 from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobHeldError, JobRunner, JobSetupError
 from execd.wire.proxy_refresh import ProxyTarget, proxy_target
-from execd.wire.shadow import Conversation, ShadowOptions, hand_over, watch
+from execd.wire.shadow import Conversation, ShadowOptions, watch
 from execd.wire.shadow_end import close_conversation, conclude, report_hold
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_job import proxy_name, run_as_ids

@@ -1,5 +1,5 @@
 """When a restart in place hands the shadow's connection to the next image
-(execd.wire.shadow.hand_over): only between messages, and nothing of this image's is
+(execd.wire.handover.hand_over): only between messages, and nothing of this image's is
 sent on it afterwards. Shadows on real socket pairs."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from wire_pairs import channel_pair
 
 from execd.wire.channel import Channel
 from execd.wire.chirp_files import LSEEK
-from execd.wire.shadow import ShadowOptions, hand_over
+from execd.wire.handover import hand_over
+from execd.wire.shadow import ShadowOptions
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_link import ShadowLink
 from execd.wire.shadow_syscalls import MessageChannel, ShadowConnectionLostError
