@@ -105,7 +105,7 @@ async def _retired_queued_write() -> None:
                                 link_lost(reason))[1]
     async with calls._lock:  # a call holds the lock; a stream's shielded write queues
         call = calls.owned(calls.file_call(LSEEK, "lseek", 5, 0, 0, connection=0))
-        copy = asyncio.ensure_future(asyncio.shield(call))
+        copy = asyncio.ensure_future(asyncio.shield(call))  # as OutputStream._call's
         await asyncio.sleep(0)
         copy.cancel()  # the conversation's cancel reaches the stream's copy
         calls.retire()
