@@ -140,3 +140,14 @@ def to_number(value: Any) -> float | None:
 def quote(text: str) -> str:
     """A ClassAd string literal for ``text``."""
     return str(classad2.quote(text))
+
+
+def lookup_bool(value: object) -> bool | None:
+    """An ad's value as a boolean the way HTCondor's LookupBool takes it (classad's
+    IsBooleanValueEquiv): a boolean, or an integer or real, true where not 0; None for
+    anything else (the caller's default then holds)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value != 0
+    return None

@@ -39,6 +39,7 @@ from execd.wire.shadow import serve_shadow as run_conversation
 from execd.wire.shadow_resume import resume_shadow
 from execd.wire.shadow_syscalls import MessageChannel
 from execd.wire.sinful import parse_sinful
+from execd.wire.stream_output import release_streams
 from execd.wire.transfer_plugins import PLUGIN_LIFETIME_S
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
 logger = log.get_logger("pool")
 CHIRP_LISTENER = "chirp_listener"  # in the handed-over record: the job's Chirp listener
+STREAMS = "streams"  # and its streamed output (execd.wire.stream_output)
 
 
 def published_slot_ad(member: PoolMember, slot: str) -> WireAd | None:
@@ -74,16 +76,19 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
     def on_running(state: Conversation) -> None:
         store.set_conversation(claim.session_id, state.to_json())
 
-    def handover(channel: MessageChannel | None, proxy: ChirpProxy | None) -> bool:
+    def handover(channel: MessageChannel | None, proxy: ChirpProxy | None,
+                 streams: dict[str, Any] | None) -> bool:  # fmt: skip
         """Restarting in place: the next image goes on (with the connection, if the
         conversation was between two calls and the job runs; with the job's Chirp
-        listener, if it has one)."""
+        listener, if it has one; with its streamed output's FIFOs)."""
         if daemon.stopping != "restart":
             return False
         record = export_connection(channel) if isinstance(channel, Channel) else None
         listener = proxy.export_listener() if proxy is not None else None
         if listener is not None:
             record = {**(record or {}), CHIRP_LISTENER: listener}
+        if streams is not None:
+            record = {**(record or {}), STREAMS: streams}
         store.set_connection(claim.session_id, record)
         logger.info("shadow_conversation_handed_over", slot=slot,
                     connection="kept" if record is not None and "fd" in record
@@ -212,10 +217,10 @@ def restore(member: PoolMember) -> list[asyncio.Task[None]]:
         session, connection = held.session_id, held.connection
         if connection is not None:  # valid for this image only: taken now or never
             store.set_connection(session, None)
-        connection, listener = _split_handover(connection)
+        connection, listener, streams = _split_handover(connection)
         if session not in by_session:  # the claim did not come back
             store.remove_pool_claim(session)
-            _release(connection, listener)
+            _release(connection, listener, streams)
             continue
         slot, claim = by_session[session]
         member.accept_claim(claim)
@@ -238,28 +243,34 @@ def restore(member: PoolMember) -> list[asyncio.Task[None]]:
                 if job.done.is_set():
                     daemon.jobs.write_history(job)
             store.set_conversation(session, None)
-            _release(connection, listener)
+            _release(connection, listener, streams)
             continue
         tasks.append(asyncio.get_running_loop().create_task(
-            _resume(member, claim, conversation, job, connection, listener=listener)))  # fmt: skip
+            _resume(member, claim, conversation, job, connection, listener=listener,
+                    streams=streams)))  # fmt: skip
     return tasks
 
 
-def _split_handover(record: dict[str, Any] | None,
-                    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:  # fmt: skip
-    """What the old image handed over: the shadow's connection, the Chirp listener."""
+Handed = dict[str, Any] | None
+
+
+def _split_handover(record: Handed) -> tuple[Handed, Handed, Handed]:
+    """What the old image handed over: the shadow's connection, the Chirp listener, the
+    streamed output's FIFOs."""
     if record is None:
-        return None, None
+        return None, None, None
     record = dict(record)
-    listener = record.pop(CHIRP_LISTENER, None)
-    return (record or None), (listener if isinstance(listener, dict) else None)
+    listener, streams = record.pop(CHIRP_LISTENER, None), record.pop(STREAMS, None)
+    return (record or None), (listener if isinstance(listener, dict) else None), \
+        (streams if isinstance(streams, dict) else None)  # fmt: skip
 
 
-def _release(connection: dict[str, Any] | None, listener: dict[str, Any] | None) -> None:
+def _release(connection: Handed, listener: Handed, streams: Handed) -> None:
     """Inherited descriptors nobody goes on with: closed."""
     for record in (connection, listener):
         if record is not None:
             release_connection(record)
+    release_streams(streams)
 
 
 def _gid_of(uid: int) -> int:
@@ -290,18 +301,21 @@ def _job_of(member: PoolMember, claim: ClaimId) -> Job | None:
 
 
 async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: Job,
-                  connection: dict[str, Any] | None, *,
-                  listener: dict[str, Any] | None) -> None:  # fmt: skip
+                  connection: Handed, *, listener: Handed, streams: Handed) -> None:
     runner = PoolJob.adopted(member.daemon.jobs, claim.full(), job, state.started,
                              Path(state.sandbox) if state.transfer else None,
                              wire=state.job_wire, identity=recorded_sandbox(state))  # fmt: skip
     handed_over: list[bool] = []
     options = shadow_options(member, claim, runner, handed_over)
     try:
-        channel = None if connection is None else \
-            await adopt_connection(connection, timeout_s=member.security.timeout_s)  # fmt: skip
+        try:
+            channel = None if connection is None else \
+                await adopt_connection(connection, timeout_s=member.security.timeout_s)  # fmt: skip
+        except BaseException:
+            release_streams(streams)  # resume_shadow, which would adopt them, never runs
+            raise
         await resume_shadow(claim.full(), state, runner, options, channel,
-                            chirp_listener=listener)
+                            chirp_listener=listener, streams=streams)
     except (ProtocolError, ExecdError, OSError) as exc:
         logger.warning("shadow_conversation_ended", slot=job.slot, job=job.job_id,
                        why=str(exc))  # fmt: skip

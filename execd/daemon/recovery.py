@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from execd import log
@@ -219,11 +221,17 @@ def remove_orphans(jobs: JobManager) -> int:
     kept = {os.path.basename(job.handle.spec.sandbox) for job in jobs.jobs.values()
             if job.handle is not None and job.handle.spec.sandbox}  # fmt: skip
     for entry in _listdir(execute):
-        pid = entry.removeprefix("dir_")
-        if entry.startswith("dir_") and pid.isdigit() and int(pid) not in starters \
-                and entry not in kept:
-            remove_tree(execute / entry)
-            logger.warning("orphan_sandbox_removed", sandbox=str(execute / entry))
+        # a sandbox, or a streamed stdout/stderr FIFO made next to one (stream_output)
+        sandbox, dot, suffix = entry.partition(".")
+        pid = sandbox.removeprefix("dir_")
+        if sandbox.startswith("dir_") and pid.isdigit() and int(pid) not in starters \
+                and sandbox not in kept and suffix in (("stdout", "stderr") if dot else ("",)):
+            if dot:
+                if not _remove_stream_fifo(execute / entry):
+                    continue
+            else:
+                remove_tree(execute / entry)
+                logger.warning("orphan_sandbox_removed", sandbox=str(execute / entry))
             removed += 1
     known = {jobs.workdir(job_id).name for job_id in jobs.jobs}
     spool_jobs = jobs.daemon.paths.spool / "jobs"
@@ -233,6 +241,26 @@ def remove_orphans(jobs: JobManager) -> int:
             logger.info("orphan_job_dir_removed", directory=str(spool_jobs / entry))
             removed += 1
     return removed
+
+
+def _remove_stream_fifo(path: Path) -> bool:
+    """A crashed stream's FIFO removed (or a symlink in its place): in an EXECUTE of
+    mode 1777 a job's user may have made anything there, and a directory or a regular
+    file by that name is not the daemon's to remove; logged and left (False)."""
+    try:
+        mode = os.lstat(path).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISLNK(mode)):
+            logger.warning("orphan_stream_fifo_kept", path=str(path),
+                           why="not a FIFO")  # fmt: skip
+            return False
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        logger.warning("orphan_stream_fifo_kept", path=str(path), why=str(exc))
+        return False
+    logger.warning("orphan_stream_fifo_removed", fifo=str(path))
+    return True
 
 
 def _is_starter(pid: int) -> bool:

@@ -6,7 +6,8 @@ as long as the new image goes on where the old one stopped. The old image export
 the connection between two messages (`export_connection`: a duplicate of the socket,
 made inheritable, and the AES-GCM position of both directions); the new image
 adopts it (`adopt_connection`) and the next message is sealed and opened as if one
-process had sent them all.
+process had sent them all. `hand_over` decides what a cancelled job conversation hands over:
+its shadow connection (only between messages), Chirp proxy and streamed output.
 
 An exported record is a secret (it holds the session key): it lives in the state
 store (root's, 0600) and never in the log. It names the pid and the socket's inode,
@@ -22,10 +23,17 @@ import contextlib
 import os
 import socket
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from execd.log import get_logger
 from execd.wire.channel import Channel
+
+if TYPE_CHECKING:
+    from execd.wire.chirp_proxy import ChirpProxy
+    from execd.wire.shadow import ShadowOptions
+    from execd.wire.shadow_link import ShadowLink
+    from execd.wire.shadow_syscalls import ShadowSyscalls
+    from execd.wire.streamed_output import StreamedOutput
 
 log = get_logger("wire")
 
@@ -90,3 +98,21 @@ async def adopt_connection(record: dict[str, Any], *, timeout_s: float) -> Chann
     channel = Channel(reader, writer, peer=str(record.get("peer", "")), timeout_s=timeout_s)
     channel.resume_crypto(key, send_iv, sent, recv_iv, received)
     return channel
+
+
+def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
+              proxy: ChirpProxy | None, streams: StreamedOutput) -> bool:  # fmt: skip
+    """The conversation was cancelled: does the daemon's next image go on with it (and
+    with its Chirp proxy's listening socket, its streamed output's FIFOs)?"""
+    if options.handover is None:
+        return False
+    # Idle: no call under way, queued on the lock, or cut off with its answer pending
+    # (the next image would read that answer as its own first call's).
+    channel = calls.channel if calls.idle and not link.disconnected.is_set() else None
+    # A reconnect not taken yet goes, not the old connection (the next image asks the
+    # new shadow's sessions first, as adopt_reconnect would have).
+    if calls.idle and (fresh := link.take_offered()) is not None:
+        channel = calls.channel = fresh
+    if channel is not None:
+        calls.retire()  # a call queued meanwhile (a stream's, shielded) must not send on it
+    return options.handover(channel, proxy, streams.export())

@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from execd.classads import lookup_bool
 from execd.starter.ad_files import NEVER_SENT_BACK
 from execd.wire.owner_thread import file_access_ids
 
@@ -87,8 +88,14 @@ def std_files(job: Mapping[str, object]) -> tuple[str | None, str | None]:
     """The sandbox names the job's stdout and stderr are written to and sent back under,
     as HTCondor's starter remaps them: `_condor_stdout` for Out, `_condor_stderr` for
     Err, but stdout's file for an Err that names Out's file (both streams go into it,
-    in the order written); None for one that is unset or /dev/null (discarded)."""
+    in the order written); None for one that is unset or /dev/null (discarded), or
+    streamed (StreamOut/StreamErr: written to the shadow's file as the job runs,
+    execd/wire/stream_output.py, never in the sandbox)."""
     out, err = (job.get(attr) for attr in ("Out", "Err"))
+    if lookup_bool(job.get("StreamOut")) is True:
+        out = None
+    if lookup_bool(job.get("StreamErr")) is True:
+        err = None
     stdout = STD_FILES[0] if isinstance(out, str) and out not in ("", NULL_FILE) else None
     if not isinstance(err, str) or err in ("", NULL_FILE):
         return stdout, None

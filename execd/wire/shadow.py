@@ -57,6 +57,7 @@ from execd.wire.filetransfer import (
     TransferTally,
     download_sandbox,
 )
+from execd.wire.handover import hand_over
 from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
 from execd.wire.job_sshd import JobShell
@@ -101,6 +102,7 @@ from execd.wire.slot_resources import (
     provisioned_resources,
     starter_info_resources,
 )
+from execd.wire.streamed_output import StreamedOutput
 from execd.wire.transfer_plugins import PLUGIN_LIFETIME_S, PluginTable
 from execd.wire.url_inputs import job_url_inputs
 
@@ -132,7 +134,9 @@ class ShadowOptions:
     # restarts in place and its next image goes on with the conversation (and with the
     # proxy's listening socket: ChirpProxy.export_listener; execd/wire/shadow_resume.py);
     # the sandbox then stays.
-    handover: Callable[[MessageChannel | None, ChirpProxy | None], bool] | None = None
+    # (connection, Chirp proxy, streamed output's records: StreamedOutput.export)
+    handover: Callable[[MessageChannel | None, ChirpProxy | None, dict[str, Any] | None],
+                       bool] | None = None  # fmt: skip
     # The claimed slot's ad (a classad2 ClassAd): its resources go to the shadow, which
     # shows them in the user log (slot_resources.py). None: none are sent.
     slot_ad: Any = None
@@ -265,16 +269,6 @@ def job_shell(options: ShadowOptions, user: pwd.struct_passwd, sandbox: Path,
                     [pid] if pid > 0 else [], cgroup, iwd=iwd or sandbox)  # fmt: skip
 
 
-def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
-              proxy: ChirpProxy | None) -> bool:  # fmt: skip
-    """The conversation was cancelled: does the daemon's next image go on with it (and
-    with its Chirp proxy's listening socket)?"""
-    if options.handover is None:
-        return False
-    idle = not calls.in_call and not link.disconnected.is_set()
-    return options.handover(calls.channel if idle else None, proxy)
-
-
 async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                        job_ad: Mapping[str, str] | Sequence[tuple[str, str]], *,
                        options: ShadowOptions | None = None) -> None:  # fmt: skip
@@ -307,6 +301,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     options.links.add(link)
     handed_over = False
     proxy: ChirpProxy | None = None
+    streams = StreamedOutput.for_job(calls, job, sandbox, gjid)
     try:
         user = run_as_user(str(job.get("Owner", "")), options.run_as_fallback)
         uid, gid = user.pw_uid, user.pw_gid
@@ -377,12 +372,14 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         link.proxy = proxy_target(str(sandbox), link.proxy_name)
 
         def started(pid: int) -> None:  # ssh may come in now, with the job's environment
+            streams.started()
             link.shell = job_shell(options, user, sandbox, proc.environment(), pid,
                                    iwd=launch.workdir)  # fmt: skip
             if options.on_running is not None:
                 options.on_running(dataclasses.replace(state, started=int(time.time())))
 
         try:
+            await streams.open(uid, gid)  # the shadow's files of streamed Out/Err
             stdout, stderr = std_files(job)
             chirp_env = {"_CONDOR_CHIRP_CONFIG": str(proxy.config_path)} \
                 if proxy is not None else {}  # fmt: skip
@@ -391,18 +388,20 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
             launch = JobLaunch(job, job_argv(job, sandbox, got.files), sandbox,
                                env, (uid, gid), stdin_name,
                                stdout or os.devnull, stderr or os.devnull)  # fmt: skip
-            proc = options.runner(launch if transfer else shared_fs_launch(launch))
-            done = await _run_job(calls, proc, options, started)
-            link.job_done = True  # condor_tail is refused from now on, as condor_starter
-            if link.shell is not None:  # its ssh sessions end before the output goes
-                await link.shell.close()
+            launch = launch if transfer else shared_fs_launch(launch)
+            proc = options.runner(dataclasses.replace(
+                launch, stdout_name=streams.fifo("Out") or launch.stdout_name,
+                stderr_name=streams.fifo("Err") or launch.stderr_name))
+            done = await streams.alongside(_run_job(calls, proc, options, started), proc.kill,
+                                           link.job_exited)  # fmt: skip
         except JobHeldError as exc:
             await report_hold(calls, job, gjid, exc)
             return
         await conclude(calls, transfers, state, done, options.on_update,
                        usage=await proc.usage())
     except asyncio.CancelledError:
-        handed_over = hand_over(calls, link, options, proxy)
+        handed_over = hand_over(calls, link, options, proxy, streams)
         raise
     finally:
+        streams.close(handed_over)
         await close_conversation(options, link, proxy, sandbox, handed_over)

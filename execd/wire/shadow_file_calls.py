@@ -35,10 +35,14 @@ STAT_LINE_BYTES = 1024  # CONDOR_stat's answer: the stat line in a 1024-byte buf
 class ShadowFileCalls(ShadowSyscalls):
     """The shadow's syscalls with its file calls (what the Chirp proxy passes on)."""
 
-    async def file_call(self, number: int, name: str, *args: str | int | bytes) -> int:
+    async def file_call(self, number: int, name: str, *args: str | int | bytes,
+                        connection: int | None = None) -> int:  # fmt: skip
         """A file call that answers an rval only (unlink, chmod, open, write, ...): its
-        arguments (strings, integers, raw bytes) in the order NTsenders sends them."""
-        dec = await self._exchange(_arguments(number, args), replay=False)
+        arguments (strings, integers, raw bytes) in the order NTsenders sends them.
+        `connection`: the link's connection count a descriptor argument was opened on;
+        where a reconnect replaced it the call is not sent (StaleDescriptorError)."""
+        dec = await self._exchange(_arguments(number, args), replay=False,
+                                   connection=connection)  # fmt: skip
         assert dec is not None
         return _answer(dec, name)
 
@@ -111,24 +115,37 @@ class ShadowFileCalls(ShadowSyscalls):
 
     async def _putfile_once(self, path: str, mode: int, length: int,
                             opened: Callable[[int], Awaitable[bytes]]) -> int | None:  # fmt: skip
-        """putfile's messages (under the lock)."""
+        """putfile's messages (under the lock). With a length over 0 the shadow reads
+        a second message after its answer: a cancel or a failure before that one is
+        sent (or its answer read) gives the connection up, as the next call's message
+        would be taken for putfile's bytes."""
         self.in_call = True
         await self._take_offered()
-        dec = await self._once(lambda enc: enc.put_int(PUTFILE).put_string(path)
-                               .put_int(mode).put_int(length), True)  # fmt: skip
-        assert dec is not None
+        channel = self.channel
         try:
-            fd = _answer(dec, "putfile")
+            dec = await self._once(lambda enc: enc.put_int(PUTFILE).put_string(path)
+                                   .put_int(mode).put_int(length), True)  # fmt: skip
+            assert dec is not None
+            try:
+                fd = _answer(dec, "putfile")
+            except SyscallError:
+                if length > 0:  # the shadow then also sends its count of bytes written
+                    await channel.recv(self.timeout_s)  # (-1), read for nothing
+                self.in_call = False
+                raise
+            data = await opened(fd)
+            if length <= 0:
+                self.in_call = False
+                return None
+            dec = await self._once(lambda enc: enc.put_bytes(data), True)
         except SyscallError:
-            if length > 0:  # the shadow then also sends its count of bytes written
-                await self.channel.recv(self.timeout_s)  # (-1), read for nothing
-            self.in_call = False
+            if self.in_call:  # the shadow's count did not come as it should
+                self.give_up(channel)
             raise
-        data = await opened(fd)
-        if length <= 0:
-            self.in_call = False
-            return None
-        dec = await self._once(lambda enc: enc.put_bytes(data), True)
+        except BaseException:
+            if length > 0:
+                self.give_up(channel)
+            raise
         assert dec is not None
         self.in_call = False
         return _answer(dec, "putfile buffer")

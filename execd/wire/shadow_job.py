@@ -16,6 +16,7 @@ import signal
 import time
 from pathlib import Path
 
+from execd.classads import lookup_bool
 from execd.log import get_logger
 from execd.starter.ad_files import ad_file_env, write_ad_files
 from execd.wire.classad_codec import WireAd, from_values, long_form
@@ -137,7 +138,7 @@ def starter_job_ad(job_wire: WireAd, job: dict[str, object], sandbox: Path, tran
     if transfer:
         for attr, name, streamed in zip(("Out", "Err"), std_files(job),
                                         ("StreamOut", "StreamErr"), strict=True):  # fmt: skip
-            if name is not None and job.get(streamed) is False:
+            if name is not None and lookup_bool(job.get(streamed)) is False:
                 edits[attr], edits[f"Original{attr}"] = name, job[attr]
         edits["Iwd"] = str(sandbox)
     return dict(job_wire) | from_values(edits)

@@ -70,9 +70,18 @@ class ShadowLink:
         # shadow's sessions first, as HTCondor's starter does in its reconnect handler).
         self.adopt: Callable[[], Awaitable[None]] | None = None
         self.disconnected = asyncio.Event()  # set while a call waits for a reconnect
+        # Since when the job is without a connection (from the last answered call, as
+        # the lease counts: a shadow that stopped answering is noticed only timeout_s
+        # later), and the earlier such spans (start, end).
+        self._down_since: float | None = None
+        self._downs: list[tuple[float, float]] = []
         self._offered: MessageChannel | None = None
+        # Connections taken after the first (reconnects): what the shadow opened for the
+        # job (streamed output's descriptors) is gone with the old one's shadow side.
+        self.connections = 0
         self._arrived = asyncio.Event()
         self._released = asyncio.Event()  # the schedd released the claim: no shadow comes
+        self._ended = asyncio.Event()  # the conversation ended (close): nobody waits on
         self._held: dict[int, asyncio.Event] = {}  # reconnect connections still in use
         self.owner = ""  # the job ad's User: whom a job owner's session is made for
         self.files: JobFiles | None = None  # what condor_tail may read, once the job runs
@@ -92,6 +101,14 @@ class ShadowLink:
 
     def claim_matches(self, claim_id: str) -> bool:
         return hmac.compare_digest(self._claim_id.encode(), claim_id.encode())
+
+    async def job_exited(self) -> None:
+        """The job has exited (called before its streamed output's drain): condor_tail
+        is refused from now on, as condor_starter, and its ssh sessions end (their
+        directories removed) before any of its output goes back."""
+        self.job_done = True
+        if self.shell is not None:
+            await self.shell.close()
 
     def rpc_done(self) -> None:
         self.last_rpc = time.monotonic()
@@ -121,19 +138,25 @@ class ShadowLink:
         if fresh is None:
             return None
         self._arrived.clear()
-        self.disconnected.clear()
+        self._set_up()
         self._release(self.channel)
         self.channel = fresh
+        self.connections += 1
         self.rpc_done()
         log.info("shadow_reconnected", job=self.global_job_id)
         return fresh
+
+    @property
+    def offered(self) -> bool:
+        """A reconnect's connection waits to be taken by the next call."""
+        return self._offered is not None
 
     def lost(self, reason: Exception) -> None:
         """The connection failed under a call that is not sent again: the calls that
         come after it wait for a reconnect (wait_for_reconnect)."""
         if not self.disconnected.is_set():
             log.warning("shadow_disconnected", job=self.global_job_id, reason=str(reason))
-        self.disconnected.set()
+        self._set_down()
 
     async def wait_for_reconnect(self, lost: Exception) -> None:
         """The connection failed: wait for a reconnect for what is left of the lease;
@@ -144,19 +167,26 @@ class ShadowLink:
             self.last_rpc + self.lease_s - time.monotonic()  # fmt: skip
         log.warning("shadow_disconnected", job=self.global_job_id, reason=str(lost),
                     wait_s=round(max(remaining, 0.0), 1))  # fmt: skip
-        self.disconnected.set()
+        self._set_down()
         try:
-            if remaining <= 0 or self.closed:
+            if self.closed:
+                raise ProtocolError(f"the conversation of {self.global_job_id} ended: no "
+                                    f"shadow reconnects to it ({lost})")  # fmt: skip
+            if remaining <= 0:
                 raise TimeoutError
-            arrived = asyncio.ensure_future(self._arrived.wait())
-            released = asyncio.ensure_future(self._released.wait())
+            # A call that outlived its conversation (shielded, its caller cancelled)
+            # waits no longer than the conversation: close() ends the wait.
+            waits = [asyncio.ensure_future(event.wait())
+                     for event in (self._arrived, self._released, self._ended)]  # fmt: skip
             try:
-                await asyncio.wait_for(asyncio.wait((arrived, released),
-                                                    return_when=asyncio.FIRST_COMPLETED),
+                await asyncio.wait_for(asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED),
                                        remaining)  # fmt: skip
             finally:
-                arrived.cancel()
-                released.cancel()
+                for wait in waits:
+                    wait.cancel()
+            if self._offered is None and self._ended.is_set():
+                raise ProtocolError(f"the conversation of {self.global_job_id} ended: no "
+                                    f"shadow reconnects to it ({lost})")  # fmt: skip
             if self._offered is None and self._released.is_set():
                 log.info("shadow_wait_ended", job=self.global_job_id,
                          why="the schedd released the claim")  # fmt: skip
@@ -167,6 +197,26 @@ class ShadowLink:
             raise ProtocolError(f"the shadow of {self.global_job_id} did not reconnect within "
                                 f"the job lease ({self.lease_s} s): {lost}") from None  # fmt: skip
 
+    def down_s(self, since: float = 0.0) -> float:
+        """How long the job has been without a connection after `since` (monotonic
+        time), up to now: from the last call the shadow answered before a loss to the
+        reconnect's taken. What a wait measured in the job's time leaves out
+        (streamed output's drain)."""
+        now = time.monotonic()
+        spans = [*self._downs] + ([] if self._down_since is None else [(self._down_since, now)])
+        return sum(max(0.0, end - max(start, since)) for start, end in spans)
+
+    def _set_down(self) -> None:
+        if self._down_since is None:
+            self._down_since = min(time.monotonic(), self.last_rpc)
+        self.disconnected.set()
+
+    def _set_up(self) -> None:
+        if self._down_since is not None:
+            self._downs.append((self._down_since, time.monotonic()))
+            self._down_since = None
+        self.disconnected.clear()
+
     def claim_released(self) -> None:
         """The schedd released the claim (RELEASE_CLAIM): no shadow can reconnect to the
         job any more, so a wait for one ends now instead of at the end of the job lease
@@ -176,6 +226,7 @@ class ShadowLink:
     def close(self) -> None:
         """The conversation ended: every reconnect connection may close."""
         self.closed = True
+        self._ended.set()
         for forget in self.on_close:
             forget()
         self.on_close.clear()

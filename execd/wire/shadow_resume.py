@@ -38,13 +38,13 @@ from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.chirp_start import adopt_chirp_proxy
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.filetransfer import TransferTally
+from execd.wire.handover import hand_over
 from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobHeldError, JobRunner, JobSetupError
 from execd.wire.proxy_refresh import ProxyTarget, proxy_target
 from execd.wire.shadow import (
     Conversation,
     ShadowOptions,
-    hand_over,
     job_shell,
     ssh_policy,
     watch,
@@ -55,6 +55,7 @@ from execd.wire.shadow_job import job_env, proxy_name, run_as_ids
 from execd.wire.shadow_link import ShadowLink
 from execd.wire.shadow_syscalls import MessageChannel
 from execd.wire.shadow_transfers import Transfers, job_values
+from execd.wire.streamed_output import StreamedOutput
 
 log = get_logger("wire")
 
@@ -101,11 +102,13 @@ def resumed_proxy_target(state: Conversation, name: str | None,
 async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
                         options: ShadowOptions,
                         channel: MessageChannel | None = None, *,
-                        chirp_listener: dict[str, Any] | None = None) -> None:  # fmt: skip
+                        chirp_listener: dict[str, Any] | None = None,
+                        streams: dict[str, Any] | None = None) -> None:  # fmt: skip
     """The rest of the conversation of `state`'s job (run by `proc`, adopted by the new
     daemon) to job_exit: on `channel`, the connection the old image handed over, else
     once the shadow has reconnected; the job's Chirp proxy again on `chirp_listener`,
-    the listening socket the old image handed over, if any. Raises ProtocolError when
+    the listening socket the old image handed over, if any; its streamed output from
+    `streams`, the FIFOs and positions it handed over. Raises ProtocolError when
     the shadow does not come back within the job lease."""
     address = claim_id.split("#", 1)[0]
     channel = channel or LostConnection()
@@ -142,6 +145,7 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
              connection="kept" if not isinstance(channel, LostConnection) else "lost")
     handed_over = False
     proxy: ChirpProxy | None = None
+    streamed = StreamedOutput.adopted(calls, streams, state.global_job_id)
     try:
         if chirp_listener is not None:
             proxy = await adopt_chirp_proxy(
@@ -153,17 +157,17 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         if not isinstance(channel, LostConnection):  # the kept connection: the file
             await calls.get_sec_session_info()  # transfer session, as after a reconnect
         try:
-            done = await watch(calls, proc, options, 0)  # its first call waits for the shadow
-            link.job_done = True
-            if link.shell is not None:  # ssh sessions end before the output goes
-                await link.shell.close()
+            # its first call waits for the shadow
+            done = await streamed.alongside(watch(calls, proc, options, 0), proc.kill,
+                                            link.job_exited)  # fmt: skip
         except JobHeldError as exc:
             await report_hold(calls, job_values(state.job_wire), state.global_job_id, exc)
             return
         await conclude(calls, transfers, state, done, options.on_update,
                        usage=await proc.usage())
     except asyncio.CancelledError:  # restarting again?
-        handed_over = hand_over(calls, link, options, proxy)
+        handed_over = hand_over(calls, link, options, proxy, streamed)
         raise
     finally:
+        streamed.close(handed_over)
         await close_conversation(options, link, proxy, Path(state.sandbox), handed_over)

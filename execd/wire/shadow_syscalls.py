@@ -32,11 +32,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno as errnos
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from execd.errors import RemoteProtocolError
+from execd.wire.channel import Channel
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad
 from execd.wire.encoding import Decoder, Encoder
 
@@ -59,6 +60,8 @@ JOB_EXITED = 100
 JOB_COREDUMPED = 103
 JOB_SHOULD_REQUEUE = 107  # killed on request (vacate, remove): os_proc.cpp JobExit
 JOB_SHOULD_HOLD = 112
+
+T = TypeVar("T")
 
 
 class MessageChannel(Protocol):
@@ -94,6 +97,11 @@ class ShadowConnectionLostError(RemoteProtocolError):
     """Sending a call or reading its answer failed: the shadow is gone (for now)."""
 
 
+class StaleDescriptorError(ShadowConnectionLostError):
+    """A call on a shadow descriptor opened on a connection a reconnect replaced: not
+    sent (the new shadow's descriptor of that number is another file, or none)."""
+
+
 @dataclass(frozen=True)
 class SecSessionInfo:
     """The sessions the shadow made for this starter (keys stay out of repr)."""
@@ -119,6 +127,12 @@ class ShadowSyscalls:
         # True while a call is under way, and after one that did not complete (cancelled
         # or failed): the connection may then hold half a message.
         self.in_call = False
+        # A call cancelled before its answer came: its exchange goes on, reading the
+        # answer for nothing; the next call on that connection waits for it.
+        self._unfinished: tuple[MessageChannel, asyncio.Future[bytes | None]] | None = None
+        self._given_up: MessageChannel | None = None  # such an exchange failed on it
+        self._handed_over = False  # the connection is the next image's (retire)
+        self._owned: set[asyncio.Task[Any]] = set()  # shielded calls nobody may await
         # What each register_job_info carries besides its ad (Chirp's delayed updates).
         self.update_extra: Callable[[], WireAd] | None = None
 
@@ -127,11 +141,28 @@ class ShadowSyscalls:
         self.link = link
         link.adopt = self.adopt_reconnect
 
+    @property
+    def idle(self) -> bool:
+        """No call under way or held back (nor one that did not complete): the
+        connection is between messages, and may be handed to the next image."""
+        return not self.in_call and not self._lock.locked()
+
+    def retire(self) -> None:
+        """The connection goes to the next image (a restart in place): no call sends on
+        it from now on (one still queued fails as on a lost connection)."""
+        self._handed_over = True
+
     async def adopt_reconnect(self) -> None:
         """Move to the connection a reconnect offered, if any, and get its sessions."""
         async with self._lock:
+            if self.link is None or not self.link.offered:
+                return
+            # get_sec_session_info's answer is awaited on the new connection: not idle
+            # (a call cut off on the old one no longer matters once it is taken)
+            self.in_call = True
             with contextlib.suppress(ShadowConnectionLostError):  # the next call waits again
                 await self._take_offered()
+                self.in_call = False
 
     async def _take_offered(self) -> None:
         if self.link is not None and (fresh := self.link.take_offered()):
@@ -139,18 +170,88 @@ class ShadowSyscalls:
             self.sessions = await self._sessions_once("", "")
 
     async def _once(self, build: Callable[[Encoder], Encoder], answer: bool) -> Decoder | None:
+        """One message and its answer on the current connection (under the lock).
+
+        The exchange is a task of its own: a call cancelled meanwhile (the job held,
+        the conversation ending) does not stop it, so that its answer is read, and
+        dropped, before the next call on the connection sends (which would otherwise
+        read it as its own); the connection stays in use. A message is written whole
+        at once (Channel.send), so no cancel leaves half of one on the connection. Only
+        where that exchange then fails (no answer within timeout_s) is the connection
+        given up: closed, the link told (the shadow reconnects)."""
+        if self._handed_over:
+            raise ShadowConnectionLostError("the connection was handed to the next image")
         channel = self.channel
+        await self._after_unfinished(channel)
+        message = build(channel.encoder()).payload()
+        exchange = self.owned(self._send_and_read(channel, message, answer))
         try:
-            await channel.send(build(channel.encoder()).payload())
-            payload = await channel.recv(self.timeout_s) if answer else None
-        except RemoteProtocolError as exc:
-            raise ShadowConnectionLostError(str(exc)) from None
+            payload = await asyncio.shield(exchange)
+        except asyncio.CancelledError:
+            if not exchange.done():
+                self._unfinished = (channel, exchange)
+                exchange.add_done_callback(lambda done: self._unfinished_ended(channel, done))
+            raise
+        except ShadowConnectionLostError:
+            # No answer in time, or the send failed: a late answer would be read as the next
+            # call's; the shadow reconnects once it is closed (syscall_sock_disconnect's).
+            self.give_up(channel)
+            raise
         if self.link is not None:
             self.link.rpc_done()
         return None if payload is None else channel.decoder(payload)
 
+    async def _send_and_read(self, channel: MessageChannel, message: bytes,
+                             answer: bool) -> bytes | None:  # fmt: skip
+        try:
+            await channel.send(message)
+            return await channel.recv(self.timeout_s) if answer else None
+        except RemoteProtocolError as exc:
+            raise ShadowConnectionLostError(str(exc)) from None
+
+    async def _after_unfinished(self, channel: MessageChannel) -> None:
+        """Waits for a cancelled call's exchange on `channel` to end (its answer read);
+        ShadowConnectionLostError where it failed and the connection was given up."""
+        if self._unfinished is not None and self._unfinished[0] is channel:
+            await asyncio.wait({self._unfinished[1]})  # a cancel here leaves it be
+            self._unfinished = None
+        if self._given_up is channel:
+            raise ShadowConnectionLostError("the connection was given up (no answer came)")
+
+    def _unfinished_ended(self, channel: MessageChannel,
+                          exchange: asyncio.Future[bytes | None]) -> None:  # fmt: skip
+        if not exchange.cancelled() and exchange.exception() is None:
+            if self.link is not None:
+                self.link.rpc_done()
+            return
+        # Its answer may still come, where the next call would read it: given up.
+        self.give_up(channel)
+        if self.link is not None and channel is self.channel and not self._handed_over:
+            self.link.lost(ShadowConnectionLostError("a cancelled call's answer did not come"))
+
+    def give_up(self, channel: MessageChannel) -> None:
+        """Nothing more is sent or read on `channel`: closed (the shadow sees it gone and
+        reconnects), and a call that comes to it fails as on a lost connection."""
+        if isinstance(channel, Channel):
+            channel.writer.close()
+        self._given_up = channel
+
+    def owned(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """`work` as a task held until it ends, its failure retrieved: a call shielded from
+        its caller's cancel (a stream's write, a call's exchange) may have nobody else."""
+        task = asyncio.ensure_future(work)
+        self._owned.add(task)
+        task.add_done_callback(self._forget)
+        return task
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self._owned.discard(task)
+        if not task.cancelled():
+            task.exception()
+
     async def _exchange(self, build: Callable[[Encoder], Encoder], *, answer: bool = True,
-                        replay: bool = True) -> Decoder | None:  # fmt: skip
+                        replay: bool = True, connection: int | None = None,
+                        ) -> Decoder | None:  # fmt: skip
         """One call; after a lost connection it is sent again on the reconnect's, unless
         `replay` is False (a call that changes or consumes something on the shadow:
         it may have run there), which fails at once as condor_starter's REMOTE_CONDOR_*
@@ -160,12 +261,20 @@ class ShadowSyscalls:
                 try:
                     self.in_call = True
                     await self._take_offered()
+                    if connection is not None and self.link is not None and \
+                            self.link.connections != connection:
+                        self.in_call = False
+                        raise StaleDescriptorError(
+                            f"a descriptor of connection {connection}, now "
+                            f"{self.link.connections}")  # fmt: skip
                     answered = await self._once(build, answer)
                     self.in_call = False
                     return answered
+                except StaleDescriptorError:
+                    raise
                 except ShadowConnectionLostError as exc:
-                    if self.link is None:
-                        raise
+                    if self.link is None or self._handed_over:
+                        raise  # handed over: not lost, the next image goes on with it
                     if not replay:
                         self.link.lost(exc)
                         raise

@@ -119,7 +119,8 @@ def test_cancelled_between_two_calls_it_hands_its_connection_over(
     (path / "output.txt").write_text("kept\n")
     offered: list[MessageChannel | None] = []
 
-    def handover(channel: MessageChannel | None, proxy: ChirpProxy | None) -> bool:
+    def handover(channel: MessageChannel | None, proxy: ChirpProxy | None,
+                 streams: object) -> bool:  # fmt: skip
         offered.append(channel)
         return True
 

@@ -255,8 +255,9 @@ def test_stdout_and_stderr_take_the_names_condor_starter_gives_them() -> None:
     assert names(JOB) == ("_condor_stdout", "_condor_stderr")
     assert names({**JOB, "Err": "out.txt"}) == ("_condor_stdout", "_condor_stdout")
     assert names({**JOB, "Out": "/dev/null"}) == ("/dev/null", "_condor_stderr")
-    # execd streams no output: a streamed Err is in the sandbox too, where peek finds it
-    assert names({**JOB, "StreamErr": True}) == ("_condor_stdout", "_condor_stderr")
+    # a streamed Err is not in the sandbox: peek names the job ad's Err as it is, as
+    # condor_starter's jobErrorFilename (getJobStdFile) does for a streamed file
+    assert names({**JOB, "StreamErr": True}) == ("_condor_stdout", "err.txt")
     assert names(JOB, transfer=False) == ("out.txt", "err.txt")  # no file transfer
     assert job_files(JOB, box, True, 1).outputs == ("progress.txt", "empty.txt",
                                                    "escape.txt", "gone")  # fmt: skip
