@@ -22,26 +22,25 @@ count them, a suspend freezes them and the job's end kills them. Nothing else is
 inherited (close_fds); each runs in a session of its own, which execd also kills when
 the job's conversation ends (where there is no cgroup). The session directory is
 removed when its sshd exits, as condor_starter's SSHDProc does, so it is not sent back
-as output. The private key is never logged.
+as output (execd.wire.ssh_sessions: JobShell, the sessions' end and their directories'
+removal). The private key is never logged.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shlex
-import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from execd.log import get_logger
-from execd.starter.sandbox import rm_argv, rm_error
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import decode_ad, encode_ad, from_values, to_classad
 from execd.wire.condor_args import condor_base64, split_args_v2, split_quoted_args
+from execd.wire.ssh_sessions import JobShell, remove_session
 from execd.wire.sshd_helper import (
     OutputTooLongError,
     helper_argv,
@@ -55,8 +54,6 @@ if TYPE_CHECKING:
 
 log = get_logger("wire")
 SETUP_TIMEOUT_S = 60.0  # condor_starter waits without limit; a hung setup must not pile up
-REAP_WAIT_S = 5.0  # for killed sshds to be reaped at the job's end
-REMOVE_TIMEOUT_S = 60.0  # a session directory's removal (a hung mount must not hold it)
 # The setup's keys are a few KiB; -keygen-options -b 16384 makes them ~25 KiB.
 SETUP_OUTPUT_BYTES = 1 << 20
 SETUP_ERROR_BYTES = 4096  # of a failed setup's output, in ErrorString and the log
@@ -95,50 +92,6 @@ class SshToJobConfig:
                    text("SSH_TO_JOB_SSHD"), text("SSH_TO_JOB_SSHD_ARGS"),
                    text("SSH_TO_JOB_SSH_KEYGEN"), text("SSH_TO_JOB_SSH_KEYGEN_ARGS"),
                    fake)  # fmt: skip
-
-
-@dataclass
-class JobShell:
-    """What an ssh session into the running job needs: set once the job runs."""
-
-    sandbox: Path
-    user: str
-    uid: int
-    gid: int
-    env: dict[str, str]
-    pids: list[int]
-    cgroup: Path | None  # the sshd's cgroup directory, made on first use; None: none
-    sshds: dict[int, asyncio.Task[None]] = field(default_factory=dict)  # by pid
-    iwd: Path | None = None  # the job's working directory (_CONDOR_JOB_IWD); None: sandbox
-    setups: set[int] = field(default_factory=set)  # setups running now, by pid
-    closing: bool = False  # the job exited or its conversation ended: no new session
-
-    def end(self) -> None:
-        """The job's conversation ended: its ssh sessions end too, a setup still
-        running is killed and no START_SSHD starts anything from now on."""
-        self.closing = True
-        for pid in [*self.sshds, *self.setups]:
-            kill_session(pid)
-
-
-    async def close(self) -> None:
-        """The job has exited: its ssh sessions end and their directories go before
-        the output is sent back (condor_starter reaps its sshd first). A session an
-        earlier image of execd started (a restart in place) is not its child: its
-        directory is removed all the same."""
-        self.end()
-        if self.sshds:
-            await asyncio.wait(list(self.sshds.values()), timeout=REAP_WAIT_S)
-        await asyncio.to_thread(remove_sessions, self.sandbox)
-
-
-def remove_sessions(sandbox: Path) -> None:
-    """Every `.condor_ssh_to_job_N` directory in the sandbox (links are left alone)."""
-    with contextlib.suppress(OSError), os.scandir(sandbox) as entries:
-        for entry in entries:
-            if entry.name.startswith(".condor_ssh_to_job_") and \
-                    entry.is_dir(follow_symlinks=False):  # fmt: skip
-                _remove_session(Path(entry.path))
 
 
 class SshdRefusedError(Exception):
@@ -330,7 +283,7 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
             raise SshdRefusedError(FINISHED)
         argv = sshd_argv(config, str(session / "sshd_config"))
     except SshdRefusedError:
-        await asyncio.to_thread(_remove_session, session)
+        await asyncio.to_thread(remove_session, session)
         raise
     reply = from_values({"Result": True, "RemoteUser": user,
                          "SSHPublicServerKey": condor_base64(host_key),
@@ -338,7 +291,7 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
     await channel.send(encode_ad(channel.encoder(), reply).payload())
     sock = channel.writer.get_extra_info("socket")
     if sock is None or shell.closing:
-        await asyncio.to_thread(_remove_session, session)
+        await asyncio.to_thread(remove_session, session)
         return
     fd = os.dup(sock.fileno())
     try:
@@ -349,7 +302,7 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
             stdin=fd, stdout=fd, stderr=asyncio.subprocess.PIPE)  # fmt: skip
     except (OSError, SshdRefusedError) as exc:
         log.warning("sshd_not_started", job=job, error=str(exc))
-        await asyncio.to_thread(_remove_session, session)
+        await asyncio.to_thread(remove_session, session)
         return
     finally:
         os.close(fd)
@@ -370,25 +323,11 @@ async def _reap(shell: JobShell, proc: asyncio.subprocess.Process, session: Path
         said = (said + chunk)[:HELPER_ERROR_BYTES]
     status = await proc.wait()
     shell.sshds.pop(proc.pid, None)
-    await asyncio.to_thread(_remove_session, session)
+    await asyncio.to_thread(remove_session, session)
     log.info("sshd_exited", job=job, pid=proc.pid, status=status, session=session.name)
     if said:
         log.warning("sshd_not_started", job=job, pid=proc.pid,
                     error=said.decode(errors="replace").strip())  # fmt: skip
-
-
-def _remove_session(session: Path) -> None:
-    """The session directory goes with its sshd (condor_starter's SSHDProc::JobReaper),
-    as a sandbox goes (rm_argv: any depth, no link followed, no other file system);
-    blocking, bounded (call it off the event loop). What rm cannot remove is logged."""
-    try:
-        done = subprocess.run(rm_argv(session), capture_output=True, check=False,
-                              timeout=REMOVE_TIMEOUT_S)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        log.warning("sshd_session_not_removed", session=session.name, error=str(exc))
-        return
-    if (error := rm_error(done.stderr, done.returncode)) is not None:
-        log.warning("sshd_session_not_removed", session=session.name, error=error)
 
 
 async def serve_start_sshd(channel: Channel, shell: JobShell | None, *, job: str,

@@ -60,7 +60,6 @@ from execd.wire.filetransfer import (
 from execd.wire.handover import hand_over
 from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobRunner, RunnerFactory
-from execd.wire.job_sshd import JobShell
 from execd.wire.output_files import (
     expand_outputs,
     sent_std_files,
@@ -102,6 +101,7 @@ from execd.wire.slot_resources import (
     provisioned_resources,
     starter_info_resources,
 )
+from execd.wire.ssh_sessions import JobShell
 from execd.wire.streamed_output import StreamedOutput
 from execd.wire.transfer_plugins import PLUGIN_LIFETIME_S, PluginTable
 from execd.wire.url_inputs import job_url_inputs

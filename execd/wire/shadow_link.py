@@ -39,8 +39,8 @@ from execd.wire.server import Peer
 from execd.wire.shadow_syscalls import MessageChannel
 
 if TYPE_CHECKING:
-    from execd.wire.job_sshd import JobShell
     from execd.wire.proxy_refresh import ProxyTarget
+    from execd.wire.ssh_sessions import JobShell
 
 log = get_logger("wire")
 

@@ -19,12 +19,12 @@ import pytest
 from execd.wire.channel import Channel
 from execd.wire.job_sshd import (
     SETUP_OUTPUT_BYTES,
-    JobShell,
     SshdRefusedError,
     SshToJobConfig,
     run_setup,
     start_sshd,
 )
+from execd.wire.ssh_sessions import JobShell
 from execd.wire.sshd_helper import EXEC_HELPER
 from tests.starter_dirs import job_workdir
 

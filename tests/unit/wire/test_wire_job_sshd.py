@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from execd.wire.job_sshd import (
-    JobShell,
     SshdRefusedError,
     SshToJobConfig,
     delimited,
     run_setup,
     sshd_argv,
 )
+from execd.wire.ssh_sessions import JobShell
 
 
 def config(tmp_path: Path, **kw: str) -> SshToJobConfig:

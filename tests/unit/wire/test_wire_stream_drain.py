@@ -18,9 +18,9 @@ from wire_pairs import channel_pair
 
 from execd.wire import streamed_output
 from execd.wire.job_runner import JobExit
-from execd.wire.job_sshd import JobShell
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_link import ShadowLink
+from execd.wire.ssh_sessions import JobShell
 from execd.wire.streamed_output import StreamedOutput
 
 DRAIN_S = 0.2
