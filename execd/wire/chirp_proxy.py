@@ -2,11 +2,12 @@
 
 As condor_starter (io_proxy.cpp, io_proxy_handler.cpp, jic_shadow.cpp initIOProxy),
 execd listens for each pool job on the loopback (127.0.0.1, a port the kernel picks)
-and writes `<address> <port> <cookie>` into the sandbox's `.chirp.config` (mode 0600,
-the job's user's; the job finds it through `_CONDOR_CHIRP_CONFIG`). A client must
-first send `cookie <cookie>`, within COOKIE_WAIT_S of connecting; anything else is
-answered -1 (not authenticated) a second later, as condor_starter sleeps after a wrong
-cookie, and ends the connection (condor_starter keeps it). The cookie is never logged. Then
+and writes `<address> <port> <cookie>` into the sandbox's `.chirp.config`
+(chirp_address.py: mode 0600, the job's user's; the job finds it through
+`_CONDOR_CHIRP_CONFIG`). A client must first send `cookie <cookie>`, within
+COOKIE_WAIT_S of connecting; anything else is answered -1 (not authenticated) a second
+later, as condor_starter sleeps after a wrong cookie, and ends the connection
+(condor_starter keeps it). The cookie is never logged. Then
 one text line per request (Chirp's protocol, condor_chirp/PROTOCOL), answered with a
 number line: >= 0 success, < 0 a Chirp error.
 
@@ -46,16 +47,15 @@ import contextlib
 import os
 import secrets
 import socket
-import string
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from execd.errors import ProtocolError
 from execd.log import get_logger
 from execd.wire import chirp_files
+from execd.wire.chirp_address import ChirpAddress, new_cookie
 from execd.wire.chirp_budget import BufferHold, ByteBudget
 from execd.wire.chirp_config import CHIRP_DEFAULTS, ChirpConfig, ChirpGrants, job_grants
 from execd.wire.chirp_delayed import DelayedUpdates
@@ -77,12 +77,10 @@ from execd.wire.chirp_protocol import (
     read_request,
 )
 from execd.wire.classad_codec import WireAd, from_values
-from execd.wire.output_files import CHIRP_CONFIG
 from execd.wire.shadow_syscalls import SyscallError
 
 log = get_logger("wire")
 
-COOKIE_LENGTH = 31  # condor_starter: 31 random lowercase letters
 INFO_MAX = 1023  # GenericEvent's info[1024]
 MAX_CONNECTIONS = 16  # authenticated clients at once
 MAX_STRANGERS = 16  # connections that have not shown the cookie yet
@@ -102,25 +100,6 @@ class ChirpShadow(FileShadow, Protocol):
     async def get_job_attr(self, name: str) -> str: ...
     async def set_job_attr(self, name: str, expr: str) -> None: ...
     async def ulog(self, ad: Mapping[str, str]) -> None: ...
-
-
-@dataclass(frozen=True)
-class ChirpAddress:
-    """What `.chirp.config` says: where the proxy listens and its cookie (a secret)."""
-
-    host: str
-    port: int
-    cookie: str
-
-    def __repr__(self) -> str:
-        return f"ChirpAddress({self.host}:{self.port})"
-
-    def line(self) -> str:
-        return f"{self.host} {self.port} {self.cookie}\n"
-
-
-def new_cookie() -> str:
-    return "".join(secrets.choice(string.ascii_lowercase) for _ in range(COOKIE_LENGTH))
 
 
 def generic_event(job: Mapping[str, object], text: str) -> WireAd:
@@ -188,17 +167,8 @@ class ChirpProxy:
     def write_config(self, sandbox: Path, uid: int, gid: int) -> Path:
         """`.chirp.config` in the sandbox, readable by the job's user only."""
         assert self.address is not None, "listen() first"
-        path = sandbox / CHIRP_CONFIG
-        with contextlib.suppress(FileNotFoundError):  # one the job's input brought: ours
-            os.unlink(path)  # replaces it, as condor_starter's (a link is not followed)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            os.fchown(fd, uid, gid)
-            os.write(fd, self.address.line().encode())
-        finally:
-            os.close(fd)
-        self.config_path = path
-        return path
+        self.config_path = self.address.write(sandbox, uid, gid)
+        return self.config_path
 
     async def close(self) -> None:
         self._closed = True  # a connection accepted meanwhile is turned away (_accept)

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from execd.log import get_logger
+from execd.wire.chirp_address import COOKIE_LENGTH
 from execd.wire.chirp_config import CHIRP_DEFAULTS, ChirpConfig, job_grants
-from execd.wire.chirp_proxy import COOKIE_LENGTH, ChirpProxy, ChirpShadow
+from execd.wire.chirp_proxy import ChirpProxy, ChirpShadow
 from execd.wire.handover import inherited_fd
 
 log = get_logger("wire")

@@ -16,10 +16,11 @@ from test_wire_chirp_proxy import Client, ScriptedShadow, answer
 
 from execd.errors import RemoteProtocolError
 from execd.wire import chirp_budget, chirp_files
+from execd.wire.chirp_address import ChirpAddress
 from execd.wire.chirp_config import ChirpConfig
 from execd.wire.chirp_files import FILE_MAX
 from execd.wire.chirp_protocol import OFFLINE
-from execd.wire.chirp_proxy import ChirpAddress, ChirpProxy
+from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_link import ShadowLink

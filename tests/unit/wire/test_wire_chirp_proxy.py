@@ -17,11 +17,11 @@ from structlog.testing import capture_logs
 from wire_pairs import ScriptedPeer
 
 from execd.wire import chirp_proxy
+from execd.wire.chirp_address import ChirpAddress
 from execd.wire.chirp_delayed import MAX_ATTRS, DelayedUpdates
 from execd.wire.chirp_protocol import DELAYED, LINE_MAX, UPDATES, Request, read_request, words
 from execd.wire.chirp_proxy import (
     MAX_CONNECTIONS,
-    ChirpAddress,
     ChirpProxy,
 )
 from execd.wire.chirp_start import adopt_chirp_proxy, open_chirp_proxy
