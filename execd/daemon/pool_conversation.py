@@ -3,15 +3,15 @@ and gone on with after a restart in place.
 
 What a restart needs is in the store (`pool_claims`): each claim made through the pool
 with its schedd and lease (the ALIVEs go on), and, once its job runs, the conversation's
-state (execd.wire.shadow.Conversation: the job ad, sandbox, what the input brought; no
-secret, the claim id stays in `claims`), and, written as the old image stops, the
-shadow's connection handed over (execd.wire.handover; a secret) with the job's Chirp
-listening socket and cookie (execd.wire.chirp_proxy; a secret). The new daemon accepts
-the claims' security sessions again (the shadow's CA_CMDs resume them), listens on the
-address the claim ids name (execd.daemon.pool binds the remembered port), and goes on
-with each conversation whose job it adopted (execd.wire.shadow_resume): on the kept
-connection, so that the shadow notices nothing, or else once the shadow reconnects,
-within the job lease.
+state (execd.wire.conversation_record.Conversation: the job ad, sandbox, what the input
+brought; no secret, the claim id stays in `claims`), and, written as the old image
+stops, the shadow's connection handed over (execd.wire.handover; a secret) with the
+job's Chirp listening socket and cookie (execd.wire.chirp_proxy; a secret). The new
+daemon accepts the claims' security sessions again (the shadow's CA_CMDs resume them),
+listens on the address the claim ids name (execd.daemon.pool binds the remembered port),
+and goes on with each conversation whose job it adopted (execd.wire.shadow_resume): on
+the kept connection, so that the shadow notices nothing, or else once the shadow
+reconnects, within the job lease.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from execd.wire.channel import Channel
 from execd.wire.chirp_config import ChirpConfig
 from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.classad_codec import WireAd
+from execd.wire.conversation_record import Conversation
 from execd.wire.handover import adopt_connection, export_connection, release_connection
-from execd.wire.shadow import Conversation, ShadowOptions
+from execd.wire.shadow import ShadowOptions
 from execd.wire.shadow import serve_shadow as run_conversation
 from execd.wire.shadow_resume import resume_shadow
 from execd.wire.shadow_syscalls import MessageChannel

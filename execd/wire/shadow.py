@@ -25,7 +25,8 @@ the conversation to the new connection; a lease that runs out kills the job.
 A transfer that fails with a hold code becomes a critical RemoteErrorEvent (ulog):
 the shadow puts the job on hold with that code, as it does for HTCondor's starter.
 The conversation's end (the exit, the output, job_exit, a hold, the sandbox's removal)
-is execd/wire/shadow_end.py's.
+is execd/wire/shadow_end.py's; its record for a restart in place (`Conversation`, made
+once the job runs) execd/wire/conversation_record.py's.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from execd.wire.chirp_config import ChirpConfig
 from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.chirp_start import open_chirp_proxy
 from execd.wire.classad_codec import WireAd, from_values
+from execd.wire.conversation_record import Conversation
 from execd.wire.filetransfer import (
     FILETRANS_UPLOAD,
     TransferResult,
@@ -186,43 +188,6 @@ def _starter_ad(options: ShadowOptions, sandbox: Path, address: str) -> WireAd:
         "HasReconnect": True, "CondorVersion": options.condor_version,
         "MyCurrentTime": int(time.time()), "CondorScratchDir": str(sandbox),
     })  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """What the conversation knows once its job runs: all that a restarted execd needs
-    to go on with it (execd/wire/shadow_resume.py). No secret in it."""
-
-    global_job_id: str
-    job_wire: WireAd  # the shadow's job ad
-    sandbox: str
-    inputs: list[str]  # what the input transfer brought (not sent back)
-    before: dict[str, float]  # the sandbox's files and their mtimes before the job
-    transfer: bool  # output goes back by file transfer
-    starter_ad: WireAd
-    lease_s: float | None
-    started: int  # JobStartDate
-    input_bytes: int = 0  # what the input transfer brought
-    # The sandbox directory as the job started in it (lstat) and the job's uid: a resume
-    # trusts only that directory with a refreshed proxy. None in a record made before.
-    sandbox_dev: int | None = None
-    sandbox_ino: int | None = None
-    job_uid: int | None = None
-    job_gid: int | None = None  # the job's group (its .update.ad's): None before recorded
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, values: Mapping[str, Any]) -> Conversation:
-        """ValueError naming what is missing or wrong."""
-        try:
-            state = cls(**values)
-        except TypeError as exc:
-            raise ValueError(f"conversation record: {exc}") from None
-        if not isinstance(state.job_wire, dict) or not isinstance(state.starter_ad, dict):
-            raise ValueError("conversation record: ads are not objects")
-        return state
 
 
 async def watch(calls: ShadowSyscalls, proc: JobRunner, options: ShadowOptions,

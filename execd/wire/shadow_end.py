@@ -35,7 +35,8 @@ from execd.wire.shadow_transfers import Transfers, job_values
 
 if TYPE_CHECKING:
     from execd.wire.chirp_proxy import ChirpProxy
-    from execd.wire.shadow import Conversation, ShadowOptions
+    from execd.wire.conversation_record import Conversation
+    from execd.wire.shadow import ShadowOptions
     from execd.wire.shadow_link import ShadowLink
 
 log = get_logger("wire")

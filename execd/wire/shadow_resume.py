@@ -36,6 +36,7 @@ from execd.errors import RemoteProtocolError
 from execd.log import get_logger
 from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.chirp_start import adopt_chirp_proxy
+from execd.wire.conversation_record import Conversation
 from execd.wire.encoding import Decoder, Encoder
 from execd.wire.filetransfer import TransferTally
 from execd.wire.handover import hand_over
@@ -43,7 +44,6 @@ from execd.wire.job_peek import job_files
 from execd.wire.job_runner import JobHeldError, JobRunner, JobSetupError
 from execd.wire.proxy_refresh import ProxyTarget, proxy_target
 from execd.wire.shadow import (
-    Conversation,
     ShadowOptions,
     job_shell,
     ssh_policy,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
-from execd.wire.shadow import Conversation
+from execd.wire.conversation_record import Conversation
 from execd.wire.shadow_resume import resumed_proxy_target
 
 JOB_UID = 65534

@@ -11,8 +11,8 @@ from wire_pairs import channel_pair
 
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import decode_ad
+from execd.wire.conversation_record import Conversation
 from execd.wire.job_runner import JobExit
-from execd.wire.shadow import Conversation
 from execd.wire.shadow_end import conclude
 from execd.wire.shadow_syscalls import EVENT_NOTIFICATION, JOB_EXIT, REGISTER_JOB_INFO
 from execd.wire.shadow_transfers import Transfers

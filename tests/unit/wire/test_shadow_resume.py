@@ -16,9 +16,10 @@ from wire_pairs import channel_pair
 
 from execd.errors import ProtocolError
 from execd.wire.chirp_proxy import ChirpProxy
+from execd.wire.conversation_record import Conversation
 from execd.wire.output_files import CHIRP_CONFIG
 from execd.wire.reconnect import ReconnectJob
-from execd.wire.shadow import Conversation, ShadowOptions
+from execd.wire.shadow import ShadowOptions
 from execd.wire.shadow_job import JobProcess
 from execd.wire.shadow_link import ShadowLinks, session_id
 from execd.wire.shadow_resume import resume_shadow

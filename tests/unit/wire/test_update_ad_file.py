@@ -25,7 +25,7 @@ from execd.daemon.update_ad import (
     write_update_ad,
 )
 from execd.wire.classad_codec import from_values, unparse_old
-from execd.wire.shadow import Conversation
+from execd.wire.conversation_record import Conversation
 
 JOB_UID, JOB_GID = 65534, 65534
 AD = from_values({"Name": "slot1_1@host", "Cpus": 1, "CPUsUsage": 0.5, "State": "Claimed"})
