@@ -135,3 +135,43 @@ async def _never_answered() -> None:
     await asyncio.gather(update, return_exceptions=True)
     for channel in (ours, theirs):
         await channel.close()
+
+
+def test_a_putfile_between_its_two_messages_is_let_finish_before_the_handover() -> None:
+    asyncio.run(_putfile_in_flight())
+
+
+async def _putfile_in_flight() -> None:
+    """A Chirp put: the shadow has answered putfile's open and the job's bytes are not
+    there yet when the restart quiesces the calls: the bytes go out and their count is
+    read before the connection is handed over (the next call is not taken for them)."""
+    ours, theirs = await encrypted_pair()
+    calls, link = await _calls(ours)
+    opened, job_bytes = asyncio.Event(), asyncio.Event()
+
+    async def the_jobs_bytes(fd: int) -> bytes:
+        opened.set()
+        await job_bytes.wait()
+        return b"12345"
+
+    put = asyncio.create_task(calls.putfile("out.dat", 0o644, 5, the_jobs_bytes))
+    await asyncio.wait_for(theirs.recv(), 5)  # putfile's path, mode, length
+    await theirs.send(theirs.encoder().put_int(0).payload())  # opened
+    await asyncio.wait_for(opened.wait(), 5)
+    quiesced = asyncio.create_task(calls.quiesce(5.0))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not quiesced.done()
+    job_bytes.set()
+    await asyncio.wait_for(theirs.recv(), 5)  # the bytes
+    await theirs.send(theirs.encoder().put_int(5).payload())  # 5 written
+    assert await asyncio.wait_for(quiesced, 5) is True
+    assert await asyncio.wait_for(put, 5) == 5
+    records: list[dict[str, Any] | None] = []
+    assert hand_over(calls, link, _exporting(records), None, StreamedOutput({}))
+    assert records[0] is not None
+    await ours.send(b"the next image's")
+    assert await asyncio.wait_for(theirs.recv(), 5) == b"the next image's"
+    link.close()
+    for channel in (ours, theirs):
+        await channel.close()
