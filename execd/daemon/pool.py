@@ -38,12 +38,14 @@ from execd.daemon.pool_settings import PoolSettings, pool_settings
 from execd.daemon.startd_daemon_ad import StartdDaemonAd
 from execd.errors import ExecdError, ProtocolError
 from execd.wire.advertiser import Advertiser, slot_name, wait_event
+from execd.wire.call_turns import QUIESCE_S
 from execd.wire.claim_session import claim_session
 from execd.wire.classad_codec import WireAd
 from execd.wire.collector import CollectorClient
 from execd.wire.schedd_client import UNKNOWN_CLAIM, send_alive, send_release
 from execd.wire.security import ClientSecurity
 from execd.wire.server import CommandServer, ServerSecurity
+from execd.wire.shadow_link import LIVE_LINKS
 from execd.wire.shared_port import SharedPortEndpoint
 from execd.wire.sinful import parse_sinful, with_alias
 from execd.wire.startd_ads import advertised_pair
@@ -133,6 +135,8 @@ class PoolMember:
             for task in done:
                 task.result()  # a loop that crashed takes the daemon down, as in a TaskGroup
         finally:
+            if self.daemon.stopping == "restart":  # the shadow connections go on in the
+                await LIVE_LINKS.quiesce(QUIESCE_S)  # next image: none cut mid-call
             await cancel_until_done(loops + resumed + list(self._notices)
                                     + self.lookups.tasks())  # fmt: skip
             if endpoint is not None:

@@ -115,4 +115,5 @@ def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
         channel = calls.channel = fresh
     if channel is not None:
         calls.retire()  # a call queued meanwhile (a stream's, shielded) must not send on it
+    calls.turns.reopen()  # the calls held back by the quiesce go on (or fail, if retired)
     return options.handover(channel, proxy, streams.export())

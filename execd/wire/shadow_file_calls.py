@@ -105,7 +105,7 @@ class ShadowFileCalls(ShadowSyscalls):
         count; 25.14.1's NTreceivers), which is read here. The messages go under one
         hold of the connection (nothing may come between them) and are not sent again
         after a reconnect (half would be)."""
-        async with self._lock:
+        async with self.turns.turn():
             try:
                 return await self._putfile_once(path, mode, length, opened)
             except ShadowConnectionLostError as exc:

@@ -69,6 +69,9 @@ class ShadowLink:
         # Set by the job's syscalls: move to an offered connection now (the new
         # shadow's sessions first, as HTCondor's starter does in its reconnect handler).
         self.adopt: Callable[[], Awaitable[None]] | None = None
+        # Set by the job's syscalls: stop new calls, let the one under way finish (a
+        # restart in place is coming); whether the connection is then between messages.
+        self.quiesce: Callable[[float], Awaitable[bool]] | None = None
         self.disconnected = asyncio.Event()  # set while a call waits for a reconnect
         # Since when the job is without a connection (from the last answered call, as
         # the lease counts: a shadow that stopped answering is noticed only timeout_s
@@ -273,6 +276,20 @@ class ShadowLinks:
 
     def by_session(self, sid: str) -> ShadowLink | None:
         return self._links.get(sid)
+
+    async def quiesce(self, timeout_s: float) -> None:
+        """Before a restart in place cancels the job conversations: every running job's
+        calls stop between two messages (execd.wire.call_turns), `timeout_s` at most;
+        a job whose call is still under way then is logged (its connection is dropped)."""
+        links = [link for link in self._links.values() if link.quiesce is not None]
+
+        async def one(link: ShadowLink) -> None:
+            assert link.quiesce is not None
+            if not await link.quiesce(timeout_s):
+                log.warning("shadow_call_not_quiesced", job=link.global_job_id,
+                            waited_s=timeout_s)  # fmt: skip
+
+        await asyncio.gather(*(one(link) for link in links))
 
 
 LIVE_LINKS = ShadowLinks()  # execd's starter side lives in the daemon: one table

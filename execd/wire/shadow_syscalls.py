@@ -21,10 +21,9 @@ tests/unit/wire/test_shadow_syscalls.py:
 | set_job_attr | 286 | expression, name -> (the expression comes first) |
 
 With a `link` (execd/wire/shadow_link.py) a call whose connection is lost waits for
-the shadow's reconnect and is made again on the new connection, which first gets
-get_sec_session_info (the new shadow's file transfer session), as HTCondor's starter
-does on a reconnect. The file calls Chirp's I/O proxy passes on (open, read, getfile,
-putfile, ...) are added by ShadowFileCalls (execd/wire/shadow_file_calls.py).
+the reconnect and is made again on the new connection, after get_sec_session_info (the
+new shadow's file transfer session), as HTCondor's starter does. Chirp's file calls
+(open, read, getfile, putfile, ...): ShadowFileCalls (execd/wire/shadow_file_calls.py).
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from execd.errors import RemoteProtocolError
+from execd.wire.call_turns import CallTurns
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad
 from execd.wire.encoding import Decoder, Encoder
@@ -123,7 +123,7 @@ class ShadowSyscalls:
         self.timeout_s = timeout_s
         self.link = link
         self.sessions: SecSessionInfo | None = None  # the latest get_sec_session_info
-        self._lock = asyncio.Lock()
+        self.turns = CallTurns()  # one call at a time; a restart's quiesce stops new ones
         # True while a call is under way, and after one that did not complete (cancelled
         # or failed): the connection may then hold half a message.
         self.in_call = False
@@ -140,21 +140,26 @@ class ShadowSyscalls:
         """Calls from now on survive a lost connection by waiting for `link`'s reconnect."""
         self.link = link
         link.adopt = self.adopt_reconnect
+        link.quiesce = self.quiesce
 
     @property
     def idle(self) -> bool:
-        """No call under way or held back (nor one that did not complete): the
-        connection is between messages, and may be handed to the next image."""
-        return not self.in_call and not self._lock.locked()
+        """No call under way, holding the lock or cut off: between messages."""
+        return not self.in_call and not self.turns.lock.locked()
 
     def retire(self) -> None:
-        """The connection goes to the next image (a restart in place): no call sends on
-        it from now on (one still queued fails as on a lost connection)."""
+        """The connection is the next image's: a call still queued fails as if lost."""
         self._handed_over = True
+
+    async def quiesce(self, timeout_s: float) -> bool:
+        """CallTurns.quiesce until idle (or waiting for a reconnect anyway)."""
+        link = self.link
+        return await self.turns.quiesce(
+            lambda: self.idle or (link is not None and link.disconnected.is_set()), timeout_s)
 
     async def adopt_reconnect(self) -> None:
         """Move to the connection a reconnect offered, if any, and get its sessions."""
-        async with self._lock:
+        async with self.turns.turn():
             if self.link is None or not self.link.offered:
                 return
             # get_sec_session_info's answer is awaited on the new connection: not idle
@@ -170,15 +175,12 @@ class ShadowSyscalls:
             self.sessions = await self._sessions_once("", "")
 
     async def _once(self, build: Callable[[Encoder], Encoder], answer: bool) -> Decoder | None:
-        """One message and its answer on the current connection (under the lock).
-
-        The exchange is a task of its own: a call cancelled meanwhile (the job held,
-        the conversation ending) does not stop it, so that its answer is read, and
-        dropped, before the next call on the connection sends (which would otherwise
-        read it as its own); the connection stays in use. A message is written whole
-        at once (Channel.send), so no cancel leaves half of one on the connection. Only
-        where that exchange then fails (no answer within timeout_s) is the connection
-        given up: closed, the link told (the shadow reconnects)."""
+        """One message and its answer on the current connection (under the lock). The
+        exchange is a task of its own: a call cancelled meanwhile (the job held, the
+        conversation ending) does not stop it, so its answer is read, and dropped, before
+        the next call sends (which would read it as its own). A message is written whole
+        (Channel.send): no cancel leaves half of one. Only where the exchange fails (no
+        answer within timeout_s) is the connection given up: closed, the link told."""
         if self._handed_over:
             raise ShadowConnectionLostError("the connection was handed to the next image")
         channel = self.channel
@@ -253,10 +255,9 @@ class ShadowSyscalls:
                         replay: bool = True, connection: int | None = None,
                         ) -> Decoder | None:  # fmt: skip
         """One call; after a lost connection it is sent again on the reconnect's, unless
-        `replay` is False (a call that changes or consumes something on the shadow:
-        it may have run there), which fails at once as condor_starter's REMOTE_CONDOR_*
-        do on a dead socket; the next call waits for the reconnect."""
-        async with self._lock:
+        `replay` is False (it may have run on the shadow), which fails at once as
+        condor_starter's REMOTE_CONDOR_* do on a dead socket (the next call waits)."""
+        async with self.turns.turn():
             while True:
                 try:
                     self.in_call = True

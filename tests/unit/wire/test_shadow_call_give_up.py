@@ -103,7 +103,7 @@ async def _retired_queued_write() -> None:
     link_lost = link.lost
     link.lost = lambda reason: (warnings.append({"reason": str(reason)}),  # type: ignore[method-assign]
                                 link_lost(reason))[1]
-    async with calls._lock:  # a call holds the lock; a stream's shielded write queues
+    async with calls.turns.lock:  # a call holds the lock; a stream's shielded write queues
         call = calls.owned(calls.file_call(LSEEK, "lseek", 5, 0, 0, connection=0))
         copy = asyncio.ensure_future(asyncio.shield(call))  # as OutputStream._call's
         await asyncio.sleep(0)
