@@ -65,7 +65,8 @@ class Channel:
                 asyncio.open_connection(host, port), timeout_s
             )
         except (OSError, TimeoutError) as exc:
-            raise RemoteProtocolError(f"cannot connect to {peer}: {exc or 'timed out'}") from None
+            reason = str(exc) or "timed out"
+            raise RemoteProtocolError(f"cannot connect to {peer}: {reason}") from None
         return cls(reader, writer, peer=peer, timeout_s=timeout_s)
 
     # ----- state -------------------------------------------------------------------
@@ -140,7 +141,7 @@ class Channel:
         try:
             await self._drain()
         except (OSError, TimeoutError) as exc:
-            reason = exc or "timed out"
+            reason = str(exc) or "timed out"
             raise RemoteProtocolError(f"sending to {self.peer} failed: {reason}") from None
 
     async def _drain(self) -> None:

@@ -91,3 +91,17 @@ async def _stopped_reader() -> None:
     ours.writer.transport.abort()  # what is left unsent would wait for a reader
     await ours.close()
     await theirs.close()
+
+
+def test_a_send_that_timed_out_says_so() -> None:
+    asyncio.run(_timed_out_message())
+
+
+async def _timed_out_message() -> None:
+    ours, theirs = await channel_pair(timeout_s=0.2)  # nobody reads theirs
+    with pytest.raises(RemoteProtocolError) as failed:
+        await ours.send(b"x" * SIZE)
+    assert str(failed.value) == "sending to a failed: timed out"
+    ours.writer.transport.abort()
+    await ours.close()
+    await theirs.close()
