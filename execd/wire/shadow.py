@@ -136,9 +136,10 @@ class ShadowOptions:
     # restarts in place and its next image goes on with the conversation (and with the
     # proxy's listening socket: ChirpProxy.export_listener; execd/wire/shadow_resume.py);
     # the sandbox then stays.
-    # (connection, Chirp proxy, streamed output's records: StreamedOutput.export)
-    handover: Callable[[MessageChannel | None, ChirpProxy | None, dict[str, Any] | None],
-                       bool] | None = None  # fmt: skip
+    # (connection, Chirp proxy, streamed output's records: StreamedOutput.export, the
+    # latest shadow's transfer socket and key if a reconnect brought them: a secret)
+    handover: Callable[[MessageChannel | None, ChirpProxy | None, dict[str, Any] | None,
+                        tuple[str, str] | None], bool] | None = None  # fmt: skip
     # The claimed slot's ad (a classad2 ClassAd): its resources go to the shadow, which
     # shows them in the user log (slot_resources.py). None: none are sent.
     slot_ad: Any = None
