@@ -36,7 +36,7 @@ from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.classad_codec import WireAd
 from execd.wire.conversation_record import Conversation
 from execd.wire.handover import adopt_connection, export_connection, release_connection
-from execd.wire.shadow import ShadowOptions
+from execd.wire.shadow import SYSCALL_TIMEOUT_S, ShadowOptions
 from execd.wire.shadow import serve_shadow as run_conversation
 from execd.wire.shadow_resume import resume_shadow
 from execd.wire.shadow_syscalls import MessageChannel
@@ -108,6 +108,7 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         uid_domain=member.config.domain,
         update_interval_s=float(daemon.settings.get_int("STARTER_UPDATE_INTERVAL") or 300),
         initial_update_s=float(daemon.settings.get_int("STARTER_INITIAL_UPDATE_INTERVAL") or 8),
+        syscall_timeout_s=syscall_timeout_s(daemon.settings),
         runner=job.runner, on_running=on_running, handover=handover, slot_ad=ad,
         published_slot_ad=published,
         on_transferred=transferred, on_update=job.note_update,
@@ -127,6 +128,13 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         plugin_cgroup=plugin_cgroup(daemon.jobs.tree, slot),
         job_plugin_mode=lambda job_values: job_plugin_mode(daemon.settings, ad, job_values),
     )  # fmt: skip
+
+
+def syscall_timeout_s(settings: Settings) -> float:
+    """STARTER_UPLOAD_TIMEOUT: how long a shadow call waits for its answer (300 s; 0 or
+    less, or unset: 300, where condor's socket would wait forever)."""
+    value = settings.get_int("STARTER_UPLOAD_TIMEOUT") or 0
+    return float(value) if value > 0 else SYSCALL_TIMEOUT_S
 
 
 def job_plugin_mode(settings: Settings, slot_ad: Any, job: dict[str, object]) -> int:

@@ -115,7 +115,7 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
     the shadow does not come back within the job lease."""
     address = claim_id.split("#", 1)[0]
     channel = channel or LostConnection()
-    calls = ShadowFileCalls(channel)  # its Chirp proxy passes file calls on
+    calls = ShadowFileCalls(channel, timeout_s=options.syscall_timeout_s)  # and Chirp's
     link = ShadowLink(channel, claim_id=claim_id, global_job_id=state.global_job_id,
                       lease_s=state.lease_s, starter_ad=state.starter_ad,
                       starter_address=address)  # fmt: skip
