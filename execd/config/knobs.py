@@ -123,6 +123,7 @@ _group(
     ("JOB_DEFAULT_LEASE_DURATION", I, "2400", "Claim lease for jobs that state none."),
     ("STARTER_UPDATE_INTERVAL", I, "300", "Seconds between the starter's job updates."),
     ("STARTER_INITIAL_UPDATE_INTERVAL", I, "8", "Seconds before the starter's first job update."),
+    ("STARTER_UPLOAD_TIMEOUT", I, "300", "Seconds a call on the shadow's syscall connection (a job update, a Chirp call) waits for its answer before the connection is taken as lost and closed (the shadow reconnects); 0 or less: 300. HTCondor's starter also bounds its output transfer's socket with it (200 s by default there); execd does not."),
     ("CGROUP_POLLING_INTERVAL", I, "5", "Seconds between reads of a job cgroup's usage."),
     ("MAX_DRAINING_ACTIVATION_DELAY", I, "20", "Seconds a claimed slot waits for activation while draining."),
 )

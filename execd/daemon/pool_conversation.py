@@ -6,7 +6,8 @@ with its schedd and lease (the ALIVEs go on), and, once its job runs, the conver
 state (execd.wire.conversation_record.Conversation: the job ad, sandbox, what the input
 brought; no secret, the claim id stays in `claims`), and, written as the old image
 stops, the shadow's connection handed over (execd.wire.handover; a secret) with the
-job's Chirp listening socket and cookie (execd.wire.chirp_proxy; a secret). The new
+job's Chirp listening socket and cookie (execd.wire.chirp_proxy; a secret) and a
+reconnected shadow's transfer socket and key (a secret). The new
 daemon accepts the claims' security sessions again (the shadow's CA_CMDs resume them),
 listens on the address the claim ids name (execd.daemon.pool binds the remembered port),
 and goes on with each conversation whose job it adopted (execd.wire.shadow_resume): on
@@ -35,7 +36,7 @@ from execd.wire.chirp_proxy import ChirpProxy
 from execd.wire.classad_codec import WireAd
 from execd.wire.conversation_record import Conversation
 from execd.wire.handover import adopt_connection, export_connection, release_connection
-from execd.wire.shadow import ShadowOptions
+from execd.wire.shadow import SYSCALL_TIMEOUT_S, ShadowOptions
 from execd.wire.shadow import serve_shadow as run_conversation
 from execd.wire.shadow_resume import resume_shadow
 from execd.wire.shadow_syscalls import MessageChannel
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 logger = log.get_logger("pool")
 CHIRP_LISTENER = "chirp_listener"  # in the handed-over record: the job's Chirp listener
 STREAMS = "streams"  # and its streamed output (execd.wire.stream_output)
+TRANSFER = "transfer"  # and a reconnected shadow's transfer socket and key (a secret)
 
 
 def published_slot_ad(member: PoolMember, slot: str) -> WireAd | None:
@@ -78,18 +80,17 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         store.set_conversation(claim.session_id, state.to_json())
 
     def handover(channel: MessageChannel | None, proxy: ChirpProxy | None,
-                 streams: dict[str, Any] | None) -> bool:  # fmt: skip
+                 streams: dict[str, Any] | None,
+                 transfer: tuple[str, str] | None) -> bool:  # fmt: skip
         """Restarting in place: the next image goes on (with the connection, if the
         conversation was between two calls and the job runs; with the job's Chirp
-        listener, if it has one; with its streamed output's FIFOs)."""
+        listener, if it has one; with its streamed output's FIFOs; with the transfer
+        endpoint of a shadow that reconnected)."""
         if daemon.stopping != "restart":
             return False
-        record = export_connection(channel) if isinstance(channel, Channel) else None
+        connection = export_connection(channel) if isinstance(channel, Channel) else None
         listener = proxy.export_listener() if proxy is not None else None
-        if listener is not None:
-            record = {**(record or {}), CHIRP_LISTENER: listener}
-        if streams is not None:
-            record = {**(record or {}), STREAMS: streams}
+        record = handover_record(connection, listener, streams, transfer)
         store.set_connection(claim.session_id, record)
         logger.info("shadow_conversation_handed_over", slot=slot,
                     connection="kept" if record is not None and "fd" in record
@@ -107,6 +108,7 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         uid_domain=member.config.domain,
         update_interval_s=float(daemon.settings.get_int("STARTER_UPDATE_INTERVAL") or 300),
         initial_update_s=float(daemon.settings.get_int("STARTER_INITIAL_UPDATE_INTERVAL") or 8),
+        syscall_timeout_s=syscall_timeout_s(daemon.settings),
         runner=job.runner, on_running=on_running, handover=handover, slot_ad=ad,
         published_slot_ad=published,
         on_transferred=transferred, on_update=job.note_update,
@@ -126,6 +128,13 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         plugin_cgroup=plugin_cgroup(daemon.jobs.tree, slot),
         job_plugin_mode=lambda job_values: job_plugin_mode(daemon.settings, ad, job_values),
     )  # fmt: skip
+
+
+def syscall_timeout_s(settings: Settings) -> float:
+    """STARTER_UPLOAD_TIMEOUT: how long a shadow call waits for its answer (300 s; 0 or
+    less, or unset: 300, where condor's socket would wait forever)."""
+    value = settings.get_int("STARTER_UPLOAD_TIMEOUT") or 0
+    return float(value) if value > 0 else SYSCALL_TIMEOUT_S
 
 
 def job_plugin_mode(settings: Settings, slot_ad: Any, job: dict[str, object]) -> int:
@@ -218,7 +227,7 @@ def restore(member: PoolMember) -> list[asyncio.Task[None]]:
         session, connection = held.session_id, held.connection
         if connection is not None:  # valid for this image only: taken now or never
             store.set_connection(session, None)
-        connection, listener, streams = _split_handover(connection)
+        connection, listener, streams, transfer = split_handover(connection)
         if session not in by_session:  # the claim did not come back
             store.remove_pool_claim(session)
             _release(connection, listener, streams)
@@ -248,22 +257,37 @@ def restore(member: PoolMember) -> list[asyncio.Task[None]]:
             continue
         tasks.append(asyncio.get_running_loop().create_task(
             _resume(member, claim, conversation, job, connection, listener=listener,
-                    streams=streams)))  # fmt: skip
+                    streams=streams, transfer=transfer)))  # fmt: skip
     return tasks
 
 
 Handed = dict[str, Any] | None
 
 
-def _split_handover(record: Handed) -> tuple[Handed, Handed, Handed]:
+def handover_record(connection: Handed, listener: Handed, streams: Handed,
+                    transfer: tuple[str, str] | None) -> Handed:  # fmt: skip
+    """What the old image hands over, as kept in the store (root's, never logged)."""
+    record = dict(connection or {})
+    for name, value in ((CHIRP_LISTENER, listener), (STREAMS, streams)):
+        if value is not None:
+            record[name] = value
+    if transfer is not None:
+        record[TRANSFER] = list(transfer)
+    return record or None
+
+
+def split_handover(record: Handed) -> tuple[Handed, Handed, Handed, tuple[str, str] | None]:
     """What the old image handed over: the shadow's connection, the Chirp listener, the
-    streamed output's FIFOs."""
+    streamed output's FIFOs, a reconnected shadow's transfer socket and key."""
     if record is None:
-        return None, None, None
+        return None, None, None, None
     record = dict(record)
     listener, streams = record.pop(CHIRP_LISTENER, None), record.pop(STREAMS, None)
+    transfer = record.pop(TRANSFER, None)
+    endpoint = (str(transfer[0]), str(transfer[1])) \
+        if isinstance(transfer, list) and len(transfer) == 2 else None  # fmt: skip
     return (record or None), (listener if isinstance(listener, dict) else None), \
-        (streams if isinstance(streams, dict) else None)  # fmt: skip
+        (streams if isinstance(streams, dict) else None), endpoint  # fmt: skip
 
 
 def _release(connection: Handed, listener: Handed, streams: Handed) -> None:
@@ -302,7 +326,8 @@ def _job_of(member: PoolMember, claim: ClaimId) -> Job | None:
 
 
 async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: Job,
-                  connection: Handed, *, listener: Handed, streams: Handed) -> None:
+                  connection: Handed, *, listener: Handed, streams: Handed,
+                  transfer: tuple[str, str] | None) -> None:
     runner = PoolJob.adopted(member.daemon.jobs, claim.full(), job, state.started,
                              Path(state.sandbox) if state.transfer else None,
                              wire=state.job_wire, identity=recorded_sandbox(state))  # fmt: skip
@@ -316,7 +341,7 @@ async def _resume(member: PoolMember, claim: ClaimId, state: Conversation, job: 
             release_streams(streams)  # resume_shadow, which would adopt them, never runs
             raise
         await resume_shadow(claim.full(), state, runner, options, channel,
-                            chirp_listener=listener, streams=streams)
+                            chirp_listener=listener, streams=streams, transfer=transfer)
     except (ProtocolError, ExecdError, OSError) as exc:
         logger.warning("shadow_conversation_ended", slot=job.slot, job=job.job_id,
                        why=str(exc))  # fmt: skip

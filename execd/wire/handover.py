@@ -7,7 +7,8 @@ the connection between two messages (`export_connection`: a duplicate of the soc
 made inheritable, and the AES-GCM position of both directions); the new image
 adopts it (`adopt_connection`) and the next message is sealed and opened as if one
 process had sent them all. `hand_over` decides what a cancelled job conversation hands over:
-its shadow connection (only between messages), Chirp proxy and streamed output.
+its shadow connection (only between messages), Chirp proxy, streamed output and the
+latest shadow's file transfer endpoint (a reconnect's).
 
 An exported record is a secret (it holds the session key): it lives in the state
 store (root's, 0600) and never in the log. It names the pid and the socket's inode,
@@ -103,7 +104,8 @@ async def adopt_connection(record: dict[str, Any], *, timeout_s: float) -> Chann
 def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
               proxy: ChirpProxy | None, streams: StreamedOutput) -> bool:  # fmt: skip
     """The conversation was cancelled: does the daemon's next image go on with it (and
-    with its Chirp proxy's listening socket, its streamed output's FIFOs)?"""
+    with its Chirp proxy's listening socket, its streamed output's FIFOs, and the
+    transfer socket and key a reconnect brought, which the job ad does not have)?"""
     if options.handover is None:
         return False
     # Idle: no call under way, queued on the lock, or cut off with its answer pending
@@ -116,4 +118,4 @@ def hand_over(calls: ShadowSyscalls, link: ShadowLink, options: ShadowOptions,
     if channel is not None:
         calls.retire()  # a call queued meanwhile (a stream's, shielded) must not send on it
     calls.turns.reopen()  # the calls held back by the quiesce go on (or fail, if retired)
-    return options.handover(channel, proxy, streams.export())
+    return options.handover(channel, proxy, streams.export(), link.transfer)

@@ -111,6 +111,7 @@ from execd.wire.url_inputs import job_url_inputs
 log = get_logger("wire")
 SHADOW_SETTLE_S = 0.1
 STARTER_UPDATE_INTERVAL_S = 300
+SYSCALL_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,8 @@ class ShadowOptions:
     # The first update after this long (STARTER_INITIAL_UPDATE_INTERVAL, 8 s in HTCondor,
     # capped by update_interval_s): a job that ends sooner sends none. 0: one at once.
     initial_update_s: float = 0.0
+    # How long a call waits for the shadow's answer (STARTER_UPLOAD_TIMEOUT).
+    syscall_timeout_s: float = SYSCALL_TIMEOUT_S
     condor_version: str = CONDOR_VERSION
     keep_sandbox: bool = False
     links: ShadowLinks = LIVE_LINKS  # where the shadow's reconnect finds the job
@@ -136,9 +139,10 @@ class ShadowOptions:
     # restarts in place and its next image goes on with the conversation (and with the
     # proxy's listening socket: ChirpProxy.export_listener; execd/wire/shadow_resume.py);
     # the sandbox then stays.
-    # (connection, Chirp proxy, streamed output's records: StreamedOutput.export)
-    handover: Callable[[MessageChannel | None, ChirpProxy | None, dict[str, Any] | None],
-                       bool] | None = None  # fmt: skip
+    # (connection, Chirp proxy, streamed output's records: StreamedOutput.export, the
+    # latest shadow's transfer socket and key if a reconnect brought them: a secret)
+    handover: Callable[[MessageChannel | None, ChirpProxy | None, dict[str, Any] | None,
+                        tuple[str, str] | None], bool] | None = None  # fmt: skip
     # The claimed slot's ad (a classad2 ClassAd): its resources go to the shadow, which
     # shows them in the user log (slot_resources.py). None: none are sent.
     slot_ad: Any = None
@@ -246,7 +250,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
     options = options or ShadowOptions()
     claim_text = claim.full() if isinstance(claim, ClaimId) else claim
     address = claim_text.split("#", 1)[0]
-    calls = ShadowFileCalls(channel)  # its Chirp proxy passes file calls on
+    calls = ShadowFileCalls(channel, timeout_s=options.syscall_timeout_s)  # and Chirp's
     job_wire = await calls.get_job_info() or dict(job_ad)
     job = job_values(job_wire)
     gjid = str(job.get("GlobalJobId", "?"))

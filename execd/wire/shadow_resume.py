@@ -103,19 +103,23 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
                         options: ShadowOptions,
                         channel: MessageChannel | None = None, *,
                         chirp_listener: dict[str, Any] | None = None,
-                        streams: dict[str, Any] | None = None) -> None:  # fmt: skip
+                        streams: dict[str, Any] | None = None,
+                        transfer: tuple[str, str] | None = None) -> None:  # fmt: skip
     """The rest of the conversation of `state`'s job (run by `proc`, adopted by the new
     daemon) to job_exit: on `channel`, the connection the old image handed over, else
     once the shadow has reconnected; the job's Chirp proxy again on `chirp_listener`,
     the listening socket the old image handed over, if any; its streamed output from
-    `streams`, the FIFOs and positions it handed over. Raises ProtocolError when
+    `streams`, the FIFOs and positions it handed over; its output goes to `transfer`,
+    the transfer socket and key a reconnect brought the old image (else the job ad's:
+    the first shadow's, gone after its schedd restarted). Raises ProtocolError when
     the shadow does not come back within the job lease."""
     address = claim_id.split("#", 1)[0]
     channel = channel or LostConnection()
-    calls = ShadowFileCalls(channel)  # its Chirp proxy passes file calls on
+    calls = ShadowFileCalls(channel, timeout_s=options.syscall_timeout_s)  # and Chirp's
     link = ShadowLink(channel, claim_id=claim_id, global_job_id=state.global_job_id,
                       lease_s=state.lease_s, starter_ad=state.starter_ad,
                       starter_address=address)  # fmt: skip
+    link.transfer = transfer
     job = job_values(state.job_wire)
     link.owner = str(job.get("User") or "")
     job_uid = state.job_uid

@@ -52,7 +52,7 @@ async def _late_answer() -> None:
 
     async def late_shadow() -> None:  # answers 1001 after the call's timeout, then reads on
         await old.recv(timeout_s=5)
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(1.5)  # well after the call's 0.3 s, loaded or not
         try:
             await _answer(old, LSEEK, 1001)
             await old.recv(timeout_s=2)

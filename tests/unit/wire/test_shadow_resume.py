@@ -121,7 +121,7 @@ def test_cancelled_between_two_calls_it_hands_its_connection_over(
     offered: list[MessageChannel | None] = []
 
     def handover(channel: MessageChannel | None, proxy: ChirpProxy | None,
-                 streams: object) -> bool:  # fmt: skip
+                 streams: object, transfer: object) -> bool:  # fmt: skip
         offered.append(channel)
         return True
 

@@ -29,7 +29,8 @@ def _link(channel: Channel) -> ShadowLink:
 
 
 def _options(handed: list[MessageChannel | None]) -> ShadowOptions:
-    def handover(channel: MessageChannel | None, proxy: Any, streams: Any) -> bool:
+    def handover(channel: MessageChannel | None, proxy: Any, streams: Any,
+                 transfer: Any) -> bool:  # fmt: skip
         handed.append(channel)
         return True
 
