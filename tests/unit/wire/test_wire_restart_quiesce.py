@@ -31,7 +31,8 @@ def _link(channel: Channel) -> ShadowLink:
 
 def _exporting(records: list[dict[str, Any] | None]) -> ShadowOptions:
     """The daemon's handover as pool_conversation makes it: the connection exported."""
-    def handover(channel: MessageChannel | None, proxy: Any, streams: Any) -> bool:
+    def handover(channel: MessageChannel | None, proxy: Any, streams: Any,
+                 transfer: Any) -> bool:  # fmt: skip
         records.append(export_connection(channel) if isinstance(channel, Channel) else None)
         return True
 
