@@ -251,6 +251,11 @@ class PoolCommands:
         from execd.daemon.pool_conversation import published_slot_ad, serve_shadow  # noqa: PLC0415
 
         request = decode_activate_claim(channel.decoder(await channel.recv()))
+        if self.daemon.stopping == "restart":  # its calls would not be quiesced: the
+            # shadow asks again each second, 20 times (CONDOR_TRY_AGAIN): the next image
+            logger.info("pool_activation_deferred", peer=peer.address, why="restarting")
+            await channel.send(channel.encoder().put_int(Reply.TRY_AGAIN).payload())
+            return
         job = job_values(request.job_ad)
         runner = PoolJob(self.daemon.jobs, request.claim_id)
         try:

@@ -31,7 +31,7 @@ class CallTurns:
         self.lock = asyncio.Lock()
         self._open = asyncio.Event()
         self._open.set()
-        self._ended = asyncio.Event()  # a turn ended since the quiesce last looked
+        self._changed = asyncio.Event()  # a turn ended (or changed()) since the quiesce looked
 
     @contextlib.asynccontextmanager
     async def turn(self) -> AsyncIterator[None]:
@@ -47,27 +47,33 @@ class CallTurns:
             yield
         finally:
             self.lock.release()
-            self._ended.set()
+            self._changed.set()
 
     @property
     def closed(self) -> bool:
         return not self._open.is_set()
+
+    def changed(self) -> None:
+        """What `settled` looks at changed outside a turn's end (the connection given
+        up under a call that then waits for a reconnect in its turn; a cancelled call's
+        answer read): the quiesce looks again."""
+        self._changed.set()
 
     def reopen(self) -> None:
         """The waiting calls go on (on a connection that is handed over, they fail)."""
         self._open.set()
 
     async def quiesce(self, settled: Callable[[], bool], timeout_s: float) -> bool:
-        """Close the gate and wait until `settled()` (re-checked as each turn ends),
-        `timeout_s` at most; whether it is."""
+        """Close the gate and wait until `settled()` (re-checked as each turn ends and
+        at each changed()), `timeout_s` at most; whether it is."""
         self._open.clear()
         deadline = time.monotonic() + timeout_s
         while not settled():
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            self._ended.clear()
-            waiter = asyncio.ensure_future(self._ended.wait())
+            self._changed.clear()
+            waiter = asyncio.ensure_future(self._changed.wait())
             done, _ = await asyncio.wait({waiter}, timeout=left)
             if not done:
                 waiter.cancel()

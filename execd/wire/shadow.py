@@ -372,5 +372,6 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         handed_over = hand_over(calls, link, options, proxy, streams)
         raise
     finally:
+        calls.turns.reopen()  # a quiesce's gate never outlives the conversation
         streams.close(handed_over)
         await close_conversation(options, link, proxy, sandbox, handed_over)

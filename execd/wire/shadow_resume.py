@@ -173,5 +173,6 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         handed_over = hand_over(calls, link, options, proxy, streamed)
         raise
     finally:
+        calls.turns.reopen()  # a quiesce's gate never outlives the conversation
         streamed.close(handed_over)
         await close_conversation(options, link, proxy, Path(state.sandbox), handed_over)

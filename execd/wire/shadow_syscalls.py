@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno as errnos
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from execd.errors import RemoteProtocolError
 from execd.wire.call_turns import CallTurns
+from execd.wire.cedar_errno import wire_errno
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import WireAd, decode_ad, encode_ad
 from execd.wire.encoding import Decoder, Encoder
@@ -71,18 +71,6 @@ class MessageChannel(Protocol):
     async def recv(self, timeout_s: float | None = None) -> bytes: ...
     def encoder(self) -> Encoder: ...
     def decoder(self, payload: bytes) -> Decoder: ...
-
-
-# CEDAR sends an errno in HTCondor's own numbering (condor_io/errno_num.cpp), the same
-# as Linux's up to 34 but for these: (the wire's number, Linux's).
-_WIRE_ERRNO = {36: errnos.EDEADLK, 38: errnos.ENAMETOOLONG, 39: errnos.ENOLCK,
-               40: errnos.ENOSYS, 41: errnos.ENOTEMPTY, 42: errnos.EILSEQ,
-               43: errnos.ETXTBSY}  # fmt: skip
-
-
-def wire_errno(number: int) -> int:
-    """The local errno of an errno the shadow sent (errno_num_decode)."""
-    return _WIRE_ERRNO.get(number, number)
 
 
 class SyscallError(RemoteProtocolError):
@@ -124,8 +112,8 @@ class ShadowSyscalls:
         self.link = link
         self.sessions: SecSessionInfo | None = None  # the latest get_sec_session_info
         self.turns = CallTurns()  # one call at a time; a restart's quiesce stops new ones
-        # True while a call is under way, and after one that did not complete (cancelled
-        # or failed): the connection may then hold half a message.
+        # True while a call is under way, and after one that did not complete (failed, or
+        # cancelled: until its answer is read): the connection may hold half a message.
         self.in_call = False
         # A call cancelled before its answer came: its exchange goes on, reading the
         # answer for nothing; the next call on that connection waits for it.
@@ -152,10 +140,12 @@ class ShadowSyscalls:
         self._handed_over = True
 
     async def quiesce(self, timeout_s: float) -> bool:
-        """CallTurns.quiesce until idle (or waiting for a reconnect anyway)."""
+        """CallTurns.quiesce until idle, or the connection lost (given up; a call
+        waiting for a reconnect): nothing to wait for, the shadow reconnects anyway."""
         link = self.link
         return await self.turns.quiesce(
-            lambda: self.idle or (link is not None and link.disconnected.is_set()), timeout_s)
+            lambda: self.idle or self._given_up is self.channel
+            or (link is not None and link.disconnected.is_set()), timeout_s)
 
     async def adopt_reconnect(self) -> None:
         """Move to the connection a reconnect offered, if any, and get its sessions."""
@@ -225,6 +215,10 @@ class ShadowSyscalls:
         if not exchange.cancelled() and exchange.exception() is None:
             if self.link is not None:
                 self.link.rpc_done()
+            if channel is self.channel and self._given_up is not channel \
+                    and not self.turns.lock.locked():  # fmt: skip
+                self.in_call = False  # answered, and no call since: between messages
+                self.turns.changed()
             return
         # Its answer may still come, where the next call would read it: given up.
         self.give_up(channel)
@@ -237,6 +231,7 @@ class ShadowSyscalls:
         if isinstance(channel, Channel):
             channel.writer.close()
         self._given_up = channel
+        self.turns.changed()
 
     def owned(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """`work` as a task held until it ends, its failure retrieved: a call shielded from

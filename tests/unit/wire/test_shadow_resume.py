@@ -180,3 +180,56 @@ def test_a_claim_released_before_it_resumed_ends_the_wait_for_the_shadow(
         return str(ended.value)
 
     assert "the schedd released the claim" in asyncio.run(scenario())
+
+
+def test_a_call_held_by_a_quiesce_goes_on_when_nothing_is_handed_over(
+        box: tuple[Path, tuple[int, int]]) -> None:  # fmt: skip
+    """A restart quiesced the calls and a reconnect came meanwhile (its adopt waits at
+    the closed gate); the conversation then ends with no handover to make
+    (ShadowOptions.handover None): the gate reopens with the conversation's end, so the
+    reconnect's handler returns (its connection let go). Before, only hand_over
+    reopened it, after its early return for no handover: the handler stayed pending
+    (wait_for 5 s: TimeoutError)."""
+    path, ids = box
+    proc = started(path, ids, "sleep 30")
+
+    async def scenario() -> list[int]:
+        await proc.start()
+        ours, theirs = await channel_pair()
+        calls: list[int] = []
+        seen = asyncio.Event()
+        peer = asyncio.create_task(shadow(theirs, calls, seen))
+        links = ShadowLinks()
+        options = ShadowOptions(update_interval_s=5, links=links, keep_sandbox=True)
+        resumed = asyncio.create_task(resume_shadow(CLAIM, conversation(path), proc, options,
+                                                    ours))  # fmt: skip
+        while REGISTER_JOB_INFO not in calls:
+            seen.clear()
+            await seen.wait()
+        link = links.by_session(session_id(CLAIM))
+        assert link is not None and link.quiesce is not None
+        answered = link.last_rpc
+        while link.last_rpc == answered:  # until the update's answer is in: between calls
+            await asyncio.sleep(0.01)
+        assert await asyncio.wait_for(link.quiesce(5.0), 5) is True
+        new_ours, new_theirs = await channel_pair()
+        new_calls: list[int] = []
+        new_peer = asyncio.create_task(shadow(new_theirs, new_calls, asyncio.Event()))
+        handler = asyncio.create_task(link.offer(new_ours, ReconnectJob(
+            "<shadow>", "", "vm", "<shadow>", "1#key")))  # fmt: skip
+        await asyncio.sleep(0.2)
+        assert not handler.done()  # its adopt waits at the gate
+        resumed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await resumed
+        await asyncio.wait_for(handler, 5)
+        for task in (peer, new_peer):
+            task.cancel()
+        await asyncio.gather(peer, new_peer, return_exceptions=True)
+        for channel in (ours, theirs, new_ours, new_theirs):
+            await channel.close()
+        proc.kill()
+        await proc.wait(10)
+        return new_calls
+
+    assert asyncio.run(scenario()) in ([], [GET_SEC_SESSION_INFO])

@@ -6,6 +6,7 @@ real encrypted socket pairs."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from test_wire_handover import encrypted_pair
 from execd.wire.channel import Channel
 from execd.wire.chirp_files import LSEEK
 from execd.wire.handover import adopt_connection, export_connection, hand_over
+from execd.wire.reconnect import ReconnectJob
 from execd.wire.shadow import ShadowOptions
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_link import ShadowLink, ShadowLinks
@@ -32,7 +34,7 @@ def _link(channel: Channel) -> ShadowLink:
 def _exporting(records: list[dict[str, Any] | None]) -> ShadowOptions:
     """The daemon's handover as pool_conversation makes it: the connection exported."""
     def handover(channel: MessageChannel | None, proxy: Any, streams: Any,
-                 transfer: Any = None) -> bool:  # fmt: skip
+                 transfer: Any) -> bool:  # fmt: skip
         records.append(export_connection(channel) if isinstance(channel, Channel) else None)
         return True
 
@@ -168,6 +170,104 @@ async def _putfile_in_flight() -> None:
     await theirs.send(theirs.encoder().put_int(5).payload())  # 5 written
     assert await asyncio.wait_for(quiesced, 5) is True
     assert await asyncio.wait_for(put, 5) == 5
+    records: list[dict[str, Any] | None] = []
+    assert hand_over(calls, link, _exporting(records), None, StreamedOutput({}))
+    assert records[0] is not None
+    await ours.send(b"the next image's")
+    assert await asyncio.wait_for(theirs.recv(), 5) == b"the next image's"
+    link.close()
+    for channel in (ours, theirs):
+        await channel.close()
+
+
+def test_a_call_whose_connection_is_lost_during_the_quiesce_ends_it_at_once() -> None:
+    asyncio.run(_lost_during_quiesce())
+
+
+async def _lost_during_quiesce() -> None:
+    """register_job_info waits for its answer when the restart quiesces the calls, and
+    the shadow's end goes away: the call waits for the reconnect in its turn, nothing
+    is left to let finish, and the quiesce ends then, not at its bound. Before, it was
+    looked at again only when a turn ended: 3.0 s of a 3.0 s bound, and
+    shadow_call_not_quiesced."""
+    ours, theirs = await encrypted_pair()
+    calls, link = await _calls(ours)
+    links = ShadowLinks()
+    links.add(link)
+    update = asyncio.create_task(calls.register_job_info({"ImageSize": "1000"}))
+    await asyncio.wait_for(theirs.recv(), 5)
+    start = time.monotonic()
+    with capture_logs() as events:
+        quiesced = asyncio.create_task(links.quiesce(3.0))
+        await asyncio.sleep(0.1)
+        await theirs.close()  # the shadow's end goes away mid-call
+        await asyncio.wait_for(quiesced, 5)
+    assert time.monotonic() - start < 1.5
+    assert link.disconnected.is_set()
+    assert "shadow_call_not_quiesced" not in [e["event"] for e in events]
+    update.cancel()  # the conversation's cancel
+    link.close()
+    await asyncio.gather(update, return_exceptions=True)
+    await ours.close()
+
+
+def test_a_reconnect_whose_sessions_failed_does_not_hold_the_quiesce() -> None:
+    asyncio.run(_failed_adopt())
+
+
+async def _failed_adopt() -> None:
+    """A reconnect's connection is taken and gone before get_sec_session_info is
+    answered (adopt_reconnect fails quietly: the next call waits for a reconnect): the
+    connection is given up, so a quiesce has nothing to wait for. Before: it waited its
+    whole bound (in_call was left set) and said shadow_call_not_quiesced."""
+    ours, theirs = await encrypted_pair()
+    calls, link = await _calls(ours)
+    new_ours, new_theirs = await encrypted_pair()
+    await new_theirs.close()  # the new shadow goes away at once
+    handler = asyncio.create_task(link.offer(new_ours, ReconnectJob(
+        "<shadow>", "", "vm", "<shadow>", "1#key")))  # fmt: skip
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if calls.channel is new_ours and not calls.turns.lock.locked():
+            break
+    assert calls.channel is new_ours and calls.in_call  # adopted, its sessions failed
+    start = time.monotonic()
+    assert await asyncio.wait_for(calls.quiesce(3.0), 5) is True
+    assert time.monotonic() - start < 1.0
+    records: list[dict[str, Any] | None] = []
+    assert hand_over(calls, link, _exporting(records), None, StreamedOutput({}))
+    assert records == [None]  # nothing to hand over: the shadow reconnects to the next image
+    link.close()
+    await asyncio.wait_for(handler, 5)
+    for channel in (ours, theirs, new_ours):
+        await channel.close()
+
+
+def test_an_update_cancelled_before_its_answer_leaves_the_connection_idle_once_answered(
+) -> None:  # fmt: skip
+    asyncio.run(_cancelled_update())
+
+
+async def _cancelled_update() -> None:
+    """An update cancelled mid-exchange (a stream's hold cancels it) before the shadow
+    answers; the answer then comes and is read for nothing: the connection is between
+    messages, so a later restart's quiesce ends at once and the connection is handed
+    over. Before, in_call stayed set until the next call: the quiesce waited its whole
+    bound, shadow_call_not_quiesced, and the connection was dropped (records [None])."""
+    ours, theirs = await encrypted_pair()
+    calls, link = await _calls(ours)
+    update = asyncio.create_task(calls.register_job_info({"ImageSize": "1000"}))
+    await asyncio.wait_for(theirs.recv(), 5)
+    update.cancel()
+    await asyncio.gather(update, return_exceptions=True)
+    await theirs.send(theirs.encoder().put_int(0).payload())  # the answer, read for nothing
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if calls._unfinished is not None and calls._unfinished[1].done():
+            break
+    start = time.monotonic()
+    assert await asyncio.wait_for(calls.quiesce(3.0), 5) is True
+    assert time.monotonic() - start < 1.0
     records: list[dict[str, Any] | None] = []
     assert hand_over(calls, link, _exporting(records), None, StreamedOutput({}))
     assert records[0] is not None
