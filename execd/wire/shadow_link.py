@@ -16,6 +16,7 @@ connection to the job (CA_RECONNECT_JOB). Claim ids stay out of the log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import time
 from collections.abc import Awaitable, Callable
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
     from execd.wire.ssh_sessions import JobShell
 
 log = get_logger("wire")
+# How long a reconnect's connection, its command cancelled, waits for the job's
+# conversation (cancelled with it) to hand it over or end before it is closed.
+HANDOVER_WAIT_S = 5.0
 
 
 def session_id(claim_id: str) -> str:
@@ -133,7 +137,16 @@ class ShadowLink:
         await _close(self.channel)
         if self.adopt is not None:
             await self.adopt()
-        await released.wait()
+        try:
+            await released.wait()
+        except asyncio.CancelledError:
+            # The daemon stops: its command server cancels every connection's task at
+            # once, the job's conversation's too. Closed now, this connection could not go
+            # to the next image (a restart in place's hand_over runs in the conversation's
+            # task, maybe after this one): it closes once the conversation let it go.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(released.wait(), HANDOVER_WAIT_S)
+            raise
 
     def take_offered(self) -> MessageChannel | None:
         """The connection a reconnect brought, made current (None if there is none)."""

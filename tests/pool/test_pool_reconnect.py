@@ -120,3 +120,36 @@ def test_a_job_runs_on_through_execds_restart_in_place_unseen_by_its_shadow(
     assert "Normal termination (return value 0)" in job.user_log()
     assert job.output("result.txt").endswith("args: sleep 20\n")
     assert job.output("out.txt") == "input one\n" and job.output("err.txt") == "oops\n"
+
+
+def test_a_restart_in_place_after_a_schedd_restart_sends_the_output_to_the_new_shadow(
+        pool: harness.Pool) -> None:  # fmt: skip
+    """condor_restart -schedd mid-job: the new shadow reconnects (022, 023) with its own
+    transfer socket and key. Then `execd restart` in place, the connection kept: the
+    next image must send the output to the new shadow's transfer socket (the job ad
+    still names the first shadow's, gone with its schedd). The output comes back and the
+    job is not requeued: 022, 023, 005, one start. Before, the restart closed the
+    reconnect's connection (its CA_RECONNECT_JOB command's task, cancelled with the
+    conversation's, ended first): connection='dropped', the shadow reconnected again and
+    refused the output transfer (transkey), the job was run again."""
+    def restarts(pool: harness.Pool, job: harness.SubmittedJob) -> None:
+        restart_schedd(pool, job)  # waits for 001 first
+        job.wait_for_event("023", WAIT_S)
+        node.wait_for("shadow_reconnected")  # its sessions call, if still under way, is
+        node.send(signal.SIGUSR2)  # let finish by the restart's quiesce
+        node.wait_for("shadow_conversation_handed_over", slot="slot1_1", connection="kept")
+        node.wait_for("shadow_conversation_resumed", connection="kept")
+
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = pool_node(pool, tmp)
+        try:
+            job = run_on_condor_startd(pool, "sleep 45", during=restarts)
+            finished = node.wait_for("job_finished", slot="slot1_1", reason="exited")
+            assert starters(node) == [finished["job"]], node.events()  # not run again
+        finally:
+            node.stop(signal.SIGQUIT)
+    events = [e for e in job.events() if e != "006"]
+    assert events.count("001") == 1 and events[-3:] == ["022", "023", "005"], job.user_log()
+    assert "Normal termination (return value 0)" in job.user_log()
+    assert job.output("result.txt").endswith("args: sleep 45\n")
+    assert job.output("out.txt") == "input one\n" and job.output("err.txt") == "oops\n"
