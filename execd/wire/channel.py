@@ -134,19 +134,22 @@ class Channel:
         self._first_send = self._first_recv = False
 
     # ----- sending -----------------------------------------------------------------
-    async def send(self, payload: bytes, *, end: bool = True) -> None:
+    async def send(self, payload: bytes, *, end: bool = True,
+                   timeout_s: float | None = None) -> None:  # fmt: skip
         """Send one whole message; with `end` false, packets of a message that goes on
-        (the last of them sent with `end` true): a long message need not be held whole."""
+        (the last of them sent with `end` true): a long message need not be held whole.
+        `timeout_s` (the channel's by default) bounds a stall, as the socket's timeout
+        bounds condor's writes (the syscall socket's is STARTER_UPLOAD_TIMEOUT)."""
         self.writer.write(self._frame(payload, end))
         try:
-            await self._drain()
+            await self._drain(self.timeout_s if timeout_s is None else timeout_s)
         except (OSError, TimeoutError) as exc:
             reason = str(exc) or "timed out"
             raise RemoteProtocolError(f"sending to {self.peer} failed: {reason}") from None
 
-    async def _drain(self) -> None:
+    async def _drain(self, limit: float) -> None:
         """Wait until the transport's buffer is low again; TimeoutError only when it did
-        not shrink for timeout_s (condor's timeout is a stall bound, not a bound on the
+        not shrink for `limit` s (condor's timeout is a stall bound, not a bound on the
         whole message: a 32 MiB Chirp putfile on a slow link that moves goes on)."""
         transport = self.writer.transport
         clock = asyncio.get_running_loop().time
@@ -154,12 +157,12 @@ class Channel:
         try:
             left, moved = transport.get_write_buffer_size(), clock()
             while True:  # looked at 4 times a bound: fails within 1.25 bounds of a stall
-                done, _ = await asyncio.wait({drain}, timeout=self.timeout_s / 4)
+                done, _ = await asyncio.wait({drain}, timeout=limit / 4)
                 if done:
                     return drain.result()
                 if (now := transport.get_write_buffer_size()) < left:
                     left, moved = now, clock()
-                elif clock() - moved >= self.timeout_s:
+                elif clock() - moved >= limit:
                     raise TimeoutError()
         finally:
             drain.cancel()  # no-op once done; a cancelled task is never "not retrieved"

@@ -64,7 +64,7 @@ class LostConnection:
     """The syscall connection that went with the old process: every call fails (and so
     waits for the shadow's reconnect)."""
 
-    async def send(self, payload: bytes) -> None:
+    async def send(self, payload: bytes, *, timeout_s: float | None = None) -> None:
         raise RemoteProtocolError("the shadow's connection closed when execd restarted")
 
     async def recv(self, timeout_s: float | None = None) -> bytes:

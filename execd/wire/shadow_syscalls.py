@@ -67,7 +67,7 @@ T = TypeVar("T")
 class MessageChannel(Protocol):
     """What the syscall and file transfer code needs of a connection (Channel has it)."""
 
-    async def send(self, payload: bytes) -> None: ...
+    async def send(self, payload: bytes, *, timeout_s: float | None = None) -> None: ...
     async def recv(self, timeout_s: float | None = None) -> bytes: ...
     def encoder(self) -> Encoder: ...
     def decoder(self, payload: bytes) -> Decoder: ...
@@ -196,7 +196,7 @@ class ShadowSyscalls:
     async def _send_and_read(self, channel: MessageChannel, message: bytes,
                              answer: bool) -> bytes | None:  # fmt: skip
         try:
-            await channel.send(message)
+            await channel.send(message, timeout_s=self.timeout_s)
             return await channel.recv(self.timeout_s) if answer else None
         except RemoteProtocolError as exc:
             raise ShadowConnectionLostError(str(exc)) from None

@@ -62,7 +62,7 @@ class Shadow:
         self.script = script
         self.sent: list[bytes] = []
 
-    async def send(self, payload: bytes) -> None:
+    async def send(self, payload: bytes, *, timeout_s: float | None = None) -> None:
         kind, _ = self.script.pop(0)
         assert kind == "send", f"sent {payload[:40]!r} where the shadow sends"
         self.sent.append(payload)

@@ -107,7 +107,7 @@ def test_subdirectories_and_an_escaping_name(tmp_path: Path) -> None:
     script += [_int(0), ("recv", ack), ("any", b"")]
 
     class Loose(Replay):
-        async def send(self, payload: bytes) -> None:
+        async def send(self, payload: bytes, *, timeout_s: float | None = None) -> None:
             kind, _ = self.script.pop(0)
             assert kind == "any"
             self.sent.append(payload)

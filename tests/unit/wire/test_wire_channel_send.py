@@ -105,3 +105,35 @@ async def _timed_out_message() -> None:
     ours.writer.transport.abort()
     await ours.close()
     await theirs.close()
+
+
+def test_a_syscall_send_waits_for_the_syscall_timeout_not_the_channels() -> None:
+    asyncio.run(_paused_reader())
+
+
+async def _paused_reader() -> None:
+    """condor_starter's syscall_sock->timeout(STARTER_UPLOAD_TIMEOUT) bounds its writes
+    too: a shadow that stops reading 2 s (over the channel's 0.5 s, under the calls'
+    5 s) in a putfile's bytes is waited for."""
+    ours, theirs = await channel_pair(timeout_s=0.5)
+    link = _link(ours)
+    calls = ShadowFileCalls(ours, timeout_s=5.0)
+    calls.attach(link)
+
+    async def shadow() -> None:
+        await theirs.recv(timeout_s=5)
+        await theirs.send(theirs.encoder().put_int(7).payload())
+        await asyncio.sleep(2.0)  # stops reading
+        await theirs.recv(timeout_s=5)
+        await theirs.send(theirs.encoder().put_int(SIZE).payload())
+
+    async def data(fd: int) -> bytes:
+        return b"x" * SIZE
+
+    peer = asyncio.create_task(shadow())
+    assert await calls.putfile("f", 0o644, SIZE, data) == SIZE
+    await asyncio.wait_for(peer, 10)
+    assert not link.disconnected.is_set()
+    assert not ours.writer.is_closing()
+    await ours.close()
+    await theirs.close()

@@ -128,7 +128,7 @@ class Replay:
         self.script = list(script)
         self.sent: list[bytes] = []
 
-    async def send(self, payload: bytes) -> None:
+    async def send(self, payload: bytes, *, timeout_s: float | None = None) -> None:
         kind, expected = self.script.pop(0)
         assert kind == "send", f"sent a message where the capture received one: {payload[:40]!r}"
         assert payload == expected

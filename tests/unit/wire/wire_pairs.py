@@ -33,7 +33,7 @@ class ScriptedPeer:
         self.answers = list(answers or [])
         self.sent: list[bytes] = []
 
-    async def send(self, payload: bytes) -> None:
+    async def send(self, payload: bytes, *, timeout_s: float | None = None) -> None:
         self.sent.append(payload)
 
     async def recv(self, timeout_s: float | None = None) -> bytes:
