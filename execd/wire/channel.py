@@ -144,6 +144,9 @@ class Channel:
         try:
             await self._drain(self.timeout_s if timeout_s is None else timeout_s)
         except (OSError, TimeoutError) as exc:
+            # Half a message went: the connection is done. Dropped, as condor drops it: a
+            # graceful close would hold the unsent bytes and the socket until the peer reads.
+            self.writer.transport.abort()
             reason = str(exc) or "timed out"
             raise RemoteProtocolError(f"sending to {self.peer} failed: {reason}") from None
 

@@ -137,3 +137,27 @@ async def _paused_reader() -> None:
     assert not ours.writer.is_closing()
     await ours.close()
     await theirs.close()
+
+
+def test_a_failed_send_drops_the_connection_and_its_unsent_bytes() -> None:
+    asyncio.run(_dropped_after_failure())
+
+
+async def _dropped_after_failure() -> None:
+    """condor drops a socket whose write failed; a graceful close would keep the unsent
+    bytes (up to a 32 MiB message) and the descriptor until a peer that stopped
+    reading reads again."""
+    ours, theirs = await channel_pair(timeout_s=0.3)  # nobody reads theirs
+    with pytest.raises(RemoteProtocolError, match="timed out"):
+        await ours.send(b"x" * (8 * 1024 * 1024))
+    transport = ours.writer.transport
+    assert transport.get_write_buffer_size() == 0
+    assert transport.is_closing()
+    await ours.close()
+
+    async def to_the_end() -> None:  # what the kernel held, then the end
+        while await theirs.reader.read(1 << 20):
+            pass
+
+    await asyncio.wait_for(to_the_end(), 5)
+    await theirs.close()
