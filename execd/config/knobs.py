@@ -123,7 +123,7 @@ _group(
     ("JOB_DEFAULT_LEASE_DURATION", I, "2400", "Claim lease for jobs that state none."),
     ("STARTER_UPDATE_INTERVAL", I, "300", "Seconds between the starter's job updates."),
     ("STARTER_INITIAL_UPDATE_INTERVAL", I, "8", "Seconds before the starter's first job update."),
-    ("STARTER_UPLOAD_TIMEOUT", I, "300", "Seconds a call on the shadow's syscall connection (a job update, a Chirp call) waits for its answer before the connection is taken as lost and closed (the shadow reconnects); 0 or less: 300. HTCondor's starter also bounds its output transfer's socket with it (200 s by default there); execd does not."),
+    ("STARTER_UPLOAD_TIMEOUT", I, "300", "Seconds a call on the shadow's syscall connection (a job update, a Chirp call) may stall, sending or waiting for its answer, before the connection is taken as lost and closed (the shadow reconnects). 300 by default, as in HTCondor (param_info.in's default, which param_integer takes over the 200 written in some of condor_starter's calls), whose starter bounds both its syscall socket and its output transfer's socket with it; execd's output transfer does not use it. 0 or less: 300 here, where HTCondor's socket would have no timeout at all."),
     ("CGROUP_POLLING_INTERVAL", I, "5", "Seconds between reads of a job cgroup's usage."),
     ("MAX_DRAINING_ACTIVATION_DELAY", I, "20", "Seconds a claimed slot waits for activation while draining."),
 )

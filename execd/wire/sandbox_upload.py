@@ -36,8 +36,9 @@ from execd.wire.output_files import OutputItem, OutputListError, input_baseline
 from execd.wire.owner_thread import OwnerThread, OwnerThreadTimeoutError
 from execd.wire.shadow_syscalls import MessageChannel
 
-# Seconds one open, read or the listing may take in the upload's thread: HTCondor's
-# STARTER_UPLOAD_TIMEOUT default. Past it the job is held (13, ETIMEDOUT) naming it.
+# Seconds one open, read or the listing may take in the upload's thread (the 200 written
+# in jic_shadow.cpp's param_integer("STARTER_UPLOAD_TIMEOUT", 200) calls; the knob's
+# effective default there is 300, param_info.in's). Past it the job is held (13, ETIMEDOUT).
 log = get_logger("wire")
 OUTPUT_IO_TIMEOUT_S = 200.0
 
