@@ -24,6 +24,7 @@ import contextlib
 import os
 import socket
 import stat
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from execd.log import get_logger
@@ -56,8 +57,10 @@ def export_connection(channel: Channel) -> dict[str, Any] | None:
             "recv_iv": b64(recv_iv).decode(), "received": received}  # fmt: skip
 
 
-def inherited_fd(record: dict[str, Any]) -> int | None:
-    """The record's descriptor if this process inherited it through its own exec."""
+def inherited_fd(record: dict[str, Any],
+                 is_kind: Callable[[int], bool] = stat.S_ISSOCK) -> int | None:  # fmt: skip
+    """The record's descriptor if this process inherited it through its own exec (a
+    socket, or what `is_kind` says of its mode, e.g. stat.S_ISFIFO)."""
     fd = record.get("fd")
     if record.get("pid") != os.getpid() or not isinstance(fd, int):
         return None
@@ -65,7 +68,7 @@ def inherited_fd(record: dict[str, Any]) -> int | None:
         info = os.fstat(fd)
     except OSError:
         return None
-    if not stat.S_ISSOCK(info.st_mode) or info.st_ino != record.get("inode"):
+    if not is_kind(info.st_mode) or info.st_ino != record.get("inode"):
         return None
     return fd
 

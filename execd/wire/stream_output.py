@@ -47,6 +47,7 @@ from typing import Any
 
 from execd.log import get_logger
 from execd.wire.chirp_files import CLOSE, LSEEK, O_CREAT, O_TRUNC, O_WRONLY, OPEN, WRITE
+from execd.wire.handover import inherited_fd
 from execd.wire.job_runner import JobHeldError
 from execd.wire.shadow_file_calls import ShadowFileCalls
 from execd.wire.shadow_syscalls import ShadowConnectionLostError, SyscallError
@@ -354,16 +355,7 @@ def _set_once(ready: asyncio.Future[None]) -> None:
 
 def inherited_fifo(record: dict[str, Any]) -> int | None:
     """The record's FIFO descriptor if this process inherited it through its own exec."""
-    fd = record.get("fd")
-    if record.get("pid") != os.getpid() or not isinstance(fd, int):
-        return None
-    try:
-        info = os.fstat(fd)
-    except OSError:
-        return None
-    if not stat.S_ISFIFO(info.st_mode) or info.st_ino != record.get("inode"):
-        return None
-    return fd
+    return inherited_fd(record, stat.S_ISFIFO)
 
 
 def release_streams(records: dict[str, Any] | None) -> None:
