@@ -133,17 +133,18 @@ class ShadowLink:
         if request.transfer_socket and request.transfer_key:
             self.transfer = (request.transfer_socket, request.transfer_key)
         self._arrived.set()
-        # A call waiting on the old connection fails now and moves to this one.
-        await _close(self.channel)
-        if self.adopt is not None:
-            await self.adopt()
         try:
+            # A call waiting on the old connection fails now and moves to this one.
+            await _close(self.channel)
+            if self.adopt is not None:
+                await self.adopt()  # (during a restart's quiesce: held at its gate)
             await released.wait()
         except asyncio.CancelledError:
             # The daemon stops: its command server cancels every connection's task at
             # once, the job's conversation's too. Closed now, this connection could not go
             # to the next image (a restart in place's hand_over runs in the conversation's
-            # task, maybe after this one): it closes once the conversation let it go.
+            # task, maybe after this one; a reconnect not adopted yet is handed over
+            # itself): it closes once the conversation let it go.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(released.wait(), HANDOVER_WAIT_S)
             raise

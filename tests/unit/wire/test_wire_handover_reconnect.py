@@ -10,6 +10,7 @@ run after the reconnect's. Real encrypted socket pairs, no mocks."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from test_wire_handover import encrypted_pair
@@ -92,4 +93,65 @@ async def _restart_after_a_reconnect() -> tuple[dict[str, Any] | None, bytes, by
 def test_a_reconnects_connection_is_handed_over_when_its_command_is_cancelled_first() -> None:
     record, got, answer = asyncio.run(_restart_after_a_reconnect())
     assert record is not None  # not closed by its command's end before the handover
+    assert (got, answer) == (b"next call", b"its answer")
+
+
+async def _restart_while_a_reconnect_waits_at_the_quiesce() -> tuple[Any, bytes, bytes]:
+    ours, old_shadow = await encrypted_pair()
+    fresh, new_shadow = await encrypted_pair()
+    calls = ShadowSyscalls(ours)  # attach: the link's adopt is calls.adopt_reconnect
+    link = ShadowLink(ours, claim_id=CLAIM, global_job_id="vm#1.0#1", lease_s=600.0,
+                      starter_ad={}, starter_address="<127.0.0.1:1>")  # fmt: skip
+    calls.attach(link)
+    assert await link.quiesce(1.0)  # the restart's quiesce: the gate closed, idle
+
+    async def reconnect_command() -> None:
+        try:
+            await link.offer(fresh, ReconnectJob("<shadow2>", "", "vm", "<shadow2>", "1#k"))
+        finally:
+            await fresh.close()
+
+    records: list[dict[str, Any] | None] = []
+
+    def handover(channel: Any, proxy: Any, streams: Any, transfer: Any) -> bool:
+        records.append(export_connection(channel))
+        return True
+
+    async def conversation() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            hand_over(calls, link, ShadowOptions(handover=handover), None, StreamedOutput({}))
+            raise
+        finally:
+            link.close()
+
+    job = asyncio.create_task(conversation())
+    command = asyncio.create_task(reconnect_command())
+    # The reconnect closes the old connection, then its adopt waits at the closed gate
+    with contextlib.suppress(Exception):
+        await old_shadow.recv(timeout_s=5)
+    for task in (command, job):  # the reconnect's task first, as in test above
+        task.cancel()
+    await asyncio.gather(command, job, return_exceptions=True)
+    record = records[0]
+    adopted = await adopt_connection(record, timeout_s=5) if record is not None else None
+    got, answer = b"", b""
+    if adopted is not None:  # the connection never used goes on in the next image
+        await adopted.send(b"next call")
+        got = await new_shadow.recv()
+        await new_shadow.send(b"its answer")
+        answer = await adopted.recv()
+        await adopted.close()
+    for channel in (ours, old_shadow, new_shadow):
+        await channel.close()
+    return record, got, answer
+
+
+def test_a_reconnect_held_by_the_quiesce_is_handed_over_when_its_command_is_cancelled_first(
+        ) -> None:  # fmt: skip
+    """A shadow reconnects while the restart quiesces: the reconnect's adopt waits at
+    the closed gate, its command is cancelled there; the connection is handed over."""
+    record, got, answer = asyncio.run(_restart_while_a_reconnect_waits_at_the_quiesce())
+    assert record is not None
     assert (got, answer) == (b"next call", b"its answer")
