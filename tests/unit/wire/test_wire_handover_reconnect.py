@@ -25,44 +25,81 @@ from execd.wire.streamed_output import StreamedOutput
 CLAIM = "<127.0.0.1:1?addrs=127.0.0.1-1>#1795423816#7#[Encryption=\"YES\";]" + "c" * 64
 
 
-async def _restart_after_a_reconnect() -> tuple[dict[str, Any] | None, bytes, bytes]:
-    ours, old_shadow = await encrypted_pair()
-    fresh, new_shadow = await encrypted_pair()  # the CA request read, its Success sent
-    calls = ShadowSyscalls(ours)
-    link = ShadowLink(ours, claim_id=CLAIM, global_job_id="vm#1.0#1", lease_s=600.0,
-                      starter_ad={}, starter_address="<127.0.0.1:1>")  # fmt: skip
-    calls.attach(link)
+class Restart:
+    """A job's conversation, its old shadow and a reconnect's connection from a new
+    one (the CA request read, its Success sent), as the command server runs them."""
 
-    async def reconnect_command() -> None:  # as CommandServer._serve runs the command
+    async def start(self) -> None:
+        self.ours, self.old_shadow = await encrypted_pair()
+        self.fresh, self.new_shadow = await encrypted_pair()
+        self.calls = ShadowSyscalls(self.ours)  # attach: the link's adopt is adopt_reconnect
+        self.link = ShadowLink(self.ours, claim_id=CLAIM, global_job_id="vm#1.0#1",
+                               lease_s=600.0, starter_ad={},
+                               starter_address="<127.0.0.1:1>")  # fmt: skip
+        self.calls.attach(self.link)
+        self.records: list[dict[str, Any] | None] = []
+
+    def run(self) -> tuple[asyncio.Task[None], asyncio.Task[None]]:
+        """(the reconnect's command, the job's conversation) as two server tasks, the
+        conversation started first (it was activated before the reconnect came)."""
+        job = asyncio.create_task(self._conversation())
+        return asyncio.create_task(self._reconnect_command()), job
+
+    async def _reconnect_command(self) -> None:  # as CommandServer._serve runs it
         try:
-            await link.offer(fresh, ReconnectJob("<shadow2>", "", "vm", "<shadow2>", "1#k"))
+            await self.link.offer(self.fresh,
+                                  ReconnectJob("<shadow2>", "", "vm", "<shadow2>", "1#k"))
         finally:
-            await fresh.close()
+            await self.fresh.close()
 
-    records: list[dict[str, Any] | None] = []
-
-    def handover(channel: Any, proxy: Any, streams: Any, transfer: Any) -> bool:
-        records.append(export_connection(channel))  # as pool_conversation's handover
+    def _handover(self, channel: Any, proxy: Any, streams: Any, transfer: Any) -> bool:
+        self.records.append(export_connection(channel))  # as pool_conversation's handover
         return True
 
-    async def conversation() -> None:  # serve_shadow's ending, cancelled
+    async def _conversation(self) -> None:  # serve_shadow's ending, cancelled
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
-            hand_over(calls, link, ShadowOptions(handover=handover), None, StreamedOutput({}))
+            hand_over(self.calls, self.link, ShadowOptions(handover=self._handover), None,
+                      StreamedOutput({}))  # fmt: skip
             raise
         finally:
-            link.close()
+            self.link.close()
 
+    async def cancel_and_go_on(self, command: asyncio.Task[None], job: asyncio.Task[None],
+                               ) -> tuple[dict[str, Any] | None, bytes, bytes]:  # fmt: skip
+        """The restart: CommandServer.close cancels its tasks in its set's order, here the
+        reconnect's first (the pool's run); then the next image's first call on what was
+        handed over: (the record, what the new shadow got, the answer read back)."""
+        for task in (command, job):
+            task.cancel()
+        await asyncio.gather(command, job, return_exceptions=True)
+        record = self.records[0]
+        adopted = await adopt_connection(record, timeout_s=5) if record is not None else None
+        got, answer = b"", b""
+        if adopted is not None:
+            await adopted.send(b"next call")
+            got = await self.new_shadow.recv()
+            await self.new_shadow.send(b"its answer")
+            answer = await adopted.recv()
+            await adopted.close()
+        for channel in (self.ours, self.old_shadow, self.new_shadow):
+            await channel.close()
+        return record, got, answer
+
+
+async def _restart_after_a_reconnect() -> tuple[dict[str, Any] | None, bytes, bytes]:
+    restart = Restart()
+    await restart.start()
     taken = asyncio.Event()
 
     async def adopt() -> None:  # the job's conversation takes it (gets its sessions)
-        await calls.adopt_reconnect()
+        await restart.calls.adopt_reconnect()
         taken.set()
 
-    link.adopt = adopt
-    job = asyncio.create_task(conversation())
-    command = asyncio.create_task(reconnect_command())
+    restart.link.adopt = adopt
+    command, job = restart.run()
+    new_shadow = restart.new_shadow
     dec = new_shadow.decoder(await new_shadow.recv())
     assert dec.get_int() == GET_SEC_SESSION_INFO
     enc = new_shadow.encoder().put_int(1)
@@ -70,24 +107,8 @@ async def _restart_after_a_reconnect() -> tuple[dict[str, Any] | None, bytes, by
         enc.put_string(value)
     await new_shadow.send(enc.payload())
     await taken.wait()  # offer() is at its wait for the connection's release
-    assert calls.channel is fresh and calls.idle
-    # The restart: CommandServer.close cancels its tasks in its set's order; this one
-    # is the order in which the reconnect's task ran first (the pool's run)
-    for task in (command, job):
-        task.cancel()
-    await asyncio.gather(command, job, return_exceptions=True)
-    record = records[0]
-    adopted = await adopt_connection(record, timeout_s=5) if record is not None else None
-    got, answer = b"", b""
-    if adopted is not None:  # the next image's first call reaches the new shadow
-        await adopted.send(b"next call")
-        got = await new_shadow.recv()
-        await new_shadow.send(b"its answer")
-        answer = await adopted.recv()
-        await adopted.close()
-    for channel in (ours, old_shadow, new_shadow):
-        await channel.close()
-    return record, got, answer
+    assert restart.calls.channel is restart.fresh and restart.calls.idle
+    return await restart.cancel_and_go_on(command, job)
 
 
 def test_a_reconnects_connection_is_handed_over_when_its_command_is_cancelled_first() -> None:
@@ -97,55 +118,14 @@ def test_a_reconnects_connection_is_handed_over_when_its_command_is_cancelled_fi
 
 
 async def _restart_while_a_reconnect_waits_at_the_quiesce() -> tuple[Any, bytes, bytes]:
-    ours, old_shadow = await encrypted_pair()
-    fresh, new_shadow = await encrypted_pair()
-    calls = ShadowSyscalls(ours)  # attach: the link's adopt is calls.adopt_reconnect
-    link = ShadowLink(ours, claim_id=CLAIM, global_job_id="vm#1.0#1", lease_s=600.0,
-                      starter_ad={}, starter_address="<127.0.0.1:1>")  # fmt: skip
-    calls.attach(link)
-    assert await link.quiesce(1.0)  # the restart's quiesce: the gate closed, idle
-
-    async def reconnect_command() -> None:
-        try:
-            await link.offer(fresh, ReconnectJob("<shadow2>", "", "vm", "<shadow2>", "1#k"))
-        finally:
-            await fresh.close()
-
-    records: list[dict[str, Any] | None] = []
-
-    def handover(channel: Any, proxy: Any, streams: Any, transfer: Any) -> bool:
-        records.append(export_connection(channel))
-        return True
-
-    async def conversation() -> None:
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            hand_over(calls, link, ShadowOptions(handover=handover), None, StreamedOutput({}))
-            raise
-        finally:
-            link.close()
-
-    job = asyncio.create_task(conversation())
-    command = asyncio.create_task(reconnect_command())
+    restart = Restart()
+    await restart.start()
+    assert await restart.link.quiesce(1.0)  # the restart's quiesce: the gate closed, idle
+    command, job = restart.run()
     # The reconnect closes the old connection, then its adopt waits at the closed gate
     with contextlib.suppress(Exception):
-        await old_shadow.recv(timeout_s=5)
-    for task in (command, job):  # the reconnect's task first, as in test above
-        task.cancel()
-    await asyncio.gather(command, job, return_exceptions=True)
-    record = records[0]
-    adopted = await adopt_connection(record, timeout_s=5) if record is not None else None
-    got, answer = b"", b""
-    if adopted is not None:  # the connection never used goes on in the next image
-        await adopted.send(b"next call")
-        got = await new_shadow.recv()
-        await new_shadow.send(b"its answer")
-        answer = await adopted.recv()
-        await adopted.close()
-    for channel in (ours, old_shadow, new_shadow):
-        await channel.close()
-    return record, got, answer
+        await restart.old_shadow.recv(timeout_s=5)
+    return await restart.cancel_and_go_on(command, job)
 
 
 def test_a_reconnect_held_by_the_quiesce_is_handed_over_when_its_command_is_cancelled_first(
