@@ -187,8 +187,7 @@ class ShadowLink:
         self._set_down()
         try:
             if self.closed:
-                raise ProtocolError(f"the conversation of {self.global_job_id} ended: no "
-                                    f"shadow reconnects to it ({lost})")  # fmt: skip
+                raise self._ended_error(lost)
             if remaining <= 0:
                 raise TimeoutError
             # A call that outlived its conversation (shielded, its caller cancelled)
@@ -202,8 +201,7 @@ class ShadowLink:
                 for wait in waits:
                     wait.cancel()
             if self._offered is None and self._ended.is_set():
-                raise ProtocolError(f"the conversation of {self.global_job_id} ended: no "
-                                    f"shadow reconnects to it ({lost})")  # fmt: skip
+                raise self._ended_error(lost)
             if self._offered is None and self._released.is_set():
                 log.info("shadow_wait_ended", job=self.global_job_id,
                          why="the schedd released the claim")  # fmt: skip
@@ -213,6 +211,10 @@ class ShadowLink:
             log.warning("shadow_lease_expired", job=self.global_job_id, lease_s=self.lease_s)
             raise ProtocolError(f"the shadow of {self.global_job_id} did not reconnect within "
                                 f"the job lease ({self.lease_s} s): {lost}") from None  # fmt: skip
+
+    def _ended_error(self, lost: Exception) -> ProtocolError:
+        return ProtocolError(f"the conversation of {self.global_job_id} ended: no shadow "
+                             f"reconnects to it ({lost})")  # fmt: skip
 
     def down_s(self, since: float = 0.0) -> float:
         """How long the job has been without a connection after `since` (monotonic
