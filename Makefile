@@ -25,7 +25,7 @@ lint: $(STAMP)
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
 	$(PY) tests/tiers.py setup
-	$(PY) -m pytest --durations=30 tests
+	$(PY) tests/run_tiers.py
 
 docs: $(STAMP)
 	$(PY) -m execd.config.docgen > docs/config.md
