@@ -188,7 +188,7 @@ def sshd_cgroup(member: PoolMember, slot: str) -> Path | None:
     if tree is None or not slot:
         return None
     try:
-        return tree.job(slot).slice / "sshd"
+        return tree.job(slot).sshd
     except CgroupError:
         return None
 

@@ -20,7 +20,7 @@ from typing import Any
 from execd.cgroups.discovery import Hierarchy
 from execd.cgroups.fs import CgroupFS
 from execd.cgroups.limits import LimitPlan, LimitSettings, plan_limits
-from execd.cgroups.tree import CgroupTree, JobCgroup
+from execd.cgroups.tree import SSHD_LEAF, CgroupTree, JobCgroup
 from execd.errors import CgroupError
 from execd.starter import report as rpt
 from execd.starter.ad_files import ad_file_env, write_ad_files
@@ -40,6 +40,9 @@ from execd.starter.spec import CONTROL_SIGNALS, StarterSpec
 
 # Taken with sigtimedwait: the daemon's control signals, and the job's end.
 CONTROL = {*CONTROL_SIGNALS, signal.SIGCHLD}
+# How often an interactive job that has exited looks whether its ssh sessions have
+# ended (their sshds are the daemon's children: their end sends the starter nothing).
+SESSIONS_POLL_S = 0.25
 
 
 def event(name: str, **kv: object) -> None:
@@ -84,6 +87,7 @@ class Starter:
         self.job_state = "Running"
         self.entered_state = int(time.time())
         self.init_status_r: int | None = None
+        self.waited_for_sessions = False
 
     # -- setup ---------------------------------------------------------------
     def start(self) -> None:
@@ -227,6 +231,9 @@ class Starter:
         )
 
     def soft_kill(self) -> None:
+        if self.status is not None:  # only its ssh sessions are left: they end now
+            self.hard_kill()  # (its pid is reaped: never signalled again)
+            return
         if self.frozen:
             self.resume()
         if self.exit_reason == "exited":
@@ -282,9 +289,21 @@ class Starter:
                 job_status = read_job_status(self.init_status_r)
                 self.status = status if job_status is None else job_status
 
+    def sessions_open(self) -> bool:
+        """An interactive job's ssh sessions still run (the job's end waits for them,
+        as condor_starter's for its SSHDProcs; the job's placeholder was killed by the
+        first session's condor_ssh_to_job_shell_setup)."""
+        if not self.spec.wait_for_ssh_sessions or not self.cgroup.populated(SSHD_LEAF):
+            return False
+        if not self.waited_for_sessions:
+            self.waited_for_sessions = True
+            self.report["WaitedForSshSessions"] = True
+            event("job_waits_for_ssh_sessions", job=self.spec.job_id)
+        return True
+
     def watch(self) -> None:
         next_poll = time.monotonic()
-        while self.status is None:
+        while self.status is None or self.sessions_open():
             now = time.monotonic()
             if now >= next_poll:
                 self.measure()
@@ -294,6 +313,8 @@ class Starter:
                 self.hard_kill_at = None
                 self.hard_kill()
             deadline = min(next_poll, self.hard_kill_at or next_poll)
+            if self.status is not None:
+                deadline = min(deadline, now + SESSIONS_POLL_S)
             info = signal.sigtimedwait(CONTROL, max(0.0, deadline - time.monotonic()))
             if info is not None:
                 self.dispatch(info.si_signo)

@@ -151,7 +151,7 @@ def setup_env(shell: JobShell, config: SshToJobConfig,
     fake passwd entry's preload, as condor_starter's GetJobEnv and startSSHD."""
     env = {**shell.env, **request_env}
     env["_CONDOR_JOB_IWD"] = str(shell.iwd or shell.sandbox)  # the session's start
-    env["_CONDOR_JOB_PIDS"] = " ".join(str(pid) for pid in shell.pids)
+    env["_CONDOR_JOB_PIDS"] = " ".join(str(pid) for pid in shell.live_pids())
     if config.fake_passwd and os.path.exists(config.fake_passwd):
         env["LD_PRELOAD"] = config.fake_passwd
     return env
@@ -323,6 +323,7 @@ async def _reap(shell: JobShell, proc: asyncio.subprocess.Process, session: Path
         said = (said + chunk)[:HELPER_ERROR_BYTES]
     status = await proc.wait()
     shell.sshds.pop(proc.pid, None)
+    shell.last_sshd_status = (-status & 0x7F) if status < 0 else (status & 0xFF) << 8
     await asyncio.to_thread(remove_session, session)
     log.info("sshd_exited", job=job, pid=proc.pid, status=status, session=session.name)
     if said:

@@ -6,24 +6,42 @@ job's exit also waits for the sshds to be reaped and removes every session direc
 in the sandbox, before the output is sent back (condor_starter reaps its sshd first),
 so none goes back as output. A session directory goes as a sandbox goes (rm_argv: any
 depth, no link followed, no other file system), in a bounded time.
+
+An interactive job (`InteractiveJob`, condor_submit -interactive) is a placeholder
+that the first session's condor_ssh_to_job_shell_setup kills: its end is the end of
+its last session, as condor_starter (which counts its sshds among its jobs) ends it.
+Its starter waits for the slice's sshd leaf to empty (StarterSpec.wait_for_ssh_sessions);
+the job's exit here waits for the sshds too (where there is no cgroup tree, this wait
+is the only one), and the sessions are not killed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from execd.cgroups.tree import JOB_LEAF
+from execd.classads import lookup_bool
 from execd.log import get_logger
 from execd.starter.sandbox import rm_argv, rm_error
+from execd.wire.job_runner import JobExit
 from execd.wire.sshd_helper import kill_session
 
 log = get_logger("wire")
 REAP_WAIT_S = 5.0  # for killed sshds to be reaped at the job's end
 REMOVE_TIMEOUT_S = 60.0  # a session directory's removal (a hung mount must not hold it)
+
+
+def is_interactive(job: dict[str, object]) -> bool:
+    """condor_submit -interactive's job (its ad's InteractiveJob, as LookupBool reads
+    it; condor_ssh_to_job_shell_setup kills the job's pids where .job.ad says
+    `InteractiveJob = true`)."""
+    return lookup_bool(job.get("InteractiveJob")) is True
 
 
 @dataclass
@@ -41,6 +59,24 @@ class JobShell:
     iwd: Path | None = None  # the job's working directory (_CONDOR_JOB_IWD); None: sandbox
     setups: set[int] = field(default_factory=set)  # setups running now, by pid
     closing: bool = False  # the job exited or its conversation ended: no new session
+    interactive: bool = False  # is_interactive: the job's end waits for its sessions
+    # The wait status of the sshd reaped last (None: none yet), and whether close()
+    # waited for sessions still open (no cgroup tree: the starter could not).
+    last_sshd_status: int | None = None
+    waited: bool = False
+
+    def live_pids(self) -> list[int]:
+        """The job's pids for a new session's _CONDOR_JOB_PIDS: where there is a
+        cgroup, those still in the job's leaf (an interactive job's placeholder, which
+        the first session killed, is not named to the next one: its pid may be another
+        process's by then)."""
+        if self.cgroup is None:
+            return self.pids
+        try:
+            running = (self.cgroup.parent / JOB_LEAF / "cgroup.procs").read_text().split()
+        except OSError:
+            return self.pids
+        return [pid for pid in self.pids if str(pid) in running]
 
     def end(self) -> None:
         """The job's conversation ended: its ssh sessions end too, a setup still
@@ -49,11 +85,32 @@ class JobShell:
         for pid in [*self.sshds, *self.setups]:
             kill_session(pid)
 
+    def reported_exit(self, done: JobExit) -> JobExit:
+        """The exit the shadow is told. An interactive job whose sessions outlived it
+        ends as its last session's sshd did: condor_starter publishes its procs in the
+        order they were reaped (publishJobExitAd) and an interactive job's SSHDProc
+        publishes its own exit (sshd_proc.cpp PublishUpdateAd), so the last sshd's
+        ExitCode or ExitSignal (sshd -i: 0 after a normal logout) overrides the
+        placeholder's (SIGTERM, from condor_ssh_to_job_shell_setup). A job that was
+        evicted meanwhile keeps its eviction."""
+        outlived = done.outlived_by_sessions or self.waited
+        if not self.interactive or not outlived or done.requested \
+                or self.last_sshd_status is None:  # fmt: skip
+            return done
+        return dataclasses.replace(done, wait_status=self.last_sshd_status)
+
     async def close(self) -> None:
         """The job has exited: its ssh sessions end and their directories go before
         the output is sent back (condor_starter reaps its sshd first). A session an
         earlier image of execd started (a restart in place) is not its child: its
-        directory is removed all the same."""
+        directory is removed all the same. An interactive job's sessions are waited
+        for instead (no new one starts meanwhile: its job is gone)."""
+        self.pids = []  # reaped: never named to a session's shell setup again
+        if self.interactive:
+            self.closing = True  # a setup under way now is refused once it is done
+            self.waited = bool(self.sshds)
+            while self.sshds:
+                await asyncio.wait(list(self.sshds.values()))
         self.end()
         if self.sshds:
             await asyncio.wait(list(self.sshds.values()), timeout=REAP_WAIT_S)

@@ -1,0 +1,73 @@
+"""An interactive job's ssh sessions (execd.wire.ssh_sessions): which jobs are
+interactive, the job's end waiting for its sessions instead of killing them, the
+exit the shadow is told (the last sshd's, as condor_starter's publishJobExitAd
+gives it), and _CONDOR_JOB_PIDS once the placeholder is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from execd.wire.job_runner import JobExit
+from execd.wire.ssh_sessions import JobShell, is_interactive
+
+SIGTERMED = 15  # the placeholder's wait status: killed by the shell setup's kill
+SSHD_255 = 255 << 8
+
+
+def shell(tmp_path: Path, interactive: bool = True, pids: list[int] | None = None,
+          cgroup: Path | None = None) -> JobShell:  # fmt: skip
+    return JobShell(tmp_path, "nobody", 65534, 65534, {}, pids or [], cgroup,
+                    interactive=interactive)  # fmt: skip
+
+
+def test_interactive_is_the_job_ads_interactivejob_as_lookupbool_reads_it() -> None:
+    assert is_interactive({"InteractiveJob": True})
+    assert is_interactive({"InteractiveJob": 1})
+    assert not is_interactive({"InteractiveJob": False})
+    assert not is_interactive({"InteractiveJob": "true"})  # a string is no boolean
+    assert not is_interactive({})
+
+
+def test_the_last_sshds_end_is_reported_where_sessions_outlived_the_job(tmp_path: Path) -> None:
+    done = JobExit(SIGTERMED, 3.0, outlived_by_sessions=True)
+    ended = shell(tmp_path)
+    ended.last_sshd_status = SSHD_255
+    assert ended.reported_exit(done) == JobExit(SSHD_255, 3.0, outlived_by_sessions=True)
+    # not interactive, no session outlived it, evicted meanwhile, no sshd known: the job's
+    assert shell(tmp_path, interactive=False).reported_exit(done) == done
+    assert ended.reported_exit(JobExit(SIGTERMED, 3.0)) == JobExit(SIGTERMED, 3.0)
+    evicted = JobExit(SIGTERMED, 3.0, requested=True, outlived_by_sessions=True)
+    assert ended.reported_exit(evicted) == evicted
+    assert shell(tmp_path).reported_exit(done) == done
+
+
+def test_an_interactive_jobs_exit_waits_for_its_sessions_without_killing_them(
+        tmp_path: Path) -> None:  # fmt: skip
+    async def scenario() -> None:
+        session_ended = asyncio.Event()
+        job = shell(tmp_path, pids=[os.getpid()])
+        job.sshds[2**22 + 7] = asyncio.create_task(session_ended.wait())  # no such pid
+        closing = asyncio.create_task(job.close())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert not closing.done()  # the session still runs: the job's end waits
+        assert job.closing and job.pids == []  # no new session; no pid named any more
+        job.sshds.clear()
+        session_ended.set()
+        await asyncio.wait_for(closing, 5)
+        assert job.waited
+
+    asyncio.run(scenario())
+
+
+def test_job_pids_are_those_still_in_the_jobs_leaf(tmp_path: Path) -> None:
+    leaf = tmp_path / "slot1_1.slice" / "job"
+    leaf.mkdir(parents=True)
+    (leaf / "cgroup.procs").write_text("123\n")
+    sessions = shell(tmp_path, pids=[123], cgroup=tmp_path / "slot1_1.slice" / "sshd")
+    assert sessions.live_pids() == [123]
+    (leaf / "cgroup.procs").write_text("")  # the placeholder was killed
+    assert sessions.live_pids() == []
+    assert shell(tmp_path, pids=[123]).live_pids() == [123]  # no cgroup: as given
