@@ -20,7 +20,7 @@ from typing import Any
 from execd.cgroups.discovery import Hierarchy
 from execd.cgroups.fs import CgroupFS
 from execd.cgroups.limits import LimitPlan, LimitSettings, plan_limits
-from execd.cgroups.tree import SSHD_LEAF, CgroupTree, JobCgroup
+from execd.cgroups.tree import CgroupTree, JobCgroup
 from execd.errors import CgroupError
 from execd.starter import report as rpt
 from execd.starter.ad_files import ad_file_env, write_ad_files
@@ -37,12 +37,10 @@ from execd.starter.sandbox import (
     resolve_user,
 )
 from execd.starter.spec import CONTROL_SIGNALS, StarterSpec
+from execd.starter.sshd_list import SESSIONS_POLL_S, sshds_open
 
 # Taken with sigtimedwait: the daemon's control signals, and the job's end.
 CONTROL = {*CONTROL_SIGNALS, signal.SIGCHLD}
-# How often an interactive job that has exited looks whether its ssh sessions have
-# ended (their sshds are the daemon's children: their end sends the starter nothing).
-SESSIONS_POLL_S = 0.25
 
 
 def event(name: str, **kv: object) -> None:
@@ -87,7 +85,6 @@ class Starter:
         self.job_state = "Running"
         self.entered_state = int(time.time())
         self.init_status_r: int | None = None
-        self.waited_for_sessions = False
 
     # -- setup ---------------------------------------------------------------
     def start(self) -> None:
@@ -290,16 +287,9 @@ class Starter:
                 self.status = status if job_status is None else job_status
 
     def sessions_open(self) -> bool:
-        """An interactive job's ssh sessions still run (the job's end waits for them,
-        as condor_starter's for its SSHDProcs; the job's placeholder was killed by the
-        first session's condor_ssh_to_job_shell_setup)."""
-        if not self.spec.wait_for_ssh_sessions or not self.cgroup.populated(SSHD_LEAF):
-            return False
-        if not self.waited_for_sessions:
-            self.waited_for_sessions = True
-            self.report["WaitedForSshSessions"] = True
-            event("job_waits_for_ssh_sessions", job=self.spec.job_id)
-        return True
+        """An interactive job's sshds still run (execd.starter.sshd_list): its end
+        waits for them, then finish() kills what they left."""
+        return sshds_open(self.spec, self.fs, self.cgroup.sshd, self.report)
 
     def watch(self) -> None:
         next_poll = time.monotonic()

@@ -127,6 +127,9 @@ class StarterSpec(NamedTuple):
     # sessions (the slice's sshd leaf) to end too, as condor_starter counts its sshd
     # among its jobs; the first session's shell setup kills the job's placeholder.
     wait_for_ssh_sessions: bool = False
+    # Where the job's conversation lists the sshds it started (the starter's directory:
+    # execd.starter.sshd_list); None: the starter waits for none.
+    ssh_sessions_file: str | None = None
 
     @property
     def slot_number(self) -> str:
@@ -188,4 +191,5 @@ class StarterSpec(NamedTuple):
             job_ad=_opt(d, "job_ad", str, None),
             machine_ad=_opt(d, "machine_ad", str, None),
             wait_for_ssh_sessions=_opt(d, "wait_for_ssh_sessions", bool, False),
+            ssh_sessions_file=_opt(d, "ssh_sessions_file", str, None),
         )

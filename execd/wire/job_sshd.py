@@ -306,6 +306,7 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
         return
     finally:
         os.close(fd)
+    shell.sshd_started(proc.pid)  # (before the loop runs: the session's login is later)
     shell.sshds[proc.pid] = asyncio.get_running_loop().create_task(
         _reap(shell, proc, session, job))  # fmt: skip
     if shell.closing:  # the job exited while it was started: end() did not see it
@@ -323,6 +324,7 @@ async def _reap(shell: JobShell, proc: asyncio.subprocess.Process, session: Path
         said = (said + chunk)[:HELPER_ERROR_BYTES]
     status = await proc.wait()
     shell.sshds.pop(proc.pid, None)
+    shell.sshd_reaped(proc.pid)
     shell.last_sshd_status = (-status & 0x7F) if status < 0 else (status & 0xFF) << 8
     await asyncio.to_thread(remove_session, session)
     log.info("sshd_exited", job=job, pid=proc.pid, status=status, session=session.name)

@@ -158,6 +158,8 @@ class ShadowOptions:
     ssh_enabled: Callable[[dict[str, object]], bool] | None = None
     # The cgroup directory a job's sshd runs in (created at its first use); None: none.
     sshd_cgroup: Callable[[], Path | None] | None = None
+    # The file listing an interactive job's sshds for its starter (execd.starter.sshd_list).
+    sshds_file: Callable[[], Path | None] | None = None
     # Is the job suspended now? (condor_ssh_to_job is told to retry.) None: never.
     suspended: Callable[[], bool] | None = None
     # Told each job update sent to the shadow (register_job_info's ad), as condor_starter
@@ -234,9 +236,10 @@ def job_shell(options: ShadowOptions, user: pwd.struct_passwd, sandbox: Path,
               interactive: bool = False) -> JobShell:  # fmt: skip
     """What condor_ssh_to_job needs of the running job (execd.wire.job_sshd)."""
     cgroup = options.sshd_cgroup() if options.sshd_cgroup is not None else None
+    listed = options.sshds_file() if options.sshds_file is not None else None
     return JobShell(sandbox, user.pw_name, user.pw_uid, user.pw_gid, dict(env),
                     [pid] if pid > 0 else [], cgroup, iwd=iwd or sandbox,
-                    interactive=interactive)  # fmt: skip
+                    interactive=interactive, sshds_file=listed)  # fmt: skip
 
 
 async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,

@@ -10,9 +10,10 @@ depth, no link followed, no other file system), in a bounded time.
 An interactive job (`InteractiveJob`, condor_submit -interactive) is a placeholder
 that the first session's condor_ssh_to_job_shell_setup kills: its end is the end of
 its last session, as condor_starter (which counts its sshds among its jobs) ends it.
-Its starter waits for the slice's sshd leaf to empty (StarterSpec.wait_for_ssh_sessions);
-the job's exit here waits for the sshds too (where there is no cgroup tree, this wait
-is the only one), and the sessions are not killed.
+Its starter waits for the sshds listed in the file the sessions keep in its directory
+(execd.starter.sshd_list: written as each sshd starts and is reaped), then kills what
+they left with the job, as condor_starter does. The job's exit here waits for the
+sshds too (where there is no cgroup tree, this wait is the only one).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import dataclasses
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from execd.cgroups.tree import JOB_LEAF
 from execd.classads import lookup_bool
 from execd.log import get_logger
 from execd.starter.sandbox import rm_argv, rm_error
+from execd.starter.sshd_list import note_sshd_reaped, note_sshd_started
 from execd.wire.job_runner import JobExit
 from execd.wire.sshd_helper import kill_session
 
@@ -64,6 +67,23 @@ class JobShell:
     # waited for sessions still open (no cgroup tree: the starter could not).
     last_sshd_status: int | None = None
     waited: bool = False
+    # The starter's list of the sshds it waits for (execd.starter.sshd_list); None: none.
+    sshds_file: Path | None = None
+
+    def sshd_started(self, pid: int) -> None:
+        """A session's sshd runs: an interactive job's starter waits for it."""
+        self._note(note_sshd_started, pid)
+
+    def sshd_reaped(self, pid: int) -> None:
+        self._note(note_sshd_reaped, pid)
+
+    def _note(self, note: Callable[[Path, int], None], pid: int) -> None:
+        if not self.interactive or self.sshds_file is None:
+            return
+        try:
+            note(self.sshds_file, pid)
+        except OSError as exc:  # the starter then ends the job when its placeholder ends
+            log.warning("sshd_list_not_written", file=str(self.sshds_file), error=str(exc))
 
     def live_pids(self) -> list[int]:
         """The job's pids for a new session's _CONDOR_JOB_PIDS: where there is a

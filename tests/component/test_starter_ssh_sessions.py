@@ -1,65 +1,144 @@
 """An interactive job's starter (StarterSpec.wait_for_ssh_sessions): the job's end
-waits for the ssh sessions in its slice's sshd leaf, as condor_starter waits for its
-SSHDProcs, and an eviction meanwhile ends them (the job's reaped pid is never
-signalled)."""
+waits for the sshds its conversation listed (execd.starter.sshd_list), as
+condor_starter waits for its SSHDProcs, not for what they left in the slice's sshd
+leaf (finish() kills that with the job).
+The sshds and what they leave are real processes; the cgroup tree is the fake."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from fake_cgroupfs import RecordingCgroupFS
 
 from execd.cgroups.discovery import Hierarchy
 from execd.cgroups.tree import CgroupTree
+from execd.starter import run
 from execd.starter.run import Starter
 from execd.starter.spec import StarterSpec
+from execd.starter.sshd_list import note_sshd_reaped, note_sshd_started, read_sessions
 
 MOUNT = Path("/sys/fs/cgroup")
 
 
-def exited_starter(tmp_path: Path, interactive: bool) -> tuple[Starter, RecordingCgroupFS]:
-    """A starter whose job has exited while a session runs in the slice's sshd leaf."""
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Real processes standing for the sshds and what they left; all ended after."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def sleeper(procs: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(["sleep", "600"])
+    procs.append(proc)
+    return proc
+
+
+def exited_starter(tmp_path: Path, in_leaf: list[int], interactive: bool = True,
+                   **spec: object) -> tuple[Starter, RecordingCgroupFS]:  # fmt: skip
+    """A starter whose job has exited (SIGTERM, from the first session's shell setup)
+    while `in_leaf` run in the slice's sshd leaf."""
     fs = RecordingCgroupFS()
     fs.add_cgroup(MOUNT)
     CgroupTree(fs, Hierarchy(MOUNT, frozenset()), "htcondor").setup()
-    spec = StarterSpec(job_id="9.0", slot_name="slot1_1", cmd="/bin/sh", args=[], env={},
-                       owner="nobody", execute_dir=str(tmp_path),
-                       report_path=str(tmp_path / "report.json"),
-                       cgroup_mount=str(MOUNT), base_cgroup="htcondor",
-                       wait_for_ssh_sessions=interactive)  # fmt: skip
-    starter = Starter(spec, fs)
+    starter = Starter(StarterSpec(
+        job_id="9.0", slot_name="slot1_1", cmd="/bin/sh", args=[], env={}, owner="nobody",
+        execute_dir=str(tmp_path), report_path=str(tmp_path / "report.json"),
+        cgroup_mount=str(MOUNT), base_cgroup="htcondor", wait_for_ssh_sessions=interactive,
+        ssh_sessions_file=str(tmp_path / "ssh_sessions"), **spec), fs)  # type: ignore[arg-type]  # fmt: skip
     starter.cgroup.create()
     fs.mkdir(starter.cgroup.sshd)
-    fs.files[starter.cgroup.sshd / "cgroup.procs"] = "4321\n"  # the session's sshd
-    starter.status = 15  # killed by SIGTERM (the session's shell setup)
+    fs.files[starter.cgroup.sshd / "cgroup.procs"] = "".join(f"{pid}\n" for pid in in_leaf)
+    starter.status = signal.SIGTERM
     return starter, fs
 
 
-def test_an_interactive_jobs_end_waits_for_its_sessions(tmp_path: Path) -> None:
-    starter, fs = exited_starter(tmp_path, interactive=True)
+def test_the_job_ends_with_its_last_sshd_not_with_what_it_left(
+        tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:  # fmt: skip
+    # (before: the starter waited while the leaf held anything: `setsid sleep 600 &`
+    # from a session kept the job running after the last logout)
+    sshd, left = sleeper(procs), sleeper(procs)
+    listed = tmp_path / "ssh_sessions"
+    note_sshd_started(listed, sshd.pid)
+    starter, _fs = exited_starter(tmp_path, [sshd.pid, left.pid])
     assert starter.sessions_open()
     assert starter.report["WaitedForSshSessions"] is True
-    fs.files[starter.cgroup.sshd / "cgroup.procs"] = ""  # the last session ended
+    sshd.kill()
+    sshd.wait()  # the daemon reaped it ...
+    note_sshd_reaped(listed, sshd.pid)  # ... and said so; what it left still runs
+    assert read_sessions(listed) == []
     assert not starter.sessions_open()
 
 
-def test_a_normal_jobs_end_does_not_wait_for_sessions(tmp_path: Path) -> None:
-    starter, _fs = exited_starter(tmp_path, interactive=False)
+def test_an_sshd_listed_but_gone_does_not_count(
+        tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:  # fmt: skip
+    sshd, other = sleeper(procs), sleeper(procs)
+    listed = tmp_path / "ssh_sessions"
+    note_sshd_started(listed, sshd.pid)
+    starter, _fs = exited_starter(tmp_path, [other.pid])
+    assert not starter.sessions_open()  # listed, but not in the leaf
+    _pid, start = read_sessions(listed)[0]
+    listed.write_text(f"{other.pid} {start + 1}\n")  # a reused pid: another start time
+    assert not starter.sessions_open()
     assert not starter.sessions_open()
     assert "WaitedForSshSessions" not in starter.report
 
 
-def test_an_eviction_while_only_sessions_are_left_ends_them_at_once(tmp_path: Path) -> None:
-    starter, fs = exited_starter(tmp_path, interactive=True)
-    bystander = subprocess.Popen(["sleep", "60"])  # what the job's reaped pid is now
+def test_a_normal_jobs_end_does_not_wait_for_sessions(
+        tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:  # fmt: skip
+    sshd = sleeper(procs)
+    note_sshd_started(tmp_path / "ssh_sessions", sshd.pid)
+    starter, _fs = exited_starter(tmp_path, [sshd.pid], interactive=False)
+    assert not starter.sessions_open()
+    assert "WaitedForSshSessions" not in starter.report
+
+
+def test_watch_waits_for_the_sshds_then_the_exit_is_announced(
+        tmp_path: Path, procs: list[subprocess.Popen[bytes]],
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    sshd, left = sleeper(procs), sleeper(procs)
+    note_sshd_started(tmp_path / "ssh_sessions", sshd.pid)
+    fifo = tmp_path / "job_exited"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    starter, _fs = exited_starter(tmp_path, [sshd.pid, left.pid], polling_interval=0.01,
+                                  exit_fifo=str(fifo))  # fmt: skip
+    starter.status = None
+    # The job: the placeholder the first session's shell setup kills.
+    starter.pid = os.posix_spawn("/bin/sh", ["sh", "-c", "kill -TERM $$"], dict(os.environ))
+    starter.started = 0.0
+    starter.scratch = str(tmp_path / "scratch")
+    os.mkdir(starter.scratch)
+    monkeypatch.setattr(run, "SESSIONS_POLL_S", 0.01)
+    seen: list[str] = []
+    real = run.sshds_open
+
+    def polled(*args: object) -> bool:
+        assert os.read(reader, 64) == b""  # nothing announced while a session runs
+        seen.append("poll")
+        if len(seen) == 3:  # the last session ends
+            sshd.kill()
+            sshd.wait()
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run, "sshds_open", polled)
     try:
-        starter.pid = bystander.pid
-        starter.soft_kill()
-        assert bystander.poll() is None, "a reaped pid is never signalled"
+        starter.watch()
+        starter.announce_exit()
+        seen.append(os.read(reader, 64).decode())
     finally:
-        bystander.kill()
-        bystander.wait()
-    assert 4321 in fs.killed  # the slice's processes, the session's included
-    assert starter.exit_reason == "hard_killed"
-    assert starter.hard_kill_at is None
+        os.close(reader)
+    starter.finish()
+    assert seen == ["poll", "poll", "poll", "job_exited\n"]
+    assert starter.report["WaitedForSshSessions"] is True
+    assert starter.report["ExitSignal"] == signal.SIGTERM
+    assert starter.report["ExitReason"] == "exited"

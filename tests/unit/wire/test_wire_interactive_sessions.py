@@ -9,6 +9,7 @@ import asyncio
 import os
 from pathlib import Path
 
+from execd.starter.sshd_list import read_sessions, start_time
 from execd.wire.job_runner import JobExit
 from execd.wire.ssh_sessions import JobShell, is_interactive
 
@@ -71,3 +72,17 @@ def test_job_pids_are_those_still_in_the_jobs_leaf(tmp_path: Path) -> None:
     (leaf / "cgroup.procs").write_text("")  # the placeholder was killed
     assert sessions.live_pids() == []
     assert shell(tmp_path, pids=[123]).live_pids() == [123]  # no cgroup: as given
+
+
+def test_an_interactive_jobs_sshds_are_listed_for_its_starter(tmp_path: Path) -> None:
+    listed, sshd = tmp_path / "ssh_sessions", os.getpid()  # (a process that runs)
+    job = JobShell(tmp_path, "nobody", 65534, 65534, {}, [], None, interactive=True,
+                   sshds_file=listed)  # fmt: skip
+    job.sshd_started(sshd)
+    assert read_sessions(listed) == [(sshd, start_time(sshd))]
+    job.sshd_reaped(sshd)
+    assert read_sessions(listed) == []
+    normal = JobShell(tmp_path, "nobody", 65534, 65534, {}, [], None,
+                      sshds_file=tmp_path / "normal")  # fmt: skip
+    normal.sshd_started(sshd)  # a normal job's sessions end with it: no list
+    assert not (tmp_path / "normal").exists()
