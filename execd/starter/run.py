@@ -228,13 +228,12 @@ class Starter:
         )
 
     def soft_kill(self) -> None:
-        if self.status is not None:  # only its ssh sessions are left: they end now
-            self.hard_kill()  # (its pid is reaped: never signalled again)
-            return
         if self.frozen:
             self.resume()
         if self.exit_reason == "exited":
             self.exit_reason = "soft_killed"
+        if self.status is not None:  # only its ssh sessions were left: finish() kills
+            return  # them (its reaped pid is never signalled again)
         try:  # noqa: SIM105 - contextlib would cost the starter's start-up ~10 ms
             os.kill(self.pid, self.spec.kill_sig)
         except ProcessLookupError:
@@ -287,8 +286,10 @@ class Starter:
                 self.status = status if job_status is None else job_status
 
     def sessions_open(self) -> bool:
-        """An interactive job's sshds still run (execd.starter.sshd_list): its end
-        waits for them, then finish() kills what they left."""
+        """An interactive job's sshds still run (execd.starter.sshd_list); a kill
+        requested ends the wait: the sessions go with the job (finish() kills them)."""
+        if self.exit_reason != "exited" or self.hard_kill_at is not None:
+            return False
         return sshds_open(self.spec, self.fs, self.cgroup.sshd, self.report)
 
     def watch(self) -> None:

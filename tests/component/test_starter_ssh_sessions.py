@@ -1,7 +1,7 @@
 """An interactive job's starter (StarterSpec.wait_for_ssh_sessions): the job's end
 waits for the sshds its conversation listed (execd.starter.sshd_list), as
 condor_starter waits for its SSHDProcs, not for what they left in the slice's sshd
-leaf (finish() kills that with the job).
+leaf (finish() kills that with the job); a vacate or removal ends the wait at once.
 The sshds and what they leave are real processes; the cgroup tree is the fake."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,6 +101,54 @@ def test_a_normal_jobs_end_does_not_wait_for_sessions(
     starter, _fs = exited_starter(tmp_path, [sshd.pid], interactive=False)
     assert not starter.sessions_open()
     assert "WaitedForSshSessions" not in starter.report
+
+
+BYSTANDER = """
+import signal, sys
+signal.signal(signal.SIGTERM, lambda *_: open(sys.argv[1], "a").write("TERM\\n"))
+signal.signal(signal.SIGRTMIN, lambda *_: sys.exit(0))
+print("ready", flush=True)
+while True:
+    signal.pause()
+"""
+
+
+def test_an_eviction_while_only_sessions_are_left_ends_them_at_once(
+        tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:  # fmt: skip
+    sshd = sleeper(procs)
+    note_sshd_started(tmp_path / "ssh_sessions", sshd.pid)
+    starter, fs = exited_starter(tmp_path, [sshd.pid], vacate_seconds=600.0)
+    assert starter.sessions_open()
+    said = tmp_path / "bystander"
+    bystander = subprocess.Popen([sys.executable, "-c", BYSTANDER, str(said)],
+                                 stdout=subprocess.PIPE)  # fmt: skip
+    procs.append(bystander)
+    assert bystander.stdout is not None and bystander.stdout.readline() == b"ready\n"
+    starter.pid = bystander.pid  # what the job's reaped pid is now
+    starter.soft_kill()
+    # A SIGTERM sent would be pending before this signal, and delivered first.
+    os.kill(bystander.pid, signal.SIGRTMIN)
+    assert bystander.wait(10) == 0
+    assert not said.exists(), "a reaped pid is never signalled"
+    assert not starter.sessions_open()  # no wait for the vacate's hard kill (600 s)
+    assert starter.exit_reason == "soft_killed"  # graceful: the sandbox is spooled
+    starter.cgroup.kill()  # (what finish() does first)
+    assert sshd.pid in fs.killed
+
+
+def test_a_vacate_while_the_job_runs_ends_its_sessions_with_it(
+        tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:  # fmt: skip
+    # (before: the job exited within its grace, its sessions kept it until the hard
+    # kill 600 s later, which made the vacate ungraceful: hard_killed)
+    sshd, job = sleeper(procs), sleeper(procs)
+    note_sshd_started(tmp_path / "ssh_sessions", sshd.pid)
+    starter, _fs = exited_starter(tmp_path, [sshd.pid], vacate_seconds=600.0)
+    starter.status, starter.pid = None, job.pid
+    starter.soft_kill()
+    job.wait()
+    starter.status = job.returncode
+    assert not starter.sessions_open()
+    assert starter.exit_reason == "soft_killed"
 
 
 def test_watch_waits_for_the_sshds_then_the_exit_is_announced(
