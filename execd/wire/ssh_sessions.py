@@ -12,8 +12,8 @@ that the first session's condor_ssh_to_job_shell_setup kills: its end is the end
 its last session, as condor_starter (which counts its sshds among its jobs) ends it.
 Its starter waits for the sshds listed in the file the sessions keep in its directory
 (execd.starter.sshd_list: written as each sshd starts and is reaped), then kills what
-they left with the job, as condor_starter does. The job's exit here waits for the
-sshds too (where there is no cgroup tree, this wait is the only one).
+they left with the job, as condor_starter does; a vacate ends them at once. Where
+there is no cgroup tree (no starter waits), the job's exit here waits for the sshds.
 """
 
 from __future__ import annotations
@@ -124,9 +124,10 @@ class JobShell:
         the output is sent back (condor_starter reaps its sshd first). A session an
         earlier image of execd started (a restart in place) is not its child: its
         directory is removed all the same. An interactive job's sessions are waited
-        for instead (no new one starts meanwhile: its job is gone)."""
+        for instead where there is no cgroup tree (no new one starts meanwhile: its job
+        is gone); with one its starter waited for them, and ended what was left."""
         self.pids = []  # reaped: never named to a session's shell setup again
-        if self.interactive:
+        if self.interactive and self.cgroup is None:
             self.closing = True  # a setup under way now is refused once it is done
             self.waited = bool(self.sshds)
             while self.sshds:

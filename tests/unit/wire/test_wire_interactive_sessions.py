@@ -9,7 +9,10 @@ import asyncio
 import os
 from pathlib import Path
 
+import pytest
+
 from execd.starter.sshd_list import read_sessions, start_time
+from execd.wire import ssh_sessions
 from execd.wire.job_runner import JobExit
 from execd.wire.ssh_sessions import JobShell, is_interactive
 
@@ -45,20 +48,46 @@ def test_the_last_sshds_end_is_reported_where_sessions_outlived_the_job(tmp_path
 
 
 def test_an_interactive_jobs_exit_waits_for_its_sessions_without_killing_them(
-        tmp_path: Path) -> None:  # fmt: skip
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    killed: list[int] = []
+    monkeypatch.setattr(ssh_sessions, "kill_session", killed.append)
+
     async def scenario() -> None:
         session_ended = asyncio.Event()
-        job = shell(tmp_path, pids=[os.getpid()])
+        job = shell(tmp_path, pids=[os.getpid()])  # no cgroup tree: no starter waits
         job.sshds[2**22 + 7] = asyncio.create_task(session_ended.wait())  # no such pid
         closing = asyncio.create_task(job.close())
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         assert not closing.done()  # the session still runs: the job's end waits
         assert job.closing and job.pids == []  # no new session; no pid named any more
+        assert killed == []  # and the session was not killed
         job.sshds.clear()
         session_ended.set()
         await asyncio.wait_for(closing, 5)
         assert job.waited
+        assert killed == []
+
+    asyncio.run(scenario())
+
+
+def test_with_a_cgroup_tree_the_jobs_exit_waits_for_its_sessions_a_bounded_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # (before: close() waited without limit for an interactive job's sshds, so a starter
+    # that ended without killing the slice, or an sshd in D state, hung the
+    # conversation: job_exit never sent). Its starter waited for them already.
+    killed: list[int] = []
+    monkeypatch.setattr(ssh_sessions, "kill_session", killed.append)
+    monkeypatch.setattr(ssh_sessions, "REAP_WAIT_S", 0.01)
+
+    async def scenario() -> None:
+        job = shell(tmp_path, cgroup=tmp_path / "slot1_1.slice" / "sshd")
+        never = asyncio.Event()
+        job.sshds[2**22 + 7] = asyncio.create_task(never.wait())  # an sshd never reaped
+        await asyncio.wait_for(job.close(), 5)
+        assert killed == [2**22 + 7]  # what is left is killed, as for any job
+        assert not job.waited
+        job.sshds.pop(2**22 + 7).cancel()
 
     asyncio.run(scenario())
 
