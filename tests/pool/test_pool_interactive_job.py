@@ -10,15 +10,19 @@ its process) and the chroot's condor_ssh_to_job runs a command in it without a
 terminal, as tests/pool/test_pool_ssh_to_job.py does (its `ssh_config` fixture serves
 execd the chroot's ssh programs). The session's condor_ssh_to_job_shell_setup kills the
 placeholder as the session opens; the session goes on after that (the test waits for
-the placeholder's end before it lets the session's command finish), and the job ends
-when the session ends, as the session's sshd ended.
+the placeholder's end, then for the session's own word a few seconds later, before it
+looks at the job's events and lets the session's command finish), and the job ends
+when the session ends, as the session's sshd ended, though the session left a process
+running (`setsid ... &`): the job ends with its last sshd, and what was left goes with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -55,14 +59,25 @@ queue
 # took the client's disconnection as an error (a race inside sshd's teardown: execd's
 # runs of this test have seen both).
 SSHD_EXIT = re.compile(r"\(return value (0|255)\)")
-# The session: says it is open, waits for the test, then shows what it sees.
-COMMAND = ('echo open; while [ ! -e {release} ]; do sleep 0.1; done; '
+# The session: says it is open; told the placeholder has gone, says it still runs 3 s
+# later (time for a wrong 005 to show); waits for the test, shows what it sees, and
+# leaves a process running as it logs out.
+COMMAND = ('echo open; while [ ! -e {gone} ]; do sleep 0.1; done; sleep 3; echo still open; '
+           'while [ ! -e {release} ]; do sleep 0.1; done; '
            'echo "pids=[$_CONDOR_JOB_PIDS]"; echo "tmout=$TMOUT"; pwd; '
-           'grep "^InteractiveJob" .job.ad; ls -a | grep -c condor_ssh_to_job_; exit 7')
+           'grep "^InteractiveJob" .job.ad; ls -a | grep -c condor_ssh_to_job_; '
+           'setsid /bin/sh -c "sleep 600; : {left}" </dev/null >/dev/null 2>&1 & exit 7')
 
 
 def placeholder(marker: str) -> int | None:
     """The pid of the job's /bin/sh (its script names `marker`), if it runs."""
+    found = scripts(marker)
+    return found[0] if found else None
+
+
+def scripts(marker: str) -> list[int]:
+    """The pids of the `/bin/sh -c` whose script names `marker`."""
+    found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -70,8 +85,8 @@ def placeholder(marker: str) -> int | None:
             except OSError:
                 continue
             if argv[:2] == [b"/bin/sh", b"-c"] and marker.encode() in b"".join(argv[2:]):
-                return int(entry.name)
-    return None
+                found.append(int(entry.name))
+    return found
 
 
 def running(pid: int, marker: str) -> bool:
@@ -86,13 +101,14 @@ def interactive_session(pool: harness.Pool) -> dict[str, Any]:
     gone, the session's command; then the job's end."""
     stamp = f"{os.getpid()}-{time.monotonic_ns()}"
     marker, release = f"execd-interactive-{stamp}", Path(f"/tmp/execd-interactive-go-{stamp}")
+    gone, left = Path(f"/tmp/execd-interactive-gone-{stamp}"), f"execd-interactive-left-{stamp}"
     job = submit_files(pool, SUBMIT.format(marker=marker), {})
     user = harness.SUBMITTER
     try:
         job.wait_for_event("001", WAIT_S)
         pid = harness.wait_for("the placeholder", lambda: placeholder(marker), WAIT_S, 0.05)
         script = shlex.join(["condor_ssh_to_job", "-auto-retry", f"{job.cluster}.0",
-                             COMMAND.format(release=release)])  # fmt: skip
+                             COMMAND.format(release=release, gone=gone, left=left)])  # fmt: skip
         session = subprocess.Popen(
             ["chroot", f"--userspec={user}:{user}", str(pool.root), "env", "-i",
              f"PATH={harness.CHROOT_PATH}", f"HOME=/home/{user}", f"USER={user}",
@@ -103,6 +119,8 @@ def interactive_session(pool: harness.Pool) -> dict[str, Any]:
             opened = session.stdout.readline()
             harness.wait_for("the placeholder's end", lambda: not running(pid, marker),
                              WAIT_S, 0.05)  # fmt: skip
+            gone.touch()
+            still = session.stdout.readline()
             while_open = job.events()
             release.touch()
             out, err = session.communicate(timeout=WAIT_S)
@@ -111,11 +129,18 @@ def interactive_session(pool: harness.Pool) -> dict[str, Any]:
                 session.kill()
                 session.communicate()
         log = job.wait_for_event("005", WAIT_S)
+        left_running = bool(scripts(left))
     finally:
         release.unlink(missing_ok=True)
+        gone.unlink(missing_ok=True)
+        for stray in scripts(left):  # (its own session: setsid)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(stray, signal.SIGKILL)
     sandbox = next((line for line in out.splitlines() if line.startswith("/")), "?")
     return {
         "opened": opened,
+        "still": still,
+        "left running": left_running,
         "session": (session.returncode, out.replace(sandbox, "<sandbox>"),
                     err.replace("Waiting for job to start...\n", "")),
         "events while open": [code for code in while_open if code != "006"],
@@ -134,11 +159,15 @@ def test_an_interactive_job_ends_with_its_session_as_on_condor_startd(
     placeholder), goes on after the placeholder's end with the job's environment and
     no _CONDOR_JOB_PIDS left, and its exit code comes back; the job terminates only
     once the session has ended, as its sshd ended (condor_starter reports an
-    interactive job's last sshd's exit over the killed placeholder's), with nothing
-    of the session sent back."""
+    interactive job's last sshd's exit over the killed placeholder's), though the
+    session left a process running, which goes with the job (on execd before: the job
+    waited for it without end); nothing of the session is sent back."""
     ours, theirs = on_both(running_pool, interactive_session, ssh_config)
+    assert not ours.pop("left running")  # killed with the slice before the 005
+    theirs.pop("left running")  # (condor_startd's: not compared)
     assert ours == theirs
     assert ours["opened"] == "open\n"
+    assert ours["still"] == "still open\n"
     assert ours["session"] == (7, "pids=[]\ntmout=7200\n<sandbox>\nInteractiveJob = true\n1\n", "")
     assert "005" not in ours["events while open"]
     # the session's sshd's end, not the placeholder's SIGTERM
