@@ -290,7 +290,7 @@ class Starter:
         requested ends the wait: the sessions go with the job (finish() kills them)."""
         if self.exit_reason != "exited" or self.hard_kill_at is not None:
             return False
-        return sshds_open(self.spec, self.fs, self.cgroup.sshd, self.report)
+        return sshds_open(self.spec, self.report)
 
     def watch(self) -> None:
         next_poll = time.monotonic()

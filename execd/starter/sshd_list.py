@@ -7,42 +7,51 @@ job. So the starter waits for the sshds themselves, not for the slice's sshd lea
 empty: the job's conversation, which starts and reaps them, keeps a file in the
 starter's directory (root's, in SPOOL; it outlives a restart in place), one line per
 sshd it started, `pid start-time` (/proc/<pid>/stat's starttime, so that a reused pid
-is never taken for an sshd). A listed sshd counts while that process lives in the
-slice's sshd leaf. Light: the starter imports it.
+is never taken for an sshd). A listed sshd counts while that process runs (a zombie,
+one the daemon has not reaped yet, does not: an earlier image's sshd is never reaped).
+
+A START_SSHD is refused once the starter has stopped waiting (condor_starter: "the
+job is finished"), without a lock: the conversation makes a `.starting.N` file
+before it answers the client and removes it once the sshd is listed; the starter
+makes `.finished` when no listed sshd runs, then looks again for either. One of the
+two always sees the other's file (a start sees `.finished` and is refused, or the
+starter sees the start and waits on). Light: the starter imports it.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from execd.errors import CgroupError
-
 if TYPE_CHECKING:
-    from execd.cgroups.fs import CgroupFS
     from execd.starter.spec import StarterSpec
 
 SSH_SESSIONS_FILE = "ssh_sessions"  # its name in the starter's directory
 # How often an interactive job that has exited looks whether its sshds have ended
 # (they are the daemon's children: their end sends the starter nothing).
 SESSIONS_POLL_S = 0.25
+# A start reserved longer ago than this was left by a daemon that died meanwhile (a
+# start takes at most the client's answer and the sshd's spawn).
+STARTING_STALE_S = 60.0
 
 Session = tuple[int, int]  # (pid, start time in clock ticks since boot)
 
 
 def start_time(pid: int) -> int | None:
-    """The process's start time (/proc/<pid>/stat field 22); None: no such process."""
+    """The process's start time (/proc/<pid>/stat field 22); None: no such process, or
+    a zombie (it has ended)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
-    try:  # the fields after the command's ")" start at field 3
-        return int(stat[stat.rindex(b")") + 2:].split()[19])
-    except (ValueError, IndexError):
+    fields = stat[stat.rfind(b")") + 2:].split()  # from field 3, the state
+    if len(fields) < 20 or fields[0] in (b"Z", b"X") or not fields[19].isdigit():
         return None
+    return int(fields[19])
 
 
 def read_sessions(path: str | Path) -> list[Session]:
@@ -83,25 +92,58 @@ def note_sshd_reaped(path: Path, pid: int) -> None:
     _write(path, [s for s in _running(read_sessions(path)) if s[0] != pid])
 
 
-def sshds_running(path: str | Path, leaf_procs: str) -> list[int]:
-    """The listed sshds that still run in the sshd leaf (`leaf_procs`: its cgroup.procs)."""
-    in_leaf = {int(pid) for pid in leaf_procs.split() if pid.isdigit()}
-    return [pid for pid, start in read_sessions(path)
-            if pid in in_leaf and start_time(pid) == start]  # fmt: skip
+def sshds_running(path: str | Path) -> list[int]:
+    """The listed sshds that still run."""
+    return [pid for pid, start in read_sessions(path) if start_time(pid) == start]
 
 
-def sshds_open(spec: StarterSpec, fs: CgroupFS, leaf: Path, report: dict[str, Any]) -> bool:
-    """Whether an interactive job's starter still waits: a listed sshd runs in `leaf`
-    (the first time, its report says WaitedForSshSessions and its log says so)."""
+def reserve_start(path: Path, n: int) -> Path | None:
+    """Before a new sshd's client is answered: what tells the starter one is coming
+    (release it once the sshd is listed, or not started); None: the starter has
+    stopped waiting, the job is finished (refuse)."""
+    mark = path.with_name(f"{path.name}.starting.{n}")
+    os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    if os.path.exists(f"{path}.finished"):
+        os.unlink(mark)
+        return None
+    return mark
+
+
+def _starting(path: Path) -> bool:
+    """A start reserved (reserve_start) and not stale (its daemon may have died)."""
+    prefix, now = f"{path.name}.starting.", time.time()
+    try:
+        names = [n for n in os.listdir(path.parent) if n.startswith(prefix)]
+    except OSError:
+        return False
+    for name in names:
+        try:
+            if now - os.stat(path.parent / name).st_mtime < STARTING_STALE_S:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def sshds_open(spec: StarterSpec, report: dict[str, Any]) -> bool:
+    """Whether an interactive job's starter still waits: a listed sshd runs (the first
+    time, its report says WaitedForSshSessions and its log says so), or one is being
+    started. Once it stops, no new sshd starts (reserve_start)."""
     if not spec.wait_for_ssh_sessions or spec.ssh_sessions_file is None:
         return False
-    try:
-        procs = fs.read(leaf / "cgroup.procs")
-    except CgroupError:  # the leaf was never made: no session ever started
-        return False
-    if not sshds_running(spec.ssh_sessions_file, procs):
-        return False
-    if "WaitedForSshSessions" not in report:
+    path = Path(spec.ssh_sessions_file)
+    running = bool(sshds_running(path))
+    if not running and not _starting(path):
+        finished = Path(f"{path}.finished")
+        try:
+            os.close(os.open(finished, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        except OSError:  # (no directory: no session ever started)
+            return False
+        running = bool(sshds_running(path))  # look again (see above)
+        if not running and not _starting(path):
+            return False
+        finished.unlink(missing_ok=True)
+    if running and "WaitedForSshSessions" not in report:
         report["WaitedForSshSessions"] = True
         sys.stderr.write(f"job_waits_for_ssh_sessions job={spec.job_id}\n")  # (run.event)
         sys.stderr.flush()

@@ -31,7 +31,7 @@ from execd.cgroups.tree import JOB_LEAF
 from execd.classads import lookup_bool
 from execd.log import get_logger
 from execd.starter.sandbox import rm_argv, rm_error
-from execd.starter.sshd_list import note_sshd_reaped, note_sshd_started
+from execd.starter.sshd_list import note_sshd_reaped, note_sshd_started, reserve_start
 from execd.wire.job_runner import JobExit
 from execd.wire.sshd_helper import kill_session
 
@@ -69,6 +69,27 @@ class JobShell:
     waited: bool = False
     # The starter's list of the sshds it waits for (execd.starter.sshd_list); None: none.
     sshds_file: Path | None = None
+    starts: int = 0  # sshd starts reserved so far (reserve_sshd)
+
+    def reserve_sshd(self) -> Callable[[], None] | None:
+        """Before a new sshd's client is answered. None: refuse it, the job is finished
+        (an interactive job's starter has stopped waiting for its sessions); else call
+        what it returns once the sshd is listed (sshd_started) or was not started."""
+        if not self.interactive or self.sshds_file is None:
+            return lambda: None
+        self.starts += 1
+        try:
+            mark = reserve_start(self.sshds_file, self.starts)
+        except OSError as exc:  # as an unwritten list (below)
+            log.warning("sshd_list_not_written", file=str(self.sshds_file), error=str(exc))
+            return lambda: None
+        if mark is None:
+            return None
+
+        def release() -> None:
+            with contextlib.suppress(OSError):
+                mark.unlink()
+        return release
 
     def sshd_started(self, pid: int) -> None:
         """A session's sshd runs: an interactive job's starter waits for it."""

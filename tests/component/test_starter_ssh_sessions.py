@@ -1,7 +1,8 @@
 """An interactive job's starter (StarterSpec.wait_for_ssh_sessions): the job's end
 waits for the sshds its conversation listed (execd.starter.sshd_list), as
 condor_starter waits for its SSHDProcs, not for what they left in the slice's sshd
-leaf (finish() kills that with the job); a vacate or removal ends the wait at once.
+leaf (finish() kills that with the job); a vacate or removal ends the wait at once;
+once it has ended no new sshd starts (its START_SSHD is refused).
 The sshds and what they leave are real processes; the cgroup tree is the fake."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +23,13 @@ from execd.cgroups.tree import CgroupTree
 from execd.starter import run
 from execd.starter.run import Starter
 from execd.starter.spec import StarterSpec
-from execd.starter.sshd_list import note_sshd_reaped, note_sshd_started, read_sessions
+from execd.starter.sshd_list import (
+    STARTING_STALE_S,
+    note_sshd_reaped,
+    note_sshd_started,
+    read_sessions,
+    reserve_start,
+)
 
 MOUNT = Path("/sys/fs/cgroup")
 
@@ -80,18 +88,48 @@ def test_the_job_ends_with_its_last_sshd_not_with_what_it_left(
     assert not starter.sessions_open()
 
 
-def test_an_sshd_listed_but_gone_does_not_count(
+def test_an_sshd_listed_but_ended_or_reused_does_not_count(
         tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:  # fmt: skip
-    sshd, other = sleeper(procs), sleeper(procs)
     listed = tmp_path / "ssh_sessions"
-    note_sshd_started(listed, sshd.pid)
+    ended = subprocess.Popen(["true"])
+    procs.append(ended)
+    os.waitid(os.P_PID, ended.pid, os.WEXITED | os.WNOWAIT)  # a zombie: not yet reaped
+    listed.write_text(f"{ended.pid} 1\n")
+    note_sshd_started(listed, ended.pid)  # (a zombie is not listed either)
+    assert read_sessions(listed) == []
+    other = sleeper(procs)
+    note_sshd_started(listed, other.pid)
+    (_pid, start), = read_sessions(listed)
+    listed.write_text(f"{ended.pid} {start}\n{other.pid} {start + 1}\n")  # a reused pid
     starter, _fs = exited_starter(tmp_path, [other.pid])
-    assert not starter.sessions_open()  # listed, but not in the leaf
-    _pid, start = read_sessions(listed)[0]
-    listed.write_text(f"{other.pid} {start + 1}\n")  # a reused pid: another start time
-    assert not starter.sessions_open()
     assert not starter.sessions_open()
     assert "WaitedForSshSessions" not in starter.report
+
+
+def test_a_start_under_way_keeps_the_wait_and_one_after_its_end_is_refused(
+        tmp_path: Path) -> None:  # fmt: skip
+    # (before: a START_SSHD accepted between the starter's last look and the slice's
+    # kill started an sshd that the kill ended at once; condor_starter refuses it)
+    listed = tmp_path / "ssh_sessions"
+    starter, _fs = exited_starter(tmp_path, [])
+    starting = reserve_start(listed, 1)  # the conversation answers a START_SSHD
+    assert starting is not None
+    assert starter.sessions_open()  # its sshd is coming
+    assert "WaitedForSshSessions" not in starter.report  # (none outlived the job yet)
+    starting.unlink()  # not started after all
+    assert not starter.sessions_open()  # the last look: no sshd, none coming
+    assert reserve_start(listed, 2) is None  # the job is finished: refused
+    assert not list(tmp_path.glob("ssh_sessions.starting.*"))
+
+
+def test_a_start_left_by_a_daemon_that_died_is_not_waited_for(tmp_path: Path) -> None:
+    listed = tmp_path / "ssh_sessions"
+    starter, _fs = exited_starter(tmp_path, [])
+    starting = reserve_start(listed, 1)
+    assert starting is not None
+    stale = time.time() - STARTING_STALE_S - 1
+    os.utime(starting, (stale, stale))
+    assert not starter.sessions_open()
 
 
 def test_a_normal_jobs_end_does_not_wait_for_sessions(

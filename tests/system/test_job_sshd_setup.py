@@ -202,3 +202,34 @@ def test_a_setup_running_when_the_job_ends_is_killed_and_no_session_starts(
     with pytest.raises(SshdRefusedError, match=r"^Rejecting request, because the job is "
                                                r"finished\.$"):  # fmt: skip
         asyncio.run(start_sshd(cast(Channel, None), shell, config, {}, "1.0"))
+
+
+MARKED = """mkdir "$1/.condor_ssh_to_job_1"
+echo condor_ssh_to_job_sshd_setup SUCCESS
+echo condor_ssh_to_job_sshd_setup SSHD DIR BEGIN; echo "$1/.condor_ssh_to_job_1"
+echo condor_ssh_to_job_sshd_setup SSHD DIR END
+echo condor_ssh_to_job_sshd_setup SSHD USER BEGIN; echo nobody
+echo condor_ssh_to_job_sshd_setup SSHD USER END
+echo condor_ssh_to_job_sshd_setup PUBLIC SERVER KEY BEGIN; echo host
+echo condor_ssh_to_job_sshd_setup PUBLIC SERVER KEY END
+echo condor_ssh_to_job_sshd_setup AUTHORIZED CLIENT KEY BEGIN; echo client
+echo condor_ssh_to_job_sshd_setup AUTHORIZED CLIENT KEY END
+"""
+
+
+def test_a_session_into_an_interactive_job_whose_starter_stopped_waiting_is_refused(
+        workdir: Path) -> None:  # fmt: skip
+    """Once an interactive job's starter has stopped waiting for sessions (its last
+    sshd gone: execd.starter.sshd_list), a START_SSHD whose setup was under way is
+    refused as condor_starter refuses it, its session directory removed, the client
+    never answered (before: it was answered and its sshd killed with the slice)."""
+    config = libexec(workdir, MARKED)
+    listed = workdir / "execute" / "ssh_sessions"
+    Path(f"{listed}.finished").touch()  # what the starter's last look left
+    shell = JobShell(workdir / "iwd", "nobody", NOBODY, NOBODY, {}, [], None,
+                     interactive=True, sshds_file=listed)  # fmt: skip
+    with pytest.raises(SshdRefusedError, match=r"^Rejecting request, because the job is "
+                                               r"finished\.$"):  # fmt: skip
+        asyncio.run(start_sshd(cast(Channel, None), shell, config, {}, "1.0"))
+    assert not (workdir / "iwd" / ".condor_ssh_to_job_1").exists()
+    assert not list(listed.parent.glob("ssh_sessions.starting.*"))
