@@ -181,12 +181,10 @@ class JobCgroup:
             stack.extend(cg / c for c in self.fs.children(cg))
         return found
 
-    def populated(self, leaf: str = "") -> bool:
-        """Whether the slice (or its `leaf`, e.g. SSHD_LEAF) holds a process."""
-        where = self.slice / leaf if leaf else self.slice
-        if not self.fs.exists(where):
+    def populated(self) -> bool:
+        if not self.fs.exists(self.slice):
             return False
-        return parse_flat_keyed(self.fs.read(where / "cgroup.events")).get("populated") == 1
+        return parse_flat_keyed(self.fs.read(self.slice / "cgroup.events")).get("populated") == 1
 
     def _events(self) -> dict[str, int]:
         return parse_flat_keyed(self.fs.read(self.slice / "cgroup.events"))

@@ -37,7 +37,7 @@ from execd.starter.sandbox import (
     resolve_user,
 )
 from execd.starter.spec import CONTROL_SIGNALS, StarterSpec
-from execd.starter.sshd_list import SESSIONS_POLL_S, sshds_open
+from execd.starter.sshd_list import SESSIONS_POLL_S, sshds_open, stop_waiting
 
 # Taken with sigtimedwait: the daemon's control signals, and the job's end.
 CONTROL = {*CONTROL_SIGNALS, signal.SIGCHLD}
@@ -287,8 +287,11 @@ class Starter:
 
     def sessions_open(self) -> bool:
         """An interactive job's sshds still run (execd.starter.sshd_list); a kill
-        requested ends the wait: the sessions go with the job (finish() kills them)."""
+        requested ends the wait: the sessions go with the job (finish() kills them),
+        and no new one starts."""
         if self.exit_reason != "exited" or self.hard_kill_at is not None:
+            if self.spec.wait_for_ssh_sessions:
+                stop_waiting(self.spec)
             return False
         return sshds_open(self.spec, self.report)
 

@@ -124,8 +124,9 @@ class StarterSpec(NamedTuple):
     job_ad: str | None = None
     machine_ad: str | None = None
     # An interactive job's (InteractiveJob): its end waits for its condor_ssh_to_job
-    # sessions (the slice's sshd leaf) to end too, as condor_starter counts its sshd
-    # among its jobs; the first session's shell setup kills the job's placeholder.
+    # sessions' sshds (those listed in ssh_sessions_file) to end too, as condor_starter
+    # counts its sshd among its jobs; the first session's shell setup kills the job's
+    # placeholder.
     wait_for_ssh_sessions: bool = False
     # Where the job's conversation lists the sshds it started (the starter's directory:
     # execd.starter.sshd_list); None: the starter waits for none.

@@ -11,15 +11,19 @@ is never taken for an sshd). A listed sshd counts while that process runs (a zom
 one the daemon has not reaped yet, does not: an earlier image's sshd is never reaped).
 
 A START_SSHD is refused once the starter has stopped waiting (condor_starter: "the
-job is finished"), without a lock: the conversation makes a `.starting.N` file
-before it answers the client and removes it once the sshd is listed; the starter
-makes `.finished` when no listed sshd runs, then looks again for either. One of the
-two always sees the other's file (a start sees `.finished` and is refused, or the
-starter sees the start and waits on). Light: the starter imports it.
+job is finished"), without a lock: the conversation makes a `.starting.*` file (a
+new name each time) before it answers the client, lists the sshd, then removes the
+mark; the starter makes `.finished` when no listed sshd runs and none is coming,
+then looks again, at the marks first and the list second. One of the two always
+sees the other's file: a mark made before `.finished` is seen by the second look
+unless it has gone, and then the sshd it stood for is listed already; a mark made
+after it sees `.finished` and is refused. A kill requested ends the wait and makes
+`.finished` too (stop_waiting). Light: the starter imports it.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -34,8 +38,12 @@ SSH_SESSIONS_FILE = "ssh_sessions"  # its name in the starter's directory
 # (they are the daemon's children: their end sends the starter nothing).
 SESSIONS_POLL_S = 0.25
 # A start reserved longer ago than this was left by a daemon that died meanwhile (a
-# start takes at most the client's answer and the sshd's spawn).
+# start takes at most the client's answer and the sshd's spawn); one this far in the
+# future was made before the clock was set back, and is not waited for either.
 STARTING_STALE_S = 60.0
+# Files made here are never opened through a link (SPOOL is root's; this is hardening).
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+_MARKS = itertools.count(1)  # with the pid and the clock: each mark's name is new
 
 Session = tuple[int, int]  # (pid, start time in clock ticks since boot)
 
@@ -70,7 +78,7 @@ def read_sessions(path: str | Path) -> list[Session]:
 
 def _write(path: Path, sessions: list[Session]) -> None:
     part = path.with_name(path.name + ".part")
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    fd = os.open(part, _CREATE | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.writelines(f"{pid} {start}\n" for pid, start in sessions)
     os.replace(part, path)  # the starter reads either list, never half of one
@@ -97,12 +105,14 @@ def sshds_running(path: str | Path) -> list[int]:
     return [pid for pid, start in read_sessions(path) if start_time(pid) == start]
 
 
-def reserve_start(path: Path, n: int) -> Path | None:
+def reserve_start(path: Path) -> Path | None:
     """Before a new sshd's client is answered: what tells the starter one is coming
     (release it once the sshd is listed, or not started); None: the starter has
-    stopped waiting, the job is finished (refuse)."""
-    mark = path.with_name(f"{path.name}.starting.{n}")
-    os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    stopped waiting, the job is finished (refuse). The mark's name is new (O_EXCL):
+    its time is that of this start, never an earlier image's leftover's."""
+    mark = path.with_name(f"{path.name}.starting.{os.getpid()}.{time.time_ns()}."
+                          f"{next(_MARKS)}")  # fmt: skip
+    os.close(os.open(mark, _CREATE | os.O_EXCL, 0o600))
     if os.path.exists(f"{path}.finished"):
         os.unlink(mark)
         return None
@@ -118,11 +128,23 @@ def _starting(path: Path) -> bool:
         return False
     for name in names:
         try:
-            if now - os.stat(path.parent / name).st_mtime < STARTING_STALE_S:
+            if abs(now - os.stat(path.parent / name).st_mtime) < STARTING_STALE_S:
                 return True
         except OSError:
             continue
     return False
+
+
+def stop_waiting(spec: StarterSpec) -> bool:
+    """The starter waits for no session any more: from now on a START_SSHD is refused
+    (reserve_start). False: no directory to say it in (no session ever started)."""
+    if spec.ssh_sessions_file is None:
+        return False
+    try:
+        os.close(os.open(f"{spec.ssh_sessions_file}.finished", _CREATE, 0o600))
+    except OSError:
+        return False
+    return True
 
 
 def sshds_open(spec: StarterSpec, report: dict[str, Any]) -> bool:
@@ -134,15 +156,15 @@ def sshds_open(spec: StarterSpec, report: dict[str, Any]) -> bool:
     path = Path(spec.ssh_sessions_file)
     running = bool(sshds_running(path))
     if not running and not _starting(path):
-        finished = Path(f"{path}.finished")
-        try:
-            os.close(os.open(finished, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        except OSError:  # (no directory: no session ever started)
+        if not stop_waiting(spec):
             return False
-        running = bool(sshds_running(path))  # look again (see above)
-        if not running and not _starting(path):
+        # Look again, at the marks before the list: a start that ends between the
+        # two looks is listed by the time its mark goes (see above).
+        starting = _starting(path)
+        running = bool(sshds_running(path))
+        if not running and not starting:
             return False
-        finished.unlink(missing_ok=True)
+        Path(f"{path}.finished").unlink(missing_ok=True)
     if running and "WaitedForSshSessions" not in report:
         report["WaitedForSshSessions"] = True
         sys.stderr.write(f"job_waits_for_ssh_sessions job={spec.job_id}\n")  # (run.event)

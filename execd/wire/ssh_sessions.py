@@ -12,8 +12,7 @@ that the first session's condor_ssh_to_job_shell_setup kills: its end is the end
 its last session, as condor_starter (which counts its sshds among its jobs) ends it.
 Its starter waits for the sshds listed in the file the sessions keep in its directory
 (execd.starter.sshd_list: written as each sshd starts and is reaped), then kills what
-they left with the job, as condor_starter does; a vacate ends them at once. Where
-there is no cgroup tree (no starter waits), the job's exit here waits for the sshds.
+they left with the job, as condor_starter does; a vacate ends them at once.
 """
 
 from __future__ import annotations
@@ -63,13 +62,9 @@ class JobShell:
     setups: set[int] = field(default_factory=set)  # setups running now, by pid
     closing: bool = False  # the job exited or its conversation ended: no new session
     interactive: bool = False  # is_interactive: the job's end waits for its sessions
-    # The wait status of the sshd reaped last (None: none yet), and whether close()
-    # waited for sessions still open (no cgroup tree: the starter could not).
-    last_sshd_status: int | None = None
-    waited: bool = False
+    last_sshd_status: int | None = None  # the wait status of the sshd reaped last
     # The starter's list of the sshds it waits for (execd.starter.sshd_list); None: none.
     sshds_file: Path | None = None
-    starts: int = 0  # sshd starts reserved so far (reserve_sshd)
 
     def reserve_sshd(self) -> Callable[[], None] | None:
         """Before a new sshd's client is answered. None: refuse it, the job is finished
@@ -77,9 +72,8 @@ class JobShell:
         what it returns once the sshd is listed (sshd_started) or was not started."""
         if not self.interactive or self.sshds_file is None:
             return lambda: None
-        self.starts += 1
         try:
-            mark = reserve_start(self.sshds_file, self.starts)
+            mark = reserve_start(self.sshds_file)
         except OSError as exc:  # as an unwritten list (below)
             log.warning("sshd_list_not_written", file=str(self.sshds_file), error=str(exc))
             return lambda: None
@@ -134,8 +128,7 @@ class JobShell:
         ExitCode or ExitSignal (sshd -i: 0 after a normal logout) overrides the
         placeholder's (SIGTERM, from condor_ssh_to_job_shell_setup). A job that was
         evicted meanwhile keeps its eviction."""
-        outlived = done.outlived_by_sessions or self.waited
-        if not self.interactive or not outlived or done.requested \
+        if not self.interactive or not done.outlived_by_sessions or done.requested \
                 or self.last_sshd_status is None:  # fmt: skip
             return done
         return dataclasses.replace(done, wait_status=self.last_sshd_status)
@@ -144,15 +137,9 @@ class JobShell:
         """The job has exited: its ssh sessions end and their directories go before
         the output is sent back (condor_starter reaps its sshd first). A session an
         earlier image of execd started (a restart in place) is not its child: its
-        directory is removed all the same. An interactive job's sessions are waited
-        for instead where there is no cgroup tree (no new one starts meanwhile: its job
-        is gone); with one its starter waited for them, and ended what was left."""
+        directory is removed all the same. An interactive job's starter waited for its
+        sessions already (execd.starter.sshd_list) and ended what they left."""
         self.pids = []  # reaped: never named to a session's shell setup again
-        if self.interactive and self.cgroup is None:
-            self.closing = True  # a setup under way now is refused once it is done
-            self.waited = bool(self.sshds)
-            while self.sshds:
-                await asyncio.wait(list(self.sshds.values()))
         self.end()
         if self.sshds:
             await asyncio.wait(list(self.sshds.values()), timeout=REAP_WAIT_S)

@@ -20,7 +20,7 @@ from fake_cgroupfs import RecordingCgroupFS
 
 from execd.cgroups.discovery import Hierarchy
 from execd.cgroups.tree import CgroupTree
-from execd.starter import run
+from execd.starter import run, sshd_list
 from execd.starter.run import Starter
 from execd.starter.spec import StarterSpec
 from execd.starter.sshd_list import (
@@ -112,24 +112,94 @@ def test_a_start_under_way_keeps_the_wait_and_one_after_its_end_is_refused(
     # kill started an sshd that the kill ended at once; condor_starter refuses it)
     listed = tmp_path / "ssh_sessions"
     starter, _fs = exited_starter(tmp_path, [])
-    starting = reserve_start(listed, 1)  # the conversation answers a START_SSHD
+    starting = reserve_start(listed)  # the conversation answers a START_SSHD
     assert starting is not None
     assert starter.sessions_open()  # its sshd is coming
     assert "WaitedForSshSessions" not in starter.report  # (none outlived the job yet)
     starting.unlink()  # not started after all
     assert not starter.sessions_open()  # the last look: no sshd, none coming
-    assert reserve_start(listed, 2) is None  # the job is finished: refused
+    assert reserve_start(listed) is None  # the job is finished: refused
     assert not list(tmp_path.glob("ssh_sessions.starting.*"))
 
 
 def test_a_start_left_by_a_daemon_that_died_is_not_waited_for(tmp_path: Path) -> None:
     listed = tmp_path / "ssh_sessions"
     starter, _fs = exited_starter(tmp_path, [])
-    starting = reserve_start(listed, 1)
+    starting = reserve_start(listed)
     assert starting is not None
     stale = time.time() - STARTING_STALE_S - 1
     os.utime(starting, (stale, stale))
     assert not starter.sessions_open()
+    # nor one dated an hour ahead (made before the clock was set back)
+    (tmp_path / "ssh_sessions.finished").unlink()
+    ahead = time.time() + 3600
+    os.utime(starting, (ahead, ahead))
+    assert not starter.sessions_open()
+
+
+def test_a_new_start_is_waited_for_beside_an_earlier_images_stale_mark(tmp_path: Path) -> None:
+    # (before: marks were named .starting.N, N counted from 1 again in each image, and
+    # a name an earlier image left behind kept its old time: the new start, taken for
+    # stale, was not waited for)
+    listed = tmp_path / "ssh_sessions"
+    starter, _fs = exited_starter(tmp_path, [])
+    stale = time.time() - STARTING_STALE_S - 1
+    for left in (reserve_start(listed), tmp_path / "ssh_sessions.starting.1"):
+        assert left is not None
+        left.touch()
+        os.utime(left, (stale, stale))
+    assert reserve_start(listed) is not None
+    assert starter.sessions_open()
+
+
+def test_a_start_that_ends_between_the_starters_two_looks_is_still_seen(
+        tmp_path: Path, procs: list[subprocess.Popen[bytes]],
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # The conversation reserves its start after the starter's first look and before
+    # `.finished`; between the second look's two reads it lists its sshd and releases
+    # the mark. (before: the second look read the list first, then the marks, saw
+    # neither, and the slice's kill ended the session just answered)
+    listed, sshd = tmp_path / "ssh_sessions", sleeper(procs)
+    starter, _fs = exited_starter(tmp_path, [])
+    looks: list[str] = []
+    real_starting, real_running = sshd_list._starting, sshd_list.sshds_running
+    mark: list[Path] = []
+
+    def starting(path: Path) -> bool:
+        looks.append("marks")
+        seen = real_starting(path)
+        if len(looks) == 2:  # the first look found none; the conversation reserves
+            reserved = reserve_start(listed)
+            assert reserved is not None
+            mark.append(reserved)
+        return seen
+
+    def running(path: str | Path) -> list[int]:
+        looks.append("list")
+        seen = real_running(path)
+        if len(looks) == 3 and mark:  # the second look began: the start ends
+            note_sshd_started(listed, sshd.pid)
+            mark.pop().unlink()
+        return seen
+
+    monkeypatch.setattr(sshd_list, "_starting", starting)
+    monkeypatch.setattr(sshd_list, "sshds_running", running)
+    assert starter.sessions_open(), looks
+    assert not (tmp_path / "ssh_sessions.finished").exists()
+
+
+def test_a_kill_that_ends_the_wait_refuses_later_sessions(
+        tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:  # fmt: skip
+    # (before: a vacate ended the wait without `.finished`: a START_SSHD after it was
+    # answered, and its sshd killed with the slice or run on; condor_starter refuses)
+    sshd = sleeper(procs)
+    listed = tmp_path / "ssh_sessions"
+    note_sshd_started(listed, sshd.pid)
+    starter, _fs = exited_starter(tmp_path, [sshd.pid], vacate_seconds=600.0)
+    assert starter.sessions_open()
+    starter.exit_reason = "soft_killed"  # what a vacate's soft kill sets
+    assert not starter.sessions_open()
+    assert reserve_start(listed) is None
 
 
 def test_a_normal_jobs_end_does_not_wait_for_sessions(
@@ -170,8 +240,12 @@ def test_an_eviction_while_only_sessions_are_left_ends_them_at_once(
     assert not said.exists(), "a reaped pid is never signalled"
     assert not starter.sessions_open()  # no wait for the vacate's hard kill (600 s)
     assert starter.exit_reason == "soft_killed"  # graceful: the sandbox is spooled
-    starter.cgroup.kill()  # (what finish() does first)
-    assert sshd.pid in fs.killed
+    starter.started = 0.0
+    starter.scratch = str(tmp_path / "scratch")
+    os.mkdir(starter.scratch)
+    starter.finish()
+    assert sshd.pid in fs.killed  # the slice's kill ends the sessions
+    assert starter.report["ExitReason"] == "soft_killed"
 
 
 def test_a_vacate_while_the_job_runs_ends_its_sessions_with_it(

@@ -1,7 +1,8 @@
 """An interactive job's ssh sessions (execd.wire.ssh_sessions): which jobs are
-interactive, the job's end waiting for its sessions instead of killing them, the
-exit the shadow is told (the last sshd's, as condor_starter's publishJobExitAd
-gives it), and _CONDOR_JOB_PIDS once the placeholder is gone."""
+interactive, the job's end (its starter waited for the sessions: here a bounded
+wait for what is left), the exit the shadow is told (the last sshd's, as
+condor_starter's publishJobExitAd gives it), and _CONDOR_JOB_PIDS once the
+placeholder is gone."""
 
 from __future__ import annotations
 
@@ -47,47 +48,24 @@ def test_the_last_sshds_end_is_reported_where_sessions_outlived_the_job(tmp_path
     assert shell(tmp_path).reported_exit(done) == done
 
 
-def test_an_interactive_jobs_exit_waits_for_its_sessions_without_killing_them(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    killed: list[int] = []
-    monkeypatch.setattr(ssh_sessions, "kill_session", killed.append)
-
-    async def scenario() -> None:
-        session_ended = asyncio.Event()
-        job = shell(tmp_path, pids=[os.getpid()])  # no cgroup tree: no starter waits
-        job.sshds[2**22 + 7] = asyncio.create_task(session_ended.wait())  # no such pid
-        closing = asyncio.create_task(job.close())
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
-        assert not closing.done()  # the session still runs: the job's end waits
-        assert job.closing and job.pids == []  # no new session; no pid named any more
-        assert killed == []  # and the session was not killed
-        job.sshds.clear()
-        session_ended.set()
-        await asyncio.wait_for(closing, 5)
-        assert job.waited
-        assert killed == []
-
-    asyncio.run(scenario())
-
-
-def test_with_a_cgroup_tree_the_jobs_exit_waits_for_its_sessions_a_bounded_time(
+def test_the_jobs_exit_waits_for_its_sessions_a_bounded_time(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     # (before: close() waited without limit for an interactive job's sshds, so a starter
     # that ended without killing the slice, or an sshd in D state, hung the
-    # conversation: job_exit never sent). Its starter waited for them already.
+    # conversation: job_exit never sent). Its starter waited for them already; with or
+    # without the sshd's cgroup.
     killed: list[int] = []
     monkeypatch.setattr(ssh_sessions, "kill_session", killed.append)
     monkeypatch.setattr(ssh_sessions, "REAP_WAIT_S", 0.01)
 
     async def scenario() -> None:
-        job = shell(tmp_path, cgroup=tmp_path / "slot1_1.slice" / "sshd")
-        never = asyncio.Event()
-        job.sshds[2**22 + 7] = asyncio.create_task(never.wait())  # an sshd never reaped
-        await asyncio.wait_for(job.close(), 5)
-        assert killed == [2**22 + 7]  # what is left is killed, as for any job
-        assert not job.waited
-        job.sshds.pop(2**22 + 7).cancel()
+        for cgroup in (tmp_path / "slot1_1.slice" / "sshd", None):
+            job = shell(tmp_path, cgroup=cgroup)
+            never = asyncio.Event()
+            job.sshds[2**22 + 7] = asyncio.create_task(never.wait())  # never reaped
+            await asyncio.wait_for(job.close(), 5)
+            assert killed.pop() == 2**22 + 7  # what is left is killed, as for any job
+            job.sshds.pop(2**22 + 7).cancel()
 
     asyncio.run(scenario())
 
