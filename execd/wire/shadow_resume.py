@@ -142,6 +142,7 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         sandbox = Path(state.sandbox)  # (its environment less the Chirp proxy's config)
         link.shell = job_shell(options, user, sandbox, job_env(job, sandbox, state.transfer),
                                0, interactive=is_interactive(job))  # fmt: skip
+        link.shell.adopt_listed()  # an interactive job's sshds the earlier image started
     calls.attach(link)
     options.links.add(link)
     if options.claim_held is not None and not options.claim_held():
@@ -165,7 +166,7 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
             # its first call waits for the shadow
             done = await streamed.alongside(watch(calls, proc, options, 0), proc.kill,
                                             link.job_exited)  # fmt: skip
-            if link.shell is not None:  # (sessions the earlier image started: unknown)
+            if link.shell is not None:
                 done = link.shell.reported_exit(done)
         except JobHeldError as exc:
             await report_hold(calls, job_values(state.job_wire), state.global_job_id, exc)

@@ -28,9 +28,15 @@ from pathlib import Path
 
 from execd.cgroups.tree import JOB_LEAF
 from execd.classads import lookup_bool
+from execd.daemon import procwatch
 from execd.log import get_logger
 from execd.starter.sandbox import rm_argv, rm_error
-from execd.starter.sshd_list import note_sshd_reaped, note_sshd_started, reserve_start
+from execd.starter.sshd_list import (
+    note_sshd_reaped,
+    note_sshd_started,
+    read_sessions,
+    reserve_start,
+)
 from execd.wire.job_runner import JobExit
 from execd.wire.sshd_helper import kill_session
 
@@ -99,6 +105,37 @@ class JobShell:
             note(self.sshds_file, pid)
         except OSError as exc:  # the starter then ends the job when its placeholder ends
             log.warning("sshd_list_not_written", file=str(self.sshds_file), error=str(exc))
+
+    def adopt_listed(self) -> None:
+        """After a restart in place: the sshds an earlier image listed are this
+        daemon's children still (the exec kept its pid), but no task of this image
+        waits for them. Each (that pid with that start time, ended or not) is waited
+        for and reaped here, as this image's own are: its exit is known (the one
+        reported if it is the last) and it leaves no zombie."""
+        if not self.interactive or self.sshds_file is None:
+            return
+        for pid, started in read_sessions(self.sshds_file):
+            if pid in self.sshds:
+                continue
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:  # gone (reaped: not ours)
+                continue
+            if procwatch.start_time(pid, zombies=True) != started:  # (pinned by the pidfd)
+                os.close(fd)
+                continue
+            self.sshds[pid] = asyncio.get_running_loop().create_task(self._adopted(pid, fd))
+            log.info("sshd_adopted", pid=pid)
+
+    async def _adopted(self, pid: int, fd: int) -> None:
+        await procwatch.wait_exit(fd)
+        status = procwatch.reap(pid)
+        self.sshds.pop(pid, None)
+        self.sshd_reaped(pid)
+        if status is not None:
+            self.last_sshd_status = status
+        log.info("sshd_exited", pid=pid, adopted=True,
+                 status=None if status is None else os.waitstatus_to_exitcode(status))
 
     def live_pids(self) -> list[int]:
         """The job's pids for a new session's _CONDOR_JOB_PIDS: where there is a

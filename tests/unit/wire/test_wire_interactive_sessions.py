@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
-from execd.starter.sshd_list import read_sessions, start_time
+from execd.starter.sshd_list import note_sshd_started, read_sessions, start_time
 from execd.wire import ssh_sessions
 from execd.wire.job_runner import JobExit
 from execd.wire.ssh_sessions import JobShell, is_interactive
@@ -93,3 +94,34 @@ def test_an_interactive_jobs_sshds_are_listed_for_its_starter(tmp_path: Path) ->
                       sshds_file=tmp_path / "normal")  # fmt: skip
     normal.sshd_started(sshd)  # a normal job's sessions end with it: no list
     assert not (tmp_path / "normal").exists()
+
+
+def test_sshds_an_earlier_image_listed_are_waited_for_and_reaped_after_a_restart(
+        tmp_path: Path) -> None:  # fmt: skip
+    # (before: the new image never waited for them: their exit was unknown, the
+    # placeholder's SIGTERM was reported, and each ended one stayed a zombie)
+    listed = tmp_path / "ssh_sessions"
+    # children of this process, as the earlier image's sshds are the daemon's
+    running, ended = (os.posix_spawn("/bin/sleep", ["sleep", "600"], {}) for _ in range(2))
+    for sshd in (running, ended):
+        note_sshd_started(listed, sshd)
+    os.kill(ended, signal.SIGKILL)  # it ended during the exec: a zombie when looked at
+    os.waitid(os.P_PID, ended, os.WEXITED | os.WNOWAIT)
+    job = JobShell(tmp_path, "nobody", 65534, 65534, {}, [], None, interactive=True,
+                   sshds_file=listed)  # fmt: skip
+
+    async def scenario() -> None:
+        job.adopt_listed()
+        assert sorted(job.sshds) == sorted([running, ended])
+        await asyncio.wait_for(job.sshds[ended], 5)
+        assert job.last_sshd_status == signal.SIGKILL
+        assert read_sessions(listed) == [(running, start_time(running))]
+        os.kill(running, signal.SIGTERM)
+        await asyncio.wait_for(job.sshds[running], 5)
+
+    asyncio.run(scenario())
+    assert job.sshds == {} and read_sessions(listed) == []
+    assert job.reported_exit(JobExit(SIGTERMED, 3.0, outlived_by_sessions=True)) == \
+        JobExit(signal.SIGTERM, 3.0, outlived_by_sessions=True)  # the last one's  # fmt: skip
+    for sshd in (running, ended):  # reaped here: no zombie left
+        assert not Path(f"/proc/{sshd}").exists()
