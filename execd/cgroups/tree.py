@@ -24,6 +24,8 @@ ACCOUNTING_CONTROLLERS = ("io",)
 EXECD_CONTROLLERS = (*LIMIT_CONTROLLERS, *ACCOUNTING_CONTROLLERS)
 DAEMON_LEAF = "daemon"
 JOB_LEAF = "job"
+# condor_ssh_to_job sessions of the slot's job run beside its leaf (execd.wire.job_sshd).
+SSHD_LEAF = "sshd"
 
 
 class Usage(NamedTuple):
@@ -145,6 +147,7 @@ class JobCgroup:
         self.fs = fs
         self.slice = slice_path
         self.leaf = slice_path / JOB_LEAF
+        self.sshd = slice_path / SSHD_LEAF
         self.controllers = controllers
         # How long a kill may take before the slice counts as one that cannot be emptied.
         self.kill_timeout = 5.0

@@ -117,6 +117,7 @@ def shadow_options(member: PoolMember, claim: ClaimId, job: PoolJob, handed_over
         ssh_enabled=lambda job_values: peek_enabled(daemon.settings, ad, job_values,
                                                     "ENABLE_SSH_TO_JOB"),
         sshd_cgroup=lambda: sshd_cgroup(member, slot),
+        sshds_file=lambda: sshds_file(job),
         suspended=lambda: job.job is not None and job.job.suspended is not None,
         claim_held=lambda: claim.full() in member.claims  # (restore tracks it first)
         and claim.full() not in member.closed_by_schedd,
@@ -188,9 +189,17 @@ def sshd_cgroup(member: PoolMember, slot: str) -> Path | None:
     if tree is None or not slot:
         return None
     try:
-        return tree.job(slot).slice / "sshd"
+        return tree.job(slot).sshd
     except CgroupError:
         return None
+
+
+def sshds_file(job: PoolJob) -> Path | None:
+    """Where the job's interactive sessions list their sshds for its starter (its
+    spec's ssh_sessions_file, execd.starter.sshd_list); None: no starter (yet)."""
+    handle = job.job.handle if job.job is not None else None
+    listed = handle.spec.ssh_sessions_file if handle is not None else None
+    return Path(listed) if listed else None
 
 
 def _ended(member: PoolMember, claim: ClaimId, handed_over: list[bool]) -> None:

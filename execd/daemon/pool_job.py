@@ -29,6 +29,7 @@ from execd.daemon.update_ad import SandboxIdentity, UpdateAdFile, copy_update_at
 from execd.starter.sandbox import job_environment
 from execd.wire.classad_codec import WireAd, from_values
 from execd.wire.job_runner import JobExit, JobHeldError, JobLaunch, JobSetupError, spawn_failure
+from execd.wire.ssh_sessions import is_interactive
 
 if TYPE_CHECKING:
     from execd.daemon.job import Job
@@ -200,6 +201,7 @@ class PoolJob:
                 "stdin": launch.stdin_name, "stdout": launch.stdout_name,
                 "stderr": launch.stderr_name, "iwd": str(launch.workdir),
                 "sandbox": str(launch.sandbox),
+                "wait_for_ssh_sessions": is_interactive(launch.job),
             })  # fmt: skip
         if self.update_ad is not None:
             self._first_update_ad(job.slot)
@@ -249,7 +251,8 @@ class PoolJob:
         duration = float(report.get("RemoteWallClockTime") or time.time() - job.started)
         reason = report.get("ExitReason")
         return JobExit(wait_status(report), duration, requested=reason != "exited",
-                       graceful=reason == "soft_killed", vacate=job.vacate_reason)  # fmt: skip
+                       graceful=reason == "soft_killed", vacate=job.vacate_reason,
+                       outlived_by_sessions=report.get("WaitedForSshSessions") is True)  # fmt: skip
 
     def _raise_if_held(self, report: dict[str, Any]) -> None:
         error = hold_from_report(report, self.launch.argv if self.launch else None)

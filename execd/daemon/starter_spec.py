@@ -21,6 +21,7 @@ from execd.daemon.assigned_env import assigned_resource_env
 from execd.machine.facts import GpuInfo
 from execd.machine.gpu_hiding import GpuHiding, gpus_to_hide
 from execd.starter.spec import StarterSpec, parse_signal
+from execd.starter.sshd_list import SSH_SESSIONS_FILE
 from execd.wire.classad_codec import from_classad, long_form
 
 
@@ -77,6 +78,7 @@ def starter_spec(job_id: str, slot: str, ad: dict[str, Any], facts: dict[str, An
         pids_max=settings.get_int("EXECD_PIDS_MAX") or None,
         always_hold_on_oom=settings.get_bool("STARTER_ALWAYS_HOLD_ON_OOM", True),
         status_path=str(workdir / "status.json"),
+        ssh_sessions_file=str(workdir / SSH_SESSIONS_FILE),
         pid_namespace=settings.get_bool("USE_PID_NAMESPACES"),
         network_namespace=settings.get_bool("EXECD_JOB_NETWORK_NAMESPACE"),
         thread_env_vars=settings.get_list("STARTER_NUM_THREADS_ENV_VARS"),

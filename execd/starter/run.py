@@ -37,6 +37,7 @@ from execd.starter.sandbox import (
     resolve_user,
 )
 from execd.starter.spec import CONTROL_SIGNALS, StarterSpec
+from execd.starter.sshd_list import SESSIONS_POLL_S, sshds_open, stop_waiting
 
 # Taken with sigtimedwait: the daemon's control signals, and the job's end.
 CONTROL = {*CONTROL_SIGNALS, signal.SIGCHLD}
@@ -231,6 +232,8 @@ class Starter:
             self.resume()
         if self.exit_reason == "exited":
             self.exit_reason = "soft_killed"
+        if self.status is not None:  # only its ssh sessions were left: finish() kills
+            return  # them (its reaped pid is never signalled again)
         try:  # noqa: SIM105 - contextlib would cost the starter's start-up ~10 ms
             os.kill(self.pid, self.spec.kill_sig)
         except ProcessLookupError:
@@ -282,9 +285,19 @@ class Starter:
                 job_status = read_job_status(self.init_status_r)
                 self.status = status if job_status is None else job_status
 
+    def sessions_open(self) -> bool:
+        """An interactive job's sshds still run (execd.starter.sshd_list); a kill
+        requested ends the wait: the sessions go with the job (finish() kills them),
+        and no new one starts."""
+        if self.exit_reason != "exited" or self.hard_kill_at is not None:
+            if self.spec.wait_for_ssh_sessions:
+                stop_waiting(self.spec)
+            return False
+        return sshds_open(self.spec, self.report)
+
     def watch(self) -> None:
         next_poll = time.monotonic()
-        while self.status is None:
+        while self.status is None or self.sessions_open():
             now = time.monotonic()
             if now >= next_poll:
                 self.measure()
@@ -294,6 +307,8 @@ class Starter:
                 self.hard_kill_at = None
                 self.hard_kill()
             deadline = min(next_poll, self.hard_kill_at or next_poll)
+            if self.status is not None:
+                deadline = min(deadline, now + SESSIONS_POLL_S)
             info = signal.sigtimedwait(CONTROL, max(0.0, deadline - time.monotonic()))
             if info is not None:
                 self.dispatch(info.si_signo)

@@ -123,6 +123,14 @@ class StarterSpec(NamedTuple):
     # conversation wrote them into its sandbox already).
     job_ad: str | None = None
     machine_ad: str | None = None
+    # An interactive job's (InteractiveJob): its end waits for its condor_ssh_to_job
+    # sessions' sshds (those listed in ssh_sessions_file) to end too, as condor_starter
+    # counts its sshd among its jobs; the first session's shell setup kills the job's
+    # placeholder.
+    wait_for_ssh_sessions: bool = False
+    # Where the job's conversation lists the sshds it started (the starter's directory:
+    # execd.starter.sshd_list); None: the starter waits for none.
+    ssh_sessions_file: str | None = None
 
     @property
     def slot_number(self) -> str:
@@ -183,4 +191,6 @@ class StarterSpec(NamedTuple):
             gpu_hiding_problem=_opt(d, "gpu_hiding_problem", str, None),
             job_ad=_opt(d, "job_ad", str, None),
             machine_ad=_opt(d, "machine_ad", str, None),
+            wait_for_ssh_sessions=_opt(d, "wait_for_ssh_sessions", bool, False),
+            ssh_sessions_file=_opt(d, "ssh_sessions_file", str, None),
         )

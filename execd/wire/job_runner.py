@@ -63,6 +63,10 @@ class JobExit:
     # startd's vacate reason: the shadow's 004 event says it (else "Unspecified job
     # interruption", code 1005)
     vacate: tuple[str, int, int] | None = None
+    # An interactive job's ssh sessions were still open when it exited: its starter
+    # waited for them (StarterSpec.wait_for_ssh_sessions), and what the shadow is told
+    # is the last session's end (execd.wire.ssh_sessions.JobShell.reported_exit).
+    outlived_by_sessions: bool = False
 
     @property
     def by_signal(self) -> bool:

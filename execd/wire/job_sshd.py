@@ -151,7 +151,7 @@ def setup_env(shell: JobShell, config: SshToJobConfig,
     fake passwd entry's preload, as condor_starter's GetJobEnv and startSSHD."""
     env = {**shell.env, **request_env}
     env["_CONDOR_JOB_IWD"] = str(shell.iwd or shell.sandbox)  # the session's start
-    env["_CONDOR_JOB_PIDS"] = " ".join(str(pid) for pid in shell.pids)
+    env["_CONDOR_JOB_PIDS"] = " ".join(str(pid) for pid in shell.live_pids())
     if config.fake_passwd and os.path.exists(config.fake_passwd):
         env["LD_PRELOAD"] = config.fake_passwd
     return env
@@ -278,39 +278,47 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
     if session.parent != shell.sandbox or not session.name.startswith(".condor_ssh_to_job_"):
         raise SshdRefusedError(f"condor_ssh_to_job_sshd_setup named {session_dir}, "
                           f"not a session directory in {shell.sandbox}")  # fmt: skip
+    release = shell.reserve_sshd()  # (an interactive job's starter: finished?)
+    if release is None:
+        await asyncio.to_thread(remove_session, session)
+        raise SshdRefusedError(FINISHED)
     try:
-        if shell.closing:  # the job exited while the setup ran
-            raise SshdRefusedError(FINISHED)
-        argv = sshd_argv(config, str(session / "sshd_config"))
-    except SshdRefusedError:
-        await asyncio.to_thread(remove_session, session)
-        raise
-    reply = from_values({"Result": True, "RemoteUser": user,
-                         "SSHPublicServerKey": condor_base64(host_key),
-                         "SSHPrivateClientKey": condor_base64(client_key)})  # fmt: skip
-    await channel.send(encode_ad(channel.encoder(), reply).payload())
-    sock = channel.writer.get_extra_info("socket")
-    if sock is None or shell.closing:
-        await asyncio.to_thread(remove_session, session)
-        return
-    fd = os.dup(sock.fileno())
-    try:
-        channel.writer.close()  # the daemon's side: nothing more is read or written here
-        os.set_blocking(fd, True)  # as sshd gets a ReliSock's descriptor from condor
-        proc = await spawn_helper(
-            _helper(shell, _sshd_cgroup(shell), str(session / "sshd.log"), argv), env,
-            stdin=fd, stdout=fd, stderr=asyncio.subprocess.PIPE)  # fmt: skip
-    except (OSError, SshdRefusedError) as exc:
-        log.warning("sshd_not_started", job=job, error=str(exc))
-        await asyncio.to_thread(remove_session, session)
-        return
+        try:
+            if shell.closing:  # the job exited while the setup ran
+                raise SshdRefusedError(FINISHED)
+            argv = sshd_argv(config, str(session / "sshd_config"))
+        except SshdRefusedError:
+            await asyncio.to_thread(remove_session, session)
+            raise
+        reply = from_values({"Result": True, "RemoteUser": user,
+                             "SSHPublicServerKey": condor_base64(host_key),
+                             "SSHPrivateClientKey": condor_base64(client_key)})  # fmt: skip
+        await channel.send(encode_ad(channel.encoder(), reply).payload())
+        sock = channel.writer.get_extra_info("socket")
+        if sock is None or shell.closing:
+            await asyncio.to_thread(remove_session, session)
+            return
+        fd = os.dup(sock.fileno())
+        try:
+            channel.writer.close()  # the daemon's side: nothing more is read or written here
+            os.set_blocking(fd, True)  # as sshd gets a ReliSock's descriptor from condor
+            proc = await spawn_helper(
+                _helper(shell, _sshd_cgroup(shell), str(session / "sshd.log"), argv), env,
+                stdin=fd, stdout=fd, stderr=asyncio.subprocess.PIPE)  # fmt: skip
+        except (OSError, SshdRefusedError) as exc:
+            log.warning("sshd_not_started", job=job, error=str(exc))
+            await asyncio.to_thread(remove_session, session)
+            return
+        finally:
+            os.close(fd)
+        shell.sshd_started(proc.pid)  # (before the loop runs: the session's login is later)
+        shell.sshds[proc.pid] = asyncio.get_running_loop().create_task(
+            _reap(shell, proc, session, job))  # fmt: skip
+        if shell.closing:  # the job exited while it was started: end() did not see it
+            kill_session(proc.pid)
+        log.info("sshd_started", job=job, pid=proc.pid, session=session.name, user=user)
     finally:
-        os.close(fd)
-    shell.sshds[proc.pid] = asyncio.get_running_loop().create_task(
-        _reap(shell, proc, session, job))  # fmt: skip
-    if shell.closing:  # the job exited while it was started: end() did not see it
-        kill_session(proc.pid)
-    log.info("sshd_started", job=job, pid=proc.pid, session=session.name, user=user)
+        release()
 
 
 async def _reap(shell: JobShell, proc: asyncio.subprocess.Process, session: Path,
@@ -323,6 +331,8 @@ async def _reap(shell: JobShell, proc: asyncio.subprocess.Process, session: Path
         said = (said + chunk)[:HELPER_ERROR_BYTES]
     status = await proc.wait()
     shell.sshds.pop(proc.pid, None)
+    shell.sshd_reaped(proc.pid)
+    shell.last_sshd_status = (-status & 0x7F) if status < 0 else (status & 0xFF) << 8
     await asyncio.to_thread(remove_session, session)
     log.info("sshd_exited", job=job, pid=proc.pid, status=status, session=session.name)
     if said:

@@ -103,7 +103,7 @@ from execd.wire.slot_resources import (
     provisioned_resources,
     starter_info_resources,
 )
-from execd.wire.ssh_sessions import JobShell
+from execd.wire.ssh_sessions import JobShell, is_interactive
 from execd.wire.streamed_output import StreamedOutput
 from execd.wire.transfer_plugins import PLUGIN_LIFETIME_S, PluginTable
 from execd.wire.url_inputs import job_url_inputs
@@ -158,6 +158,8 @@ class ShadowOptions:
     ssh_enabled: Callable[[dict[str, object]], bool] | None = None
     # The cgroup directory a job's sshd runs in (created at its first use); None: none.
     sshd_cgroup: Callable[[], Path | None] | None = None
+    # The file listing an interactive job's sshds for its starter (execd.starter.sshd_list).
+    sshds_file: Callable[[], Path | None] | None = None
     # Is the job suspended now? (condor_ssh_to_job is told to retry.) None: never.
     suspended: Callable[[], bool] | None = None
     # Told each job update sent to the shadow (register_job_info's ad), as condor_starter
@@ -230,12 +232,14 @@ def ssh_policy(link: ShadowLink, options: ShadowOptions, job: dict[str, object])
 
 
 def job_shell(options: ShadowOptions, user: pwd.struct_passwd, sandbox: Path,
-              env: dict[str, str], pid: int, *,
-              iwd: Path | None = None) -> JobShell:  # fmt: skip
+              env: dict[str, str], pid: int, *, iwd: Path | None = None,
+              interactive: bool = False) -> JobShell:  # fmt: skip
     """What condor_ssh_to_job needs of the running job (execd.wire.job_sshd)."""
     cgroup = options.sshd_cgroup() if options.sshd_cgroup is not None else None
+    listed = options.sshds_file() if options.sshds_file is not None else None
     return JobShell(sandbox, user.pw_name, user.pw_uid, user.pw_gid, dict(env),
-                    [pid] if pid > 0 else [], cgroup, iwd=iwd or sandbox)  # fmt: skip
+                    [pid] if pid > 0 else [], cgroup, iwd=iwd or sandbox,
+                    interactive=interactive, sshds_file=listed)  # fmt: skip
 
 
 async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
@@ -343,7 +347,7 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
         def started(pid: int) -> None:  # ssh may come in now, with the job's environment
             streams.started()
             link.shell = job_shell(options, user, sandbox, proc.environment(), pid,
-                                   iwd=launch.workdir)  # fmt: skip
+                                   iwd=launch.workdir, interactive=is_interactive(job))  # fmt: skip
             if options.on_running is not None:
                 options.on_running(dataclasses.replace(state, started=int(time.time())))
 
@@ -363,6 +367,8 @@ async def serve_shadow(channel: MessageChannel, claim: ClaimId | str,
                 stderr_name=streams.fifo("Err") or launch.stderr_name))
             done = await streams.alongside(_run_job(calls, proc, options, started), proc.kill,
                                            link.job_exited)  # fmt: skip
+            if link.shell is not None:  # an interactive job ends with its last session
+                done = link.shell.reported_exit(done)
         except JobHeldError as exc:
             await report_hold(calls, job, gjid, exc)
             return

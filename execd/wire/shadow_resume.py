@@ -55,6 +55,7 @@ from execd.wire.shadow_job import job_env, proxy_name, run_as_ids
 from execd.wire.shadow_link import ShadowLink
 from execd.wire.shadow_syscalls import MessageChannel
 from execd.wire.shadow_transfers import Transfers, job_values
+from execd.wire.ssh_sessions import is_interactive
 from execd.wire.streamed_output import StreamedOutput
 
 log = get_logger("wire")
@@ -140,7 +141,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
         user = pwd.getpwuid(job_uid if job_uid is not None else os.lstat(state.sandbox).st_uid)
         sandbox = Path(state.sandbox)  # (its environment less the Chirp proxy's config)
         link.shell = job_shell(options, user, sandbox, job_env(job, sandbox, state.transfer),
-                               0)  # fmt: skip
+                               0, interactive=is_interactive(job))  # fmt: skip
+        link.shell.adopt_listed()  # an interactive job's sshds the earlier image started
     calls.attach(link)
     options.links.add(link)
     if options.claim_held is not None and not options.claim_held():
@@ -164,6 +166,8 @@ async def resume_shadow(claim_id: str, state: Conversation, proc: JobRunner,
             # its first call waits for the shadow
             done = await streamed.alongside(watch(calls, proc, options, 0), proc.kill,
                                             link.job_exited)  # fmt: skip
+            if link.shell is not None:
+                done = link.shell.reported_exit(done)
         except JobHeldError as exc:
             await report_hold(calls, job_values(state.job_wire), state.global_job_id, exc)
             return

@@ -5,17 +5,19 @@ nobody, with a job environment its owner chose. Real processes, run as root."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import resource
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
 
 import pytest
 
+from execd.starter.sshd_list import read_sessions, start_time
 from execd.wire.channel import Channel
 from execd.wire.job_sshd import (
     SETUP_OUTPUT_BYTES,
@@ -27,6 +29,7 @@ from execd.wire.job_sshd import (
 from execd.wire.ssh_sessions import JobShell
 from execd.wire.sshd_helper import EXEC_HELPER
 from tests.starter_dirs import job_workdir
+from tests.unit.wire.wire_pairs import channel_pair
 
 NOBODY = 65534
 SUCCESS = "echo condor_ssh_to_job_sshd_setup SUCCESS\n"
@@ -202,3 +205,78 @@ def test_a_setup_running_when_the_job_ends_is_killed_and_no_session_starts(
     with pytest.raises(SshdRefusedError, match=r"^Rejecting request, because the job is "
                                                r"finished\.$"):  # fmt: skip
         asyncio.run(start_sshd(cast(Channel, None), shell, config, {}, "1.0"))
+
+
+MARKED = """mkdir "$1/.condor_ssh_to_job_1"
+echo condor_ssh_to_job_sshd_setup SUCCESS
+echo condor_ssh_to_job_sshd_setup SSHD DIR BEGIN; echo "$1/.condor_ssh_to_job_1"
+echo condor_ssh_to_job_sshd_setup SSHD DIR END
+echo condor_ssh_to_job_sshd_setup SSHD USER BEGIN; echo nobody
+echo condor_ssh_to_job_sshd_setup SSHD USER END
+echo condor_ssh_to_job_sshd_setup PUBLIC SERVER KEY BEGIN; echo host
+echo condor_ssh_to_job_sshd_setup PUBLIC SERVER KEY END
+echo condor_ssh_to_job_sshd_setup AUTHORIZED CLIENT KEY BEGIN; echo client
+echo condor_ssh_to_job_sshd_setup AUTHORIZED CLIENT KEY END
+"""
+
+
+def test_a_session_into_an_interactive_job_whose_starter_stopped_waiting_is_refused(
+        workdir: Path) -> None:  # fmt: skip
+    """Once an interactive job's starter has stopped waiting for sessions (its last
+    sshd gone: execd.starter.sshd_list), a START_SSHD whose setup was under way is
+    refused as condor_starter refuses it, its session directory removed, the client
+    never answered (before: it was answered and its sshd killed with the slice)."""
+    config = libexec(workdir, MARKED)
+    listed = workdir / "execute" / "ssh_sessions"
+    Path(f"{listed}.finished").touch()  # what the starter's last look left
+    shell = JobShell(workdir / "iwd", "nobody", NOBODY, NOBODY, {}, [], None,
+                     interactive=True, sshds_file=listed)  # fmt: skip
+    with pytest.raises(SshdRefusedError, match=r"^Rejecting request, because the job is "
+                                               r"finished\.$"):  # fmt: skip
+        asyncio.run(start_sshd(cast(Channel, None), shell, config, {}, "1.0"))
+    assert not (workdir / "iwd" / ".condor_ssh_to_job_1").exists()
+    assert not list(listed.parent.glob("ssh_sessions.starting.*"))
+
+
+def test_an_interactive_jobs_sshd_is_listed_before_its_start_is_released(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The client is answered, the sshd started and listed for the starter, and only
+    then is the start's mark released: the starter, which looks at the marks before the
+    list, always sees one or the other (execd.starter.sshd_list). `sleep 600` stands
+    for sshd (none here), started by the root helper as the job's user."""
+    config = dataclasses.replace(libexec(workdir, MARKED), sshd="/bin/sleep",
+                                 sshd_args='"600"')  # (no sshd here)
+    listed = workdir / "execute" / "ssh_sessions"
+    shell = JobShell(workdir / "iwd", "nobody", NOBODY, NOBODY, {}, [], None,
+                     interactive=True, sshds_file=listed)  # fmt: skip
+    at_release: list[object] = []
+    reserve = shell.reserve_sshd
+
+    def watched_reserve() -> Callable[[], None] | None:
+        release = reserve()
+        assert release is not None
+
+        def watched() -> None:
+            at_release.append((read_sessions(listed), sorted(listed.parent.glob("*.starting.*"))))
+            release()
+        return watched
+
+    monkeypatch.setattr(shell, "reserve_sshd", watched_reserve)
+
+    async def scenario() -> tuple[bytes, int]:
+        ours, client = await channel_pair()
+        await start_sshd(ours, shell, config, {}, "1.0")
+        answer = await client.recv()
+        (pid, reaped), = shell.sshds.items()
+        assert at_release[0][0] == [(pid, start_time(pid))]  # listed while it runs
+        os.kill(pid, 9)
+        await reaped
+        await client.close()
+        return answer, pid
+
+    answer, pid = asyncio.run(scenario())
+    assert b"SSHPrivateClientKey" in answer  # the client was answered
+    (sessions, marks), = at_release
+    assert [p for p, _start in sessions] == [pid] and len(marks) == 1  # its mark still there
+    assert read_sessions(listed) == []  # reaped: no longer listed
+    assert not list(listed.parent.glob("*.starting.*"))  # released
