@@ -141,7 +141,7 @@ def two_sessions(pool: harness.Pool) -> dict[str, Any]:
 
 
 # What condor_ssh_to_job says of a session whose sshd was killed.
-CLOSED = (255, "", "Connection to condor-job.vm closed by remote host.\n")
+CLOSED = (255, "", "Connection to condor-job.<host> closed by remote host.\n")
 
 
 def test_condor_rm_with_a_session_open_as_on_condor_startd(

@@ -133,9 +133,11 @@ def session_in(pool: harness.Pool, job: harness.SubmittedJob,
 
 def ended(session: subprocess.Popen[str]) -> tuple[int, str, str]:
     """The session's exit code, the rest of its stdout and its stderr (less
-    -auto-retry's note) once it has ended."""
+    -auto-retry's note; the execute host's name, in ssh's host alias
+    `condor-job.<host>`, as <host>) once it has ended."""
     out, err = session.communicate(timeout=WAIT_S)
-    return session.returncode, out, err.replace("Waiting for job to start...\n", "")
+    err = err.replace("Waiting for job to start...\n", "")
+    return session.returncode, out, re.sub(r"\bcondor-job\.\S+", "condor-job.<host>", err)
 
 
 def kill_left(left: str) -> None:
