@@ -25,6 +25,7 @@ import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,8 @@ queue
 # How the session's sshd ended, as the termination event says it: 0, or 255 where sshd
 # took the client's disconnection as an error (a race inside sshd's teardown: execd's
 # runs of this test have seen both).
+# The placeholder's marker; the test's files and markers are named after the same stamp.
+PLACEHOLDER = "execd-interactive-{stamp}"
 SSHD_EXIT = re.compile(r"\(return value (0|255)\)")
 # The session: says it is open; told the placeholder has gone, says it still runs 3 s
 # later (time for a wrong 005 to show); waits for the test, shows what it sees, and
@@ -67,12 +70,6 @@ COMMAND = ('echo open; while [ ! -e {gone} ]; do sleep 0.1; done; sleep 3; echo 
            'echo "pids=[$_CONDOR_JOB_PIDS]"; echo "tmout=$TMOUT"; pwd; '
            'grep "^InteractiveJob" .job.ad; ls -a | grep -c condor_ssh_to_job_; '
            'setsid /bin/sh -c "sleep 600; : {left}" </dev/null >/dev/null 2>&1 & exit 7')
-
-
-def placeholder(marker: str) -> int | None:
-    """The pid of the job's /bin/sh (its script names `marker`), if it runs."""
-    found = scripts(marker)
-    return found[0] if found else None
 
 
 def scripts(marker: str) -> list[int]:
@@ -96,53 +93,90 @@ def running(pid: int, marker: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def interactive_job(pool: harness.Pool) -> Iterator[tuple[harness.SubmittedJob, int, str]]:
+    """The placeholder submitted and running: (the job, its pid, a stamp for the
+    test's own files and markers)."""
+    stamp = f"{os.getpid()}-{time.monotonic_ns()}"
+    job = submit_files(pool, SUBMIT.format(marker=PLACEHOLDER.format(stamp=stamp)), {})
+    job.wait_for_event("001", WAIT_S)
+    yield job, placeholder(stamp), stamp
+
+
+def placeholder(stamp: str) -> int:
+    """The pid of the job's /bin/sh once it runs (its script names the stamp)."""
+    marker = PLACEHOLDER.format(stamp=stamp)
+    pid: int = harness.wait_for("the placeholder", lambda: (found := scripts(marker)) and found[0],
+                                WAIT_S, 0.05)  # fmt: skip
+    return pid
+
+
+@contextlib.contextmanager
+def session_in(pool: harness.Pool, job: harness.SubmittedJob,
+               command: str) -> Iterator[subprocess.Popen[str]]:  # fmt: skip
+    """condor_ssh_to_job -auto-retry running `command` in the job without a terminal
+    (stdin, stdout and stderr pipes); killed, with its ssh, if it still runs after."""
+    script = shlex.join(["condor_ssh_to_job", "-auto-retry", f"{job.cluster}.0", command])
+    user = harness.SUBMITTER
+    session = subprocess.Popen(
+        ["chroot", f"--userspec={user}:{user}", str(pool.root), "env", "-i",
+         f"PATH={harness.CHROOT_PATH}", f"HOME=/home/{user}", f"USER={user}",
+         "sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    try:
+        yield session
+    finally:
+        if session.poll() is None:
+            os.killpg(session.pid, signal.SIGKILL)
+        session.communicate()
+
+
+def ended(session: subprocess.Popen[str]) -> tuple[int, str, str]:
+    """The session's exit code, the rest of its stdout and its stderr (less
+    -auto-retry's note; the execute host's name, in ssh's host alias
+    `condor-job.<host>`, as <host>) once it has ended."""
+    out, err = session.communicate(timeout=WAIT_S)
+    err = err.replace("Waiting for job to start...\n", "")
+    return session.returncode, out, re.sub(r"\bcondor-job\.\S+", "condor-job.<host>", err)
+
+
+def kill_left(left: str) -> None:
+    """Kill what a session left running (its own session: setsid), wherever it is."""
+    for stray in scripts(left):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(stray, signal.SIGKILL)
+
+
 def interactive_session(pool: harness.Pool) -> dict[str, Any]:
     """The placeholder submitted, a session opened in it; once the placeholder has
     gone, the session's command; then the job's end."""
-    stamp = f"{os.getpid()}-{time.monotonic_ns()}"
-    marker, release = f"execd-interactive-{stamp}", Path(f"/tmp/execd-interactive-go-{stamp}")
-    gone, left = Path(f"/tmp/execd-interactive-gone-{stamp}"), f"execd-interactive-left-{stamp}"
-    job = submit_files(pool, SUBMIT.format(marker=marker), {})
-    user = harness.SUBMITTER
-    try:
-        job.wait_for_event("001", WAIT_S)
-        pid = harness.wait_for("the placeholder", lambda: placeholder(marker), WAIT_S, 0.05)
-        script = shlex.join(["condor_ssh_to_job", "-auto-retry", f"{job.cluster}.0",
-                             COMMAND.format(release=release, gone=gone, left=left)])  # fmt: skip
-        session = subprocess.Popen(
-            ["chroot", f"--userspec={user}:{user}", str(pool.root), "env", "-i",
-             f"PATH={harness.CHROOT_PATH}", f"HOME=/home/{user}", f"USER={user}",
-             "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, start_new_session=True)  # fmt: skip
+    with interactive_job(pool) as (job, pid, stamp):
+        release = Path(f"/tmp/execd-interactive-go-{stamp}")
+        gone, left = Path(f"/tmp/execd-interactive-gone-{stamp}"), f"execd-interactive-left-{stamp}"
+        command = COMMAND.format(release=release, gone=gone, left=left)
         try:
-            assert session.stdout is not None
-            opened = session.stdout.readline()
-            harness.wait_for("the placeholder's end", lambda: not running(pid, marker),
-                             WAIT_S, 0.05)  # fmt: skip
-            gone.touch()
-            still = session.stdout.readline()
-            while_open = job.events()
-            release.touch()
-            out, err = session.communicate(timeout=WAIT_S)
+            with session_in(pool, job, command) as session:
+                assert session.stdout is not None
+                opened = session.stdout.readline()
+                harness.wait_for("the placeholder's end", lambda: not running(pid, stamp),
+                                 WAIT_S, 0.05)  # fmt: skip
+                gone.touch()
+                still = session.stdout.readline()
+                while_open = job.events()
+                release.touch()
+                code, out, err = ended(session)
+            log = job.wait_for_event("005", WAIT_S)
+            left_running = bool(scripts(left))
         finally:
-            if session.poll() is None:
-                session.kill()
-                session.communicate()
-        log = job.wait_for_event("005", WAIT_S)
-        left_running = bool(scripts(left))
-    finally:
-        release.unlink(missing_ok=True)
-        gone.unlink(missing_ok=True)
-        for stray in scripts(left):  # (its own session: setsid)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(stray, signal.SIGKILL)
+            release.unlink(missing_ok=True)
+            gone.unlink(missing_ok=True)
+            kill_left(left)
     sandbox = next((line for line in out.splitlines() if line.startswith("/")), "?")
     return {
         "opened": opened,
         "still": still,
         "left running": left_running,
-        "session": (session.returncode, out.replace(sandbox, "<sandbox>"),
-                    err.replace("Waiting for job to start...\n", "")),
+        "session": (code, out.replace(sandbox, "<sandbox>"), err),
         "events while open": [code for code in while_open if code != "006"],
         "events": [code for code in job.events() if code != "006"],
         "ended": SSHD_EXIT.sub("(return value <sshd's>)",
