@@ -164,6 +164,19 @@ def pool_root(worker: int | None = None) -> Path:
     return root if n == 0 else root.with_name(f"{root.name}.{n}")
 
 
+def vm_pool_root() -> Path:
+    """The copy of the pool chroot the VM tier's guest runs its pool from (read-only,
+    under an overlay): its own, as the pool tier's pools write into theirs meanwhile
+    (`make test` runs the tiers at once; an overlay's lower layer must not change)."""
+    root = pool_root(0)
+    return root.with_name(f"{root.name}.vm")
+
+
+def pool_copies() -> list[Path]:
+    """The copies of the pool chroot setup makes: one per extra pool worker, the VM's."""
+    return [*(pool_root(n) for n in range(1, pool_workers())), vm_pool_root()]
+
+
 def xdist_worker() -> int:
     """This pytest-xdist worker's number (gwN); 0 outside xdist."""
     name = os.environ.get("PYTEST_XDIST_WORKER", "")
@@ -452,13 +465,13 @@ def _setup_pool(apt: _Apt) -> None:
     elif not (root / "usr" / "bin" / "ssh").exists():  # built before the ssh client was
         _add_pool_packages(root)
     _build_rootfs(root, POOL_SUITE, (), _finish_pool)
-    for worker in range(1, pool_workers()):
-        _copy_pool(root, pool_root(worker))
+    for copy in pool_copies():
+        _copy_pool(root, copy)
 
 
 def _copy_pool(root: Path, copy: Path) -> None:
-    """The built chroot copied for another pool worker, unless an up-to-date copy is
-    there (its stamp, copied last, is as recent as the original's)."""
+    """The built chroot copied for another pool worker or the VM tier, unless an
+    up-to-date copy is there (its stamp, copied last, is as recent as the original's)."""
     stamp, copied = pool_stamp(root), pool_stamp(copy)
     if pool_built(copy) and copied.stat().st_mtime >= stamp.stat().st_mtime:
         print(f"{copy} already copied from {root}")
