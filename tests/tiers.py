@@ -11,12 +11,14 @@ Under EXECD_REQUIRE_ALL_TIERS=1 (CI) a tier that cannot run fails instead of ski
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 TIERS = ("unit", "component", "system", "vm", "pool")
@@ -46,6 +48,11 @@ VM_KERNEL_META = "linux-image-amd64"
 # stamp beside it is written only once the build completed (a half-built chroot has none
 # and is rebuilt). EXECD_POOL_ROOT overrides the place.
 POOL_SUITE = "sid"
+POOL_WORKERS = 2  # pool_workers()
+# What a copy of the chroot for another worker leaves out: mount points (made empty) and
+# the pool's local directory (the harness makes it afresh).
+POOL_COPY_MOUNTS = ("proc", "sys", "dev", "run", "tmp")
+POOL_COPY_SKIPPED = ("var/lib/execd-pool",)
 POOL_DEFAULT_MIRROR = "http://deb.debian.org/debian"
 POOL_CONDOR_PACKAGE = "condor"
 # condor_ssh_to_job's client (tests/pool/test_pool_ssh_to_job.py); condor pulls the server.
@@ -146,12 +153,41 @@ def _vm() -> str | None:
     return None
 
 
-def pool_root() -> Path:
-    """Where the pool tier's chroot lives (built or not)."""
+def pool_root(worker: int | None = None) -> Path:
+    """Where the pool tier's chroot lives (built or not): `worker`'s, by default this
+    process's (pytest-xdist's PYTEST_XDIST_WORKER, gwN: `make test` runs the pool tier
+    on pool_workers() chroots at once, one pool each). Worker 0's is the one debootstrap
+    builds; worker N's is a copy of it beside it, named `<name>.N` (setup makes it)."""
     override = os.environ.get("EXECD_POOL_ROOT", "")
-    if override:
-        return Path(override)
-    return cache_root("pool-sid")
+    root = Path(override) if override else cache_root("pool-sid")
+    n = xdist_worker() if worker is None else worker
+    return root if n == 0 else root.with_name(f"{root.name}.{n}")
+
+
+def vm_pool_root() -> Path:
+    """The copy of the pool chroot the VM tier's guest runs its pool from (read-only,
+    under an overlay): its own, as the pool tier's pools write into theirs meanwhile
+    (`make test` runs the tiers at once; an overlay's lower layer must not change)."""
+    root = pool_root(0)
+    return root.with_name(f"{root.name}.vm")
+
+
+def pool_copies() -> list[Path]:
+    """The copies of the pool chroot setup makes: one per extra pool worker, the VM's."""
+    return [*(pool_root(n) for n in range(1, pool_workers())), vm_pool_root()]
+
+
+def xdist_worker() -> int:
+    """This pytest-xdist worker's number (gwN); 0 outside xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+
+
+def pool_workers() -> int:
+    """How many chroots the pool tier runs on at once (EXECD_POOL_WORKERS, default 2:
+    its tests mostly wait on HTCondor's timers)."""
+    value = os.environ.get("EXECD_POOL_WORKERS", "")
+    return max(1, int(value)) if value.isdigit() else POOL_WORKERS
 
 
 def cache_root(name: str) -> Path:
@@ -391,12 +427,22 @@ def _finish_pool(root: Path) -> str:
         unmount_all(root)
 
 
-def _add_pool_packages(root: Path) -> None:
-    """POOL_EXTRA_PACKAGES into a chroot built before they were listed, under the lock
-    its pool runs take (pool_harness.Pool._lock): no pool runs in it meanwhile."""
+@contextlib.contextmanager
+def _pool_locked(root: Path) -> Iterator[None]:
+    """The lock a pool run in `root` takes (pool_harness.Pool._lock): none runs there
+    meanwhile."""
     fd = os.open(root.with_name(root.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _add_pool_packages(root: Path) -> None:
+    """POOL_EXTRA_PACKAGES into a chroot built before they were listed (its copies
+    follow: the stamp is touched)."""
+    with _pool_locked(root):
         env = ["env", "DEBIAN_FRONTEND=noninteractive"]
         _run("mount", "-t", "proc", "proc", root / "proc")
         try:
@@ -407,8 +453,7 @@ def _add_pool_packages(root: Path) -> None:
             _run("chroot", root, *env, "apt-get", "clean")
         finally:
             unmount_all(root)
-    finally:
-        os.close(fd)
+        pool_stamp(root).touch()
 
 
 def _setup_pool(apt: _Apt) -> None:
@@ -420,6 +465,31 @@ def _setup_pool(apt: _Apt) -> None:
     elif not (root / "usr" / "bin" / "ssh").exists():  # built before the ssh client was
         _add_pool_packages(root)
     _build_rootfs(root, POOL_SUITE, (), _finish_pool)
+    for copy in pool_copies():
+        _copy_pool(root, copy)
+
+
+def _copy_pool(root: Path, copy: Path) -> None:
+    """The built chroot copied for another pool worker or the VM tier, unless an
+    up-to-date copy is there (its stamp, copied last, is as recent as the original's)."""
+    stamp, copied = pool_stamp(root), pool_stamp(copy)
+    if pool_built(copy) and copied.stat().st_mtime >= stamp.stat().st_mtime:
+        print(f"{copy} already copied from {root}")
+        return
+    with _pool_locked(root), _pool_locked(copy):
+        copied.unlink(missing_ok=True)
+        unmount_all(copy)  # (a killed run's mounts: never delete through them)
+        if copy.exists():
+            _run("rm", "-rf", "--one-file-system", copy)
+        copy.mkdir(parents=True)
+        skipped = [f"--exclude=./{path}" for path in (*POOL_COPY_MOUNTS, *POOL_COPY_SKIPPED)]
+        print(f"+ copying {root} to {copy}", flush=True)
+        subprocess.run(f"tar -C {shlex.quote(str(root))} {' '.join(skipped)} -cf - . | "
+                       f"tar -C {shlex.quote(str(copy))} -xpf -", shell=True, check=True)
+        for mount in POOL_COPY_MOUNTS:
+            (copy / mount).mkdir(exist_ok=True)
+        (copy / "tmp").chmod(0o1777)
+        shutil.copy2(stamp, copied)
 
 
 def _finish_image_base(root: Path) -> str:

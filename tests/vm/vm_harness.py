@@ -74,15 +74,19 @@ class GuestRun:
 
 
 def pool_env() -> dict[str, str]:
-    """What the guest's pool tests (guest/guest_pool.py) need to know from the host."""
-    if tiers.pool_built():
-        return {"EXECD_VM_POOL_CHROOT": f"{POOL_GUEST_PATH}/{tiers.pool_root().name}"}
-    return {"EXECD_VM_POOL_WHY_NOT": tiers.why_not("pool") or "no built pool chroot"}
+    """What the guest's pool tests (guest/guest_pool.py) need to know from the host:
+    the VM tier's own copy of the pool chroot (tiers.vm_pool_root)."""
+    root = tiers.vm_pool_root()
+    if tiers.pool_built(root):
+        return {"EXECD_VM_POOL_CHROOT": f"{POOL_GUEST_PATH}/{root.name}"}
+    return {"EXECD_VM_POOL_WHY_NOT": tiers.why_not("pool") or
+            f"no copy of the pool chroot at {root}; run `python tests/tiers.py setup`"}
 
 
 def pool_dirs() -> list[str]:
     """vng's option sharing the directory that holds the pool chroot (read-only)."""
-    return [f"--rodir={POOL_GUEST_PATH}={tiers.pool_root().parent}"] if tiers.pool_built() else []
+    root = tiers.vm_pool_root()
+    return [f"--rodir={POOL_GUEST_PATH}={root.parent}"] if tiers.pool_built(root) else []
 
 
 def guest_script(results: Path) -> str:
