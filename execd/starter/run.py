@@ -37,7 +37,13 @@ from execd.starter.sandbox import (
     resolve_user,
 )
 from execd.starter.spec import CONTROL_SIGNALS, StarterSpec
-from execd.starter.sshd_list import SESSIONS_POLL_S, sshds_open, stop_waiting
+from execd.starter.sshd_list import (
+    SESSIONS_POLL_S,
+    START_WAIT_S,
+    sshds_open,
+    stop_waiting,
+    wait_for_starts,
+)
 
 # Taken with sigtimedwait: the daemon's control signals, and the job's end.
 CONTROL = {*CONTROL_SIGNALS, signal.SIGCHLD}
@@ -290,8 +296,8 @@ class Starter:
         requested ends the wait: the sessions go with the job (finish() kills them),
         and no new one starts."""
         if self.exit_reason != "exited" or self.hard_kill_at is not None:
-            if self.spec.wait_for_ssh_sessions:
-                stop_waiting(self.spec)
+            if self.spec.wait_for_ssh_sessions and stop_waiting(self.spec):
+                wait_for_starts(self.spec, START_WAIT_S)  # (their sshds: in the slice)
             return False
         return sshds_open(self.spec, self.report)
 

@@ -17,8 +17,11 @@ mark; the starter makes `.finished` when no listed sshd runs and none is coming,
 then looks again, at the marks first and the list second. One of the two always
 sees the other's file: a mark made before `.finished` is seen by the second look
 unless it has gone, and then the sshd it stood for is listed already; a mark made
-after it sees `.finished` and is refused. A kill requested ends the wait and makes
-`.finished` too (stop_waiting). Light: the starter imports it.
+after it sees `.finished` and is refused (the conversation asks once more a moment
+later: a starter still deciding may remove `.finished` again, seeing another start).
+A kill requested ends the wait and makes `.finished` too (stop_waiting), and lets the
+starts under way finish first (wait_for_starts). The exit of the sshd reaped last is
+kept beside the list (`.last`), for the next image. Light: the starter imports it.
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ STARTING_STALE_S = 60.0
 # Files made here are never opened through a link (SPOOL is root's; this is hardening).
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _MARKS = itertools.count(1)  # with the pid and the clock: each mark's name is new
+
+# How often a kill's end of the wait looks whether the starts under way are done, and
+# for how long at most (a start takes the client's answer and the sshd's spawn).
+START_POLL_S = 0.02
+START_WAIT_S = 5.0
 
 Session = tuple[int, int]  # (pid, start time in clock ticks since boot)
 
@@ -95,9 +103,26 @@ def note_sshd_started(path: Path, pid: int) -> None:
     _write(path, listed + ([(pid, start)] if start is not None else []))
 
 
-def note_sshd_reaped(path: Path, pid: int) -> None:
-    """An sshd was reaped: it no longer counts."""
+def note_sshd_reaped(path: Path, pid: int, status: int | None = None) -> None:
+    """An sshd was reaped: it no longer counts. Its wait status (if known) is kept
+    beside the list first (last_status): the exit reported if it is the last, also
+    by a next image of the daemon (a restart in place before the job's end is sent)."""
+    if status is not None:
+        last = Path(f"{path}.last")
+        part = last.with_name(last.name + ".part")
+        with os.fdopen(os.open(part, _CREATE | os.O_TRUNC, 0o600), "w") as f:
+            f.write(f"{status}\n")
+        os.replace(part, last)
     _write(path, [s for s in _running(read_sessions(path)) if s[0] != pid])
+
+
+def last_status(path: Path) -> int | None:
+    """The wait status of the sshd reaped last (note_sshd_reaped); None: none known."""
+    try:
+        text = Path(f"{path}.last").read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def sshds_running(path: str | Path) -> list[int]:
@@ -137,14 +162,32 @@ def _starting(path: Path) -> bool:
 
 def stop_waiting(spec: StarterSpec) -> bool:
     """The starter waits for no session any more: from now on a START_SSHD is refused
-    (reserve_start). False: no directory to say it in (no session ever started)."""
+    (reserve_start). False: no directory to say it in (no session ever started). A
+    `.finished` that cannot be made otherwise is logged, and the caller still looks
+    again (a start under way is waited for; a later one is answered, and its sshd
+    ends with the slice)."""
     if spec.ssh_sessions_file is None:
         return False
     try:
         os.close(os.open(f"{spec.ssh_sessions_file}.finished", _CREATE, 0o600))
-    except OSError:
+    except FileNotFoundError:
         return False
+    except OSError as exc:
+        sys.stderr.write(f"ssh_sessions_not_finished job={spec.job_id} "
+                         f"error={exc.strerror or exc}\n")  # (run.event)  # fmt: skip
+        sys.stderr.flush()
     return True
+
+
+def wait_for_starts(spec: StarterSpec, timeout_s: float) -> None:
+    """After stop_waiting on a kill: a start under way (answered before `.finished`)
+    has its sshd put in the slice before the slice is killed, not after (a bounded
+    wait: a dead daemon's mark is not waited for long)."""
+    if spec.ssh_sessions_file is None:
+        return
+    path, deadline = Path(spec.ssh_sessions_file), time.monotonic() + timeout_s
+    while _starting(path) and time.monotonic() < deadline:
+        time.sleep(START_POLL_S)
 
 
 def sshds_open(spec: StarterSpec, report: dict[str, Any]) -> bool:

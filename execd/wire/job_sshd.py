@@ -278,7 +278,7 @@ async def start_sshd(channel: Channel, shell: JobShell, config: SshToJobConfig,
     if session.parent != shell.sandbox or not session.name.startswith(".condor_ssh_to_job_"):
         raise SshdRefusedError(f"condor_ssh_to_job_sshd_setup named {session_dir}, "
                           f"not a session directory in {shell.sandbox}")  # fmt: skip
-    release = shell.reserve_sshd()  # (an interactive job's starter: finished?)
+    release = await shell.reserve_sshd()  # (an interactive job's starter: finished?)
     if release is None:
         await asyncio.to_thread(remove_session, session)
         raise SshdRefusedError(FINISHED)
@@ -331,8 +331,7 @@ async def _reap(shell: JobShell, proc: asyncio.subprocess.Process, session: Path
         said = (said + chunk)[:HELPER_ERROR_BYTES]
     status = await proc.wait()
     shell.sshds.pop(proc.pid, None)
-    shell.sshd_reaped(proc.pid)
-    shell.last_sshd_status = (-status & 0x7F) if status < 0 else (status & 0xFF) << 8
+    shell.sshd_reaped(proc.pid, (-status & 0x7F) if status < 0 else (status & 0xFF) << 8)
     await asyncio.to_thread(remove_session, session)
     log.info("sshd_exited", job=job, pid=proc.pid, status=status, session=session.name)
     if said:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import subprocess
 from collections.abc import Callable
@@ -32,6 +33,8 @@ from execd.daemon import procwatch
 from execd.log import get_logger
 from execd.starter.sandbox import rm_argv, rm_error
 from execd.starter.sshd_list import (
+    SESSIONS_POLL_S,
+    last_status,
     note_sshd_reaped,
     note_sshd_started,
     read_sessions,
@@ -43,6 +46,9 @@ from execd.wire.sshd_helper import kill_session
 log = get_logger("wire")
 REAP_WAIT_S = 5.0  # for killed sshds to be reaped at the job's end
 REMOVE_TIMEOUT_S = 60.0  # a session directory's removal (a hung mount must not hold it)
+# A START_SSHD that found the starter finished asks once more after this: a starter that
+# is still deciding (it polls every SESSIONS_POLL_S) has looked again by then.
+FINISHED_RECHECK_S = 2 * SESSIONS_POLL_S
 
 
 def is_interactive(job: dict[str, object]) -> bool:
@@ -72,14 +78,19 @@ class JobShell:
     # The starter's list of the sshds it waits for (execd.starter.sshd_list); None: none.
     sshds_file: Path | None = None
 
-    def reserve_sshd(self) -> Callable[[], None] | None:
+    async def reserve_sshd(self) -> Callable[[], None] | None:
         """Before a new sshd's client is answered. None: refuse it, the job is finished
         (an interactive job's starter has stopped waiting for its sessions); else call
-        what it returns once the sshd is listed (sshd_started) or was not started."""
+        what it returns once the sshd is listed (sshd_started) or was not started. A
+        `.finished` seen is looked at again a moment later: a starter still deciding
+        removes it when it sees another start under way, and waits on."""
         if not self.interactive or self.sshds_file is None:
             return lambda: None
         try:
             mark = reserve_start(self.sshds_file)
+            if mark is None:
+                await asyncio.sleep(FINISHED_RECHECK_S)
+                mark = reserve_start(self.sshds_file)
         except OSError as exc:  # as an unwritten list (below)
             log.warning("sshd_list_not_written", file=str(self.sshds_file), error=str(exc))
             return lambda: None
@@ -95,8 +106,12 @@ class JobShell:
         """A session's sshd runs: an interactive job's starter waits for it."""
         self._note(note_sshd_started, pid)
 
-    def sshd_reaped(self, pid: int) -> None:
-        self._note(note_sshd_reaped, pid)
+    def sshd_reaped(self, pid: int, status: int | None) -> None:
+        """A session's sshd was reaped (`status`: its wait status, if known): the last
+        one's exit is what an interactive job reports."""
+        if status is not None:
+            self.last_sshd_status = status
+        self._note(functools.partial(note_sshd_reaped, status=status), pid)
 
     def _note(self, note: Callable[[Path, int], None], pid: int) -> None:
         if not self.interactive or self.sshds_file is None:
@@ -114,15 +129,17 @@ class JobShell:
         reported if it is the last) and it leaves no zombie."""
         if not self.interactive or self.sshds_file is None:
             return
+        if self.last_sshd_status is None:  # one the earlier image reaped
+            self.last_sshd_status = last_status(self.sshds_file)
         for pid, started in read_sessions(self.sshds_file):
-            if pid in self.sshds:
+            if pid in self.sshds or not _own_child(pid):
+                continue  # (not ours, after a kill -9: the slice's kill ends it)
+            # Ours and not reaped: the pid cannot be another process's meanwhile.
+            if procwatch.start_time(pid, zombies=True) != started:
                 continue
             try:
                 fd = os.pidfd_open(pid)
-            except OSError:  # gone (reaped: not ours)
-                continue
-            if procwatch.start_time(pid, zombies=True) != started:  # (pinned by the pidfd)
-                os.close(fd)
+            except OSError:
                 continue
             self.sshds[pid] = asyncio.get_running_loop().create_task(self._adopted(pid, fd))
             log.info("sshd_adopted", pid=pid)
@@ -131,9 +148,7 @@ class JobShell:
         await procwatch.wait_exit(fd)
         status = procwatch.reap(pid)
         self.sshds.pop(pid, None)
-        self.sshd_reaped(pid)
-        if status is not None:
-            self.last_sshd_status = status
+        self.sshd_reaped(pid, status)
         log.info("sshd_exited", pid=pid, adopted=True,
                  status=None if status is None else os.waitstatus_to_exitcode(status))
 
@@ -181,6 +196,15 @@ class JobShell:
         if self.sshds:
             await asyncio.wait(list(self.sshds.values()), timeout=REAP_WAIT_S)
         await asyncio.to_thread(remove_sessions, self.sandbox)
+
+
+def _own_child(pid: int) -> bool:
+    """Whether `pid` is this process's child (ended or not), without reaping it."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 def remove_sessions(sandbox: Path) -> None:

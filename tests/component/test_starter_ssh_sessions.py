@@ -12,8 +12,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_cgroupfs import RecordingCgroupFS
@@ -155,37 +156,57 @@ def test_a_new_start_is_waited_for_beside_an_earlier_images_stale_mark(tmp_path:
 def test_a_start_that_ends_between_the_starters_two_looks_is_still_seen(
         tmp_path: Path, procs: list[subprocess.Popen[bytes]],
         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    # The conversation reserves its start after the starter's first look and before
-    # `.finished`; between the second look's two reads it lists its sshd and releases
-    # the mark. (before: the second look read the list first, then the marks, saw
-    # neither, and the slice's kill ended the session just answered)
+    # The conversation reserves its start after the starter's first look (its two reads,
+    # the list and the marks) and before `.finished`; right after the second look's
+    # first read it lists its sshd and releases the mark. (before: the second look read
+    # the list first, then the marks, saw neither, and the slice's kill ended the
+    # session just answered)
     listed, sshd = tmp_path / "ssh_sessions", sleeper(procs)
     starter, _fs = exited_starter(tmp_path, [])
-    looks: list[str] = []
-    real_starting, real_running = sshd_list._starting, sshd_list.sshds_running
+    reads: list[str] = []
     mark: list[Path] = []
 
-    def starting(path: Path) -> bool:
-        looks.append("marks")
-        seen = real_starting(path)
-        if len(looks) == 2:  # the first look found none; the conversation reserves
-            reserved = reserve_start(listed)
-            assert reserved is not None
-            mark.append(reserved)
-        return seen
+    def counted(name: str, read: Callable[[Path], Any]) -> Callable[[Path], Any]:
+        def wrapper(path: Path) -> Any:
+            seen = read(path)
+            reads.append(name)
+            if len(reads) == 2:  # the first look saw nothing: the conversation reserves
+                reserved = reserve_start(listed)
+                assert reserved is not None
+                mark.append(reserved)
+            elif len(reads) == 3:  # the second look's first read: the start ends
+                note_sshd_started(listed, sshd.pid)
+                mark.pop().unlink()
+            return seen
+        return wrapper
 
-    def running(path: str | Path) -> list[int]:
-        looks.append("list")
-        seen = real_running(path)
-        if len(looks) == 3 and mark:  # the second look began: the start ends
-            note_sshd_started(listed, sshd.pid)
-            mark.pop().unlink()
+    monkeypatch.setattr(sshd_list, "_starting", counted("marks", sshd_list._starting))
+    monkeypatch.setattr(sshd_list, "sshds_running", counted("list", sshd_list.sshds_running))
+    assert starter.sessions_open(), reads
+    assert len(reads) == 4 and not mark  # both looks made, the start ended between
+    assert not (tmp_path / "ssh_sessions.finished").exists()
+
+
+def test_a_finished_that_cannot_be_made_still_looks_again(
+        tmp_path: Path, procs: list[subprocess.Popen[bytes]],
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # (before: any error making `.finished`, here ELOOP, ended the wait at once, without
+    # the second look: a start under way was killed with the slice)
+    listed = tmp_path / "ssh_sessions"
+    (tmp_path / "ssh_sessions.finished").symlink_to(tmp_path / "nowhere")
+    starter, _fs = exited_starter(tmp_path, [])
+    mark: list[Path | None] = []
+    first_look = sshd_list._starting
+
+    def starting(path: Path) -> bool:
+        seen = first_look(path)
+        if not mark:  # after the first look: a start is reserved
+            mark.append(reserve_start(listed))
         return seen
 
     monkeypatch.setattr(sshd_list, "_starting", starting)
-    monkeypatch.setattr(sshd_list, "sshds_running", running)
-    assert starter.sessions_open(), looks
-    assert not (tmp_path / "ssh_sessions.finished").exists()
+    assert starter.sessions_open()
+    assert mark[0] is not None and mark[0].exists()
 
 
 def test_a_kill_that_ends_the_wait_refuses_later_sessions(
@@ -200,6 +221,29 @@ def test_a_kill_that_ends_the_wait_refuses_later_sessions(
     starter.exit_reason = "soft_killed"  # what a vacate's soft kill sets
     assert not starter.sessions_open()
     assert reserve_start(listed) is None
+
+
+def test_a_kill_lets_a_start_under_way_finish_before_the_slice_is_killed(
+        tmp_path: Path, procs: list[subprocess.Popen[bytes]],
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # (before: a start answered just before the kill's `.finished` had its sshd spawned
+    # while finish() killed the slice: into a slice being removed)
+    listed, sshd = tmp_path / "ssh_sessions", sleeper(procs)
+    starter, _fs = exited_starter(tmp_path, [], vacate_seconds=600.0)
+    starting = reserve_start(listed)
+    assert starting is not None
+    waited: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the start ends while the starter waits
+        waited.append(seconds)
+        note_sshd_started(listed, sshd.pid)
+        starting.unlink(missing_ok=True)
+
+    monkeypatch.setattr(sshd_list.time, "sleep", sleep)
+    starter.exit_reason = "soft_killed"
+    assert not starter.sessions_open()  # the kill ends the wait ...
+    assert waited and not starting.exists()  # ... once the start under way has ended
+    assert (tmp_path / "ssh_sessions.finished").exists()
 
 
 def test_a_normal_jobs_end_does_not_wait_for_sessions(

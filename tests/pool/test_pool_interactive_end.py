@@ -68,9 +68,11 @@ def endings(log: str) -> list[str]:
 
 
 def idle_slots(pool: harness.Pool) -> list[tuple[str, str]]:
-    """(State, Activity) of each slot once none is Claimed."""
-    found: list[tuple[str, str]] = wait_pool(pool, "no slot Claimed", lambda slots: all(
-        ad["State"] != "Claimed" for ad in slots.values()) and sorted(
+    """(State, Activity) of each slot once the job's dynamic slot has gone and none is
+    Claimed or Preempting (not a snapshot taken on the way)."""
+    found: list[tuple[str, str]] = wait_pool(pool, "the dynamic slot gone", lambda slots: len(
+        slots) == 1 and all(ad["State"] not in ("Claimed", "Preempting")
+                            for ad in slots.values()) and sorted(
         (ad["State"], ad["Activity"]) for ad in slots.values()))  # fmt: skip
     return found
 
@@ -93,6 +95,8 @@ def ended_while_open(pool: harness.Pool, tool: str) -> dict[str, Any]:
             if tool == "condor_vacate_job":
                 job.wait_for_event("004", WAIT_S)
                 seen["rerun"] = running(placeholder(stamp), stamp)
+                harness.wait_for("the rerun's 001", lambda: job.events().count("001") == 2,
+                                 WAIT_S, 0.1)  # fmt: skip
                 pool.tool("condor_rm", f"{job.cluster}.0", user=harness.SUBMITTER).check()
             log = job.wait_for_event("009", WAIT_S)
             seen["slots"] = idle_slots(pool)

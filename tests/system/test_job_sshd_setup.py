@@ -252,8 +252,8 @@ def test_an_interactive_jobs_sshd_is_listed_before_its_start_is_released(
     at_release: list[object] = []
     reserve = shell.reserve_sshd
 
-    def watched_reserve() -> Callable[[], None] | None:
-        release = reserve()
+    async def watched_reserve() -> Callable[[], None] | None:
+        release = await reserve()
         assert release is not None
 
         def watched() -> None:

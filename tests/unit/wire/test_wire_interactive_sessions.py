@@ -88,7 +88,7 @@ def test_an_interactive_jobs_sshds_are_listed_for_its_starter(tmp_path: Path) ->
                    sshds_file=listed)  # fmt: skip
     job.sshd_started(sshd)
     assert read_sessions(listed) == [(sshd, start_time(sshd))]
-    job.sshd_reaped(sshd)
+    job.sshd_reaped(sshd, None)
     assert read_sessions(listed) == []
     normal = JobShell(tmp_path, "nobody", 65534, 65534, {}, [], None,
                       sshds_file=tmp_path / "normal")  # fmt: skip
@@ -116,12 +116,78 @@ def test_sshds_an_earlier_image_listed_are_waited_for_and_reaped_after_a_restart
         await asyncio.wait_for(job.sshds[ended], 5)
         assert job.last_sshd_status == signal.SIGKILL
         assert read_sessions(listed) == [(running, start_time(running))]
-        os.kill(running, signal.SIGTERM)
+        os.kill(running, signal.SIGHUP)
         await asyncio.wait_for(job.sshds[running], 5)
 
     asyncio.run(scenario())
     assert job.sshds == {} and read_sessions(listed) == []
     assert job.reported_exit(JobExit(SIGTERMED, 3.0, outlived_by_sessions=True)) == \
-        JobExit(signal.SIGTERM, 3.0, outlived_by_sessions=True)  # the last one's  # fmt: skip
+        JobExit(signal.SIGHUP, 3.0, outlived_by_sessions=True)  # the last one's  # fmt: skip
     for sshd in (running, ended):  # reaped here: no zombie left
         assert not Path(f"/proc/{sshd}").exists()
+
+
+def test_the_last_sshds_exit_outlives_a_restart_in_place(tmp_path: Path) -> None:
+    # (before: the status lived in the earlier image's memory only: a restart after the
+    # last sshd's end and before the job's end was sent reported the placeholder's)
+    listed = tmp_path / "ssh_sessions"
+    sshd = os.posix_spawn("/bin/sleep", ["sleep", "600"], {})
+    earlier = JobShell(tmp_path, "nobody", 65534, 65534, {}, [], None, interactive=True,
+                       sshds_file=listed)  # fmt: skip
+    earlier.sshd_started(sshd)
+    os.kill(sshd, signal.SIGKILL)
+    _pid, status = os.waitpid(sshd, 0)
+    earlier.sshd_reaped(sshd, status)
+    later = JobShell(tmp_path, "nobody", 65534, 65534, {}, [], None, interactive=True,
+                     sshds_file=listed)  # fmt: skip
+
+    async def resume() -> None:
+        later.adopt_listed()
+
+    asyncio.run(resume())
+    assert later.sshds == {}  # nothing left to wait for
+    assert later.reported_exit(JobExit(SIGTERMED, 3.0, outlived_by_sessions=True)) == \
+        JobExit(signal.SIGKILL, 3.0, outlived_by_sessions=True)  # fmt: skip
+
+
+def test_a_listed_sshd_that_is_not_the_daemons_child_is_not_adopted(tmp_path: Path) -> None:
+    # (after a kill -9 the earlier image's sshds belong to init: a pidfd would not keep
+    # their pid from being reused, and end() would signal it; the slice's kill ends them)
+    listed = tmp_path / "ssh_sessions"
+    note_sshd_started(listed, os.getppid())  # runs, and is no child of this process
+    job = JobShell(tmp_path, "nobody", 65534, 65534, {}, [], None, interactive=True,
+                   sshds_file=listed)  # fmt: skip
+
+    async def resume() -> None:
+        job.adopt_listed()
+
+    asyncio.run(resume())
+    assert job.sshds == {}
+
+
+def test_a_session_that_finds_the_starter_deciding_is_not_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # The starter made `.finished`, then saw another start under way and removed it
+    # again: a START_SSHD that saw `.finished` in between asks again and goes on.
+    # (before: it was refused "the job is finished" while the job went on)
+    listed = tmp_path / "ssh_sessions"
+    finished = tmp_path / "ssh_sessions.finished"
+    monkeypatch.setattr(ssh_sessions, "FINISHED_RECHECK_S", 0.0)
+    job = JobShell(tmp_path, "nobody", 65534, 65534, {}, [], None, interactive=True,
+                   sshds_file=listed)  # fmt: skip
+    real = ssh_sessions.reserve_start
+
+    def deciding(path: Path) -> Path | None:
+        mark = real(path)
+        finished.unlink(missing_ok=True)  # the starter waits on after all
+        return mark
+
+    finished.touch()
+    monkeypatch.setattr(ssh_sessions, "reserve_start", deciding)
+    release = asyncio.run(job.reserve_sshd())
+    assert release is not None
+    release()
+    finished.touch()  # a starter that has stopped: refused, after the second look too
+    monkeypatch.setattr(ssh_sessions, "reserve_start", real)
+    assert asyncio.run(job.reserve_sshd()) is None
+    assert not list(tmp_path.glob("ssh_sessions.starting.*"))
