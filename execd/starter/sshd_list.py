@@ -8,7 +8,7 @@ empty: the job's conversation, which starts and reaps them, keeps a file in the
 starter's directory (root's, in SPOOL; it outlives a restart in place), one line per
 sshd it started, `pid start-time` (/proc/<pid>/stat's starttime, so that a reused pid
 is never taken for an sshd). A listed sshd counts while that process runs (a zombie,
-one the daemon has not reaped yet, does not: an earlier image's sshd is never reaped).
+one the daemon has not reaped yet, does not: it has ended).
 
 A START_SSHD is refused once the starter has stopped waiting (condor_starter: "the
 job is finished"), without a lock: the conversation makes a `.starting.*` file (a
