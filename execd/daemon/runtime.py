@@ -356,6 +356,9 @@ class Daemon:
         logger.info("execd_stopped", how=self.stopping)
         self.jobs.store.close()
         if self.stopping == "restart":
+            # The exec would close the zygote's pipes and it would exit unreaped: a
+            # zombie the new image has no handle on. Its starters carry on either way.
+            ZYGOTE.close()
             try:
                 reexec()  # does not return: the same pid runs execd again and re-adopts
             except OSError as exc:  # jobs run on; a supervisor's restart re-adopts them

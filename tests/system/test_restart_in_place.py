@@ -12,6 +12,7 @@ import pytest
 
 from execd.daemon.client import ControlClient
 from tests.component.daemon_harness import REPO, RunningDaemon, running_daemon
+from tests.system.test_daemon_footprint import _children
 
 
 @pytest.fixture
@@ -112,3 +113,19 @@ def test_a_job_suspended_by_its_holder_is_still_suspended_after_a_restart(
         outcome = c.call("job_result", {"job_id": job["job_id"], "wait": True})
         assert outcome["report"]["ExitCode"] == 4
         c.call("release", {"claim_id": claim["claim_id"]})
+
+
+
+def test_the_earlier_images_starter_zygote_is_reaped_at_a_restart(
+        node: RunningDaemon) -> None:
+    """The exec closes the zygote's pipes and it exits: the earlier image reaps it
+    first. The new image has no handle on it, and it stayed a zombie until execd
+    exited (one more each restart)."""
+    assert node.proc is not None
+    (earlier,) = [pid for pid, argv in _children(node.proc.pid) if "--zygote" in argv]
+    node.send(signal.SIGUSR2)
+    node.wait_for("execd_stopped", how="restart")
+    node.wait_for("execd_started")
+    children = _children(node.proc.pid)
+    assert earlier not in [pid for pid, _argv in children]  # (a zombie included)
+    assert len([pid for pid, argv in children if "--zygote" in argv]) == 1  # the new one
