@@ -1,6 +1,7 @@
 """How an interactive job (`condor_submit -interactive`) ends with its session still
 open, on `execd run` and on the pool's own condor_startd: condor_rm, condor_vacate_job,
-and a second session opened after the placeholder's end.
+and a second session opened after the placeholder's end; on `execd run` alone, a
+session open across execd's restart in place (`execd restart`).
 
 The job and the sessions are test_pool_interactive_job.py's: HTCondor's placeholder
 with `MY.InteractiveJob = True`, the chroot's condor_ssh_to_job run into it without a
@@ -12,7 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import re
+import signal
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pool_harness as harness
@@ -28,10 +33,12 @@ from test_pool_interactive_job import (
     scripts,
     session_in,
 )
-from test_pool_jobs import on_both, timeless
+from test_pool_jobs import on_both, pool_node, timeless
 from test_pool_ssh_to_job import ssh_config  # noqa: F401 - the module's fixture
 from user_log_view import events
 
+# What a session leaves running names this (the job's stamp in it).
+LEFT = "execd-interactive-left-{stamp}"
 # A session that says it is open and waits in a process the test can find.
 WAITING = 'echo open; /bin/sh -c "sleep 600; : {left}"; echo after'
 # The first of two sessions: open; told the second has opened, says it still runs;
@@ -77,32 +84,43 @@ def idle_slots(pool: harness.Pool) -> list[tuple[str, str]]:
     return found
 
 
+@contextlib.contextmanager
+def opened(pool: harness.Pool, command: str) -> Iterator[tuple[harness.SubmittedJob, str,
+                                                                subprocess.Popen[str], str]]:
+    """The placeholder submitted, a session running `command` opened in it (`{left}`
+    in it: LEFT, to mark what it leaves running) and the placeholder's end awaited:
+    (the job, its stamp, the session, the session's first line). What the session
+    left is killed after."""
+    with interactive_job(pool) as (job, pid, stamp):
+        try:
+            with session_in(pool, job, command.format(left=LEFT.format(stamp=stamp))) as session:
+                assert session.stdout is not None
+                first = session.stdout.readline()
+                harness.wait_for("the placeholder's end", lambda: not running(pid, stamp),
+                                 WAIT_S, 0.05)  # fmt: skip
+                yield job, stamp, session, first
+        finally:
+            kill_left(LEFT.format(stamp=stamp))
+
+
 def ended_while_open(pool: harness.Pool, tool: str) -> dict[str, Any]:
     """`tool` (condor_rm, condor_vacate_job) of the job while a session waits in it,
     after the placeholder's end; after a vacate, the rerun's placeholder awaited, the
     job removed."""
-    with interactive_job(pool) as (job, pid, stamp):
-        left = f"execd-interactive-left-{stamp}"
-        try:
-            with session_in(pool, job, WAITING.format(left=left)) as session:
-                assert session.stdout is not None
-                opened = session.stdout.readline()
-                harness.wait_for("the placeholder's end", lambda: not running(pid, stamp),
-                                 WAIT_S, 0.05)  # fmt: skip
-                harness.wait_for("the session's process", lambda: scripts(left), WAIT_S, 0.05)
-                pool.tool(tool, f"{job.cluster}.0", user=harness.SUBMITTER).check()
-                seen: dict[str, Any] = {"opened": opened, "session": ended(session)}
-            if tool == "condor_vacate_job":
-                job.wait_for_event("004", WAIT_S)
-                seen["rerun"] = running(placeholder(stamp), stamp)
-                harness.wait_for("the rerun's 001", lambda: job.events().count("001") == 2,
-                                 WAIT_S, 0.1)  # fmt: skip
-                pool.tool("condor_rm", f"{job.cluster}.0", user=harness.SUBMITTER).check()
-            log = job.wait_for_event("009", WAIT_S)
-            seen["slots"] = idle_slots(pool)
-            seen["left running"] = bool(scripts(left))
-        finally:
-            kill_left(left)
+    with opened(pool, WAITING) as (job, stamp, session, first):
+        left = LEFT.format(stamp=stamp)
+        harness.wait_for("the session's process", lambda: scripts(left), WAIT_S, 0.05)
+        pool.tool(tool, f"{job.cluster}.0", user=harness.SUBMITTER).check()
+        seen: dict[str, Any] = {"opened": first, "session": ended(session)}
+        if tool == "condor_vacate_job":
+            job.wait_for_event("004", WAIT_S)
+            seen["rerun"] = running(placeholder(stamp), stamp)
+            harness.wait_for("the rerun's 001", lambda: job.events().count("001") == 2,
+                             WAIT_S, 0.1)  # fmt: skip
+            pool.tool("condor_rm", f"{job.cluster}.0", user=harness.SUBMITTER).check()
+        log = job.wait_for_event("009", WAIT_S)
+        seen["slots"] = idle_slots(pool)
+        seen["left running"] = bool(scripts(left))
     return {**seen, "events": timeless(job.events()), "endings": endings(log)}
 
 
@@ -141,6 +159,58 @@ def two_sessions(pool: harness.Pool) -> dict[str, Any]:
         "events": timeless(job.events()),
         "ended": SSHD_EXIT.sub("(return value <sshd's>)",
                                next(body[0] for code, body in events(log) if code == "005")),
+    }
+
+
+# A session open across execd's restart in place: open; told the restart is done,
+# shows the job's ad; told again, leaves a process running (setsid) and exits 8.
+ACROSS = ('echo open; read step; grep "^InteractiveJob" .job.ad; read step; '
+          'setsid /bin/sh -c "sleep 600; : {left}" </dev/null >/dev/null 2>&1 & exit 8')
+
+
+def children(pid: int) -> set[int]:
+    """The pids whose parent is `pid` (a zombie not reaped yet included)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            found.update(int(child) for child in (task / "children").read_text().split())
+    return found
+
+
+def open_across_a_restart(running_pool: harness.RunningPool, extra: str) -> dict[str, Any]:
+    """`execd run`; the placeholder's end awaited, `execd restart` (in place) with a
+    session open; once the new image has resumed the job's conversation, the session
+    runs a command, then ends; the job's end."""
+    pool = running_pool.get(with_startd=False)
+    with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
+        node = pool_node(pool, tmp, extra)
+        assert node.proc is not None
+        try:
+            with opened(pool, ACROSS) as (job, stamp, session, first):
+                before = children(node.proc.pid)  # the session's sshd, the zygote
+                restarted = node.execd("restart")
+                assert restarted.returncode == 0, restarted.stderr
+                node.wait_for("execd_stopped", how="restart")
+                node.wait_for("shadow_conversation_resumed")
+                after = step(session)
+                while_open = job.events()
+                step(session)
+                session_end = ended(session)
+                log = job.wait_for_event("005", WAIT_S)
+                left_running = bool(scripts(LEFT.format(stamp=stamp)))
+                kept = before & children(node.proc.pid)
+        finally:
+            node.stop(signal.SIGQUIT)
+    return {
+        "opened": first,
+        "after the restart": after,
+        "session": session_end,
+        "events while open": timeless(while_open),
+        "events": timeless(job.events()),
+        "ended": SSHD_EXIT.sub("(return value <sshd's>)",
+                               next(body[0] for code, body in events(log) if code == "005")),
+        "left running": left_running,
+        "children kept": sorted(kept),
     }
 
 
@@ -205,3 +275,24 @@ def test_a_second_session_after_the_placeholders_end_as_on_condor_startd(
     assert "005" not in ours["events while the second is open"]
     assert ours["events"][-1] == "005"
     assert ours["ended"] == "(1) Normal termination (return value <sshd's>)"
+
+
+def test_a_session_open_across_execds_restart_in_place_ends_the_job_with_its_sshd(
+        running_pool: harness.RunningPool, ssh_config: str) -> None:  # noqa: F811  # fmt: skip
+    """execd only: `execd restart` (in place) while a session is open in the job,
+    after the placeholder's end. The session goes on and runs a command after the
+    restart; the job ends only when the session ends, with the same events as without
+    a restart (no disconnection, one start) and with the session's sshd's exit as
+    condor_starter reports an interactive job's (not the placeholder's SIGTERM: the
+    new image waits for and reaps the sshd the earlier one started); what the session
+    left goes with the job, and none of the daemon's children from before the restart
+    (the sshd, the starter zygote) is left, not even a zombie."""
+    seen = open_across_a_restart(running_pool, ssh_config)
+    assert seen["opened"] == "open\n"
+    assert seen["after the restart"] == "InteractiveJob = true\n"
+    assert seen["session"] == (8, "", "")
+    assert "005" not in seen["events while open"]
+    assert seen["events"] == ["000", "040", "040", "001", "040", "040", "005"]
+    assert seen["ended"] == "(1) Normal termination (return value <sshd's>)"
+    assert not seen["left running"]
+    assert seen["children kept"] == []
