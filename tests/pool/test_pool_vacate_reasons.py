@@ -254,8 +254,9 @@ def test_a_released_claim_is_recorded_why_as_by_condor_startd(
         running_pool: harness.RunningPool) -> None:  # fmt: skip
     """condor_startd's kill_claim for the schedd's RELEASE_CLAIM: the run's record says
     "Schedd released the claim" (StartdReleaseCommand, 1017) on both; execd's gave no
-    reason before. No preemption's badput on either (BadputCausedByPreemption false:
-    execd's said true once the release had a reason)."""
+    reason before (condor_startd sometimes "Claim deactivated", 1009: below). No
+    preemption's badput on either (BadputCausedByPreemption false: execd's said true
+    once the release had a reason)."""
     pool = running_pool.get(with_startd=False)
     with tempfile.TemporaryDirectory(prefix="execd-pool-") as tmp:
         node = pool_node(pool, tmp)
@@ -265,9 +266,13 @@ def test_a_released_claim_is_recorded_why_as_by_condor_startd(
             node.stop(signal.SIGQUIT)
     reference = running_pool.get(with_startd=True)
     theirs = released_under_a_job(reference, reference.host_path(STARTD_HISTORY))
-    assert ours == theirs
     assert ours == {"VacateReason": "Schedd released the claim", "VacateReasonCode": 1017,
                     "VacateReasonSubCode": 0, "BadputCausedByPreemption": False}, ours  # fmt: skip
+    # condor_startd's own record races: where the RELEASE_CLAIM comes in the second of
+    # the DEACTIVATE_CLAIM, its starter may die by the release's hard kill still holding
+    # the deactivation's reason (seen once, on a loaded CI machine).
+    assert theirs in (ours, {**ours, "VacateReason": "Claim deactivated",
+                             "VacateReasonCode": 1009}), theirs  # fmt: skip
 
 
 # 25 s of retirement (a vacate time of 2 s leaves it whole); SUSPEND true from 6 s to 14 s
