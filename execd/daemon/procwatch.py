@@ -38,6 +38,15 @@ def reap(pid: int) -> int | None:
     return status if got == pid else None
 
 
+def is_child(pid: int) -> bool:
+    """Whether `pid` is our child (ended or not), without reaping it."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
 def open_pidfd(pid: int, started: int) -> int | None:
     """A pidfd for the process `pid` that started at `started`; None if it is gone."""
     try:

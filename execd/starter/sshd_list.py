@@ -84,12 +84,16 @@ def read_sessions(path: str | Path) -> list[Session]:
     return sessions
 
 
-def _write(path: Path, sessions: list[Session]) -> None:
+def _replace(path: Path, text: str) -> None:
+    """`path` replaced whole: a reader gets the old text or the new, never half."""
     part = path.with_name(path.name + ".part")
-    fd = os.open(part, _CREATE | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.writelines(f"{pid} {start}\n" for pid, start in sessions)
-    os.replace(part, path)  # the starter reads either list, never half of one
+    with os.fdopen(os.open(part, _CREATE | os.O_TRUNC, 0o600), "w") as f:
+        f.write(text)
+    os.replace(part, path)
+
+
+def _write(path: Path, sessions: list[Session]) -> None:
+    _replace(path, "".join(f"{pid} {start}\n" for pid, start in sessions))
 
 
 def _running(sessions: list[Session]) -> list[Session]:
@@ -108,11 +112,7 @@ def note_sshd_reaped(path: Path, pid: int, status: int | None = None) -> None:
     beside the list first (last_status): the exit reported if it is the last, also
     by a next image of the daemon (a restart in place before the job's end is sent)."""
     if status is not None:
-        last = Path(f"{path}.last")
-        part = last.with_name(last.name + ".part")
-        with os.fdopen(os.open(part, _CREATE | os.O_TRUNC, 0o600), "w") as f:
-            f.write(f"{status}\n")
-        os.replace(part, last)
+        _replace(Path(f"{path}.last"), f"{status}\n")
     _write(path, [s for s in _running(read_sessions(path)) if s[0] != pid])
 
 
@@ -127,7 +127,7 @@ def last_status(path: Path) -> int | None:
 
 def sshds_running(path: str | Path) -> list[int]:
     """The listed sshds that still run."""
-    return [pid for pid, start in read_sessions(path) if start_time(pid) == start]
+    return [pid for pid, _start in _running(read_sessions(path))]
 
 
 def reserve_start(path: Path) -> Path | None:

@@ -48,6 +48,12 @@ class JobSetupError(JobHeldError):
         self.errno = errno
 
 
+def wait_status(returncode: int) -> int:
+    """The wait status (as waitpid gives it) of an asyncio subprocess's returncode
+    (negative: killed by that signal)."""
+    return (-returncode & 0x7F) if returncode < 0 else (returncode & 0xFF) << 8
+
+
 @dataclass(frozen=True)
 class JobExit:
     """How the job ended. `requested`: it was killed on request (vacate, remove, a

@@ -40,6 +40,7 @@ from execd.log import get_logger
 from execd.wire.channel import Channel
 from execd.wire.classad_codec import decode_ad, encode_ad, from_values, to_classad
 from execd.wire.condor_args import condor_base64, split_args_v2, split_quoted_args
+from execd.wire.job_runner import wait_status
 from execd.wire.ssh_sessions import JobShell, remove_session
 from execd.wire.sshd_helper import (
     OutputTooLongError,
@@ -331,7 +332,7 @@ async def _reap(shell: JobShell, proc: asyncio.subprocess.Process, session: Path
         said = (said + chunk)[:HELPER_ERROR_BYTES]
     status = await proc.wait()
     shell.sshds.pop(proc.pid, None)
-    shell.sshd_reaped(proc.pid, (-status & 0x7F) if status < 0 else (status & 0xFF) << 8)
+    shell.sshd_reaped(proc.pid, wait_status(status))
     await asyncio.to_thread(remove_session, session)
     log.info("sshd_exited", job=job, pid=proc.pid, status=status, session=session.name)
     if said:

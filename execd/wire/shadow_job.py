@@ -20,7 +20,7 @@ from execd.classads import lookup_bool
 from execd.log import get_logger
 from execd.starter.ad_files import ad_file_env, write_ad_files
 from execd.wire.classad_codec import WireAd, from_values, long_form
-from execd.wire.job_runner import JobExit, JobLaunch, JobSetupError, exec_failure
+from execd.wire.job_runner import JobExit, JobLaunch, JobSetupError, exec_failure, wait_status
 from execd.wire.output_files import std_files
 
 __all__ = ["DEFAULT_PATH", "JobExit", "JobProcess", "JobSetupError", "environment_of",
@@ -260,8 +260,7 @@ class JobProcess:
             return None
         code = self.proc.returncode
         assert code is not None
-        status = (-code & 0x7F) if code < 0 else (code & 0xFF) << 8
-        return JobExit(status, time.monotonic() - self.started_at)
+        return JobExit(wait_status(code), time.monotonic() - self.started_at)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:

@@ -132,7 +132,7 @@ class JobShell:
         if self.last_sshd_status is None:  # one the earlier image reaped
             self.last_sshd_status = last_status(self.sshds_file)
         for pid, started in read_sessions(self.sshds_file):
-            if pid in self.sshds or not _own_child(pid):
+            if pid in self.sshds or not procwatch.is_child(pid):
                 continue  # (not ours, after a kill -9: the slice's kill ends it)
             # Ours and not reaped: the pid cannot be another process's meanwhile.
             if procwatch.start_time(pid, zombies=True) != started:
@@ -196,15 +196,6 @@ class JobShell:
         if self.sshds:
             await asyncio.wait(list(self.sshds.values()), timeout=REAP_WAIT_S)
         await asyncio.to_thread(remove_sessions, self.sandbox)
-
-
-def _own_child(pid: int) -> bool:
-    """Whether `pid` is this process's child (ended or not), without reaping it."""
-    try:
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return True
 
 
 def remove_sessions(sandbox: Path) -> None:
